@@ -1,0 +1,155 @@
+# switchyard — plain GNU Makefile.
+#
+# Sources are found by folder, so adding a file never means editing this file:
+#   common/ shm/ proto/        -> $(BUILD)/libswitchyard.a   (both daemons link it)
+#   dataplane/ (+ subfolders)  -> $(BUILD)/libdataplane.a + switchyard-dataplane
+#   controlplane/              -> $(BUILD)/libcontrolplane.a + switchyard-controlplane
+#   tests/mockworker/          -> $(BUILD)/libmockworker.a + switchyard-mockworker
+#   tests/unit/test_*.c        -> one cmocka binary each
+#   tests/e2e/test_*.c         -> one cmocka binary each, linked with tests/e2e/harness*.c
+# Each folder's main.c holds only main(); everything else goes into the folder's
+# archive, so a unit test can #include the .c it tests (to reach static
+# functions) without duplicate symbols: the linker takes from an archive only
+# the objects it still needs.
+#
+# A test may need extra link flags (e.g. -Wl,--wrap=open): put them in
+# tests/unit/test_NAME.ldflags.
+
+BUILD ?= build
+CC ?= cc
+PKGS := libmicrohttpd libcurl libprotobuf-c yaml-0.1 jansson libxxhash
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Werror
+OPT ?= -O2 -g
+SAN_FLAGS ?=
+CPPFLAGS += -D_GNU_SOURCE -I. -I$(BUILD)
+CFLAGS += -std=c11 $(OPT) $(WARN) -pthread $(SAN_FLAGS) $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDFLAGS += -pthread $(SAN_FLAGS)
+LDLIBS += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
+TEST_LDLIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
+
+PROTO_SRC := $(wildcard proto/*.proto)
+PROTO_GEN_C := $(patsubst %.proto,$(BUILD)/%.pb-c.c,$(PROTO_SRC))
+PROTO_GEN_H := $(PROTO_GEN_C:.c=.h)
+
+LIB_SRCS := $(wildcard common/*.c shm/*.c proto/*.c)
+DP_SRCS := $(filter-out dataplane/main.c,$(wildcard dataplane/*.c dataplane/*/*.c))
+CP_SRCS := $(filter-out controlplane/main.c,$(wildcard controlplane/*.c))
+MW_SRCS := $(filter-out tests/mockworker/main.c,$(wildcard tests/mockworker/*.c))
+E2E_HARNESS_SRCS := $(wildcard tests/e2e/harness*.c)
+BENCH_SRCS := $(filter-out tests/bench/main.c,$(wildcard tests/bench/*.c))
+
+obj = $(patsubst %.c,$(BUILD)/%.o,$(filter %.c,$(1)))
+
+LIB_OBJS := $(call obj,$(LIB_SRCS)) $(PROTO_GEN_C:.c=.o)
+DP_OBJS := $(call obj,$(DP_SRCS))
+CP_OBJS := $(call obj,$(CP_SRCS))
+MW_OBJS := $(call obj,$(MW_SRCS))
+E2E_HARNESS_OBJS := $(call obj,$(E2E_HARNESS_SRCS))
+
+LIBSY := $(BUILD)/libswitchyard.a
+LIBDP := $(BUILD)/libdataplane.a
+LIBCP := $(BUILD)/libcontrolplane.a
+LIBMW := $(BUILD)/libmockworker.a
+ALL_LIBS := $(LIBDP) $(LIBCP) $(LIBMW) $(LIBSY)
+
+BINS := $(BUILD)/switchyard-controlplane $(BUILD)/switchyard-dataplane
+ifneq ($(wildcard tests/mockworker/main.c),)
+BINS += $(BUILD)/switchyard-mockworker
+endif
+ifneq ($(wildcard tests/bench/main.c),)
+BINS += $(BUILD)/switchyard-bench
+endif
+
+UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/unit/test_*.c))
+E2E_TESTS := $(patsubst tests/e2e/%.c,$(BUILD)/tests/e2e/%,$(wildcard tests/e2e/test_*.c))
+MICRO_BENCHES := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(wildcard tests/bench/micro_*.c))
+
+.PHONY: all deps test check test-asan build-asan format format-check run bench bench-quick clean
+.DEFAULT_GOAL := all
+# Keep generated sources (protobuf-c) instead of deleting them as intermediates.
+.SECONDARY:
+
+all: $(BINS)
+
+# ---- generated protobuf-c code (never in git) --------------------------------
+$(BUILD)/proto/%.pb-c.c $(BUILD)/proto/%.pb-c.h: proto/%.proto
+	@mkdir -p $(BUILD)/proto
+	protoc-c --c_out=$(BUILD) $<
+
+# Every object may include a generated header: generate first.
+$(BUILD)/%.o: %.c | $(PROTO_GEN_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/proto/%.pb-c.o: $(BUILD)/proto/%.pb-c.c
+	$(CC) $(CPPFLAGS) $(filter-out -Wshadow,$(CFLAGS)) -c $< -o $@
+
+$(LIBSY): $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+$(LIBDP): $(DP_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+$(LIBCP): $(CP_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+$(LIBMW): $(MW_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/switchyard-dataplane: $(BUILD)/dataplane/main.o $(LIBDP) $(LIBSY)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+$(BUILD)/switchyard-controlplane: $(BUILD)/controlplane/main.o $(LIBCP) $(LIBSY)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+$(BUILD)/switchyard-mockworker: $(BUILD)/tests/mockworker/main.o $(LIBMW) $(LIBSY)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+$(BUILD)/switchyard-bench: $(BUILD)/tests/bench/main.o $(call obj,$(BENCH_SRCS)) $(LIBSY)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+# ---- tests -------------------------------------------------------------------
+$(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(ALL_LIBS)
+	$(CC) $(LDFLAGS) $$(cat tests/unit/$*.ldflags 2>/dev/null) $< $(ALL_LIBS) $(LDLIBS) $(TEST_LDLIBS) -o $@
+$(BUILD)/tests/e2e/%: $(BUILD)/tests/e2e/%.o $(E2E_HARNESS_OBJS) $(ALL_LIBS)
+	$(CC) $(LDFLAGS) $< $(E2E_HARNESS_OBJS) $(ALL_LIBS) $(LDLIBS) $(TEST_LDLIBS) -o $@
+$(BUILD)/tests/bench/%: $(BUILD)/tests/bench/%.o $(ALL_LIBS)
+	$(CC) $(LDFLAGS) $< $(ALL_LIBS) $(LDLIBS) -o $@
+
+deps:
+	@deploy/install-deps.sh
+
+# The README's test command. deps first: a fresh machine has nothing.
+test: deps
+	@$(MAKE) --no-print-directory check
+
+check: $(BINS) $(UNIT_TESTS) $(E2E_TESTS)
+	@tests/run-tests.sh $(BUILD) $(UNIT_TESTS) $(E2E_TESTS)
+
+# Same suite under AddressSanitizer + UndefinedBehaviorSanitizer, in its own tree.
+test-asan: deps
+	@$(MAKE) --no-print-directory BUILD=build/asan OPT='-O1 -g' \
+	    SAN_FLAGS='-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' check
+
+format:
+	@clang-format -i $$(git ls-files '*.c' '*.h')
+
+format-check:
+	@clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h')
+
+# Runs the router on the embedded default config; see README.
+run: deps
+	@$(MAKE) --no-print-directory all
+	@deploy/run-local.sh $(BUILD)
+
+bench: deps
+	@$(MAKE) --no-print-directory all $(MICRO_BENCHES)
+	@tests/bench/run.sh $(BUILD) full
+
+bench-quick: deps
+	@$(MAKE) --no-print-directory all $(MICRO_BENCHES)
+	@tests/bench/run.sh $(BUILD) quick
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

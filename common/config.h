@@ -1,0 +1,165 @@
+/*
+ * The configuration both daemons read: one YAML file (schema in
+ * docs/configuration.md), parsed with libyaml's event API into the plain
+ * structs below. Every key of the schema is accepted, also those whose
+ * feature lands later; unknown keys, wrong types, out-of-range values,
+ * duplicate worker ids or urls and malformed URLs are errors whose message
+ * reads
+ *
+ *   FILE:LINE:COL: key.path: expected ..., got '...'
+ *
+ * with 1-based line and column. Durations are written with units (250ms, 5s,
+ * 2m, 1h) and stored in milliseconds; sizes as bytes or with a unit (64KiB,
+ * 32MiB, 1GiB) and stored in bytes.
+ *
+ * Ownership: a struct cfg is caller storage (cfg_init_defaults / cfg_fini);
+ * it owns its workers array. Not thread-safe while loading; read-only after.
+ */
+#ifndef SY_COMMON_CONFIG_H
+#define SY_COMMON_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Sizes include the terminating NUL. The shared-memory worker slot stores
+ * the same fields with the same limits (shm/layout.h). */
+#define CFG_ID_MAX       64
+#define CFG_URL_MAX      256
+#define CFG_MODEL_MAX    128
+#define CFG_PATH_MAX     256
+#define CFG_ADDR_MAX     128
+#define CFG_ON_STATUS_MAX 32
+
+enum cfg_role {
+    CFG_ROLE_UNSET = 0,
+    CFG_ROLE_REGULAR,
+    CFG_ROLE_PREFILL,
+    CFG_ROLE_DECODE,
+};
+
+enum cfg_policy_name {
+    CFG_POLICY_UNSET = 0,
+    CFG_POLICY_ROUND_ROBIN,
+    CFG_POLICY_RANDOM,
+    CFG_POLICY_POWER_OF_TWO,
+    CFG_POLICY_LEAST_LOAD,
+    CFG_POLICY_CONSISTENT_HASH,
+    CFG_POLICY_CACHE_AWARE,
+};
+
+enum cfg_balance_gate {
+    CFG_BALANCE_GATE_UNSET = 0,
+    CFG_BALANCE_GATE_PER_REQUEST,
+    CFG_BALANCE_GATE_FLEET,
+};
+
+struct cfg_shm {
+    char name[CFG_PATH_MAX]; /* POSIX shm name, starts with '/', no other '/' */
+    uint32_t max_workers;
+    uint32_t max_dataplanes;
+};
+
+struct cfg_health {
+    char path[CFG_PATH_MAX]; /* starts with '/' */
+    uint64_t interval_ms;
+    uint64_t timeout_ms;
+    uint32_t failure_threshold;
+    uint32_t success_threshold;
+};
+
+struct cfg_controlplane {
+    char admin_listen[CFG_ADDR_MAX]; /* HOST:PORT */
+    char admin_token_file[CFG_PATH_MAX]; /* empty = no auth */
+    char admin_socket[CFG_PATH_MAX];
+    struct cfg_health health;
+};
+
+struct cfg_retry {
+    uint32_t max_attempts; /* attempts in total, >= 1 */
+    int on_status[CFG_ON_STATUS_MAX];
+    size_t n_on_status;
+    uint64_t backoff_ms;
+    uint64_t backoff_max_ms;
+};
+
+struct cfg_dataplane {
+    char listen[CFG_ADDR_MAX]; /* HOST:PORT */
+    uint32_t threads; /* 0 = one event loop per core */
+    uint64_t max_body; /* bytes */
+    uint64_t connect_timeout_ms;
+    uint64_t first_byte_timeout_ms;
+    uint64_t idle_timeout_ms;
+    uint64_t drain_timeout_ms;
+    bool debug_headers;
+    struct cfg_retry retry;
+};
+
+struct cfg_policy_role {
+    enum cfg_policy_name name;
+};
+
+struct cfg_policy {
+    enum cfg_policy_name name;
+    double cache_threshold; /* 0..1 */
+    uint32_t balance_abs_threshold;
+    double balance_rel_threshold; /* >= 1 */
+    enum cfg_balance_gate balance_gate;
+    struct cfg_policy_role prefill;
+    struct cfg_policy_role decode;
+};
+
+struct cfg_worker {
+    char id[CFG_ID_MAX]; /* default: HOST:PORT of the url */
+    char url[CFG_URL_MAX]; /* http(s)://host:port, validated with curl_url */
+    char model[CFG_MODEL_MAX]; /* empty = learn from the worker's /v1/models */
+    enum cfg_role role; /* default regular */
+    int line; /* 1-based line of the entry, for later error messages */
+};
+
+struct cfg {
+    char path[CFG_PATH_MAX]; /* the file it was loaded from, as given */
+    struct cfg_shm shm;
+    struct cfg_controlplane controlplane;
+    struct cfg_dataplane dataplane;
+    struct cfg_policy policy;
+    struct cfg_worker *workers; /* owned; n_workers entries */
+    size_t n_workers;
+};
+
+/* Fills every field with its documented default; no workers. */
+void cfg_init_defaults(struct cfg *cfg);
+
+/* Frees what cfg owns and leaves it as after cfg_init_defaults. */
+void cfg_fini(struct cfg *cfg);
+
+/*
+ * Loads a YAML file over the defaults. Returns 0, or a negative errno with a
+ * one-line message in err (FILE:LINE:COL: key.path: ... where a position is
+ * known, FILE: ... otherwise). On error cfg is left as after cfg_fini.
+ */
+int cfg_load_file(struct cfg *cfg, const char *path, char *err, size_t err_len);
+
+/* The same from memory; name stands for the file in messages. */
+int cfg_load_string(struct cfg *cfg, const char *name, const char *yaml, size_t len, char *err,
+                    size_t err_len);
+
+/* "250ms", "5s", "2m", "1h", "0" -> milliseconds. Returns 0 or -EINVAL. */
+int cfg_parse_duration_ms(const char *text, uint64_t *out_ms);
+
+/* "1048576", "64KiB", "32MiB", "1GiB" (also KB/MB/GB, powers of 1000) -> bytes. */
+int cfg_parse_size(const char *text, uint64_t *out_bytes);
+
+/* "127.0.0.1:8080" or "[::1]:8080" -> host (no brackets) and port 1..65535. */
+int cfg_parse_host_port(const char *text, char *host, size_t host_len, uint16_t *port);
+
+/* Validates a worker URL (http or https, host and port required) and writes
+ * the default worker id HOST:PORT into id. Returns 0 or -EINVAL with err. */
+int cfg_check_worker_url(const char *url, char *id, size_t id_len, char *err, size_t err_len);
+
+const char *cfg_role_name(enum cfg_role role);
+int cfg_role_parse(const char *text, enum cfg_role *out);
+const char *cfg_policy_name_str(enum cfg_policy_name name);
+int cfg_policy_name_parse(const char *text, enum cfg_policy_name *out);
+
+#endif
