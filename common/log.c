@@ -94,9 +94,8 @@ void log_write(enum log_level level, const char *fmt, ...)
     char line[LOG_LINE_MAX + 128];
     int n = snprintf(line, sizeof(line),
                      "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s proc=%s pid=%d msg=\"",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, now.tv_nsec / 1000000, log_level_name(level), log_process,
-                     (int)getpid());
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     now.tv_nsec / 1000000, log_level_name(level), log_process, (int)getpid());
     size_t len = n > 0 ? (size_t)n : 0;
     log_append_escaped(line, &len, sizeof(line) - 2, msg);
     line[len++] = '"';

@@ -1,0 +1,95 @@
+/*
+ * Process identity from /proc (see proc.h). Reads are small and bounded; no
+ * allocation, safe from any thread.
+ */
+#include "common/proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Reads the state letter (field 3) and start time (field 22) of pid. */
+static int proc_read_stat(pid_t pid, char *out_state, uint64_t *out_ticks)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -ENOENT;
+    char buf[1024];
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -EIO;
+    buf[n] = '\0';
+    /* The command name (field 2) may contain spaces and ')': skip to the last ')'. */
+    char *p = strrchr(buf, ')');
+    if (p == NULL)
+        return -EIO;
+    p++;
+    if (p[0] != ' ' || p[1] == '\0')
+        return -EIO;
+    *out_state = p[1];
+    /* Fields after ')' start at field 3; the start time is field 22. */
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p + 1, ' ');
+        if (p == NULL)
+            return -EIO;
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long long ticks = strtoull(p + 1, &end, 10);
+    if (errno != 0 || end == p + 1)
+        return -EIO;
+    *out_ticks = ticks;
+    return 0;
+}
+
+int proc_start_time(pid_t pid, uint64_t *out_ticks)
+{
+    char state = 0;
+    return proc_read_stat(pid, &state, out_ticks);
+}
+
+int proc_pid_namespace(uint64_t *out_inode)
+{
+    struct stat st;
+    if (stat("/proc/self/ns/pid", &st) != 0)
+        return -errno;
+    *out_inode = (uint64_t)st.st_ino;
+    return 0;
+}
+
+bool proc_is_alive(pid_t pid, uint64_t start_time)
+{
+    if (pid <= 0)
+        return false;
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return false;
+    uint64_t now_start = 0;
+    char state = 0;
+    if (proc_read_stat(pid, &state, &now_start) != 0)
+        return false;
+    /* A zombie has exited; only its parent has not collected it yet. */
+    if (state == 'Z' || state == 'X')
+        return false;
+    return now_start == start_time;
+}
+
+uint64_t proc_monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t proc_monotonic_ms(void)
+{
+    return proc_monotonic_ns() / 1000000u;
+}

@@ -1,0 +1,32 @@
+/*
+ * Facts about processes that lease liveness needs. A pid alone is not an
+ * identity (pids are recycled), so a process is named by (pid, start time):
+ * the start time is field 22 of /proc/PID/stat, in clock ticks since boot.
+ * Pids are only comparable inside one PID namespace, so the namespace's
+ * inode number travels with them.
+ */
+#ifndef SY_COMMON_PROC_H
+#define SY_COMMON_PROC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Start time of pid in clock ticks since boot. 0 or -ENOENT/-EIO. */
+int proc_start_time(pid_t pid, uint64_t *out_ticks);
+
+/* Inode number of this process's PID namespace (/proc/self/ns/pid). */
+int proc_pid_namespace(uint64_t *out_inode);
+
+/*
+ * True unless we can prove the process (pid, start_time) is gone: no such
+ * pid, a zombie, or a pid whose start time differs (recycled). Only meaningful when the
+ * pid was recorded in our own PID namespace.
+ */
+bool proc_is_alive(pid_t pid, uint64_t start_time);
+
+/* Monotonic clock in nanoseconds and milliseconds. */
+uint64_t proc_monotonic_ns(void);
+uint64_t proc_monotonic_ms(void);
+
+#endif

@@ -1,0 +1,34 @@
+/*
+ * Lease reaping (see lease_reaper.h). Logging names the lease, its holder's
+ * pid (in the holder's namespace) and why it was judged dead, once.
+ */
+#include "controlplane/lease_reaper.h"
+
+#include <string.h>
+
+#include "common/log.h"
+
+void cp_lease_reaper_init(struct cp_lease_reaper *r, struct shm_segment *seg)
+{
+    memset(r, 0, sizeof(*r));
+    r->seg = seg;
+}
+
+int cp_lease_reaper_tick(struct cp_lease_reaper *r, uint64_t now_ms)
+{
+    int reaped = 0;
+    for (uint32_t i = 0; i < r->seg->max_dataplanes; i++) {
+        enum shm_lease_verdict v = shm_lease_judge(r->seg, i, &r->watch[i], now_ms);
+        if (v == SHM_LEASE_VERDICT_FREE || v == SHM_LEASE_VERDICT_ALIVE)
+            continue;
+        const struct shm_lease *l = &r->seg->leases[i];
+        int pid = atomic_load_explicit((_Atomic int32_t *)&l->pid, memory_order_relaxed);
+        if (shm_lease_reap(r->seg, i, r->watch[i].nonce) != 0)
+            continue;
+        reaped++;
+        r->reaped++;
+        log_warn("lease %u of dataplane pid %d reaped: %s; its load was discarded", i, pid,
+                 shm_lease_verdict_name(v));
+    }
+    return reaped;
+}

@@ -1,0 +1,86 @@
+/*
+ * switchyard-dataplane: command line, then dp_run. See dataplane.h.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <curl/curl.h>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "common/version.h"
+#include "dataplane/dataplane.h"
+#include "shm/layout.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: switchyard-dataplane --config FILE [--segment-wait DURATION]\n"
+                 "\n"
+                 "Forwards OpenAI API requests to the worker fleet registered by the\n"
+                 "switchyard control plane, and publishes per-worker load.\n"
+                 "\n"
+                 "  -c, --config FILE         YAML configuration (see docs/configuration.md)\n"
+                 "      --segment-wait DUR    how long to wait for the control plane's\n"
+                 "                            segment at start (default 30s)\n"
+                 "  -h, --help                this text\n"
+                 "  -V, --version             versions of the binary and the segment layout\n");
+}
+
+int main(int argc, char **argv)
+{
+    enum { OPT_SEGMENT_WAIT = 256 };
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"segment-wait", required_argument, NULL, OPT_SEGMENT_WAIT},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *config_path = NULL;
+    struct dp_options dopts = {.segment_wait_ms = 30000};
+    int opt;
+    while ((opt = getopt_long(argc, argv, "c:hV", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'c':
+            config_path = optarg;
+            break;
+        case OPT_SEGMENT_WAIT:
+            if (cfg_parse_duration_ms(optarg, &dopts.segment_wait_ms) != 0) {
+                fprintf(stderr,
+                        "switchyard-dataplane: --segment-wait: expected a duration "
+                        "like 30s, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'V':
+            printf("switchyard-dataplane %s (shm layout version %u)\n", SY_VERSION,
+                   SHM_LAYOUT_VERSION);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (config_path == NULL || optind != argc) {
+        usage(stderr);
+        return 2;
+    }
+    log_init("dataplane");
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    struct cfg cfg;
+    cfg_init_defaults(&cfg);
+    char err[1024];
+    if (cfg_load_file(&cfg, config_path, err, sizeof(err)) != 0) {
+        fprintf(stderr, "switchyard-dataplane: %s\n", err);
+        return 2;
+    }
+    int code = dp_run(&cfg, &dopts);
+    cfg_fini(&cfg);
+    curl_global_cleanup();
+    return code;
+}

@@ -1,0 +1,89 @@
+/*
+ * Dataplane leases. Each dataplane claims one lease and counts its in-flight
+ * requests per worker in that lease's counters; a worker's load is the sum
+ * over live leases. When a dataplane dies its lease is reaped and its load
+ * disappears with it, and nothing else is touched (invariant 7).
+ *
+ * Liveness of a lease holder does not rest on pids (the two processes may
+ * live in different PID namespaces). A holder is dead when any of these
+ * says so:
+ *  1. the OFD lock it holds on its lease's bytes is gone: the kernel drops
+ *     it when the process dies, even by SIGKILL, in any namespace;
+ *  2. it recorded a pid in our PID namespace and that pid is gone, a
+ *     zombie, or now a different process (start time differs);
+ *  3. its heartbeat counter has not moved for heartbeat_timeout_ms (a hung
+ *     holder). A holder reaped this way finds out at its next heartbeat
+ *     (shm_lease_is_mine turns false) and must stop using the lease; it
+ *     still holds the lock, so nobody can claim the lease until it exits.
+ * The admin channel's connection adds a fourth signal in the control plane.
+ *
+ * Claiming: take the lease's lock first (exclusive among live processes),
+ * then move FREE -> CLAIMING, zero its counters, fill in identity, bump the
+ * nonce, then ACTIVE and set its bit in header.active_leases.
+ */
+#ifndef SY_SHM_LEASE_H
+#define SY_SHM_LEASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shm/segment.h"
+
+/* A dataplane's hold on its lease. Caller storage; one per process. */
+struct shm_lease_handle {
+    struct shm_segment *seg; /* borrowed */
+    uint32_t index;
+    uint64_t nonce;
+    bool held;
+};
+
+/* Claims a free lease. 0, -EBUSY (none free) or a negative errno. */
+int shm_lease_claim(struct shm_segment *seg, struct shm_lease_handle *out, char *err,
+                    size_t err_len);
+
+/* One heartbeat; call every header.heartbeat_interval_ms. */
+void shm_lease_heartbeat(const struct shm_lease_handle *h);
+
+/* False once the control plane has reaped this holding of the lease. */
+bool shm_lease_is_mine(const struct shm_lease_handle *h);
+
+/* Gives the lease back: counters zeroed, bit cleared, FREE, lock dropped.
+ * Idempotent. In-flight guards must be released or abandoned before. */
+void shm_lease_release(struct shm_lease_handle *h);
+
+/* True while lease i is ACTIVE. */
+bool shm_lease_is_active(const struct shm_segment *seg, uint32_t index);
+
+/* ---- control plane: judging and reaping ----------------------------------- */
+
+enum shm_lease_verdict {
+    SHM_LEASE_VERDICT_UNSET = 0,
+    SHM_LEASE_VERDICT_FREE,
+    SHM_LEASE_VERDICT_ALIVE,
+    SHM_LEASE_VERDICT_DEAD_NO_LOCK,
+    SHM_LEASE_VERDICT_DEAD_PID,
+    SHM_LEASE_VERDICT_DEAD_HEARTBEAT,
+};
+
+/* What the control plane remembers of a lease between two looks. */
+struct shm_lease_watch {
+    uint64_t nonce;
+    uint64_t heartbeat;
+    uint64_t heartbeat_seen_ms; /* monotonic ms when heartbeat last moved */
+};
+
+/* Judges lease i at monotonic time now_ms, updating watch. */
+enum shm_lease_verdict shm_lease_judge(const struct shm_segment *seg, uint32_t index,
+                                       struct shm_lease_watch *watch, uint64_t now_ms);
+
+/* Reaps lease i if it still holds the holding named by nonce: zeroes its
+ * counters, clears its bit, marks it FREE. Returns 0 or -ESTALE. */
+int shm_lease_reap(struct shm_segment *seg, uint32_t index, uint64_t nonce);
+
+const char *shm_lease_verdict_name(enum shm_lease_verdict verdict);
+
+/* Byte range of lease i in the segment file (for its OFD lock). */
+uint64_t shm_lease_offset(const struct shm_segment *seg, uint32_t index);
+
+#endif

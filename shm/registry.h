@@ -1,0 +1,85 @@
+/*
+ * The worker registry in the segment: max_workers slots, each a multi-field
+ * record behind a seqlock. The control plane is the only writer; dataplanes
+ * and tools read. Readers copy a slot out (shm_worker_info) and retry while
+ * the writer is mid-write, a bounded number of times.
+ *
+ * A slot's generation is bumped whenever it changes hands (a worker is
+ * placed in a free slot), never on health or draining changes and never on
+ * removal: load guards from the removed worker still release against the
+ * old generation until the slot is reused (invariant 6).
+ *
+ * header.registry_changes is bumped after every write, so a reader that
+ * remembers the last value it saw can skip a rescan.
+ */
+#ifndef SY_SHM_REGISTRY_H
+#define SY_SHM_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "shm/segment.h"
+
+/* A reader's copy of one slot. Plain caller storage. */
+struct shm_worker_info {
+    uint32_t slot;
+    uint32_t generation;
+    enum cfg_role role;
+    bool healthy;
+    bool draining;
+    bool from_api;
+    char id[CFG_ID_MAX];
+    char url[CFG_URL_MAX];
+    char model[CFG_MODEL_MAX];
+};
+
+/* How many times a reader retries a slot the writer keeps changing. */
+#define SHM_REGISTRY_READ_RETRIES 1000
+
+/* Reads one slot. 0, -ENOENT (slot not in use), -EAGAIN (torn after all retries). */
+int shm_registry_read_slot(const struct shm_segment *seg, uint32_t slot,
+                           struct shm_worker_info *out);
+
+/* Copies every in-use slot into out (up to cap); returns how many. */
+size_t shm_registry_snapshot(const struct shm_segment *seg, struct shm_worker_info *out,
+                             size_t cap);
+
+/* Finds an in-use worker by id. 0 or -ENOENT. */
+int shm_registry_find(const struct shm_segment *seg, const char *id, struct shm_worker_info *out);
+
+uint64_t shm_registry_changes(const struct shm_segment *seg);
+
+/* The slot's current generation, read without the seqlock. */
+uint32_t shm_registry_generation(const struct shm_segment *seg, uint32_t slot);
+
+/* ---- writer side: the control plane only --------------------------------- */
+
+/*
+ * Places a worker in a free slot with a new generation. in->slot and
+ * in->generation are ignored; the assigned ones are written to out (may be
+ * NULL). Returns 0, -EEXIST (id or url already present), -ENOSPC.
+ */
+int shm_registry_add(struct shm_segment *seg, const struct shm_worker_info *in,
+                     struct shm_worker_info *out);
+
+/* Sets/clears SHM_SLOT_HEALTHY / SHM_SLOT_DRAINING on an in-use slot. */
+int shm_registry_set_healthy(struct shm_segment *seg, uint32_t slot, bool healthy);
+int shm_registry_set_draining(struct shm_segment *seg, uint32_t slot, bool draining);
+
+/* Sets the model of an in-use slot (learned from the worker's /v1/models). */
+int shm_registry_set_model(struct shm_segment *seg, uint32_t slot, const char *model);
+
+/* Marks the slot free. Its generation stays until the slot is reused. */
+int shm_registry_remove(struct shm_segment *seg, uint32_t slot);
+
+/*
+ * After a control-plane restart: a slot left with an odd seq was being
+ * written when the previous owner died. Its fields may be torn; a slot whose
+ * strings do not check out is freed, the rest are kept. Returns how many
+ * slots were repaired.
+ */
+int shm_registry_repair(struct shm_segment *seg);
+
+#endif

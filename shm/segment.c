@@ -1,0 +1,406 @@
+/*
+ * Segment lifecycle (see segment.h). The order of creation matters: size the
+ * object, zero it, write the geometry, and publish the magic last with a
+ * release store, so a reader that sees the magic sees a complete header.
+ * Everything that can be wrong with an existing object is checked against
+ * fstat before the caller touches a single slot.
+ */
+#include "shm/segment.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/proc.h"
+
+/* The owner lock covers the magic word. */
+#define SHM_OWNER_LOCK_OFFSET 0u
+#define SHM_OWNER_LOCK_LEN    8u
+
+static uint32_t shm_lines_per_worker(uint32_t max_dataplanes)
+{
+    return (max_dataplanes + SHM_LEASES_PER_LINE - 1) / SHM_LEASES_PER_LINE;
+}
+
+size_t shm_segment_size_for(uint32_t max_workers, uint32_t max_dataplanes)
+{
+    return sizeof(struct shm_header) + (size_t)max_workers * sizeof(struct shm_worker_slot) +
+           (size_t)max_dataplanes * sizeof(struct shm_lease) +
+           (size_t)max_workers * shm_lines_per_worker(max_dataplanes) *
+               sizeof(struct shm_load_line);
+}
+
+static void shm_segment_bind(struct shm_segment *seg, void *base, size_t size)
+{
+    seg->base = base;
+    seg->size = size;
+    seg->hdr = base;
+    seg->max_workers = seg->hdr->max_workers;
+    seg->max_dataplanes = seg->hdr->max_dataplanes;
+    seg->lines_per_worker = seg->hdr->lines_per_worker;
+    seg->slots = (struct shm_worker_slot *)((char *)base + seg->hdr->slots_offset);
+    seg->leases = (struct shm_lease *)((char *)base + seg->hdr->leases_offset);
+    seg->loads = (struct shm_load_line *)((char *)base + seg->hdr->loads_offset);
+}
+
+static void shm_segment_reset(struct shm_segment *seg)
+{
+    memset(seg, 0, sizeof(*seg));
+    seg->fd = -1;
+}
+
+int shm_segment_validate(const struct shm_header *hdr, uint64_t file_size, char *err,
+                         size_t err_len)
+{
+    uint64_t magic = atomic_load_explicit(&hdr->magic, memory_order_acquire);
+    if (magic != SHM_MAGIC) {
+        snprintf(err, err_len, "segment is not published yet (magic %#llx)",
+                 (unsigned long long)magic);
+        return -EAGAIN;
+    }
+    if (hdr->layout_version != SHM_LAYOUT_VERSION) {
+        snprintf(err, err_len,
+                 "segment has layout version %u, this binary uses layout version %u: stop every "
+                 "switchyard process using it (or remove it) before starting this version",
+                 hdr->layout_version, SHM_LAYOUT_VERSION);
+        return -EPROTO;
+    }
+    if (hdr->header_size != sizeof(struct shm_header) ||
+        hdr->slot_size != sizeof(struct shm_worker_slot) ||
+        hdr->lease_size != sizeof(struct shm_lease) ||
+        hdr->load_line_size != sizeof(struct shm_load_line)) {
+        snprintf(err, err_len,
+                 "segment record sizes (header %u, slot %u, lease %u, line %u) differ from this "
+                 "binary's (%zu, %zu, %zu, %zu) under the same layout version %u",
+                 hdr->header_size, hdr->slot_size, hdr->lease_size, hdr->load_line_size,
+                 sizeof(struct shm_header), sizeof(struct shm_worker_slot),
+                 sizeof(struct shm_lease), sizeof(struct shm_load_line), SHM_LAYOUT_VERSION);
+        return -EPROTO;
+    }
+    if (hdr->max_workers == 0 || hdr->max_dataplanes == 0 ||
+        hdr->max_dataplanes > SHM_MAX_DATAPLANES_LIMIT ||
+        hdr->lines_per_worker != shm_lines_per_worker(hdr->max_dataplanes)) {
+        snprintf(err, err_len, "segment capacities are invalid (max_workers %u, max_dataplanes %u)",
+                 hdr->max_workers, hdr->max_dataplanes);
+        return -EPROTO;
+    }
+    size_t expect = shm_segment_size_for(hdr->max_workers, hdr->max_dataplanes);
+    if (hdr->total_size != expect || file_size != expect) {
+        snprintf(err, err_len,
+                 "segment size mismatch: header says %llu bytes, object has %llu, capacities "
+                 "imply %zu",
+                 (unsigned long long)hdr->total_size, (unsigned long long)file_size, expect);
+        return -EPROTO;
+    }
+    uint64_t slots = sizeof(struct shm_header);
+    uint64_t leases = slots + (uint64_t)hdr->max_workers * sizeof(struct shm_worker_slot);
+    uint64_t loads = leases + (uint64_t)hdr->max_dataplanes * sizeof(struct shm_lease);
+    if (hdr->slots_offset != slots || hdr->leases_offset != leases || hdr->loads_offset != loads) {
+        snprintf(err, err_len, "segment region offsets are inconsistent");
+        return -EPROTO;
+    }
+    return 0;
+}
+
+int shm_segment_try_lock(const struct shm_segment *seg, uint64_t offset, uint64_t len)
+{
+    struct flock fl = {
+        .l_type = F_WRLCK,
+        .l_whence = SEEK_SET,
+        .l_start = (off_t)offset,
+        .l_len = (off_t)len,
+    };
+    if (fcntl(seg->fd, F_OFD_SETLK, &fl) != 0)
+        return (errno == EAGAIN || errno == EACCES) ? -EBUSY : -errno;
+    return 0;
+}
+
+int shm_segment_unlock(const struct shm_segment *seg, uint64_t offset, uint64_t len)
+{
+    struct flock fl = {
+        .l_type = F_UNLCK,
+        .l_whence = SEEK_SET,
+        .l_start = (off_t)offset,
+        .l_len = (off_t)len,
+    };
+    return fcntl(seg->fd, F_OFD_SETLK, &fl) == 0 ? 0 : -errno;
+}
+
+bool shm_segment_is_locked_by_other(const struct shm_segment *seg, uint64_t offset, uint64_t len)
+{
+    struct flock fl = {
+        .l_type = F_WRLCK,
+        .l_whence = SEEK_SET,
+        .l_start = (off_t)offset,
+        .l_len = (off_t)len,
+    };
+    /* Our own locks never conflict with our own open file description, so
+     * this answers "does anybody else hold it". On error assume held: a
+     * false "dead" would reap live load. */
+    if (fcntl(seg->fd, F_OFD_GETLK, &fl) != 0)
+        return true;
+    return fl.l_type != F_UNLCK;
+}
+
+static int shm_map(int fd, size_t size, void **out)
+{
+    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED)
+        return -errno;
+    *out = base;
+    return 0;
+}
+
+static void shm_fill_owner(struct shm_segment *seg)
+{
+    uint64_t start = 0, ns = 0;
+    proc_start_time(getpid(), &start);
+    proc_pid_namespace(&ns);
+    atomic_store_explicit(&seg->hdr->cp_pid, (int32_t)getpid(), memory_order_relaxed);
+    atomic_store_explicit(&seg->hdr->cp_start_time, start, memory_order_relaxed);
+    atomic_store_explicit(&seg->hdr->cp_pid_namespace, ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&seg->hdr->epoch, 1, memory_order_release);
+}
+
+/* Creates a new object; EEXIST is returned untouched so the caller can decide. */
+static int shm_create(struct shm_segment *seg, const char *name, uint32_t max_workers,
+                      uint32_t max_dataplanes, char *err, size_t err_len)
+{
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int e = errno;
+        if (e != EEXIST)
+            snprintf(err, err_len, "shm_open(%s): %s", name, strerror(e));
+        return -e;
+    }
+    int rc = 0;
+    size_t size = shm_segment_size_for(max_workers, max_dataplanes);
+    void *base = NULL;
+    /* Lock before sizing: a concurrent owner must not take the empty object
+     * for a dead creator's leftovers. */
+    seg->fd = fd;
+    rc = shm_segment_try_lock(seg, SHM_OWNER_LOCK_OFFSET, SHM_OWNER_LOCK_LEN);
+    if (rc != 0) {
+        snprintf(err, err_len, "locking new segment %s: %s", name, strerror(-rc));
+        goto out_unlink;
+    }
+    /* The umask may have narrowed the mode at creation; 0600 exactly. */
+    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)size) != 0) {
+        rc = -errno;
+        snprintf(err, err_len, "sizing segment %s to %zu bytes: %s", name, size, strerror(-rc));
+        goto out_unlink;
+    }
+    rc = shm_map(fd, size, &base);
+    if (rc != 0) {
+        snprintf(err, err_len, "mmap of segment %s: %s", name, strerror(-rc));
+        goto out_unlink;
+    }
+
+    /* ftruncate zero-fills; write the geometry, then publish. */
+    struct shm_header *hdr = base;
+    hdr->layout_version = SHM_LAYOUT_VERSION;
+    hdr->header_size = sizeof(struct shm_header);
+    hdr->slot_size = sizeof(struct shm_worker_slot);
+    hdr->lease_size = sizeof(struct shm_lease);
+    hdr->load_line_size = sizeof(struct shm_load_line);
+    hdr->max_workers = max_workers;
+    hdr->max_dataplanes = max_dataplanes;
+    hdr->lines_per_worker = shm_lines_per_worker(max_dataplanes);
+    hdr->heartbeat_interval_ms = SHM_HEARTBEAT_INTERVAL_MS;
+    hdr->heartbeat_timeout_ms = SHM_HEARTBEAT_TIMEOUT_MS;
+    hdr->total_size = size;
+    hdr->slots_offset = sizeof(struct shm_header);
+    hdr->leases_offset = hdr->slots_offset + (uint64_t)max_workers * sizeof(struct shm_worker_slot);
+    hdr->loads_offset = hdr->leases_offset + (uint64_t)max_dataplanes * sizeof(struct shm_lease);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    hdr->created_unix_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
+    shm_segment_bind(seg, base, size);
+    shm_fill_owner(seg);
+    atomic_store_explicit(&hdr->magic, SHM_MAGIC, memory_order_release);
+    return 0;
+
+out_unlink:
+    shm_unlink(name);
+    close(fd);
+    seg->fd = -1;
+    return rc;
+}
+
+/* Opens an existing object as its owner. -ENOENT if it vanished meanwhile;
+ * -ESTALE if it was never published (its creator died) and may be replaced. */
+static int shm_reattach(struct shm_segment *seg, const char *name, uint32_t max_workers,
+                        uint32_t max_dataplanes, char *err, size_t err_len)
+{
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, err_len, "shm_open(%s): %s", name, strerror(e));
+        return -e;
+    }
+    seg->fd = fd;
+    int rc = shm_segment_try_lock(seg, SHM_OWNER_LOCK_OFFSET, SHM_OWNER_LOCK_LEN);
+    if (rc == -EBUSY) {
+        snprintf(err, err_len, "segment %s is owned by another running control plane", name);
+        goto out_close;
+    }
+    if (rc != 0) {
+        snprintf(err, err_len, "locking segment %s: %s", name, strerror(-rc));
+        goto out_close;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        rc = -errno;
+        snprintf(err, err_len, "fstat(%s): %s", name, strerror(-rc));
+        goto out_close;
+    }
+    if ((size_t)st.st_size < sizeof(struct shm_header)) {
+        /* Holding the owner lock, nobody else is creating it: a dead creator. */
+        snprintf(err, err_len, "segment %s is %lld bytes, smaller than a header", name,
+                 (long long)st.st_size);
+        rc = -ESTALE;
+        goto out_close;
+    }
+    void *base = NULL;
+    rc = shm_map(fd, (size_t)st.st_size, &base);
+    if (rc != 0) {
+        snprintf(err, err_len, "mmap of segment %s: %s", name, strerror(-rc));
+        goto out_close;
+    }
+    rc = shm_segment_validate(base, (uint64_t)st.st_size, err, err_len);
+    if (rc == -EAGAIN)
+        rc = -ESTALE;
+    if (rc != 0)
+        goto out_unmap;
+    const struct shm_header *hdr = base;
+    if (hdr->max_workers != max_workers || hdr->max_dataplanes != max_dataplanes) {
+        snprintf(err, err_len,
+                 "segment %s was created with max_workers %u and max_dataplanes %u, the config "
+                 "says %u and %u: restore those values, or stop every switchyard process on "
+                 "this segment and remove it to change them",
+                 name, hdr->max_workers, hdr->max_dataplanes, max_workers, max_dataplanes);
+        rc = -EPROTO;
+        goto out_unmap;
+    }
+    shm_segment_bind(seg, base, (size_t)st.st_size);
+    shm_fill_owner(seg);
+    return 0;
+
+out_unmap:
+    munmap(base, (size_t)st.st_size);
+out_close:
+    close(fd);
+    seg->fd = -1;
+    return rc;
+}
+
+int shm_segment_open_owner(struct shm_segment *seg, const char *name, uint32_t max_workers,
+                           uint32_t max_dataplanes, enum shm_open_outcome *outcome, char *err,
+                           size_t err_len)
+{
+    shm_segment_reset(seg);
+    snprintf(seg->name, sizeof(seg->name), "%s", name);
+    if (max_workers == 0 || max_dataplanes == 0 || max_dataplanes > SHM_MAX_DATAPLANES_LIMIT) {
+        snprintf(err, err_len, "invalid capacities: max_workers %u, max_dataplanes %u (1..%u)",
+                 max_workers, max_dataplanes, SHM_MAX_DATAPLANES_LIMIT);
+        return -EINVAL;
+    }
+    bool replaced = false;
+    /* Bounded: each round either succeeds, fails for good, or removes a
+     * dead creator's leftovers, which can happen at most once per round. */
+    for (int attempt = 0; attempt < 4; attempt++) {
+        int rc = shm_create(seg, name, max_workers, max_dataplanes, err, err_len);
+        if (rc == 0) {
+            seg->owner = true;
+            *outcome = replaced ? SHM_OPEN_REPLACED : SHM_OPEN_CREATED;
+            return 0;
+        }
+        if (rc != -EEXIST)
+            return rc;
+        rc = shm_reattach(seg, name, max_workers, max_dataplanes, err, err_len);
+        if (rc == 0) {
+            seg->owner = true;
+            *outcome = SHM_OPEN_REATTACHED;
+            return 0;
+        }
+        if (rc == -ESTALE) {
+            /* Never published: no dataplane attached to it (they wait for
+             * the magic), so removing it loses nothing. */
+            shm_unlink(name);
+            replaced = true;
+            continue;
+        }
+        if (rc != -ENOENT)
+            return rc;
+    }
+    snprintf(err, err_len, "segment %s keeps appearing and vanishing; giving up", name);
+    return -EAGAIN;
+}
+
+int shm_segment_attach(struct shm_segment *seg, const char *name, char *err, size_t err_len)
+{
+    shm_segment_reset(seg);
+    snprintf(seg->name, sizeof(seg->name), "%s", name);
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, err_len, "shm_open(%s): %s", name, strerror(e));
+        return -e;
+    }
+    int rc = 0;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        rc = -errno;
+        snprintf(err, err_len, "fstat(%s): %s", name, strerror(-rc));
+        goto out_close;
+    }
+    if ((size_t)st.st_size < sizeof(struct shm_header)) {
+        snprintf(err, err_len, "segment %s is not sized yet", name);
+        rc = -EAGAIN;
+        goto out_close;
+    }
+    void *base = NULL;
+    rc = shm_map(fd, (size_t)st.st_size, &base);
+    if (rc != 0) {
+        snprintf(err, err_len, "mmap of segment %s: %s", name, strerror(-rc));
+        goto out_close;
+    }
+    rc = shm_segment_validate(base, (uint64_t)st.st_size, err, err_len);
+    if (rc != 0) {
+        munmap(base, (size_t)st.st_size);
+        goto out_close;
+    }
+    seg->fd = fd;
+    shm_segment_bind(seg, base, (size_t)st.st_size);
+    return 0;
+
+out_close:
+    close(fd);
+    return rc;
+}
+
+void shm_segment_close(struct shm_segment *seg)
+{
+    if (seg == NULL)
+        return;
+    if (seg->base != NULL)
+        munmap(seg->base, seg->size);
+    if (seg->fd >= 0)
+        close(seg->fd);
+    shm_segment_reset(seg);
+}
+
+int shm_segment_unlink(const char *name)
+{
+    return shm_unlink(name) == 0 ? 0 : -errno;
+}
+
+void shm_segment_heartbeat(struct shm_segment *seg)
+{
+    atomic_fetch_add_explicit(&seg->hdr->cp_heartbeat, 1, memory_order_relaxed);
+}

@@ -1,0 +1,95 @@
+/*
+ * Creating, re-attaching and attaching the shared-memory segment (layout in
+ * shm/layout.h). The control plane is the segment's owner: it creates it, or
+ * re-attaches after a restart, and holds an exclusive OFD lock on the header
+ * for its lifetime so a second control plane on the same segment is refused.
+ * Dataplanes attach to a segment that is already valid and never create one.
+ *
+ * Attaching validates magic, layout version and every size against fstat
+ * before anything else is read, and refuses a mismatch with a message naming
+ * both versions. A segment is never shrunk or truncated while mapped.
+ *
+ * A struct shm_segment is caller storage; its mapping and fd live until
+ * shm_segment_close. The descriptor must stay open: the OFD locks that prove
+ * a lease holder alive hang on it.
+ */
+#ifndef SY_SHM_SEGMENT_H
+#define SY_SHM_SEGMENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shm/layout.h"
+
+struct shm_segment {
+    int fd;
+    void *base;
+    size_t size;
+    struct shm_header *hdr;
+    struct shm_worker_slot *slots;
+    struct shm_lease *leases;
+    struct shm_load_line *loads;
+    uint32_t max_workers;
+    uint32_t max_dataplanes;
+    uint32_t lines_per_worker;
+    bool owner; /* holds the control-plane lock */
+    char name[CFG_PATH_MAX];
+};
+
+enum shm_open_outcome {
+    SHM_OPEN_UNSET = 0,
+    SHM_OPEN_CREATED,    /* no segment existed */
+    SHM_OPEN_REATTACHED, /* a valid segment existed: registry and leases kept */
+    SHM_OPEN_REPLACED,   /* a half-created segment (its creator died) was replaced */
+};
+
+/* Total bytes of a segment with these capacities. */
+size_t shm_segment_size_for(uint32_t max_workers, uint32_t max_dataplanes);
+
+/*
+ * Control plane: creates the segment `name` (O_EXCL, mode 0600) or
+ * re-attaches to a valid one, then takes the owner lock. Re-attaching bumps
+ * the epoch and never touches a lease or a counter; the caller repairs
+ * half-written slots (shm_registry_repair). Returns 0, -EBUSY when another
+ * control plane holds the segment, -EPROTO on a layout or capacity mismatch,
+ * or another negative errno; err says which in words.
+ */
+int shm_segment_open_owner(struct shm_segment *seg, const char *name, uint32_t max_workers,
+                           uint32_t max_dataplanes, enum shm_open_outcome *outcome, char *err,
+                           size_t err_len);
+
+/*
+ * Dataplane (and tools): attaches an existing, fully created segment.
+ * Returns 0, -ENOENT when it does not exist yet, -EAGAIN when it exists but
+ * is not published yet, -EPROTO on a layout mismatch, or a negative errno.
+ */
+int shm_segment_attach(struct shm_segment *seg, const char *name, char *err, size_t err_len);
+
+/*
+ * Checks a header against this binary's layout and the object's real size.
+ * Returns 0, -EAGAIN (magic not published yet) or -EPROTO with err.
+ */
+int shm_segment_validate(const struct shm_header *hdr, uint64_t file_size, char *err,
+                         size_t err_len);
+
+/* Unmaps and closes (dropping every lock this process holds on it). NULL-safe. */
+void shm_segment_close(struct shm_segment *seg);
+
+/* Removes the name; mappings stay valid until closed. */
+int shm_segment_unlink(const char *name);
+
+/* Control plane: one heartbeat (+1 on cp_heartbeat). */
+void shm_segment_heartbeat(struct shm_segment *seg);
+
+/*
+ * Byte-range OFD locks on the segment file: the proof of life of a lease
+ * holder and of the owner. Locks belong to the open file description, so
+ * they vanish when the holding process dies, in any PID namespace.
+ */
+int shm_segment_try_lock(const struct shm_segment *seg, uint64_t offset, uint64_t len);
+int shm_segment_unlock(const struct shm_segment *seg, uint64_t offset, uint64_t len);
+/* True when some other open file description holds a lock on the range. */
+bool shm_segment_is_locked_by_other(const struct shm_segment *seg, uint64_t offset, uint64_t len);
+
+#endif
