@@ -1,0 +1,424 @@
+/*
+ * End-to-end tests of the two daemons' lifecycles around the segment:
+ * the control plane reaps a SIGKILLed lease holder's load within two
+ * heartbeat intervals (invariant 7), a control plane restarted after SIGKILL
+ * keeps the registry and every lease's load (invariant 8), a second control
+ * plane is refused, a dataplane waits for the segment, claims a lease and
+ * gives it back on SIGTERM, and bad configs or layouts are refused loudly.
+ *
+ * Lease holders with load are forked children of the test that use the shm
+ * API directly: the real dataplane counts load only while it forwards, and
+ * these tests are about the segment, not forwarding.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "shm/lease.h"
+#include "shm/load.h"
+#include "shm/registry.h"
+#include "shm/segment.h"
+#include "tests/e2e/harness.h"
+
+#define READY_MS 10000
+
+struct seg_ctx {
+    const char *name;
+    struct shm_segment seg;
+};
+
+static bool segment_attachable(void *arg)
+{
+    struct seg_ctx *c = arg;
+    char err[256];
+    if (shm_segment_attach(&c->seg, c->name, err, sizeof(err)) != 0)
+        return false;
+    return true;
+}
+
+/* Starts a control plane on cfg and attaches to its segment as a reader. */
+static void start_cp_and_attach(struct h_config *cfg, struct h_proc **cp, struct seg_ctx *sc)
+{
+    assert_int_equal(h_start_controlplane(cfg->path, cp), 0);
+    sc->name = cfg->shm_name;
+    assert_int_equal(h_wait_until(segment_attachable, sc, READY_MS), 0);
+}
+
+/* ---- a forked lease holder ---------------------------------------------- */
+
+struct holder {
+    pid_t pid;
+    int ready_rd;
+    int go_wr;
+};
+
+/* Child: attach, claim, take `counts[i]` guards on worker slot `slots[i]`,
+ * report the lease index, wait for a byte, release everything, exit 0. */
+static void holder_main(const char *name, const struct shm_worker_info *w, const int *counts,
+                        size_t n, int ready_wr, int go_rd)
+{
+    struct shm_segment seg;
+    struct shm_lease_handle lease;
+    char err[256];
+    if (shm_segment_attach(&seg, name, err, sizeof(err)) != 0 ||
+        shm_lease_claim(&seg, &lease, err, sizeof(err)) != 0)
+        _exit(10);
+    struct shm_load_guard g[64];
+    size_t ng = 0;
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < counts[i] && ng < 64; k++)
+            if (shm_load_acquire(&seg, lease.index, w[i].slot, w[i].generation, &g[ng++]) != 0)
+                _exit(11);
+    uint32_t idx = lease.index;
+    if (write(ready_wr, &idx, sizeof(idx)) != sizeof(idx))
+        _exit(12);
+    /* Heartbeat until told to finish, so only a kill can make us look dead. */
+    char c;
+    for (;;) {
+        shm_lease_heartbeat(&lease);
+        struct timeval tv = {.tv_usec = 50000};
+        fd_set rd;
+        FD_ZERO(&rd);
+        FD_SET(go_rd, &rd);
+        if (select(go_rd + 1, &rd, NULL, NULL, &tv) > 0)
+            break;
+    }
+    if (read(go_rd, &c, 1) != 1)
+        _exit(13);
+    for (size_t i = 0; i < ng; i++)
+        shm_load_release(&seg, &g[i]);
+    shm_lease_release(&lease);
+    _exit(0);
+}
+
+static uint32_t holder_start(struct holder *h, const char *name, const struct shm_worker_info *w,
+                             const int *counts, size_t n)
+{
+    int ready[2], go[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(go), 0);
+    pid_t parent = getpid();
+    h->pid = fork();
+    assert_true(h->pid >= 0);
+    if (h->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
+        close(ready[0]);
+        close(go[1]);
+        holder_main(name, w, counts, n, ready[1], go[0]);
+    }
+    close(ready[1]);
+    close(go[0]);
+    h->ready_rd = ready[0];
+    h->go_wr = go[1];
+    uint32_t idx = UINT32_MAX;
+    assert_int_equal(read(h->ready_rd, &idx, sizeof(idx)), sizeof(idx));
+    return idx;
+}
+
+static void holder_finish(struct holder *h)
+{
+    assert_int_equal(write(h->go_wr, "g", 1), 1);
+    int status = 0;
+    assert_int_equal(waitpid(h->pid, &status, 0), h->pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(h->ready_rd);
+    close(h->go_wr);
+}
+
+static void holder_kill(struct holder *h)
+{
+    kill(h->pid, SIGKILL);
+    int status = 0;
+    assert_int_equal(waitpid(h->pid, &status, 0), h->pid);
+    close(h->ready_rd);
+    close(h->go_wr);
+}
+
+static void config_with_workers(struct h_config *cfg, int n)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    for (int i = 0; i < n; i++) {
+        char url[64], id[16];
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d", 19001 + i);
+        snprintf(id, sizeof(id), "w%d", i + 1);
+        assert_int_equal(h_config_add_worker(cfg, url, id, "mock", NULL), 0);
+    }
+    assert_int_equal(h_config_write(cfg, NULL), 0);
+}
+
+static void find_workers(struct shm_segment *seg, struct shm_worker_info *w, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "w%d", i + 1);
+        assert_int_equal(shm_registry_find(seg, id, &w[i]), 0);
+    }
+}
+
+/* ---- tests -------------------------------------------------------------- */
+
+struct reaped_ctx {
+    struct shm_segment *seg;
+    const struct shm_worker_info *w;
+    const uint64_t *want;
+};
+
+static bool loads_equal(void *arg)
+{
+    struct reaped_ctx *c = arg;
+    for (int i = 0; i < 3; i++)
+        if (shm_load_of(c->seg, c->w[i].slot, c->w[i].generation) != c->want[i])
+            return false;
+    return true;
+}
+
+static void test_sigkilled_holder_is_reaped_within_two_intervals(void **state)
+{
+    (void)state;
+    struct h_config cfg;
+    config_with_workers(&cfg, 3);
+    struct h_proc *cp;
+    struct seg_ctx sc = {0};
+    start_cp_and_attach(&cfg, &cp, &sc);
+    struct shm_worker_info w[3];
+    find_workers(&sc.seg, w, 3);
+
+    /* A survivor with 1, 2, 3 and a victim with 4, 5, 6 on the 3 workers. */
+    struct holder survivor, victim;
+    int keep[3] = {1, 2, 3}, lose[3] = {4, 5, 6};
+    holder_start(&survivor, sc.name, w, keep, 3);
+    uint32_t victim_lease = holder_start(&victim, sc.name, w, lose, 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(shm_load_of(&sc.seg, w[i].slot, w[i].generation),
+                         (uint64_t)(keep[i] + lose[i]));
+    assert_true(shm_lease_is_active(&sc.seg, victim_lease));
+
+    holder_kill(&victim);
+    int64_t killed_at = h_now_ms();
+    uint64_t want[3] = {1, 2, 3};
+    struct reaped_ctx rc = {.seg = &sc.seg, .w = w, .want = want};
+    assert_int_equal(h_wait_until(loads_equal, &rc, 5000), 0);
+    int64_t took = h_now_ms() - killed_at;
+    print_message("reaped %lld ms after the kill (heartbeat interval %u ms)\n", (long long)took,
+                  sc.seg.hdr->heartbeat_interval_ms);
+    assert_true(took <= 2 * (int64_t)sc.seg.hdr->heartbeat_interval_ms);
+    assert_false(shm_lease_is_active(&sc.seg, victim_lease));
+    assert_int_equal(atomic_load(&sc.seg.hdr->leases_reaped), 1);
+
+    holder_finish(&survivor);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(shm_load_of(&sc.seg, w[i].slot, w[i].generation), 0);
+    assert_int_equal(shm_load_underflows(&sc.seg), 0);
+    shm_segment_close(&sc.seg);
+}
+
+static void test_controlplane_restart_keeps_registry_and_load(void **state)
+{
+    (void)state;
+    struct h_config cfg;
+    config_with_workers(&cfg, 2);
+    struct h_proc *cp;
+    struct seg_ctx sc = {0};
+    start_cp_and_attach(&cfg, &cp, &sc);
+    struct shm_worker_info before[2];
+    find_workers(&sc.seg, before, 2);
+    uint64_t epoch = atomic_load(&sc.seg.hdr->epoch);
+
+    struct holder h;
+    int counts[2] = {5, 7};
+    holder_start(&h, sc.name, before, counts, 2);
+
+    assert_int_equal(h_proc_signal(cp, SIGKILL), 0);
+    int status = 0;
+    assert_int_equal(h_proc_wait(cp, 5000, &status), 0);
+    assert_int_equal(h_start_controlplane(cfg.path, &cp), 0);
+
+    /* Wait for the new owner: the epoch moves. */
+    int64_t deadline = h_now_ms() + READY_MS;
+    while (atomic_load(&sc.seg.hdr->epoch) == epoch && h_now_ms() < deadline)
+        usleep(2000);
+    assert_int_equal(atomic_load(&sc.seg.hdr->epoch), epoch + 1);
+    struct shm_worker_info after[2];
+    find_workers(&sc.seg, after, 2);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(after[i].slot, before[i].slot);
+        assert_int_equal(after[i].generation, before[i].generation);
+        assert_int_equal(shm_load_of(&sc.seg, after[i].slot, after[i].generation),
+                         (uint64_t)counts[i]);
+    }
+    /* The restarted control plane beats and judges the live holder alive. */
+    uint64_t beat = atomic_load(&sc.seg.hdr->cp_heartbeat);
+    deadline = h_now_ms() + READY_MS;
+    while (atomic_load(&sc.seg.hdr->cp_heartbeat) < beat + 3 && h_now_ms() < deadline)
+        usleep(2000);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(shm_load_of(&sc.seg, after[i].slot, after[i].generation),
+                         (uint64_t)counts[i]);
+    holder_finish(&h);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(shm_load_of(&sc.seg, after[i].slot, after[i].generation), 0);
+    shm_segment_close(&sc.seg);
+}
+
+static void test_second_controlplane_is_refused(void **state)
+{
+    (void)state;
+    struct h_config cfg;
+    config_with_workers(&cfg, 1);
+    struct h_proc *cp, *second;
+    struct seg_ctx sc = {0};
+    start_cp_and_attach(&cfg, &cp, &sc);
+    assert_int_equal(h_start_controlplane(cfg.path, &second), 0);
+    int status = 0;
+    assert_int_equal(h_proc_wait(second, 5000, &status), 0);
+    second->expected = true;
+    assert_true(WIFEXITED(status));
+    assert_int_not_equal(WEXITSTATUS(status), 0);
+    assert_true(h_proc_is_running(cp));
+    shm_segment_close(&sc.seg);
+}
+
+struct lease_ctx {
+    struct shm_segment *seg;
+    bool want_active;
+};
+
+static bool some_lease_active(void *arg)
+{
+    struct lease_ctx *c = arg;
+    uint64_t mask = atomic_load(&c->seg->hdr->active_leases);
+    return c->want_active ? mask != 0 : mask == 0;
+}
+
+static void test_dataplane_waits_claims_and_releases(void **state)
+{
+    (void)state;
+    struct h_config cfg;
+    config_with_workers(&cfg, 1);
+    /* The dataplane starts first and must wait for the segment. */
+    struct h_proc *dp, *cp;
+    assert_int_equal(h_start_dataplane(cfg.path, &dp), 0);
+    assert_true(h_proc_is_running(dp));
+    struct seg_ctx sc = {0};
+    start_cp_and_attach(&cfg, &cp, &sc);
+    struct lease_ctx lc = {.seg = &sc.seg, .want_active = true};
+    assert_int_equal(h_wait_until(some_lease_active, &lc, READY_MS), 0);
+
+    assert_int_equal(h_proc_signal(dp, SIGTERM), 0);
+    int status = 0;
+    assert_int_equal(h_proc_wait(dp, 5000, &status), 0);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    lc.want_active = false;
+    assert_true(some_lease_active(&lc));
+    assert_int_equal(atomic_load(&sc.seg.hdr->leases_reaped), 0);
+    shm_segment_close(&sc.seg);
+}
+
+static bool log_contains(const struct h_proc *p, const char *needle)
+{
+    FILE *f = fopen(p->log_path, "r");
+    if (f == NULL)
+        return false;
+    char line[4096];
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f) != NULL)
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+static void test_dataplane_refuses_other_layout_version(void **state)
+{
+    (void)state;
+    struct h_config cfg;
+    config_with_workers(&cfg, 1);
+    struct h_proc *cp, *dp;
+    struct seg_ctx sc = {0};
+    start_cp_and_attach(&cfg, &cp, &sc);
+    /* Pretend a newer control plane built the segment. */
+    sc.seg.hdr->layout_version = SHM_LAYOUT_VERSION + 1;
+    assert_int_equal(h_start_dataplane(cfg.path, &dp), 0);
+    int status = 0;
+    assert_int_equal(h_proc_wait(dp, 5000, &status), 0);
+    dp->expected = true;
+    assert_true(WIFEXITED(status));
+    assert_int_not_equal(WEXITSTATUS(status), 0);
+    char want[160];
+    snprintf(want, sizeof(want),
+             "segment has layout version %u, this binary uses layout version %u",
+             SHM_LAYOUT_VERSION + 1, SHM_LAYOUT_VERSION);
+    assert_true(log_contains(dp, want));
+    sc.seg.hdr->layout_version = SHM_LAYOUT_VERSION;
+    shm_segment_close(&sc.seg);
+}
+
+static void test_bad_config_is_refused_with_position(void **state)
+{
+    (void)state;
+    char path[H_PATH_MAX];
+    assert_int_equal(h_write_file("bad.yaml", "dataplane:\n  threads: many\n", path, sizeof(path)),
+                     0);
+    const char *bins[] = {"switchyard-controlplane", "switchyard-dataplane"};
+    for (int i = 0; i < 2; i++) {
+        char bin[H_PATH_MAX];
+        assert_int_equal(h_bin_path(bins[i], bin, sizeof(bin)), 0);
+        const char *argv[] = {bin, "--config", path, NULL};
+        struct h_proc *p;
+        assert_int_equal(h_spawn(bins[i], argv, &p), 0);
+        int status = 0;
+        assert_int_equal(h_proc_wait(p, 5000, &status), 0);
+        p->expected = true;
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 2);
+        char want[H_PATH_MAX + 64];
+        snprintf(want, sizeof(want), "%s:2:12: dataplane.threads:", path);
+        assert_true(log_contains(p, want));
+    }
+}
+
+static void test_version_names_layout(void **state)
+{
+    (void)state;
+    const char *bins[] = {"switchyard-controlplane", "switchyard-dataplane"};
+    for (int i = 0; i < 2; i++) {
+        char bin[H_PATH_MAX];
+        assert_int_equal(h_bin_path(bins[i], bin, sizeof(bin)), 0);
+        const char *argv[] = {bin, "--version", NULL};
+        struct h_proc *p;
+        assert_int_equal(h_spawn(bins[i], argv, &p), 0);
+        int status = 0;
+        assert_int_equal(h_proc_wait(p, 5000, &status), 0);
+        p->expected = true;
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        char want[64];
+        snprintf(want, sizeof(want), "shm layout version %u", SHM_LAYOUT_VERSION);
+        assert_true(log_contains(p, want));
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        H_TEST(test_sigkilled_holder_is_reaped_within_two_intervals),
+        H_TEST(test_controlplane_restart_keeps_registry_and_load),
+        H_TEST(test_second_controlplane_is_refused),
+        H_TEST(test_dataplane_waits_claims_and_releases),
+        H_TEST(test_dataplane_refuses_other_layout_version),
+        H_TEST(test_bad_config_is_refused_with_position),
+        H_TEST(test_version_names_layout),
+    };
+    return cmocka_run_group_tests_name("lifecycle", tests, NULL, NULL);
+}
