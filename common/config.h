@@ -24,11 +24,11 @@
 
 /* Sizes include the terminating NUL. The shared-memory worker slot stores
  * the same fields with the same limits (shm/layout.h). */
-#define CFG_ID_MAX       64
-#define CFG_URL_MAX      256
-#define CFG_MODEL_MAX    128
-#define CFG_PATH_MAX     256
-#define CFG_ADDR_MAX     128
+#define CFG_ID_MAX        64
+#define CFG_URL_MAX       256
+#define CFG_MODEL_MAX     128
+#define CFG_PATH_MAX      256
+#define CFG_ADDR_MAX      128
 #define CFG_ON_STATUS_MAX 32
 
 enum cfg_role {
@@ -69,7 +69,7 @@ struct cfg_health {
 };
 
 struct cfg_controlplane {
-    char admin_listen[CFG_ADDR_MAX]; /* HOST:PORT */
+    char admin_listen[CFG_ADDR_MAX];     /* HOST:PORT */
     char admin_token_file[CFG_PATH_MAX]; /* empty = no auth */
     char admin_socket[CFG_PATH_MAX];
     struct cfg_health health;
@@ -85,8 +85,8 @@ struct cfg_retry {
 
 struct cfg_dataplane {
     char listen[CFG_ADDR_MAX]; /* HOST:PORT */
-    uint32_t threads; /* 0 = one event loop per core */
-    uint64_t max_body; /* bytes */
+    uint32_t threads;          /* 0 = one event loop per core */
+    uint64_t max_body;         /* bytes */
     uint64_t connect_timeout_ms;
     uint64_t first_byte_timeout_ms;
     uint64_t idle_timeout_ms;
@@ -110,11 +110,11 @@ struct cfg_policy {
 };
 
 struct cfg_worker {
-    char id[CFG_ID_MAX]; /* default: HOST:PORT of the url */
-    char url[CFG_URL_MAX]; /* http(s)://host:port, validated with curl_url */
+    char id[CFG_ID_MAX];       /* default: HOST:PORT of the url */
+    char url[CFG_URL_MAX];     /* http(s)://host:port, validated with curl_url */
     char model[CFG_MODEL_MAX]; /* empty = learn from the worker's /v1/models */
-    enum cfg_role role; /* default regular */
-    int line; /* 1-based line of the entry, for later error messages */
+    enum cfg_role role;        /* default regular */
+    int line;                  /* 1-based line of the entry, for later error messages */
 };
 
 struct cfg {
@@ -137,6 +137,8 @@ void cfg_fini(struct cfg *cfg);
  * Loads a YAML file over the defaults. Returns 0, or a negative errno with a
  * one-line message in err (FILE:LINE:COL: key.path: ... where a position is
  * known, FILE: ... otherwise). On error cfg is left as after cfg_fini.
+ * cfg is overwritten, not freed: cfg_fini a previously loaded cfg first.
+ * Errors: -EINVAL for a bad config, -ENOMEM, or the errno of open/read.
  */
 int cfg_load_file(struct cfg *cfg, const char *path, char *err, size_t err_len);
 
@@ -150,13 +152,32 @@ int cfg_parse_duration_ms(const char *text, uint64_t *out_ms);
 /* "1048576", "64KiB", "32MiB", "1GiB" (also KB/MB/GB, powers of 1000) -> bytes. */
 int cfg_parse_size(const char *text, uint64_t *out_bytes);
 
-/* "127.0.0.1:8080" or "[::1]:8080" -> host (no brackets) and port 1..65535. */
+/* "127.0.0.1:8080" or "[::1]:8080" -> host (no brackets) and port 1..65535.
+ * Returns 0, -EINVAL, or -ENOSPC when the host does not fit host_len. */
 int cfg_parse_host_port(const char *text, char *host, size_t host_len, uint16_t *port);
 
 /* Validates a worker URL (http or https, host and port required) and writes
  * the default worker id HOST:PORT into id. Returns 0 or -EINVAL with err. */
 int cfg_check_worker_url(const char *url, char *id, size_t id_len, char *err, size_t err_len);
 
+/*
+ * The same, and writes the URL's canonical form "scheme://host:port" (scheme
+ * and ASCII host lower-cased, IPv6 host in brackets, no path) into canon: the
+ * form struct cfg_worker.url holds and duplicates are compared in. The path
+ * must be empty or "/"; user info, query and fragment are refused. The id is
+ * HOST:PORT with an IPv6 host unbracketed, or "" when it does not fit id_len;
+ * it is not checked against the id alphabet. err gets the reason ("an
+ * explicit port is required"). Returns 0, -EINVAL, -ENOSPC (canon too small)
+ * or -ENOMEM.
+ */
+int cfg_canon_worker_url(const char *url, char *canon, size_t canon_len, char *id, size_t id_len,
+                         char *err, size_t err_len);
+
+/* A worker id: 1..CFG_ID_MAX-1 characters of [A-Za-z0-9._:-]. */
+bool cfg_worker_id_is_valid(const char *id);
+
+/* Names for messages and the admin API; "unset" for a value out of range.
+ * The parsers accept exactly the names the schema uses; 0 or -EINVAL. */
 const char *cfg_role_name(enum cfg_role role);
 int cfg_role_parse(const char *text, enum cfg_role *out);
 const char *cfg_policy_name_str(enum cfg_policy_name name);
