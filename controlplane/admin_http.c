@@ -1,0 +1,353 @@
+/*
+ * Admin REST server (see admin_http.h). Why external epoll mode rather than
+ * MHD's own thread: the routes write the registry, whose seqlock allows one
+ * writer, and the health prober writes it too; running both on the loop
+ * thread makes them one writer without a mutex, and reset_load's wait for
+ * the dataplanes becomes a suspended connection instead of a blocked
+ * thread. MHD's epoll descriptor is level-readable whenever MHD has work.
+ *
+ * Per request, an adm_pending (the "connection class") accumulates the body
+ * up to ADM_HTTP_BODY_MAX and carries the answer of a suspended route.
+ */
+#include "controlplane/admin_http.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "common/log.h"
+#include "controlplane/admin_routes.h"
+
+#define ADM_TOKEN_MAX       4096u
+#define ADM_CODES_PER_ROUTE 24u
+
+struct adm_code_count {
+    unsigned code;
+    uint64_t n;
+};
+
+/* Owned by controlplane.c; loop thread only. */
+struct adm_http {
+    struct adm_ctx *ctx; /* borrowed */
+    struct MHD_Daemon *daemon;
+    char *token; /* NULL = no auth */
+    size_t token_len;
+    struct adm_code_count counts[ADM_ROUTE_COUNT][ADM_CODES_PER_ROUTE];
+};
+
+/* One request; created at its first handler call, freed when MHD completes it. */
+struct adm_pending {
+    struct adm_http *h;
+    struct MHD_Connection *conn;
+    char *body;
+    size_t len;
+    bool too_big;
+    bool suspended;
+    bool done; /* reply holds the answer of an asynchronous route */
+    struct adm_reply reply;
+};
+
+void adm_reply_fini(struct adm_reply *r)
+{
+    json_decref(r->json);
+    free(r->text);
+    memset(r, 0, sizeof(*r));
+}
+
+void adm_reply_json(struct adm_reply *r, unsigned status, json_t *json)
+{
+    adm_reply_fini(r);
+    r->status = status;
+    r->json = json;
+}
+
+void adm_reply_error(struct adm_reply *r, unsigned status, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    adm_reply_json(r, status, json_pack("{s:s}", "error", msg));
+}
+
+/* Constant-time in the length of the configured token. */
+static bool adm_token_matches(const struct adm_http *h, const char *given)
+{
+    size_t n = strlen(given);
+    unsigned diff = n != h->token_len;
+    for (size_t i = 0; i < h->token_len; i++) {
+        unsigned char g = i < n ? (unsigned char)given[i] : 0;
+        diff |= g ^ (unsigned char)h->token[i];
+    }
+    return diff == 0;
+}
+
+static bool adm_authorized(const struct adm_http *h, struct MHD_Connection *conn)
+{
+    if (h->token == NULL)
+        return true;
+    const char *v = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (v == NULL || strncasecmp(v, "Bearer ", 7) != 0)
+        return false;
+    return adm_token_matches(h, v + 7);
+}
+
+static void adm_count(struct adm_http *h, enum adm_route_id route, unsigned code)
+{
+    struct adm_code_count *c = h->counts[route];
+    for (size_t i = 0; i < ADM_CODES_PER_ROUTE; i++) {
+        if (c[i].code == code || c[i].code == 0) {
+            c[i].code = code;
+            c[i].n++;
+            return;
+        }
+    }
+}
+
+void adm_http_write_metrics(const struct adm_http *h, FILE *f)
+{
+    fprintf(f, "# HELP switchyard_admin_requests_total Admin API requests by route and status.\n"
+               "# TYPE switchyard_admin_requests_total counter\n");
+    for (size_t r = 1; r < ADM_ROUTE_COUNT; r++)
+        for (size_t i = 0; i < ADM_CODES_PER_ROUTE && h->counts[r][i].code != 0; i++)
+            fprintf(f, "switchyard_admin_requests_total{route=\"%s\",code=\"%u\"} %llu\n",
+                    adm_route_labels[r], h->counts[r][i].code,
+                    (unsigned long long)h->counts[r][i].n);
+}
+
+static enum MHD_Result adm_send(struct adm_pending *p, const char *url, struct adm_reply *reply)
+{
+    char *body = NULL;
+    const char *type = "application/json";
+    if (reply->text != NULL) {
+        body = reply->text;
+        reply->text = NULL;
+        type = "text/plain; version=0.0.4; charset=utf-8";
+    } else if (reply->json != NULL) {
+        body = json_dumps(reply->json, JSON_COMPACT);
+    }
+    size_t len = body != NULL ? strlen(body) : 0;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        len, body != NULL ? body : (void *)"",
+        body != NULL ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (resp == NULL) {
+        free(body);
+        adm_reply_fini(reply);
+        return MHD_NO;
+    }
+    if (len > 0)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (reply->allow != NULL)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, reply->allow);
+    if (reply->status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    adm_count(p->h, adm_route_match(url), reply->status);
+    enum MHD_Result rc = MHD_queue_response(p->conn, reply->status, resp);
+    MHD_destroy_response(resp);
+    adm_reply_fini(reply);
+    return rc;
+}
+
+static enum MHD_Result adm_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                                   const char *method, const char *version, const char *upload_data,
+                                   size_t *upload_data_size, void **con_cls)
+{
+    (void)version;
+    struct adm_http *h = cls;
+    struct adm_pending *p = *con_cls;
+    if (p == NULL) {
+        p = calloc(1, sizeof(*p));
+        if (p == NULL)
+            return MHD_NO;
+        p->h = h;
+        p->conn = conn;
+        *con_cls = p;
+        struct adm_reply early = {0};
+        const char *cl =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (!adm_authorized(h, conn))
+            adm_reply_error(&early, MHD_HTTP_UNAUTHORIZED, "missing or wrong bearer token");
+        else if (cl != NULL && strtoull(cl, NULL, 10) > ADM_HTTP_BODY_MAX)
+            adm_reply_error(&early, MHD_HTTP_CONTENT_TOO_LARGE, "request body over %u bytes",
+                            ADM_HTTP_BODY_MAX);
+        if (early.status != 0)
+            return adm_send(p, url, &early);
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (p->too_big || n > ADM_HTTP_BODY_MAX - p->len) {
+            p->too_big = true;
+            return MHD_YES;
+        }
+        if (p->body == NULL)
+            p->body = malloc(ADM_HTTP_BODY_MAX + 1);
+        if (p->body == NULL)
+            return MHD_NO;
+        memcpy(p->body + p->len, upload_data, n);
+        p->len += n;
+        return MHD_YES;
+    }
+    if (p->done)
+        return adm_send(p, url, &p->reply);
+    if (p->suspended)
+        return MHD_YES; /* not ours to answer yet */
+    struct adm_reply reply = {0};
+    if (p->too_big) {
+        adm_reply_error(&reply, MHD_HTTP_CONTENT_TOO_LARGE, "request body over %u bytes",
+                        ADM_HTTP_BODY_MAX);
+        return adm_send(p, url, &reply);
+    }
+    if (p->body != NULL)
+        p->body[p->len] = '\0';
+    if (adm_route_serve(h->ctx, method, url, p->body != NULL ? p->body : "", p->len, p, &reply))
+        return adm_send(p, url, &reply);
+    if (p->done)
+        return adm_send(p, url, &p->reply);
+    p->suspended = true;
+    MHD_suspend_connection(conn);
+    return MHD_YES;
+}
+
+void adm_http_finish(struct adm_pending *p, struct adm_reply *reply)
+{
+    p->reply = *reply;
+    memset(reply, 0, sizeof(*reply));
+    p->done = true;
+    if (p->suspended) {
+        p->suspended = false;
+        MHD_resume_connection(p->conn);
+    }
+}
+
+static void adm_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                          enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    struct adm_pending *p = *con_cls;
+    if (p == NULL)
+        return;
+    adm_reply_fini(&p->reply);
+    free(p->body);
+    free(p);
+    *con_cls = NULL;
+}
+
+static int adm_load_token(struct adm_http *h, const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        log_error("admin_token_file %s: %s", path, strerror(errno));
+        return -errno;
+    }
+    char *buf = calloc(1, ADM_TOKEN_MAX + 1);
+    ssize_t n = buf != NULL ? read(fd, buf, ADM_TOKEN_MAX + 1) : -1;
+    close(fd);
+    if (n < 0 || (size_t)n > ADM_TOKEN_MAX) {
+        log_error("admin_token_file %s: unreadable or over %u bytes", path, ADM_TOKEN_MAX);
+        free(buf);
+        return -EINVAL;
+    }
+    while (n > 0 &&
+           (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
+        buf[--n] = '\0';
+    if (n == 0) {
+        log_error("admin_token_file %s is empty", path);
+        free(buf);
+        return -EINVAL;
+    }
+    h->token = buf;
+    h->token_len = (size_t)n;
+    return 0;
+}
+
+int adm_http_create(struct adm_ctx *ctx, struct adm_http **out)
+{
+    struct adm_http *h = calloc(1, sizeof(*h));
+    if (h == NULL)
+        return -ENOMEM;
+    h->ctx = ctx;
+    const struct cfg_controlplane *cp = &ctx->cfg->controlplane;
+    int rc = 0;
+    if (cp->admin_token_file[0] != '\0' && (rc = adm_load_token(h, cp->admin_token_file)) != 0)
+        goto out_fail;
+    char host[CFG_ADDR_MAX], port[8];
+    uint16_t portn = 0;
+    if (cfg_parse_host_port(cp->admin_listen, host, sizeof(host), &portn) != 0) {
+        rc = -EINVAL;
+        goto out_fail;
+    }
+    snprintf(port, sizeof(port), "%u", (unsigned)portn);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    int gai = getaddrinfo(host, port, &hints, &ai);
+    if (gai != 0) {
+        log_error("admin_listen %s: %s", cp->admin_listen, gai_strerror(gai));
+        rc = -EINVAL;
+        goto out_fail;
+    }
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    h->daemon = MHD_start_daemon(flags, portn, NULL, NULL, adm_handler, h, MHD_OPTION_SOCK_ADDR,
+                                 ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, adm_completed, h,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)256, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (h->daemon == NULL) {
+        log_error("admin API: cannot listen on %s", cp->admin_listen);
+        rc = -EADDRINUSE;
+        goto out_fail;
+    }
+    log_info("admin API listening on %s%s", cp->admin_listen,
+             h->token != NULL ? " (bearer token required)" : "");
+    *out = h;
+    return 0;
+
+out_fail:
+    adm_http_destroy(h);
+    return rc;
+}
+
+void adm_http_destroy(struct adm_http *h)
+{
+    if (h == NULL)
+        return;
+    if (h->daemon != NULL)
+        MHD_stop_daemon(h->daemon);
+    if (h->token != NULL)
+        explicit_bzero(h->token, h->token_len);
+    free(h->token);
+    free(h);
+}
+
+int adm_http_fd(const struct adm_http *h)
+{
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+    return info != NULL ? info->epoll_fd : -1;
+}
+
+int adm_http_timeout_ms(const struct adm_http *h)
+{
+    MHD_UNSIGNED_LONG_LONG ms = 0;
+    if (MHD_get_timeout(h->daemon, &ms) != MHD_YES)
+        return -1;
+    return ms > 60000 ? 60000 : (int)ms;
+}
+
+void adm_http_run(struct adm_http *h)
+{
+    MHD_run(h->daemon);
+}

@@ -1,0 +1,410 @@
+/*
+ * Admin REST routes (see admin_routes.h and docs/admin-api.md). Input is
+ * validated with the config loader's own rules (cfg_canon_worker_url,
+ * cfg_worker_id_is_valid, cfg_role_parse) so a worker added at run time
+ * obeys exactly what a configured one does. Errors are {"error": "..."}.
+ */
+#include "controlplane/admin_routes.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/proc.h"
+#include "controlplane/admin_channel.h"
+#include "controlplane/admin_http.h"
+#include "controlplane/health_prober.h"
+#include "controlplane/reset_load.h"
+#include "shm/lease.h"
+#include "shm/load.h"
+#include "shm/registry.h"
+
+const char *const adm_route_labels[ADM_ROUTE_COUNT] = {
+    [ADM_ROUTE_UNSET] = "unset",
+    [ADM_ROUTE_WORKERS] = "/workers",
+    [ADM_ROUTE_WORKER] = "/workers/{id}",
+    [ADM_ROUTE_DRAIN] = "/workers/{id}/drain",
+    [ADM_ROUTE_RESET_LOAD] = "/workers/{id}/reset_load",
+    [ADM_ROUTE_STATUS] = "/status",
+    [ADM_ROUTE_METRICS] = "/metrics",
+    [ADM_ROUTE_OTHER] = "other",
+};
+
+/* Splits "/workers/ID[/ACTION]". Returns the route and copies the id. */
+static enum adm_route_id adm_split(const char *url, char *id, size_t id_len)
+{
+    id[0] = '\0';
+    if (strcmp(url, "/workers") == 0 || strcmp(url, "/workers/") == 0)
+        return ADM_ROUTE_WORKERS;
+    if (strcmp(url, "/status") == 0)
+        return ADM_ROUTE_STATUS;
+    if (strcmp(url, "/metrics") == 0)
+        return ADM_ROUTE_METRICS;
+    if (strncmp(url, "/workers/", 9) != 0)
+        return ADM_ROUTE_OTHER;
+    const char *rest = url + 9;
+    const char *slash = strchr(rest, '/');
+    size_t n = slash != NULL ? (size_t)(slash - rest) : strlen(rest);
+    if (n == 0 || n >= id_len)
+        return ADM_ROUTE_OTHER;
+    memcpy(id, rest, n);
+    id[n] = '\0';
+    if (slash == NULL)
+        return ADM_ROUTE_WORKER;
+    if (strcmp(slash, "/drain") == 0)
+        return ADM_ROUTE_DRAIN;
+    if (strcmp(slash, "/reset_load") == 0)
+        return ADM_ROUTE_RESET_LOAD;
+    return ADM_ROUTE_OTHER;
+}
+
+enum adm_route_id adm_route_match(const char *url)
+{
+    char id[CFG_ID_MAX];
+    return adm_split(url, id, sizeof(id));
+}
+
+static json_t *adm_worker_json(const struct adm_ctx *ctx, const struct shm_worker_info *w)
+{
+    const struct shm_segment *seg = ctx->seg;
+    json_t *by_dp = json_object();
+    for (uint32_t i = 0; i < seg->max_dataplanes; i++) {
+        if (!shm_lease_is_active(seg, i))
+            continue;
+        char pid[24];
+        snprintf(pid, sizeof(pid), "%d",
+                 (int)atomic_load_explicit(&seg->leases[i].pid, memory_order_relaxed));
+        json_object_set_new(by_dp, pid,
+                            json_integer(shm_load_in_lease(seg, i, w->slot, w->generation)));
+    }
+    return json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:I, s:o, s:i, s:i, s:b}", "id", w->id, "url",
+                     w->url, "model", w->model, "role", cfg_role_name(w->role), "healthy",
+                     w->healthy, "draining", w->draining, "load",
+                     (json_int_t)shm_load_of(seg, w->slot, w->generation), "inflight_by_dataplane",
+                     by_dp, "slot", (int)w->slot, "generation", (int)w->generation, "from_api",
+                     w->from_api);
+}
+
+static void adm_list_workers(struct adm_ctx *ctx, struct adm_reply *reply)
+{
+    struct shm_worker_info *all = calloc(ctx->seg->max_workers, sizeof(*all));
+    if (all == NULL) {
+        adm_reply_error(reply, 503, "out of memory");
+        return;
+    }
+    size_t n = shm_registry_snapshot(ctx->seg, all, ctx->seg->max_workers);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, adm_worker_json(ctx, &all[i]));
+    free(all);
+    adm_reply_json(reply, 200, json_pack("{s:o}", "workers", arr));
+}
+
+static bool adm_model_is_valid(const char *m)
+{
+    if (strlen(m) >= CFG_MODEL_MAX)
+        return false;
+    for (; *m != '\0'; m++)
+        if ((unsigned char)*m < 0x20 || *m == 0x7f)
+            return false;
+    return true;
+}
+
+/* Reads an optional string member; false (with reply set) when it is not a string. */
+static bool adm_opt_string(json_t *obj, const char *key, const char **out, struct adm_reply *reply)
+{
+    json_t *v = json_object_get(obj, key);
+    *out = NULL;
+    if (v == NULL || json_is_null(v))
+        return true;
+    if (!json_is_string(v)) {
+        adm_reply_error(reply, 400, "'%s' must be a string", key);
+        return false;
+    }
+    *out = json_string_value(v);
+    return true;
+}
+
+static void adm_add_worker(struct adm_ctx *ctx, const char *body, size_t len,
+                           struct adm_reply *reply)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!json_is_object(root)) {
+        adm_reply_error(reply, 400, "body must be a JSON object: %s",
+                        root == NULL ? jerr.text : "got another JSON type");
+        goto out_decref;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val)
+    {
+        if (strcmp(key, "url") != 0 && strcmp(key, "id") != 0 && strcmp(key, "model") != 0 &&
+            strcmp(key, "role") != 0) {
+            adm_reply_error(reply, 400, "unknown field '%s' (expected url, id, model, role)", key);
+            goto out_decref;
+        }
+    }
+    const char *url, *id, *model, *role;
+    if (!adm_opt_string(root, "url", &url, reply) || !adm_opt_string(root, "id", &id, reply) ||
+        !adm_opt_string(root, "model", &model, reply) ||
+        !adm_opt_string(root, "role", &role, reply))
+        goto out_decref;
+    if (url == NULL) {
+        adm_reply_error(reply, 400, "missing required field 'url'");
+        goto out_decref;
+    }
+    struct shm_worker_info add = {.role = CFG_ROLE_REGULAR, .healthy = true, .from_api = true};
+    char err[256] = "", def_id[CFG_ID_MAX] = "";
+    if (cfg_canon_worker_url(url, add.url, sizeof(add.url), def_id, sizeof(def_id), err,
+                             sizeof(err)) != 0) {
+        adm_reply_error(reply, 400, "invalid url '%.200s': %s", url, err);
+        goto out_decref;
+    }
+    const char *use_id = id != NULL ? id : def_id;
+    if (!cfg_worker_id_is_valid(use_id)) {
+        adm_reply_error(reply, 400,
+                        id != NULL ? "invalid id: 1..63 characters of [A-Za-z0-9._:-]"
+                                   : "the url gives no valid default id: pass an explicit 'id'");
+        goto out_decref;
+    }
+    snprintf(add.id, sizeof(add.id), "%s", use_id);
+    if (model != NULL && !adm_model_is_valid(model)) {
+        adm_reply_error(reply, 400, "invalid model: at most 127 characters, no control characters");
+        goto out_decref;
+    }
+    snprintf(add.model, sizeof(add.model), "%s", model != NULL ? model : "");
+    if (role != NULL && cfg_role_parse(role, &add.role) != 0) {
+        adm_reply_error(reply, 400, "invalid role '%.64s' (expected regular|prefill|decode)", role);
+        goto out_decref;
+    }
+    struct shm_worker_info have;
+    if (shm_registry_find(ctx->seg, add.id, &have) == 0) {
+        adm_reply_error(reply, 409, "a worker with id '%s' already exists", add.id);
+        goto out_decref;
+    }
+    struct shm_worker_info placed;
+    int rc = shm_registry_add(ctx->seg, &add, &placed);
+    if (rc == -EEXIST) {
+        adm_reply_error(reply, 409, "a worker with url '%s' already exists", add.url);
+        goto out_decref;
+    }
+    if (rc == -ENOSPC) {
+        adm_reply_error(reply, 507, "the registry is full (shm.max_workers = %u)",
+                        ctx->seg->max_workers);
+        goto out_decref;
+    }
+    if (rc != 0) {
+        adm_reply_error(reply, 503, "adding the worker failed: %s", strerror(-rc));
+        goto out_decref;
+    }
+    log_info("admin API: added worker %s (%s, model '%s', role %s) in slot %u generation %u",
+             placed.id, placed.url, placed.model, cfg_role_name(placed.role), placed.slot,
+             placed.generation);
+    adm_reply_json(reply, 201, adm_worker_json(ctx, &placed));
+out_decref:
+    json_decref(root);
+}
+
+static void adm_drain(struct adm_ctx *ctx, const struct shm_worker_info *w, const char *body,
+                      size_t len, struct adm_reply *reply)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, 0, &jerr);
+    json_t *d = json_object_get(root, "draining");
+    if (!json_is_object(root) || !json_is_boolean(d) || json_object_size(root) != 1) {
+        adm_reply_error(reply, 400, "body must be {\"draining\": true|false}");
+        json_decref(root);
+        return;
+    }
+    bool draining = json_is_true(d);
+    json_decref(root);
+    int rc = shm_registry_set_draining(ctx->seg, w->slot, draining);
+    if (rc != 0) {
+        adm_reply_error(reply, 404, "worker '%s' is gone", w->id);
+        return;
+    }
+    if (draining != w->draining)
+        log_info("admin API: worker %s %s", w->id, draining ? "draining" : "no longer draining");
+    struct shm_worker_info now;
+    if (shm_registry_read_slot(ctx->seg, w->slot, &now) != 0)
+        now = *w;
+    adm_reply_json(reply, 200, adm_worker_json(ctx, &now));
+}
+
+static void adm_status(struct adm_ctx *ctx, struct adm_reply *reply)
+{
+    const struct shm_segment *seg = ctx->seg;
+    json_t *dps = json_array();
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t now_unix_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    for (uint32_t i = 0; i < seg->max_dataplanes; i++) {
+        if (!shm_lease_is_active(seg, i))
+            continue;
+        const struct shm_lease *l = &seg->leases[i];
+        uint64_t nonce = atomic_load_explicit((_Atomic uint64_t *)&l->nonce, memory_order_relaxed);
+        uint64_t claimed =
+            atomic_load_explicit((_Atomic uint64_t *)&l->claimed_unix_ms, memory_order_relaxed);
+        json_array_append_new(
+            dps,
+            json_pack("{s:i, s:i, s:I, s:I, s:b, s:I}", "pid",
+                      (int)atomic_load_explicit((_Atomic int32_t *)&l->pid, memory_order_relaxed),
+                      "lease", (int)i, "nonce", (json_int_t)nonce, "uptime_ms",
+                      (json_int_t)(now_unix_ms > claimed ? now_unix_ms - claimed : 0),
+                      "admin_channel",
+                      ctx->chan != NULL && adm_chan_is_connected(ctx->chan, i, nonce), "heartbeat",
+                      (json_int_t)atomic_load_explicit((_Atomic uint64_t *)&l->heartbeat,
+                                                       memory_order_relaxed)));
+    }
+    json_t *segj = json_pack(
+        "{s:s, s:i, s:I, s:i, s:i, s:I}", "name", seg->name, "layout_version",
+        (int)seg->hdr->layout_version, "size", (json_int_t)seg->size, "max_workers",
+        (int)seg->max_workers, "max_dataplanes", (int)seg->max_dataplanes, "leases_reaped",
+        (json_int_t)atomic_load_explicit(&seg->hdr->leases_reaped, memory_order_relaxed));
+    adm_reply_json(
+        reply, 200,
+        json_pack("{s:i, s:I, s:I, s:o, s:o}", "pid", (int)getpid(), "epoch",
+                  (json_int_t)atomic_load_explicit(&seg->hdr->epoch, memory_order_relaxed),
+                  "uptime_ms", (json_int_t)(proc_monotonic_ms() - ctx->started_ms), "segment", segj,
+                  "dataplanes", dps));
+}
+
+static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    struct shm_worker_info *all = calloc(ctx->seg->max_workers, sizeof(*all));
+    struct hc_worker_stats *st = calloc(ctx->seg->max_workers, sizeof(*st));
+    if (f == NULL || all == NULL || st == NULL) {
+        if (f != NULL)
+            fclose(f);
+        free(buf);
+        free(all);
+        free(st);
+        adm_reply_error(reply, 503, "out of memory");
+        return;
+    }
+    size_t n = shm_registry_snapshot(ctx->seg, all, ctx->seg->max_workers);
+    fprintf(f, "# HELP switchyard_worker_healthy 1 when the worker passes its health checks.\n"
+               "# TYPE switchyard_worker_healthy gauge\n");
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "switchyard_worker_healthy{worker=\"%s\"} %d\n", all[i].id, all[i].healthy);
+    fprintf(f, "# HELP switchyard_worker_draining 1 while the worker is draining.\n"
+               "# TYPE switchyard_worker_draining gauge\n");
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "switchyard_worker_draining{worker=\"%s\"} %d\n", all[i].id, all[i].draining);
+    fprintf(f, "# HELP switchyard_worker_load Requests in flight to the worker over live "
+               "dataplanes.\n"
+               "# TYPE switchyard_worker_load gauge\n");
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "switchyard_worker_load{worker=\"%s\"} %llu\n", all[i].id,
+                (unsigned long long)shm_load_of(ctx->seg, all[i].slot, all[i].generation));
+    size_t ns = ctx->hc != NULL ? hc_stats(ctx->hc, st, ctx->seg->max_workers) : 0;
+    fprintf(f, "# HELP switchyard_health_checks_total Health probes by worker and result.\n"
+               "# TYPE switchyard_health_checks_total counter\n");
+    for (size_t i = 0; i < ns; i++) {
+        fprintf(f, "switchyard_health_checks_total{worker=\"%s\",result=\"success\"} %llu\n",
+                st[i].id, (unsigned long long)st[i].checks_ok);
+        fprintf(f, "switchyard_health_checks_total{worker=\"%s\",result=\"failure\"} %llu\n",
+                st[i].id, (unsigned long long)st[i].checks_failed);
+    }
+    uint64_t mask = atomic_load_explicit(&ctx->seg->hdr->active_leases, memory_order_acquire);
+    fprintf(f,
+            "# HELP switchyard_dataplanes Dataplanes holding an active lease.\n"
+            "# TYPE switchyard_dataplanes gauge\n"
+            "switchyard_dataplanes %d\n"
+            "# HELP switchyard_leases_reaped_total Leases of dead dataplanes reaped.\n"
+            "# TYPE switchyard_leases_reaped_total counter\n"
+            "switchyard_leases_reaped_total %llu\n"
+            "# HELP switchyard_load_underflows_total Load releases at zero (live leases).\n"
+            "# TYPE switchyard_load_underflows_total counter\n"
+            "switchyard_load_underflows_total %llu\n",
+            __builtin_popcountll(mask),
+            (unsigned long long)atomic_load_explicit(&ctx->seg->hdr->leases_reaped,
+                                                     memory_order_relaxed),
+            (unsigned long long)shm_load_underflows(ctx->seg));
+    if (ctx->http != NULL)
+        adm_http_write_metrics(ctx->http, f);
+    fclose(f);
+    free(all);
+    free(st);
+    adm_reply_fini(reply);
+    reply->status = 200;
+    reply->text = buf;
+}
+
+static bool adm_method_is(const char *method, const char *want, struct adm_reply *reply,
+                          const char *allow)
+{
+    if (strcmp(method, want) == 0)
+        return true;
+    if (reply->status == 0) {
+        adm_reply_error(reply, 405, "method %s not allowed (allowed: %s)", method, allow);
+        reply->allow = allow;
+    }
+    return false;
+}
+
+int adm_route_serve(struct adm_ctx *ctx, const char *method, const char *url, const char *body,
+                    size_t body_len, struct adm_pending *p, struct adm_reply *reply)
+{
+    char id[CFG_ID_MAX];
+    enum adm_route_id route = adm_split(url, id, sizeof(id));
+    struct shm_worker_info w;
+    bool by_id =
+        route == ADM_ROUTE_WORKER || route == ADM_ROUTE_DRAIN || route == ADM_ROUTE_RESET_LOAD;
+    switch (route) {
+    case ADM_ROUTE_WORKERS:
+        if (strcmp(method, "GET") == 0)
+            adm_list_workers(ctx, reply);
+        else if (adm_method_is(method, "POST", reply, "GET, POST"))
+            adm_add_worker(ctx, body, body_len, reply);
+        return 1;
+    case ADM_ROUTE_STATUS:
+        if (adm_method_is(method, "GET", reply, "GET"))
+            adm_status(ctx, reply);
+        return 1;
+    case ADM_ROUTE_METRICS:
+        if (adm_method_is(method, "GET", reply, "GET"))
+            adm_metrics(ctx, reply);
+        return 1;
+    default:
+        break;
+    }
+    if (!by_id) {
+        adm_reply_error(reply, 404, "no such route: %.200s", url);
+        return 1;
+    }
+    const char *allow = route == ADM_ROUTE_WORKER ? "GET, DELETE" : "POST";
+    bool method_ok = route == ADM_ROUTE_WORKER
+                         ? strcmp(method, "GET") == 0 || strcmp(method, "DELETE") == 0
+                         : strcmp(method, "POST") == 0;
+    if (!method_ok) {
+        adm_method_is(method, "", reply, allow);
+        return 1;
+    }
+    if (shm_registry_find(ctx->seg, id, &w) != 0) {
+        adm_reply_error(reply, 404, "no worker with id '%s'", id);
+        return 1;
+    }
+    if (route == ADM_ROUTE_WORKER && strcmp(method, "GET") == 0) {
+        adm_reply_json(reply, 200, adm_worker_json(ctx, &w));
+    } else if (route == ADM_ROUTE_WORKER) {
+        json_t *j = adm_worker_json(ctx, &w);
+        shm_registry_remove(ctx->seg, w.slot);
+        log_info("admin API: removed worker %s (%s), slot %u generation %u", w.id, w.url, w.slot,
+                 w.generation);
+        adm_reply_json(reply, 200, j);
+    } else if (route == ADM_ROUTE_DRAIN) {
+        adm_drain(ctx, &w, body, body_len, reply);
+    } else {
+        return cp_reset_start(ctx->reset, &w, p, reply);
+    }
+    return 1;
+}

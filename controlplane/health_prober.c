@@ -1,0 +1,448 @@
+/*
+ * Health prober (see health_prober.h). One target per registry slot, keyed
+ * by (slot, generation): a slot that changes hands gets a fresh target, so
+ * counts of consecutive results never leak from a removed worker to the
+ * next one. Each target owns two easy handles (health, models) created
+ * lazily and re-added for every probe so keep-alive connections are reused.
+ *
+ * The multi handle's sockets live in an inner epoll set whose descriptor
+ * the loop watches; curl's timer is a deadline the loop folds into its
+ * epoll_wait timeout. curl callbacks only record things (socket interest,
+ * deadline); handles are added and removed outside callbacks (NOTES.md).
+ */
+#include "controlplane/health_prober.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "common/log.h"
+#include "common/proc.h"
+#include "shm/registry.h"
+
+#define HC_MODELS_BODY_MAX (64u * 1024u)
+#define HC_MODELS_RETRY_MS 1000u
+#define HC_NO_DEADLINE     UINT64_MAX
+
+struct hc_target {
+    bool active;
+    bool healthy; /* as last written to (or read from) the registry */
+    bool has_model;
+    bool probing;
+    bool learning;
+    uint32_t slot;
+    uint32_t generation;
+    uint32_t ok_run;   /* consecutive successes */
+    uint32_t fail_run; /* consecutive failures */
+    uint64_t next_probe_ms;
+    uint64_t next_models_ms;
+    uint64_t checks_ok;
+    uint64_t checks_failed;
+    char id[CFG_ID_MAX];
+    char url[CFG_URL_MAX];
+    CURL *health_easy;
+    CURL *models_easy;
+    char health_url[CFG_URL_MAX + CFG_PATH_MAX];
+    char models_url[CFG_URL_MAX + 16];
+    size_t models_len;
+    char *models_body; /* HC_MODELS_BODY_MAX + 1, allocated with the target's first learning */
+};
+
+/* Owned by the control plane loop; dies with hc_destroy. */
+struct hc_prober {
+    struct shm_segment *seg;         /* borrowed */
+    const struct cfg_health *health; /* borrowed */
+    CURLM *multi;
+    int epfd;
+    uint64_t curl_deadline_ms;
+    uint64_t registry_seen;
+    bool registry_loaded;
+    uint64_t rng;
+    struct hc_target *targets;        /* seg->max_workers, indexed by slot */
+    struct shm_worker_info *snapshot; /* scratch for registry rescans */
+};
+
+static uint64_t hc_rand(struct hc_prober *p)
+{
+    /* xorshift64: jitter only, no need for quality. */
+    p->rng ^= p->rng << 13;
+    p->rng ^= p->rng >> 7;
+    p->rng ^= p->rng << 17;
+    return p->rng;
+}
+
+/* interval +- 10%. */
+static uint64_t hc_jittered_interval(struct hc_prober *p)
+{
+    uint64_t iv = p->health->interval_ms;
+    uint64_t span = iv / 5;
+    if (span == 0)
+        return iv;
+    return iv - iv / 10 + hc_rand(p) % (span + 1);
+}
+
+static int hc_socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
+{
+    (void)easy;
+    (void)socketp;
+    struct hc_prober *p = userp;
+    if (what == CURL_POLL_REMOVE) {
+        epoll_ctl(p->epfd, EPOLL_CTL_DEL, s, NULL);
+        return 0;
+    }
+    struct epoll_event ev = {.data.fd = s};
+    if (what == CURL_POLL_IN || what == CURL_POLL_INOUT)
+        ev.events |= EPOLLIN;
+    if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
+        ev.events |= EPOLLOUT;
+    if (epoll_ctl(p->epfd, EPOLL_CTL_MOD, s, &ev) != 0 && errno == ENOENT)
+        epoll_ctl(p->epfd, EPOLL_CTL_ADD, s, &ev);
+    return 0;
+}
+
+static int hc_timer_cb(CURLM *multi, long timeout_ms, void *userp)
+{
+    (void)multi;
+    struct hc_prober *p = userp;
+    p->curl_deadline_ms =
+        timeout_ms < 0 ? HC_NO_DEADLINE : proc_monotonic_ms() + (uint64_t)timeout_ms;
+    return 0;
+}
+
+static size_t hc_discard(char *data, size_t size, size_t n, void *arg)
+{
+    (void)data;
+    (void)arg;
+    return size * n;
+}
+
+static size_t hc_collect_models(char *data, size_t size, size_t n, void *arg)
+{
+    struct hc_target *t = arg;
+    size_t len = size * n;
+    if (len > HC_MODELS_BODY_MAX - t->models_len)
+        return 0; /* too big: fail the transfer */
+    memcpy(t->models_body + t->models_len, data, len);
+    t->models_len += len;
+    return len;
+}
+
+int hc_create(struct shm_segment *seg, const struct cfg_health *health, struct hc_prober **out)
+{
+    struct hc_prober *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return -ENOMEM;
+    p->seg = seg;
+    p->health = health;
+    p->curl_deadline_ms = HC_NO_DEADLINE;
+    p->rng = proc_monotonic_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ULL;
+    p->epfd = epoll_create1(EPOLL_CLOEXEC);
+    p->targets = calloc(seg->max_workers, sizeof(*p->targets));
+    p->snapshot = calloc(seg->max_workers, sizeof(*p->snapshot));
+    p->multi = curl_multi_init();
+    if (p->epfd < 0 || p->targets == NULL || p->snapshot == NULL || p->multi == NULL) {
+        hc_destroy(p);
+        return -ENOMEM;
+    }
+    curl_multi_setopt(p->multi, CURLMOPT_SOCKETFUNCTION, hc_socket_cb);
+    curl_multi_setopt(p->multi, CURLMOPT_SOCKETDATA, p);
+    curl_multi_setopt(p->multi, CURLMOPT_TIMERFUNCTION, hc_timer_cb);
+    curl_multi_setopt(p->multi, CURLMOPT_TIMERDATA, p);
+    *out = p;
+    return 0;
+}
+
+static void hc_target_stop(struct hc_prober *p, struct hc_target *t)
+{
+    if (t->probing)
+        curl_multi_remove_handle(p->multi, t->health_easy);
+    if (t->learning)
+        curl_multi_remove_handle(p->multi, t->models_easy);
+    t->probing = false;
+    t->learning = false;
+}
+
+static void hc_target_free(struct hc_prober *p, struct hc_target *t)
+{
+    hc_target_stop(p, t);
+    if (t->health_easy != NULL)
+        curl_easy_cleanup(t->health_easy);
+    if (t->models_easy != NULL)
+        curl_easy_cleanup(t->models_easy);
+    free(t->models_body);
+    memset(t, 0, sizeof(*t));
+}
+
+void hc_destroy(struct hc_prober *p)
+{
+    if (p == NULL)
+        return;
+    if (p->targets != NULL)
+        for (uint32_t i = 0; i < p->seg->max_workers; i++)
+            hc_target_free(p, &p->targets[i]);
+    if (p->multi != NULL)
+        curl_multi_cleanup(p->multi);
+    if (p->epfd >= 0)
+        close(p->epfd);
+    free(p->targets);
+    free(p->snapshot);
+    free(p);
+}
+
+int hc_fd(const struct hc_prober *p)
+{
+    return p->epfd;
+}
+
+/* A fresh target for the worker now in info->slot. Keeps the easy handles. */
+static void hc_target_reset(struct hc_prober *p, struct hc_target *t,
+                            const struct shm_worker_info *info, uint64_t now_ms)
+{
+    hc_target_stop(p, t);
+    t->active = true;
+    t->slot = info->slot;
+    t->generation = info->generation;
+    t->healthy = info->healthy;
+    t->has_model = info->model[0] != '\0';
+    t->ok_run = 0;
+    t->fail_run = 0;
+    t->checks_ok = 0;
+    t->checks_failed = 0;
+    /* Spread first probes over a tenth of the interval. */
+    t->next_probe_ms = now_ms + hc_rand(p) % (p->health->interval_ms / 10 + 1);
+    t->next_models_ms = now_ms;
+    snprintf(t->id, sizeof(t->id), "%s", info->id);
+    snprintf(t->url, sizeof(t->url), "%s", info->url);
+    snprintf(t->health_url, sizeof(t->health_url), "%s%s", info->url, p->health->path);
+    snprintf(t->models_url, sizeof(t->models_url), "%s/v1/models", info->url);
+}
+
+static void hc_follow_registry(struct hc_prober *p, uint64_t now_ms)
+{
+    uint64_t changes = shm_registry_changes(p->seg);
+    if (p->registry_loaded && changes == p->registry_seen)
+        return;
+    p->registry_loaded = true;
+    p->registry_seen = changes;
+    size_t n = shm_registry_snapshot(p->seg, p->snapshot, p->seg->max_workers);
+    bool *seen = calloc(p->seg->max_workers, sizeof(*seen));
+    if (seen == NULL) {
+        p->registry_loaded = false; /* try again next pass */
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct shm_worker_info *w = &p->snapshot[i];
+        struct hc_target *t = &p->targets[w->slot];
+        seen[w->slot] = true;
+        if (!t->active || t->generation != w->generation || strcmp(t->url, w->url) != 0)
+            hc_target_reset(p, t, w, now_ms);
+        t->has_model = w->model[0] != '\0';
+    }
+    for (uint32_t s = 0; s < p->seg->max_workers; s++) {
+        if (!seen[s] && p->targets[s].active) {
+            hc_target_stop(p, &p->targets[s]);
+            p->targets[s].active = false;
+        }
+    }
+    free(seen);
+}
+
+static CURL *hc_easy(struct hc_target *t, CURL **slot, const char *url, long timeout_ms,
+                     curl_write_callback write_fn)
+{
+    if (*slot == NULL)
+        *slot = curl_easy_init();
+    CURL *e = *slot;
+    if (e == NULL)
+        return NULL;
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_fn);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, t);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    return e;
+}
+
+static void hc_start_due(struct hc_prober *p, uint64_t now_ms)
+{
+    long timeout = (long)p->health->timeout_ms;
+    for (uint32_t s = 0; s < p->seg->max_workers; s++) {
+        struct hc_target *t = &p->targets[s];
+        if (!t->active)
+            continue;
+        if (!t->probing && now_ms >= t->next_probe_ms) {
+            CURL *e = hc_easy(t, &t->health_easy, t->health_url, timeout, hc_discard);
+            if (e != NULL && curl_multi_add_handle(p->multi, e) == CURLM_OK)
+                t->probing = true;
+            t->next_probe_ms = now_ms + hc_jittered_interval(p);
+        }
+        if (!t->has_model && !t->learning && now_ms >= t->next_models_ms) {
+            if (t->models_body == NULL)
+                t->models_body = malloc(HC_MODELS_BODY_MAX + 1);
+            t->models_len = 0;
+            CURL *e = t->models_body == NULL
+                          ? NULL
+                          : hc_easy(t, &t->models_easy, t->models_url, timeout, hc_collect_models);
+            if (e != NULL && curl_multi_add_handle(p->multi, e) == CURLM_OK)
+                t->learning = true;
+            t->next_models_ms = now_ms + HC_MODELS_RETRY_MS;
+        }
+    }
+}
+
+static void hc_apply_probe(struct hc_prober *p, struct hc_target *t, bool ok, const char *why)
+{
+    const struct cfg_health *h = p->health;
+    if (shm_registry_generation(p->seg, t->slot) != t->generation)
+        return;
+    if (ok) {
+        t->checks_ok++;
+        t->fail_run = 0;
+        if (t->ok_run < UINT32_MAX)
+            t->ok_run++;
+        if (!t->healthy && t->ok_run >= h->success_threshold) {
+            if (shm_registry_set_healthy(p->seg, t->slot, true) == 0) {
+                t->healthy = true;
+                log_info("worker %s (%s) is healthy again after %u successful probes", t->id,
+                         t->url, t->ok_run);
+            }
+        }
+        return;
+    }
+    t->checks_failed++;
+    t->ok_run = 0;
+    if (t->fail_run < UINT32_MAX)
+        t->fail_run++;
+    if (t->healthy && t->fail_run >= h->failure_threshold) {
+        if (shm_registry_set_healthy(p->seg, t->slot, false) == 0) {
+            t->healthy = false;
+            log_warn("worker %s (%s) is unhealthy after %u failed probes (last: %s)", t->id, t->url,
+                     t->fail_run, why);
+        }
+    }
+}
+
+static void hc_apply_models(struct hc_prober *p, struct hc_target *t, bool ok)
+{
+    if (!ok)
+        return;
+    t->models_body[t->models_len] = '\0';
+    json_error_t jerr;
+    json_t *root = json_loadb(t->models_body, t->models_len, 0, &jerr);
+    json_t *first = json_array_get(json_object_get(root, "data"), 0);
+    const char *model = json_string_value(json_object_get(first, "id"));
+    bool usable = model != NULL && model[0] != '\0' && strlen(model) < CFG_MODEL_MAX;
+    for (const char *c = model; usable && *c != '\0'; c++)
+        usable = (unsigned char)*c >= 0x20 && *c != 0x7f;
+    if (usable && shm_registry_generation(p->seg, t->slot) == t->generation &&
+        shm_registry_set_model(p->seg, t->slot, model) == 0) {
+        t->has_model = true;
+        log_info("worker %s (%s) serves model '%s' (learned from /v1/models)", t->id, t->url,
+                 model);
+    }
+    json_decref(root);
+}
+
+static void hc_collect_done(struct hc_prober *p)
+{
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(p->multi, &left)) != NULL) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        CURL *e = msg->easy_handle;
+        CURLcode res = msg->data.result;
+        struct hc_target *t = NULL;
+        curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&t);
+        long code = 0;
+        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+        curl_multi_remove_handle(p->multi, e);
+        if (t == NULL)
+            continue;
+        bool ok = res == CURLE_OK && code >= 200 && code < 300;
+        if (e == t->health_easy) {
+            t->probing = false;
+            char why[96];
+            if (res != CURLE_OK)
+                snprintf(why, sizeof(why), "%s", curl_easy_strerror(res));
+            else
+                snprintf(why, sizeof(why), "HTTP %ld", code);
+            hc_apply_probe(p, t, ok, why);
+        } else if (e == t->models_easy) {
+            t->learning = false;
+            hc_apply_models(p, t, ok);
+        }
+    }
+}
+
+void hc_run(struct hc_prober *p, uint64_t now_ms)
+{
+    int running = 0;
+    struct epoll_event evs[64];
+    int n = epoll_wait(p->epfd, evs, 64, 0);
+    for (int i = 0; i < n; i++) {
+        int mask = 0;
+        if (evs[i].events & EPOLLIN)
+            mask |= CURL_CSELECT_IN;
+        if (evs[i].events & EPOLLOUT)
+            mask |= CURL_CSELECT_OUT;
+        if (evs[i].events & (EPOLLERR | EPOLLHUP))
+            mask |= CURL_CSELECT_ERR;
+        curl_multi_socket_action(p->multi, evs[i].data.fd, mask, &running);
+    }
+    if (p->curl_deadline_ms != HC_NO_DEADLINE && proc_monotonic_ms() >= p->curl_deadline_ms) {
+        p->curl_deadline_ms = HC_NO_DEADLINE;
+        curl_multi_socket_action(p->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    }
+    /* Registry first: a removed or replaced worker's transfers are dropped
+     * before their results could be applied to the slot's next occupant. */
+    hc_follow_registry(p, now_ms);
+    hc_collect_done(p);
+    hc_start_due(p, now_ms);
+}
+
+int hc_timeout_ms(const struct hc_prober *p, uint64_t now_ms)
+{
+    uint64_t next = p->curl_deadline_ms;
+    for (uint32_t s = 0; s < p->seg->max_workers; s++) {
+        const struct hc_target *t = &p->targets[s];
+        if (!t->active)
+            continue;
+        if (!t->probing && t->next_probe_ms < next)
+            next = t->next_probe_ms;
+        if (!t->has_model && !t->learning && t->next_models_ms < next)
+            next = t->next_models_ms;
+    }
+    if (!p->registry_loaded || shm_registry_changes(p->seg) != p->registry_seen)
+        return 0;
+    if (next == HC_NO_DEADLINE)
+        return -1;
+    if (next <= now_ms)
+        return 0;
+    uint64_t d = next - now_ms;
+    return d > 60000 ? 60000 : (int)d;
+}
+
+size_t hc_stats(const struct hc_prober *p, struct hc_worker_stats *out, size_t cap)
+{
+    size_t n = 0;
+    for (uint32_t s = 0; s < p->seg->max_workers && n < cap; s++) {
+        const struct hc_target *t = &p->targets[s];
+        if (!t->active)
+            continue;
+        snprintf(out[n].id, sizeof(out[n].id), "%s", t->id);
+        out[n].checks_ok = t->checks_ok;
+        out[n].checks_failed = t->checks_failed;
+        n++;
+    }
+    return n;
+}

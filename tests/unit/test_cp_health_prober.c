@@ -1,0 +1,92 @@
+/*
+ * Unit tests of the health prober's pure parts: the jittered interval stays
+ * within +-10 % and actually varies, and the threshold logic marks a worker
+ * unhealthy only after failure_threshold consecutive failures and healthy
+ * again after success_threshold consecutive successes, on a real (private)
+ * segment. Includes the .c file to reach statics.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "controlplane/health_prober.c"
+
+static void test_jitter_bounds(void **state)
+{
+    (void)state;
+    struct cfg_health h = {.interval_ms = 1000};
+    struct hc_prober p = {.health = &h, .rng = 12345};
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int i = 0; i < 10000; i++) {
+        uint64_t v = hc_jittered_interval(&p);
+        assert_true(v >= 900 && v <= 1100);
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    assert_true(hi - lo > 150);
+    h.interval_ms = 10;
+    for (int i = 0; i < 100; i++)
+        assert_true(hc_jittered_interval(&p) >= 9 && hc_jittered_interval(&p) <= 11);
+}
+
+static void test_thresholds(void **state)
+{
+    (void)state;
+    char name[64], err[256];
+    snprintf(name, sizeof(name), "/sy-unit-hc-%d", (int)getpid());
+    struct shm_segment seg;
+    enum shm_open_outcome oc;
+    assert_int_equal(shm_segment_open_owner(&seg, name, 4, 2, &oc, err, sizeof(err)), 0);
+    shm_segment_unlink(name);
+    struct shm_worker_info in = {.role = CFG_ROLE_REGULAR, .healthy = true}, w;
+    snprintf(in.id, sizeof(in.id), "w1");
+    snprintf(in.url, sizeof(in.url), "http://127.0.0.1:1");
+    assert_int_equal(shm_registry_add(&seg, &in, &w), 0);
+    struct cfg_health h = {.interval_ms = 1000, .failure_threshold = 3, .success_threshold = 2};
+    struct hc_prober p = {.seg = &seg, .health = &h};
+    struct hc_target t = {0};
+    hc_target_reset(&p, &t, &w, 0);
+
+    hc_apply_probe(&p, &t, false, "x");
+    hc_apply_probe(&p, &t, false, "x");
+    hc_apply_probe(&p, &t, true, "");
+    hc_apply_probe(&p, &t, false, "x");
+    hc_apply_probe(&p, &t, false, "x");
+    assert_int_equal(shm_registry_find(&seg, "w1", &w), 0);
+    assert_true(w.healthy); /* never 3 in a row */
+    hc_apply_probe(&p, &t, false, "x");
+    assert_int_equal(shm_registry_find(&seg, "w1", &w), 0);
+    assert_false(w.healthy);
+    hc_apply_probe(&p, &t, true, "");
+    hc_apply_probe(&p, &t, false, "x");
+    hc_apply_probe(&p, &t, true, "");
+    assert_int_equal(shm_registry_find(&seg, "w1", &w), 0);
+    assert_false(w.healthy);
+    hc_apply_probe(&p, &t, true, "");
+    assert_int_equal(shm_registry_find(&seg, "w1", &w), 0);
+    assert_true(w.healthy);
+    assert_int_equal(t.checks_ok, 4);
+    assert_int_equal(t.checks_failed, 6);
+
+    /* A result for a previous occupant of the slot is dropped. */
+    shm_registry_remove(&seg, w.slot);
+    assert_int_equal(shm_registry_add(&seg, &in, &w), 0);
+    assert_int_not_equal(w.generation, t.generation);
+    for (int i = 0; i < 5; i++)
+        hc_apply_probe(&p, &t, false, "x");
+    assert_int_equal(shm_registry_find(&seg, "w1", &w), 0);
+    assert_true(w.healthy);
+    shm_segment_close(&seg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_jitter_bounds),
+        cmocka_unit_test(test_thresholds),
+    };
+    return cmocka_run_group_tests_name("cp_health_prober", tests, NULL, NULL);
+}
