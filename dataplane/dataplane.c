@@ -1,25 +1,37 @@
 /*
- * Dataplane lifecycle (see dataplane.h). The segment wait polls with a short
- * sleep on purpose: it runs once, before anything is served, and reports
- * progress so an operator sees why the dataplane is not up yet.
+ * Dataplane lifecycle (see dataplane.h): wait for the segment, claim a
+ * lease, start dataplane.threads event loops (loop.h), then beat the lease
+ * from the main thread until a signal. SIGTERM/SIGINT asks every loop to
+ * drain (stop accepting, let in-flight finish up to drain_timeout, then
+ * abort them, releasing every guard); the main thread keeps beating while
+ * they do, then gives the lease back. A second signal stops at once.
+ *
+ * The segment wait polls with a short sleep on purpose: it runs once,
+ * before anything is served, and reports progress so an operator sees why
+ * the dataplane is not up yet.
  */
 #include "dataplane/dataplane.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/evfd.h"
 #include "common/log.h"
 #include "common/proc.h"
+#include "dataplane/loop.h"
 #include "shm/lease.h"
 #include "shm/segment.h"
 
 #define DP_SEGMENT_POLL_MS      50
 #define DP_SEGMENT_LOG_EVERY_MS 2000
+#define DP_MAX_THREADS          256u
 
 struct dp_daemon {
     const struct cfg *cfg; /* borrowed */
@@ -28,6 +40,9 @@ struct dp_daemon {
     int epfd;
     int sigfd;
     int tickfd;
+    struct dp_shared sh;
+    struct dp_loop *loops;
+    unsigned n_loops;
 };
 
 static int dp_wait_segment(struct dp_daemon *d, uint64_t wait_ms)
@@ -81,8 +96,15 @@ static bool dp_tick(struct dp_daemon *d)
     return true;
 }
 
-static int dp_loop(struct dp_daemon *d)
+static void dp_command_all(struct dp_daemon *d, enum dp_cmd cmd)
 {
+    for (unsigned i = 0; i < d->n_loops; i++)
+        dp_loop_command(&d->loops[i], cmd);
+}
+
+static int dp_loop_main(struct dp_daemon *d)
+{
+    bool draining = false;
     for (;;) {
         struct epoll_event evs[16];
         int n = epoll_wait(d->epfd, evs, 16, -1);
@@ -90,22 +112,118 @@ static int dp_loop(struct dp_daemon *d)
             if (errno == EINTR)
                 continue;
             log_error("epoll_wait: %s", strerror(errno));
+            dp_command_all(d, DP_CMD_STOP);
             return 1;
         }
         for (int i = 0; i < n; i++) {
             int fd = evs[i].data.fd;
             if (fd == d->tickfd) {
-                if (!dp_tick(d))
+                if (!dp_tick(d)) {
+                    dp_command_all(d, DP_CMD_STOP);
                     return 1;
+                }
+                if (draining &&
+                    atomic_load_explicit(&d->sh.loops_running, memory_order_acquire) == 0)
+                    return 0;
             } else if (fd == d->sigfd) {
                 int sig = evfd_signals_read(d->sigfd);
-                if (sig == SIGTERM || sig == SIGINT) {
-                    log_info("received %s, shutting down", strsignal(sig));
-                    return 0;
+                if (sig != SIGTERM && sig != SIGINT)
+                    continue;
+                if (!draining) {
+                    log_info("received %s, draining (up to %llu ms)", strsignal(sig),
+                             (unsigned long long)d->cfg->dataplane.drain_timeout_ms);
+                    draining = true;
+                    dp_command_all(d, DP_CMD_DRAIN);
+                } else {
+                    log_info("received %s again, aborting in-flight requests", strsignal(sig));
+                    dp_command_all(d, DP_CMD_STOP);
                 }
             }
         }
     }
+}
+
+static int dp_resolve_listen(struct dp_daemon *d)
+{
+    char host[CFG_ADDR_MAX];
+    uint16_t port;
+    if (cfg_parse_host_port(d->cfg->dataplane.listen, host, sizeof(host), &port) != 0) {
+        log_error("%s: dataplane.listen: expected HOST:PORT, got '%s'", d->cfg->path,
+                  d->cfg->dataplane.listen);
+        return -EINVAL;
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0 || res == NULL) {
+        log_error("dataplane.listen: cannot resolve '%s': %s", host, gai_strerror(rc));
+        return -EINVAL;
+    }
+    memcpy(&d->sh.listen_addr, res->ai_addr, res->ai_addrlen);
+    d->sh.listen_addr_len = res->ai_addrlen;
+    freeaddrinfo(res);
+    if (d->sh.listen_addr.ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)&d->sh.listen_addr)->sin6_port = htons(port);
+    else
+        ((struct sockaddr_in *)&d->sh.listen_addr)->sin_port = htons(port);
+    return 0;
+}
+
+/* Thousands of streams need thousands of fds (client + worker each). */
+static void dp_raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+static int dp_start_loops(struct dp_daemon *d)
+{
+    unsigned n = d->cfg->dataplane.threads;
+    if (n == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        n = cores > 0 ? (unsigned)cores : 1u;
+    }
+    if (n > DP_MAX_THREADS)
+        n = DP_MAX_THREADS;
+    d->loops = calloc(n, sizeof(*d->loops));
+    if (d->loops == NULL)
+        return -ENOMEM;
+    for (unsigned i = 0; i < n; i++) {
+        d->n_loops = i + 1;
+        int rc = dp_loop_init(&d->loops[i], &d->sh, i);
+        if (rc != 0) {
+            log_error("event loop %u: cannot listen on %s: %s", i, d->cfg->dataplane.listen,
+                      strerror(-rc));
+            return rc;
+        }
+    }
+    atomic_store_explicit(&d->sh.loops_running, n, memory_order_relaxed);
+    for (unsigned i = 0; i < n; i++) {
+        int rc = dp_loop_start(&d->loops[i]);
+        if (rc != 0) {
+            atomic_fetch_sub_explicit(&d->sh.loops_running, n - i, memory_order_relaxed);
+            log_error("starting event loop %u: %s", i, strerror(-rc));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static void dp_stop_loops(struct dp_daemon *d)
+{
+    if (d->loops == NULL)
+        return;
+    dp_command_all(d, DP_CMD_STOP);
+    for (unsigned i = 0; i < d->n_loops; i++)
+        dp_loop_join(&d->loops[i]);
+    for (unsigned i = 0; i < d->n_loops; i++)
+        dp_loop_fini(&d->loops[i]);
+    free(d->loops);
+    d->loops = NULL;
+    d->n_loops = 0;
 }
 
 int dp_run(const struct cfg *cfg, const struct dp_options *opts)
@@ -118,27 +236,49 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
         log_error("signalfd: %s", strerror(-d.sigfd));
         return 1;
     }
+    dp_raise_fd_limit();
+    if (dp_resolve_listen(&d) != 0)
+        goto out_close_signals;
     if (dp_wait_segment(&d, opts->segment_wait_ms) != 0)
         goto out_close_signals;
     if (shm_lease_claim(&d.seg, &d.lease, err, sizeof(err)) != 0) {
         log_error("%s", err);
         goto out_close_segment;
     }
+    d.sh.cfg = cfg;
+    d.sh.seg = &d.seg;
+    d.sh.lease = d.lease.index;
+    atomic_init(&d.sh.loops_running, 0);
+    if (dp_guards_init(&d.sh.guards, &d.seg, d.lease.index) != 0 ||
+        dp_metrics_init(&d.sh.metrics, d.seg.max_workers) != 0) {
+        log_error("out of memory setting up the dataplane");
+        goto out_free_shared;
+    }
     d.tickfd = evfd_timer_open(d.seg.hdr->heartbeat_interval_ms);
     d.epfd = epoll_create1(EPOLL_CLOEXEC);
     if (d.tickfd < 0 || d.epfd < 0 || dp_watch(&d, d.tickfd) != 0 || dp_watch(&d, d.sigfd) != 0) {
         log_error("setting up the event loop: %s", strerror(errno));
-        goto out_release_lease;
+        goto out_close_fds;
     }
-    log_info("dataplane ready (pid %d, segment %s, lease %u)", (int)getpid(), d.seg.name,
-             d.lease.index);
-    code = dp_loop(&d);
+    if (dp_start_loops(&d) != 0)
+        goto out_stop_loops;
+    log_info("dataplane ready (pid %d, segment %s, lease %u, listening on %s, %u event loops)",
+             (int)getpid(), d.seg.name, d.lease.index, cfg->dataplane.listen, d.n_loops);
+    code = dp_loop_main(&d);
 
-out_release_lease:
+out_stop_loops:
+    dp_stop_loops(&d);
+    if (dp_guards_live_total(&d.sh.guards) != 0)
+        log_warn("%llu load guards still held at exit",
+                 (unsigned long long)dp_guards_live_total(&d.sh.guards));
+out_close_fds:
     if (d.epfd >= 0)
         close(d.epfd);
     if (d.tickfd >= 0)
         close(d.tickfd);
+out_free_shared:
+    dp_metrics_fini(&d.sh.metrics);
+    dp_guards_fini(&d.sh.guards);
     shm_lease_release(&d.lease);
 out_close_segment:
     shm_segment_close(&d.seg);

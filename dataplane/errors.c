@@ -1,0 +1,64 @@
+/*
+ * OpenAI error bodies (see errors.h), built with jansson so any message is
+ * escaped correctly.
+ */
+#include "dataplane/errors.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *dp_error_type(int status)
+{
+    switch (status) {
+    case 400:
+    case 404:
+    case 405:
+    case 413:
+        return "invalid_request_error";
+    case 401:
+    case 403:
+        return "authentication_error";
+    case 429:
+        return "rate_limit_error";
+    case 503:
+        return "service_unavailable";
+    case 504:
+        return "timeout";
+    default:
+        return status >= 500 ? "api_error" : "invalid_request_error";
+    }
+}
+
+static json_t *error_object(int status, const char *code, const char *message)
+{
+    return json_pack("{s:{s:s, s:s, s:s}}", "error", "message", message, "type",
+                     dp_error_type(status), "code", code);
+}
+
+char *dp_error_body(int status, const char *code, const char *message)
+{
+    json_t *obj = error_object(status, code, message);
+    if (obj == NULL)
+        return NULL;
+    char *text = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    return text;
+}
+
+size_t dp_error_sse_event(char *buf, size_t cap, int status, const char *code, const char *message)
+{
+    char *body = dp_error_body(status, code, message);
+    if (body == NULL)
+        return 0;
+    size_t len = strlen(body) + 8; /* "data: " + body + "\n\n" */
+    size_t n = 0;
+    if (len < cap) {
+        memcpy(buf, "data: ", 6);
+        memcpy(buf + 6, body, len - 8);
+        memcpy(buf + len - 2, "\n\n", 2);
+        n = len;
+    }
+    free(body);
+    return n;
+}

@@ -1,0 +1,578 @@
+/*
+ * Forwarding state machine (see forwarder.h).
+ *
+ * A request is "forwarding" from the end of its upload until a response is
+ * queued; during that time its MHD connection is suspended and its client
+ * fd watched. Attempts move WAITING -> RELAYING (the client gets this body)
+ * or WAITING -> DRAINING (retried: the body is discarded); a transfer's end
+ * is the only place an attempt's guard is released, apart from aborts
+ * (client gone, timeout, shutdown), which detach the transfer first.
+ *
+ * The relay buffer (DP_OUT_CAP) sits between curl's write callback and
+ * MHD's content reader. When a chunk does not fit, the write callback
+ * pauses the transfer; the reader unpauses it once a full curl chunk fits
+ * again, so memory per stream is bounded and a slow client slows its worker.
+ */
+#include "dataplane/forwarder.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/log.h"
+#include "common/proc.h"
+#include "dataplane/errors.h"
+#include "dataplane/listener.h"
+#include "dataplane/request.h"
+#include "dataplane/upstream.h"
+
+#define DP_UNPAUSE_ROOM CURL_MAX_WRITE_SIZE
+
+/* ---- replies of our own ---------------------------------------------------- */
+
+static void fwd_reply(struct dp_request *req, int status, const char *code, const char *msg)
+{
+    if (req->reply_status != 0 || req->relay_ready || req->client_gone || req->conn == NULL)
+        return;
+    req->reply_status = status;
+    req->reply_body = dp_error_body(status, code, msg);
+    dp_listener_wake(req);
+}
+
+/* ---- attempts -------------------------------------------------------------- */
+
+static void attempt_link(struct dp_attempt *a)
+{
+    struct dp_loop *loop = a->loop;
+    a->next = loop->attempts;
+    if (loop->attempts != NULL)
+        loop->attempts->prev = a;
+    loop->attempts = a;
+    a->sibling = a->req->attempt_list;
+    a->req->attempt_list = a;
+}
+
+static void attempt_unlink(struct dp_attempt *a)
+{
+    struct dp_loop *loop = a->loop;
+    if (a->prev != NULL)
+        a->prev->next = a->next;
+    else
+        loop->attempts = a->next;
+    if (a->next != NULL)
+        a->next->prev = a->prev;
+    struct dp_attempt **pp = &a->req->attempt_list;
+    while (*pp != NULL && *pp != a)
+        pp = &(*pp)->sibling;
+    if (*pp == a)
+        *pp = a->sibling;
+}
+
+/* Ends an attempt: its transfer detached, its guard released, its memory freed. */
+static void attempt_end(struct dp_attempt *a)
+{
+    struct dp_request *req = a->req;
+    dp_up_detach(a);
+    dp_guard_release(&a->loop->sh->guards, &a->guard);
+    if (req->active == a)
+        req->active = NULL;
+    attempt_unlink(a);
+    free(a);
+    dp_request_unref(req);
+}
+
+static bool fwd_was_tried(const struct dp_request *req, uint32_t slot)
+{
+    for (size_t i = 0; i < req->n_tried; i++)
+        if (req->tried[i] == slot)
+            return true;
+    return false;
+}
+
+static const char *fwd_header_lookup(void *ctx, const char *name)
+{
+    struct dp_request *req = ctx;
+    return req->conn != NULL ? MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name) : NULL;
+}
+
+static bool fwd_can_retry(const struct dp_request *req)
+{
+    const struct dp_loop *loop = req->loop;
+    return req->attempts < loop->sh->cfg->dataplane.retry.max_attempts && !req->client_gone &&
+           req->conn != NULL && !req->relay_ready && req->reply_status == 0 &&
+           atomic_load_explicit(&loop->cmd, memory_order_relaxed) != DP_CMD_STOP;
+}
+
+static void fwd_schedule_retry(struct dp_request *req)
+{
+    struct dp_loop *loop = req->loop;
+    const struct cfg_retry *rc = &loop->sh->cfg->dataplane.retry;
+    req->retry_at_ms = proc_monotonic_ms() + req->backoff_ms;
+    if (req->retry_at_ms == 0)
+        req->retry_at_ms = 1;
+    req->backoff_ms =
+        req->backoff_ms * 2 > rc->backoff_max_ms ? rc->backoff_max_ms : req->backoff_ms * 2;
+    req->rprev = NULL;
+    req->rnext = loop->retrying;
+    if (loop->retrying != NULL)
+        loop->retrying->rprev = req;
+    loop->retrying = req;
+    dp_request_ref(req);
+}
+
+static void fwd_unschedule_retry(struct dp_request *req)
+{
+    if (req->retry_at_ms == 0)
+        return;
+    if (req->rprev != NULL)
+        req->rprev->rnext = req->rnext;
+    else
+        req->loop->retrying = req->rnext;
+    if (req->rnext != NULL)
+        req->rnext->rprev = req->rprev;
+    req->retry_at_ms = 0;
+    req->rprev = req->rnext = NULL;
+    dp_request_unref(req);
+}
+
+/* A failed attempt: retry when allowed, else answer with the last cause. */
+static void fwd_failed(struct dp_request *req, int status, const char *code)
+{
+    if (fwd_can_retry(req)) {
+        dp_metrics_retry(&req->loop->sh->metrics);
+        fwd_schedule_retry(req);
+        return;
+    }
+    if (req->attempts > 1 || status == 502) {
+        char msg[DP_CAUSE_MAX + 64];
+        snprintf(msg, sizeof(msg), "upstream failed after %u attempt%s: %s", req->attempts,
+                 req->attempts == 1 ? "" : "s", req->last_cause);
+        fwd_reply(req, status, code, msg);
+    } else {
+        fwd_reply(req, status, code, req->last_cause);
+    }
+}
+
+/* Picks a worker and starts an attempt on it; on failure answers req. */
+static void fwd_try(struct dp_request *req)
+{
+    struct dp_loop *loop = req->loop;
+    struct dp_workers *v = &loop->workers;
+    dp_workers_refresh(v);
+    struct pol_candidate *cands = malloc(sizeof(*cands) * (v->n ? v->n : 1));
+    uint32_t *slots = malloc(sizeof(*slots) * (v->n ? v->n : 1) * 2);
+    uint64_t *loads = malloc(sizeof(*loads) * (v->n ? v->n : 1));
+    if (cands == NULL || slots == NULL || loads == NULL) {
+        fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
+        goto out_free;
+    }
+    uint32_t *gens = slots + (v->n ? v->n : 1);
+    size_t n = 0;
+    /* Untried workers first; a worker already tried only when none is left. */
+    for (int pass = 0; pass < 2 && n == 0; pass++)
+        for (size_t i = 0; i < v->n; i++) {
+            const struct shm_worker_info *w = &v->w[i];
+            if (!dp_workers_is_eligible(w) || strcmp(w->model, req->model) != 0)
+                continue;
+            if (pass == 0 && fwd_was_tried(req, w->slot))
+                continue;
+            cands[n].worker = w;
+            slots[n] = w->slot;
+            gens[n] = w->generation;
+            n++;
+        }
+    if (n == 0) {
+        if (req->attempts == 0) {
+            req->retry_after_s = 1;
+            char msg[CFG_MODEL_MAX + 64];
+            snprintf(msg, sizeof(msg), "no healthy worker serves model '%s'", req->model);
+            fwd_reply(req, 503, "no_healthy_worker", msg);
+        } else {
+            char msg[DP_CAUSE_MAX + 64];
+            snprintf(msg, sizeof(msg), "upstream failed after %u attempt%s: %s", req->attempts,
+                     req->attempts == 1 ? "" : "s", req->last_cause);
+            fwd_reply(req, 502, "upstream_error", msg);
+        }
+        goto out_free;
+    }
+    shm_load_read_many(loop->sh->seg, slots, gens, n, loads);
+    for (size_t i = 0; i < n; i++)
+        cands[i].load = loads[i];
+    struct pol_request pr = {
+        .path = dp_route_label(req->route),
+        .model = req->model,
+        .text = req->routing_text,
+        .text_len = req->routing_text_len,
+        .header = fwd_header_lookup,
+        .header_ctx = req,
+    };
+    int pick = pol_pick(&loop->policy, &pr, cands, n);
+    if (pick < 0) {
+        fwd_reply(req, 503, "no_worker_selected", "the routing policy selected no worker");
+        goto out_free;
+    }
+    const struct shm_worker_info *w = cands[pick].worker;
+    struct dp_attempt *a = calloc(1, sizeof(*a));
+    if (a == NULL) {
+        fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
+        goto out_free;
+    }
+    a->loop = loop;
+    a->req = req;
+    a->slot = w->slot;
+    a->generation = w->generation;
+    snprintf(a->worker_id, sizeof(a->worker_id), "%s", w->id);
+    a->state = DP_ATT_WAITING;
+    a->started_ms = proc_monotonic_ms();
+    a->deadline_ms = a->started_ms + loop->sh->cfg->dataplane.first_byte_timeout_ms;
+    int rc = dp_guard_acquire(&loop->sh->guards, &a->guard, w->slot, w->generation);
+    if (rc != 0) {
+        free(a);
+        /* The worker left the registry under us: look again (a new snapshot). */
+        snprintf(req->last_cause, sizeof(req->last_cause), "worker %s: %s", w->id, strerror(-rc));
+        fwd_reply(req, 503, "no_healthy_worker", req->last_cause);
+        goto out_free;
+    }
+    char url[CFG_URL_MAX + 64];
+    snprintf(url, sizeof(url), "%s%s", w->url, dp_route_label(req->route));
+    dp_request_ref(req);
+    attempt_link(a);
+    req->attempts++;
+    if (req->n_tried < DP_MAX_TRIED)
+        req->tried[req->n_tried++] = w->slot;
+    req->active = a;
+    rc = dp_up_start(a, url);
+    if (rc != 0) {
+        snprintf(req->last_cause, sizeof(req->last_cause), "worker %s: cannot start transfer: %s",
+                 a->worker_id, strerror(-rc));
+        attempt_end(a);
+        fwd_reply(req, 500, "internal_error", req->last_cause);
+    }
+out_free:
+    free(cands);
+    free(slots);
+    free(loads);
+}
+
+/* ---- the request's start --------------------------------------------------- */
+
+void dp_fwd_begin(struct dp_request *req)
+{
+    struct dp_loop *loop = req->loop;
+    req->phase = DP_REQ_FORWARDING;
+    if (req->body_too_large) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "request body exceeds the limit of %llu bytes",
+                 (unsigned long long)loop->sh->cfg->dataplane.max_body);
+        fwd_reply(req, 413, "request_too_large", msg);
+        return;
+    }
+    enum dp_parse_result pr = dp_request_parse(req);
+    dp_workers_refresh(&loop->workers);
+    switch (pr) {
+    case DP_PARSE_OK:
+        break;
+    case DP_PARSE_NO_MODEL:
+        if (dp_workers_single_model(&loop->workers, req->model, sizeof(req->model)))
+            break;
+        fwd_reply(req, 400, "model_required", "the request has no 'model'");
+        return;
+    case DP_PARSE_BAD_FIELD:
+        fwd_reply(req, 400, "invalid_field",
+                  "'model' must be a non-empty string and 'stream' a boolean");
+        return;
+    default:
+        fwd_reply(req, 400, "invalid_json", "the request body is not a JSON object");
+        return;
+    }
+    if (!dp_workers_has_model(&loop->workers, req->model)) {
+        char msg[CFG_MODEL_MAX + 64];
+        snprintf(msg, sizeof(msg), "the model '%s' does not exist", req->model);
+        fwd_reply(req, 404, "model_not_found", msg);
+        return;
+    }
+    if (dp_request_prepare_upstream(req) != 0) {
+        fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
+        return;
+    }
+    fwd_try(req);
+}
+
+/* ---- curl callbacks ---------------------------------------------------------- */
+
+static bool fwd_status_is_retryable(const struct dp_loop *loop, long status)
+{
+    const struct cfg_retry *rc = &loop->sh->cfg->dataplane.retry;
+    for (size_t i = 0; i < rc->n_on_status; i++)
+        if (rc->on_status[i] == status)
+            return true;
+    return false;
+}
+
+static void fwd_keep_header(struct dp_request *req, const char *line, size_t len)
+{
+    while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == '\n'))
+        len--;
+    const char *colon = memchr(line, ':', len);
+    if (colon == NULL || colon == line)
+        return;
+    size_t name_len = (size_t)(colon - line);
+    if (dp_header_is_hop_by_hop(line, name_len))
+        return;
+    if (name_len == 12 && strncasecmp(line, "content-type", 12) == 0) {
+        const char *v = colon + 1;
+        size_t vl = len - name_len - 1;
+        while (vl > 0 && *v == ' ') {
+            v++;
+            vl--;
+        }
+        req->sse = vl >= 17 && strncasecmp(v, "text/event-stream", 17) == 0;
+    }
+    if (req->resp_hdrs_len + len + 2 > sizeof(req->resp_hdrs))
+        return; /* bounded: drop what does not fit */
+    memcpy(req->resp_hdrs + req->resp_hdrs_len, line, len);
+    req->resp_hdrs_len += len;
+    req->resp_hdrs[req->resp_hdrs_len++] = '\n';
+    req->resp_hdrs[req->resp_hdrs_len] = '\0';
+}
+
+size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
+{
+    struct dp_request *req = a->req;
+    if (a->state != DP_ATT_WAITING)
+        return len;
+    if (len >= 5 && strncmp(line, "HTTP/", 5) == 0) {
+        /* A new response (after a 100 Continue, say): forget earlier headers. */
+        req->resp_hdrs_len = 0;
+        req->resp_hdrs[0] = '\0';
+        req->sse = false;
+        return len;
+    }
+    if (!(len <= 2 && (line[0] == '\r' || line[0] == '\n'))) {
+        fwd_keep_header(req, line, len);
+        return len;
+    }
+    long status = 0;
+    curl_easy_getinfo(a->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (status < 200)
+        return len;
+    a->status = status;
+    struct dp_loop *loop = a->loop;
+    uint64_t now = proc_monotonic_ms();
+    a->deadline_ms = now + loop->sh->cfg->dataplane.idle_timeout_ms;
+    if (req->client_gone || req->conn == NULL || req->active != a) {
+        a->state = DP_ATT_DRAINING;
+        return len;
+    }
+    if (fwd_status_is_retryable(loop, status)) {
+        a->state = DP_ATT_DRAINING;
+        req->active = NULL;
+        req->last_status = (int)status;
+        snprintf(req->last_cause, sizeof(req->last_cause), "worker %s answered HTTP %ld",
+                 a->worker_id, status);
+        dp_metrics_upstream_error(&loop->sh->metrics, a->slot, DP_UPERR_STATUS);
+        log_info("request %s: %s (attempt %u)", req->request_id, req->last_cause, req->attempts);
+        fwd_failed(req, 502, "upstream_error");
+        return len;
+    }
+    req->out = malloc(DP_OUT_CAP);
+    if (req->out == NULL) {
+        req->active = NULL;
+        a->state = DP_ATT_DRAINING;
+        fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
+        return 0; /* aborts the transfer; its end releases the guard */
+    }
+    a->state = DP_ATT_RELAYING;
+    req->relay_status = status;
+    req->relay_ready = true;
+    dp_listener_wake(req);
+    return len;
+}
+
+size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
+{
+    struct dp_request *req = a->req;
+    a->deadline_ms = proc_monotonic_ms() + a->loop->sh->cfg->dataplane.idle_timeout_ms;
+    if (a->state != DP_ATT_RELAYING || req->client_gone || req->out == NULL)
+        return len;
+    if (req->out_tail - req->out_head + len > DP_OUT_CAP) {
+        a->paused = true;
+        return CURL_WRITEFUNC_PAUSE;
+    }
+    if (req->out_tail + len > DP_OUT_CAP) {
+        memmove(req->out, req->out + req->out_head, req->out_tail - req->out_head);
+        req->out_tail -= req->out_head;
+        req->out_head = 0;
+    }
+    memcpy(req->out + req->out_tail, data, len);
+    req->out_tail += len;
+    if (req->first_byte_ms == 0 && len > 0) {
+        req->first_byte_ms = proc_monotonic_ms();
+        dp_metrics_ttfb(&a->loop->sh->metrics, (req->first_byte_ms - req->start_ms) * 1000);
+    }
+    dp_listener_wake(req);
+    return len;
+}
+
+/* Ends a relayed stream abnormally: an SSE error event when it is a stream. */
+static void fwd_cut_stream(struct dp_request *req, int status, const char *code, const char *msg)
+{
+    req->up_done = true;
+    req->up_failed = true;
+    if (req->sse && req->out != NULL) {
+        char ev[512];
+        size_t n = dp_error_sse_event(ev, sizeof(ev), status, code, msg);
+        if (n > 0 && req->out_tail - req->out_head + n <= DP_OUT_CAP) {
+            if (req->out_tail + n > DP_OUT_CAP) {
+                memmove(req->out, req->out + req->out_head, req->out_tail - req->out_head);
+                req->out_tail -= req->out_head;
+                req->out_head = 0;
+            }
+            memcpy(req->out + req->out_tail, ev, n);
+            req->out_tail += n;
+        }
+    }
+    dp_listener_wake(req);
+}
+
+void dp_fwd_on_done(struct dp_attempt *a, CURLcode result)
+{
+    struct dp_request *req = a->req;
+    struct dp_metrics *m = &a->loop->sh->metrics;
+    enum dp_attempt_state state = a->state;
+    /* The transfer is over: release now, whatever the request does next. */
+    dp_up_detach(a);
+    dp_guard_release(&a->loop->sh->guards, &a->guard);
+    if (state == DP_ATT_RELAYING) {
+        if (result != CURLE_OK) {
+            dp_metrics_upstream_error(m, a->slot, DP_UPERR_TRANSFER);
+            char msg[DP_CAUSE_MAX];
+            snprintf(msg, sizeof(msg), "worker %s: %s", a->worker_id, curl_easy_strerror(result));
+            log_info("request %s: stream cut: %s", req->request_id, msg);
+            fwd_cut_stream(req, 502, "upstream_error", msg);
+        } else {
+            req->up_done = true;
+            dp_listener_wake(req);
+        }
+    } else if (state == DP_ATT_WAITING && req->active == a) {
+        bool connect = result == CURLE_COULDNT_CONNECT || result == CURLE_COULDNT_RESOLVE_HOST ||
+                       (result == CURLE_OPERATION_TIMEDOUT);
+        dp_metrics_upstream_error(m, a->slot, connect ? DP_UPERR_CONNECT : DP_UPERR_TRANSFER);
+        snprintf(req->last_cause, sizeof(req->last_cause), "worker %s: %s", a->worker_id,
+                 curl_easy_strerror(result != CURLE_OK ? result : CURLE_GOT_NOTHING));
+        log_info("request %s: %s (attempt %u)", req->request_id, req->last_cause, req->attempts);
+        req->active = NULL;
+        dp_request_ref(req);
+        attempt_end(a);
+        fwd_failed(req, 502, "upstream_error");
+        dp_request_unref(req);
+        return;
+    }
+    attempt_end(a);
+}
+
+/* ---- the client side --------------------------------------------------------- */
+
+ssize_t dp_fwd_read(struct dp_request *req, char *buf, size_t max)
+{
+    if (req->client_gone)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    size_t have = req->out_tail - req->out_head;
+    if (have > 0) {
+        size_t n = have < max ? have : max;
+        memcpy(buf, req->out + req->out_head, n);
+        req->out_head += n;
+        if (req->out_head == req->out_tail)
+            req->out_head = req->out_tail = 0;
+        struct dp_attempt *a = req->active;
+        if (a != NULL && a->paused &&
+            DP_OUT_CAP - (req->out_tail - req->out_head) >= DP_UNPAUSE_ROOM)
+            dp_up_unpause(a);
+        return (ssize_t)n;
+    }
+    if (req->up_done)
+        return req->up_failed ? MHD_CONTENT_READER_END_WITH_ERROR
+                              : MHD_CONTENT_READER_END_OF_STREAM;
+    MHD_suspend_connection(req->conn);
+    req->suspended = true;
+    return 0;
+}
+
+void dp_fwd_cancel(struct dp_request *req, bool count_disconnect)
+{
+    if (req->client_gone)
+        return;
+    req->client_gone = true;
+    if (count_disconnect)
+        dp_metrics_disconnect(&req->loop->sh->metrics,
+                              req->relay_ready ? DP_PHASE_STREAM : DP_PHASE_HEADERS);
+    fwd_unschedule_retry(req);
+    dp_request_ref(req);
+    while (req->attempt_list != NULL)
+        attempt_end(req->attempt_list);
+    dp_listener_wake(req);
+    dp_request_unref(req);
+}
+
+void dp_fwd_abort_all(struct dp_loop *loop)
+{
+    for (struct dp_request *r = loop->requests; r != NULL; r = r->lnext)
+        dp_fwd_cancel(r, false);
+    while (loop->attempts != NULL)
+        attempt_end(loop->attempts);
+}
+
+/* ---- timers -------------------------------------------------------------------- */
+
+static void fwd_timeout(struct dp_attempt *a)
+{
+    struct dp_request *req = a->req;
+    struct dp_loop *loop = a->loop;
+    enum dp_attempt_state state = a->state;
+    bool active = req->active == a;
+    char worker_id[CFG_ID_MAX];
+    snprintf(worker_id, sizeof(worker_id), "%s", a->worker_id);
+    dp_metrics_upstream_error(&loop->sh->metrics, a->slot, DP_UPERR_TIMEOUT);
+    dp_request_ref(req);
+    attempt_end(a);
+    if (active && state == DP_ATT_WAITING) {
+        snprintf(req->last_cause, sizeof(req->last_cause),
+                 "worker %s sent no response headers within %llu ms", worker_id,
+                 (unsigned long long)loop->sh->cfg->dataplane.first_byte_timeout_ms);
+        log_info("request %s: %s", req->request_id, req->last_cause);
+        fwd_reply(req, 504, "upstream_timeout", req->last_cause);
+    } else if (state == DP_ATT_RELAYING) {
+        char msg[DP_CAUSE_MAX];
+        snprintf(msg, sizeof(msg), "worker %s was silent for %llu ms", worker_id,
+                 (unsigned long long)loop->sh->cfg->dataplane.idle_timeout_ms);
+        log_info("request %s: stream cut: %s", req->request_id, msg);
+        fwd_cut_stream(req, 504, "upstream_timeout", msg);
+    }
+    dp_request_unref(req);
+}
+
+void dp_fwd_tick(struct dp_loop *loop, uint64_t now_ms)
+{
+    struct dp_attempt *a = loop->attempts;
+    while (a != NULL) {
+        struct dp_attempt *next = a->next;
+        if (a->deadline_ms != 0 && now_ms >= a->deadline_ms)
+            fwd_timeout(a);
+        a = next;
+    }
+    /* fwd_timeout ends only `a`, so the saved next stays valid. */
+    struct dp_request *r = loop->retrying;
+    while (r != NULL) {
+        struct dp_request *next = r->rnext;
+        if (now_ms >= r->retry_at_ms) {
+            dp_request_ref(r);
+            fwd_unschedule_retry(r);
+            if (r->conn != NULL && !r->client_gone)
+                fwd_try(r);
+            dp_request_unref(r);
+        }
+        r = next;
+    }
+}

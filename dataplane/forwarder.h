@@ -1,0 +1,51 @@
+/*
+ * The forwarding state machine of one request: validate and route it, run
+ * attempts on workers under a load guard each, retry on connect failures
+ * and on retry.on_status (while nothing reached the client, on another
+ * worker, with doubling backoff), relay the chosen attempt's response
+ * through a bounded buffer with backpressure (CURL_WRITEFUNC_PAUSE), and
+ * enforce first-byte and idle timeouts.
+ *
+ * Accounting: every attempt owns one guard, released exactly once when its
+ * transfer really ends: EOF, upstream error, timeout, client disconnect or
+ * shutdown. A retried attempt keeps reading (and discarding) its error body
+ * in the background and releases at its EOF, while the next attempt runs.
+ *
+ * Threading: the loop's thread only. dp_fwd_on_header/on_body run inside
+ * curl callbacks and so never detach a transfer; everything else runs from
+ * the loop (epoll events, ticks, MHD callbacks) and may.
+ */
+#ifndef SY_DATAPLANE_FORWARDER_H
+#define SY_DATAPLANE_FORWARDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "dataplane/loop.h"
+
+/* The upload is complete: answer locally or start forwarding. After it,
+ * either req->reply_status is set (queue that) or the request is forwarding
+ * (suspend the connection). */
+void dp_fwd_begin(struct dp_request *req);
+
+/* The client went away (or the loop is stopping): abort every attempt of
+ * req, releasing their guards. count_phase = false for shutdown aborts. */
+void dp_fwd_cancel(struct dp_request *req, bool count_disconnect);
+
+/* Periodic: retries whose backoff ended, first-byte and idle timeouts. */
+void dp_fwd_tick(struct dp_loop *loop, uint64_t now_ms);
+
+/* Aborts every attempt of the loop (shutdown). */
+void dp_fwd_abort_all(struct dp_loop *loop);
+
+/* The MHD content reader's body: copies relayed bytes into buf. Returns
+ * bytes, 0 after suspending the connection, or an MHD_CONTENT_READER_END_*. */
+ssize_t dp_fwd_read(struct dp_request *req, char *buf, size_t max);
+
+/* curl callbacks and completion (upstream.c). */
+size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len);
+size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len);
+void dp_fwd_on_done(struct dp_attempt *a, CURLcode result);
+
+#endif

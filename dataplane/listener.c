@@ -1,0 +1,329 @@
+/*
+ * MHD glue of one loop (see listener.h).
+ *
+ * The access handler is called once when a request's headers arrive (we
+ * only create our request then: answering in that first call would make
+ * MHD close a keep-alive connection), once per upload chunk, and once more
+ * when the upload is complete, which is where we answer locally or hand the
+ * request to the forwarder and suspend the connection. Each resume while
+ * forwarding calls the handler again: it queues our reply or the worker's
+ * response, or suspends again.
+ *
+ * A suspended connection is invisible to MHD, so the client fd is watched
+ * with EPOLLRDHUP from the first suspension until MHD completes the
+ * request, and unwatched before MHD can close it. MHD's completion
+ * callback treats every termination other than COMPLETED_OK as a cancel.
+ */
+#include "dataplane/listener.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/proc.h"
+#include "dataplane/errors.h"
+#include "dataplane/forwarder.h"
+#include "dataplane/request.h"
+#include "dataplane/routes.h"
+
+#define DP_MAX_CONNECTIONS 16384u
+#define DP_CONN_TIMEOUT_S  300u
+#define DP_RELAY_BLOCK     (16u * 1024u)
+
+static void lst_watch(struct dp_request *req)
+{
+    if (req->watching || req->conn == NULL)
+        return;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci == NULL)
+        return;
+    struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = req};
+    if (epoll_ctl(req->loop->epfd, EPOLL_CTL_ADD, ci->connect_fd, &ev) != 0) {
+        log_warn("watching client fd %d: %s", (int)ci->connect_fd, strerror(errno));
+        return;
+    }
+    req->client_fd = ci->connect_fd;
+    req->watching = true;
+}
+
+static void lst_unwatch(struct dp_request *req)
+{
+    if (!req->watching)
+        return;
+    epoll_ctl(req->loop->epfd, EPOLL_CTL_DEL, req->client_fd, NULL);
+    req->watching = false;
+    req->client_fd = -1;
+}
+
+void dp_listener_wake(struct dp_request *req)
+{
+    if (!req->suspended || req->conn == NULL)
+        return;
+    req->suspended = false;
+    req->loop->mhd_due = true;
+    MHD_resume_connection(req->conn);
+}
+
+void dp_listener_client_event(struct dp_request *req, uint32_t events)
+{
+    (void)events;
+    if (!req->watching || req->conn == NULL)
+        return;
+    lst_unwatch(req);
+    dp_fwd_cancel(req, true);
+}
+
+static void lst_common_headers(const struct dp_request *req, struct MHD_Response *resp)
+{
+    if (req->request_id[0] != '\0')
+        MHD_add_response_header(resp, "X-Request-Id", req->request_id);
+}
+
+static enum MHD_Result lst_queue_buffer(struct dp_request *req, int status, const char *body,
+                                        size_t len, const char *content_type)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (resp == NULL)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    lst_common_headers(req, resp);
+    if (req->retry_after_s != 0) {
+        char v[16];
+        snprintf(v, sizeof(v), "%u", req->retry_after_s);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
+    if (status == 405)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
+                                req->route == DP_ROUTE_CHAT || req->route == DP_ROUTE_COMPLETIONS ||
+                                        req->route == DP_ROUTE_EMBEDDINGS
+                                    ? "POST"
+                                    : "GET, HEAD");
+    enum MHD_Result ret = MHD_queue_response(req->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    req->phase = DP_REQ_REPLIED;
+    req->final_status = status;
+    return ret;
+}
+
+static enum MHD_Result lst_queue_error(struct dp_request *req, int status, const char *code,
+                                       const char *msg)
+{
+    char *body = dp_error_body(status, code, msg);
+    static const char fallback[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
+                                   "\"api_error\",\"code\":\"out_of_memory\"}}";
+    enum MHD_Result ret =
+        body != NULL
+            ? lst_queue_buffer(req, status, body, strlen(body), "application/json")
+            : lst_queue_buffer(req, 500, fallback, sizeof(fallback) - 1, "application/json");
+    free(body);
+    return ret;
+}
+
+static ssize_t lst_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    return dp_fwd_read(cls, buf, max);
+}
+
+static void lst_add_relayed_headers(struct dp_request *req, struct MHD_Response *resp)
+{
+    char *line = req->resp_hdrs;
+    while (*line != '\0') {
+        char *eol = strchr(line, '\n');
+        if (eol == NULL)
+            break;
+        *eol = '\0';
+        char *colon = strchr(line, ':');
+        if (colon != NULL) {
+            *colon = '\0';
+            char *v = colon + 1;
+            while (*v == ' ' || *v == '\t')
+                v++;
+            MHD_add_response_header(resp, line, v);
+            *colon = ':';
+        }
+        *eol = '\n';
+        line = eol + 1;
+    }
+}
+
+static enum MHD_Result lst_queue_relay(struct dp_request *req)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, DP_RELAY_BLOCK, lst_reader, req, NULL);
+    if (resp == NULL) {
+        dp_fwd_cancel(req, false);
+        return MHD_NO;
+    }
+    lst_add_relayed_headers(req, resp);
+    lst_common_headers(req, resp);
+    if (req->loop->sh->cfg->dataplane.debug_headers && req->active != NULL)
+        MHD_add_response_header(resp, "x-switchyard-worker", req->active->worker_id);
+    enum MHD_Result ret = MHD_queue_response(req->conn, (unsigned)req->relay_status, resp);
+    MHD_destroy_response(resp);
+    req->phase = DP_REQ_REPLIED;
+    req->final_status = (int)req->relay_status;
+    return ret;
+}
+
+static enum MHD_Result lst_answer_local(struct dp_request *req)
+{
+    struct dp_local_reply r;
+    dp_routes_answer(req->loop, req, &r);
+    enum MHD_Result ret;
+    if (r.body == NULL)
+        ret = lst_queue_error(req, 500, "internal_error", "the router could not answer");
+    else
+        ret = lst_queue_buffer(req, r.status, r.body, r.len, r.content_type);
+    free(r.body);
+    return ret;
+}
+
+static enum MHD_Result lst_begin(struct dp_request *req)
+{
+    if (req->route == DP_ROUTE_OTHER)
+        return lst_queue_error(req, 404, "not_found", "no such route");
+    if (!req->method_ok)
+        return lst_queue_error(req, 405, "method_not_allowed", "method not allowed on this route");
+    if (req->route == DP_ROUTE_HEALTH || req->route == DP_ROUTE_MODELS ||
+        req->route == DP_ROUTE_METRICS)
+        return lst_answer_local(req);
+    if (req->loop->draining)
+        return lst_queue_error(req, 503, "shutting_down", "the router is shutting down");
+    dp_fwd_begin(req);
+    return MHD_YES;
+}
+
+static enum MHD_Result lst_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                                   const char *method, const char *version, const char *upload_data,
+                                   size_t *upload_data_size, void **con_cls)
+{
+    (void)version;
+    struct dp_loop *loop = cls;
+    struct dp_request *req = *con_cls;
+    if (req == NULL) {
+        req = dp_request_create(loop, conn, url, method);
+        if (req == NULL)
+            return MHD_NO; /* out of memory: MHD closes this connection only */
+        *con_cls = req;
+        return MHD_YES;
+    }
+    if (*upload_data_size != 0) {
+        if (req->phase == DP_REQ_RECEIVING &&
+            dp_request_append_body(req, upload_data, *upload_data_size) != 0) {
+            *upload_data_size = 0;
+            return MHD_NO;
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (req->client_gone)
+        return MHD_NO;
+    if (req->phase == DP_REQ_REPLIED)
+        return MHD_YES;
+    if (req->phase == DP_REQ_RECEIVING) {
+        enum MHD_Result ret = lst_begin(req);
+        if (req->phase == DP_REQ_REPLIED || ret == MHD_NO)
+            return ret;
+    }
+    if (req->reply_status != 0) {
+        lst_unwatch(req);
+        const char *body = req->reply_body;
+        static const char fallback[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
+                                       "\"api_error\",\"code\":\"out_of_memory\"}}";
+        if (body == NULL)
+            body = fallback;
+        return lst_queue_buffer(req, req->reply_status, body, strlen(body), "application/json");
+    }
+    if (req->relay_ready)
+        return lst_queue_relay(req);
+    /* Still waiting on a worker (or a backoff): park until something happens. */
+    lst_watch(req);
+    MHD_suspend_connection(conn);
+    req->suspended = true;
+    return MHD_YES;
+}
+
+static void lst_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                          enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    struct dp_loop *loop = cls;
+    struct dp_request *req = *con_cls;
+    if (req == NULL)
+        return;
+    *con_cls = NULL;
+    lst_unwatch(req);
+    req->suspended = false;
+    bool ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
+    if (!ok) {
+        bool working = req->phase == DP_REQ_FORWARDING ||
+                       (req->relay_ready && !(req->up_done && req->out_head == req->out_tail));
+        dp_fwd_cancel(req, working && toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN);
+    }
+    req->conn = NULL;
+    /* 499 (nginx's "client closed request") when the client left before any answer. */
+    int status = req->final_status != 0 ? req->final_status : 499;
+    dp_metrics_request(&loop->sh->metrics, req->route, status,
+                       (proc_monotonic_ms() - req->start_ms) * 1000);
+    if (req->lprev != NULL)
+        req->lprev->lnext = req->lnext;
+    else
+        loop->requests = req->lnext;
+    if (req->lnext != NULL)
+        req->lnext->lprev = req->lprev;
+    req->lprev = req->lnext = NULL;
+    dp_request_unref(req);
+}
+
+int dp_listener_start(struct dp_loop *loop)
+{
+    const struct dp_shared *sh = loop->sh;
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (sh->listen_addr.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    loop->mhd = MHD_start_daemon(
+        flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_SOCK_ADDR, &sh->listen_addr,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_NOTIFY_COMPLETED,
+        lst_completed, loop, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)DP_MAX_CONNECTIONS,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S, MHD_OPTION_END);
+    if (loop->mhd == NULL)
+        return -EADDRINUSE;
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(loop->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    if (di == NULL) {
+        MHD_stop_daemon(loop->mhd);
+        loop->mhd = NULL;
+        return -EINVAL;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = DP_TAG_MHD};
+    if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, di->epoll_fd, &ev) != 0) {
+        int rc = -errno;
+        MHD_stop_daemon(loop->mhd);
+        loop->mhd = NULL;
+        return rc;
+    }
+    return 0;
+}
+
+void dp_listener_quiesce(struct dp_loop *loop)
+{
+    if (loop->mhd == NULL)
+        return;
+    MHD_socket s = MHD_quiesce_daemon(loop->mhd);
+    if (s != MHD_INVALID_SOCKET)
+        close(s);
+}
+
+void dp_listener_stop(struct dp_loop *loop)
+{
+    if (loop->mhd == NULL)
+        return;
+    MHD_stop_daemon(loop->mhd);
+    loop->mhd = NULL;
+}

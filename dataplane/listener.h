@@ -1,0 +1,30 @@
+/*
+ * The HTTP side of one loop: its MHD daemon (external epoll mode, suspend/
+ * resume, SO_REUSEPORT on the shared port), the access handler that
+ * collects a request and hands it to routes or the forwarder, the content
+ * reader that relays a worker's body, MHD's completion callback, and the
+ * client-fd watch that notices a disconnect while the connection is
+ * suspended (MHD does not; see NOTES.md): EPOLLRDHUP only, removed before
+ * MHD can close the fd.
+ *
+ * Threading: the loop's thread only.
+ */
+#ifndef SY_DATAPLANE_LISTENER_H
+#define SY_DATAPLANE_LISTENER_H
+
+#include <stdint.h>
+
+#include "dataplane/loop.h"
+
+int dp_listener_start(struct dp_loop *loop);
+/* Stops accepting new connections (drain); in-flight ones continue. */
+void dp_listener_quiesce(struct dp_loop *loop);
+void dp_listener_stop(struct dp_loop *loop);
+
+/* Lets MHD process req again (resume) if it is suspended. */
+void dp_listener_wake(struct dp_request *req);
+
+/* epoll reported EPOLLRDHUP/HUP/ERR on req's client fd. */
+void dp_listener_client_event(struct dp_request *req, uint32_t events);
+
+#endif

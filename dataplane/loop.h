@@ -1,0 +1,94 @@
+/*
+ * Event loops of the dataplane. dataplane.threads loops (0 = one per core)
+ * run shared-nothing: each has its own MHD daemon in external epoll mode on
+ * the shared listen port (SO_REUSEPORT spreads connections), its own CURLM
+ * driven by curl_multi_socket_action, its own registry copy and policy
+ * instance, and waits in exactly one epoll_wait. A request never leaves the
+ * loop that accepted it, so nothing per request is locked.
+ *
+ * Cross-thread messages are few: the main thread asks a loop to drain or to
+ * stop by setting loop->cmd and writing its eventfd. Everything else in a
+ * struct dp_loop belongs to its thread.
+ *
+ * epoll tags: small integers name the loop's own fds, DP_TAG_CURL | fd a
+ * curl socket (no pointer, so a socket curl dropped mid-batch is harmless),
+ * anything else is a struct dp_request * whose client fd is watched.
+ * Requests are freed only at the end of a pass (the graveyard), so a stale
+ * pointer in the current batch is still readable.
+ */
+#ifndef SY_DATAPLANE_LOOP_H
+#define SY_DATAPLANE_LOOP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "dataplane/guard.h"
+#include "dataplane/metrics.h"
+#include "dataplane/policy.h"
+#include "dataplane/types.h"
+#include "dataplane/workers.h"
+
+#define DP_TAG_MHD   1u
+#define DP_TAG_EVFD  2u
+#define DP_TAG_TICK  3u
+#define DP_TAG_CURL  (0xC5ull << 56)
+#define DP_TICK_MS   20u
+#define DP_EASY_POOL 256u
+
+enum dp_cmd {
+    DP_CMD_NONE = 0,
+    DP_CMD_DRAIN, /* stop accepting, let in-flight finish until the drain deadline */
+    DP_CMD_STOP,  /* abort everything now */
+};
+
+/* Process-wide state shared by every loop; lives in dp_run's frame. */
+struct dp_shared {
+    const struct cfg *cfg; /* borrowed, read-only */
+    struct shm_segment *seg;
+    uint32_t lease;
+    struct dp_guards guards;
+    struct dp_metrics metrics;
+    struct sockaddr_storage listen_addr;
+    socklen_t listen_addr_len;
+    _Atomic unsigned loops_running; /* decremented by each loop thread as it ends */
+};
+
+/* One event loop. Created by the main thread, then touched only by its own thread. */
+struct dp_loop {
+    struct dp_shared *sh; /* borrowed */
+    unsigned index;
+    pthread_t thread;
+    bool started;
+    int epfd, evfd, tickfd;
+    struct MHD_Daemon *mhd;
+    CURLM *multi;
+    int64_t curl_deadline_ms; /* -1 = no curl timer */
+    struct dp_workers workers;
+    struct pol_policy policy;
+    struct dp_attempt *attempts; /* every live attempt */
+    struct dp_request *retrying; /* requests waiting for their backoff */
+    struct dp_request *requests; /* requests MHD still knows */
+    struct dp_request *graveyard;
+    CURL *pool[DP_EASY_POOL];
+    size_t n_pool;
+    _Atomic int cmd; /* enum dp_cmd, written by the main thread */
+    uint64_t drain_deadline_ms;
+    bool draining;
+    bool mhd_due; /* run MHD at the end of this pass */
+};
+
+/* Sets up the loop's fds, daemon and multi handle (main thread). 0 or -errno. */
+int dp_loop_init(struct dp_loop *loop, struct dp_shared *sh, unsigned index);
+int dp_loop_start(struct dp_loop *loop);
+/* Main thread: asks the loop to drain (deadline in ms from now) or stop. */
+void dp_loop_command(struct dp_loop *loop, enum dp_cmd cmd);
+void dp_loop_join(struct dp_loop *loop);
+void dp_loop_fini(struct dp_loop *loop);
+
+/* Loop thread: puts a request whose last reference went on the graveyard. */
+void dp_loop_bury(struct dp_loop *loop, struct dp_request *req);
+
+#endif

@@ -1,0 +1,60 @@
+/*
+ * The dataplane's Prometheus metrics (each one documented in
+ * docs/metrics.md): request counts by route and status, upstream errors by
+ * worker and kind, retries, client disconnects by phase, load underflows,
+ * per-worker load (what routing sees) and this dataplane's own in-flight,
+ * and two latency histograms. Counters are process-wide relaxed atomics
+ * bumped by every loop; rendering reads them without stopping anyone, so a
+ * scrape is a consistent-enough snapshot, as Prometheus expects.
+ */
+#ifndef SY_DATAPLANE_METRICS_H
+#define SY_DATAPLANE_METRICS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dataplane/guard.h"
+#include "dataplane/types.h"
+#include "shm/registry.h"
+#include "shm/segment.h"
+
+#define DP_HIST_BUCKETS 16
+#define DP_STATUS_MAX   600
+
+struct dp_histogram {
+    _Atomic uint64_t bucket[DP_HIST_BUCKETS + 1]; /* last = +Inf */
+    _Atomic uint64_t sum_us;
+    _Atomic uint64_t count;
+};
+
+/* Process-wide; dp_metrics_init / dp_metrics_fini. */
+struct dp_metrics {
+    uint32_t max_workers;
+    _Atomic uint64_t requests[DP_ROUTE_COUNT][DP_STATUS_MAX];
+    _Atomic uint64_t *upstream_errors; /* max_workers x DP_UPERR_COUNT */
+    _Atomic uint64_t retries;
+    _Atomic uint64_t disconnects[DP_PHASE_COUNT];
+    struct dp_histogram duration;
+    struct dp_histogram ttfb;
+};
+
+int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers);
+void dp_metrics_fini(struct dp_metrics *m);
+
+void dp_metrics_request(struct dp_metrics *m, enum dp_route route, int status, uint64_t dur_us);
+void dp_metrics_ttfb(struct dp_metrics *m, uint64_t us);
+void dp_metrics_upstream_error(struct dp_metrics *m, uint32_t slot, enum dp_up_error kind);
+void dp_metrics_retry(struct dp_metrics *m);
+void dp_metrics_disconnect(struct dp_metrics *m, enum dp_phase phase);
+
+const char *dp_route_label(enum dp_route route);
+
+/*
+ * Renders the exposition text for the n workers of a registry snapshot.
+ * Returns 0 and a malloc'd text in *out (caller frees), or -ENOMEM.
+ */
+int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *workers, size_t n,
+                      const struct dp_guards *guards, char **out, size_t *out_len);
+
+#endif

@@ -1,0 +1,266 @@
+/*
+ * Client requests (see request.h). The body buffer grows by doubling up to
+ * dataplane.max_body and no further; bytes past it are counted as "too
+ * large" and dropped, so a huge upload costs no memory and gets a 413.
+ */
+#include "dataplane/request.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+
+#include "common/proc.h"
+
+static enum dp_route route_of(const char *url, const char *method, bool *method_ok)
+{
+    static const struct {
+        const char *path;
+        enum dp_route route;
+        const char *method;
+    } table[] = {
+        {"/v1/chat/completions", DP_ROUTE_CHAT, "POST"},
+        {"/v1/completions", DP_ROUTE_COMPLETIONS, "POST"},
+        {"/v1/embeddings", DP_ROUTE_EMBEDDINGS, "POST"},
+        {"/v1/models", DP_ROUTE_MODELS, "GET"},
+        {"/health", DP_ROUTE_HEALTH, "GET"},
+        {"/metrics", DP_ROUTE_METRICS, "GET"},
+    };
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+        if (strcmp(url, table[i].path) != 0)
+            continue;
+        *method_ok = strcmp(method, table[i].method) == 0 ||
+                     (strcmp(table[i].method, "GET") == 0 && strcmp(method, "HEAD") == 0);
+        return table[i].route;
+    }
+    *method_ok = true;
+    return DP_ROUTE_OTHER;
+}
+
+struct dp_request *dp_request_create(struct dp_loop *loop, struct MHD_Connection *conn,
+                                     const char *url, const char *method)
+{
+    struct dp_request *req = calloc(1, sizeof(*req));
+    if (req == NULL)
+        return NULL;
+    req->loop = loop;
+    req->conn = conn;
+    req->refs = 1;
+    req->client_fd = -1;
+    req->phase = DP_REQ_RECEIVING;
+    req->start_ms = proc_monotonic_ms();
+    req->route = route_of(url, method, &req->method_ok);
+    req->backoff_ms = loop->sh->cfg->dataplane.retry.backoff_ms;
+    req->lnext = loop->requests;
+    if (loop->requests != NULL)
+        loop->requests->lprev = req;
+    loop->requests = req;
+    return req;
+}
+
+void dp_request_ref(struct dp_request *req)
+{
+    req->refs++;
+}
+
+void dp_request_unref(struct dp_request *req)
+{
+    if (--req->refs > 0)
+        return;
+    free(req->body);
+    free(req->reply_body);
+    free(req->out);
+    curl_slist_free_all(req->up_headers);
+    req->body = NULL;
+    req->reply_body = NULL;
+    req->out = NULL;
+    req->up_headers = NULL;
+    dp_loop_bury(req->loop, req);
+}
+
+int dp_request_append_body(struct dp_request *req, const char *data, size_t len)
+{
+    uint64_t max = req->loop->sh->cfg->dataplane.max_body;
+    if (req->body_too_large || req->body_len + len > max) {
+        req->body_too_large = true;
+        return 0;
+    }
+    if (req->body_len + len + 1 > req->body_cap) {
+        size_t cap = req->body_cap ? req->body_cap : 4096;
+        while (cap < req->body_len + len + 1)
+            cap *= 2;
+        if (cap > max + 1)
+            cap = (size_t)max + 1;
+        char *nb = realloc(req->body, cap);
+        if (nb == NULL)
+            return -ENOMEM;
+        req->body = nb;
+        req->body_cap = cap;
+    }
+    memcpy(req->body + req->body_len, data, len);
+    req->body_len += len;
+    req->body[req->body_len] = '\0';
+    return 0;
+}
+
+static void text_add(struct dp_request *req, const char *s)
+{
+    size_t room = DP_ROUTING_TEXT_MAX - req->routing_text_len;
+    size_t n = strlen(s);
+    if (n > room)
+        n = room;
+    memcpy(req->routing_text + req->routing_text_len, s, n);
+    req->routing_text_len += n;
+}
+
+/* Routing text: the prompt, or the chat messages' text contents in order. */
+static void extract_routing_text(struct dp_request *req, json_t *root)
+{
+    json_t *prompt = json_object_get(root, "prompt");
+    if (json_is_string(prompt)) {
+        text_add(req, json_string_value(prompt));
+        return;
+    }
+    json_t *messages = json_object_get(root, "messages");
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m)
+    {
+        json_t *content = json_object_get(m, "content");
+        if (json_is_string(content))
+            text_add(req, json_string_value(content));
+    }
+}
+
+enum dp_parse_result dp_request_parse(struct dp_request *req)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(req->body != NULL ? req->body : "", req->body_len, 0, &jerr);
+    if (root == NULL)
+        return DP_PARSE_BAD_JSON;
+    enum dp_parse_result res = DP_PARSE_OK;
+    if (!json_is_object(root)) {
+        res = DP_PARSE_BAD_JSON;
+        goto out_decref;
+    }
+    json_t *stream = json_object_get(root, "stream");
+    if (stream != NULL && !json_is_boolean(stream) && !json_is_null(stream)) {
+        res = DP_PARSE_BAD_FIELD;
+        goto out_decref;
+    }
+    req->stream = json_is_true(stream);
+    json_t *model = json_object_get(root, "model");
+    if (model == NULL || json_is_null(model)) {
+        res = DP_PARSE_NO_MODEL;
+    } else if (!json_is_string(model) || json_string_length(model) == 0 ||
+               json_string_length(model) >= sizeof(req->model)) {
+        res = DP_PARSE_BAD_FIELD;
+        goto out_decref;
+    } else {
+        strcpy(req->model, json_string_value(model));
+    }
+    extract_routing_text(req, root);
+out_decref:
+    json_decref(root);
+    return res;
+}
+
+bool dp_header_is_hop_by_hop(const char *name, size_t len)
+{
+    static const char *const names[] = {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "expect",
+        "x-request-id",
+        "date",
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strlen(names[i]) == len && strncasecmp(names[i], name, len) == 0)
+            return true;
+    return false;
+}
+
+struct hdr_ctx {
+    struct curl_slist *list;
+    bool failed;
+};
+
+static enum MHD_Result add_client_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                         const char *value)
+{
+    (void)kind;
+    struct hdr_ctx *c = cls;
+    if (key == NULL || dp_header_is_hop_by_hop(key, strlen(key)))
+        return MHD_YES;
+    char line[8192];
+    int n = snprintf(line, sizeof(line), "%s: %s", key, value != NULL ? value : "");
+    if (n < 0 || (size_t)n >= sizeof(line))
+        return MHD_YES; /* a header this long is not worth forwarding */
+    struct curl_slist *nl = curl_slist_append(c->list, line);
+    if (nl == NULL) {
+        c->failed = true;
+        return MHD_NO;
+    }
+    c->list = nl;
+    return MHD_YES;
+}
+
+static bool request_id_is_valid(const char *id)
+{
+    size_t n = strlen(id);
+    if (n == 0 || n >= DP_REQUEST_ID_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (id[i] < 0x21 || id[i] > 0x7e)
+            return false;
+    return true;
+}
+
+static void new_request_id(char *out)
+{
+    unsigned char r[16];
+    if (getrandom(r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
+        uint64_t t = proc_monotonic_ns();
+        for (size_t i = 0; i < sizeof(r); i++)
+            r[i] = (unsigned char)(t >> (8 * (i % 8))) ^ (unsigned char)(i * 131);
+    }
+    for (size_t i = 0; i < sizeof(r); i++)
+        sprintf(out + 2 * i, "%02x", r[i]);
+}
+
+int dp_request_prepare_upstream(struct dp_request *req)
+{
+    const char *id = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Request-Id");
+    if (id != NULL && request_id_is_valid(id))
+        strcpy(req->request_id, id);
+    else
+        new_request_id(req->request_id);
+    struct hdr_ctx c = {0};
+    MHD_get_connection_values(req->conn, MHD_HEADER_KIND, add_client_header, &c);
+    char line[DP_REQUEST_ID_MAX + 32];
+    snprintf(line, sizeof(line), "X-Request-Id: %s", req->request_id);
+    struct curl_slist *nl = c.failed ? NULL : curl_slist_append(c.list, line);
+    if (nl != NULL) {
+        c.list = nl;
+        nl = curl_slist_append(c.list, "Expect:");
+    }
+    if (nl == NULL) {
+        curl_slist_free_all(c.list);
+        return -ENOMEM;
+    }
+    req->up_headers = nl;
+    return 0;
+}

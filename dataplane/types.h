@@ -1,0 +1,171 @@
+/*
+ * Types shared by the dataplane's modules (HAProxy style: types here,
+ * functions in each module's own header), so the loop, the listener, the
+ * forwarder and the upstream glue can see each other's structs without
+ * including each other's function headers.
+ *
+ * Threading: a struct dp_loop and everything hanging off it (requests,
+ * attempts, curl handles, the MHD daemon) belong to one event-loop thread
+ * and are never touched by another; a request never leaves its thread.
+ * struct dp_shared is process-wide: read-only after start except for its
+ * atomics.
+ */
+#ifndef SY_DATAPLANE_TYPES_H
+#define SY_DATAPLANE_TYPES_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <curl/curl.h>
+#include <microhttpd.h>
+
+#include "common/config.h"
+#include "dataplane/guard.h"
+#include "shm/registry.h"
+#include "shm/segment.h"
+
+#define DP_OUT_CAP          (64u * 1024u) /* per-request relay buffer toward the client */
+#define DP_RESP_HDRS_CAP    4096u         /* upstream response headers kept for the client */
+#define DP_REQUEST_ID_MAX   128u
+#define DP_ROUTING_TEXT_MAX 4096u
+#define DP_MAX_TRIED        16u
+#define DP_CAUSE_MAX        160u
+
+enum dp_route {
+    DP_ROUTE_UNSET = 0,
+    DP_ROUTE_CHAT,
+    DP_ROUTE_COMPLETIONS,
+    DP_ROUTE_EMBEDDINGS,
+    DP_ROUTE_MODELS,
+    DP_ROUTE_HEALTH,
+    DP_ROUTE_METRICS,
+    DP_ROUTE_OTHER,
+    DP_ROUTE_COUNT,
+};
+
+/* Where a client can disconnect; a label of switchyard_client_disconnects_total. */
+enum dp_phase {
+    DP_PHASE_UNSET = 0,
+    DP_PHASE_HEADERS, /* waiting for a worker's response headers (or a retry) */
+    DP_PHASE_STREAM,  /* relaying the body */
+    DP_PHASE_COUNT,
+};
+
+/* Kinds of upstream failure; a label of switchyard_upstream_errors_total. */
+enum dp_up_error {
+    DP_UPERR_UNSET = 0,
+    DP_UPERR_CONNECT,
+    DP_UPERR_STATUS,   /* answered a status in retry.on_status */
+    DP_UPERR_TIMEOUT,  /* first byte or idle timeout */
+    DP_UPERR_TRANSFER, /* reset, truncated body, protocol error */
+    DP_UPERR_COUNT,
+};
+
+enum dp_attempt_state {
+    DP_ATT_UNSET = 0,
+    DP_ATT_WAITING,  /* sent; waiting for response headers */
+    DP_ATT_RELAYING, /* its body goes to the client */
+    DP_ATT_DRAINING, /* failed and retried: its body is read and discarded */
+};
+
+enum dp_req_phase {
+    DP_REQ_UNSET = 0,
+    DP_REQ_RECEIVING,  /* MHD is still handing us the body */
+    DP_REQ_FORWARDING, /* suspended: attempts, backoff, waiting for headers */
+    DP_REQ_REPLIED,    /* a response was queued (ours or relayed) */
+};
+
+struct dp_request;
+struct dp_loop;
+
+/*
+ * One try of a request on one worker. Owned by its loop; holds a reference
+ * on its request (so the body it sends outlives the client connection) and
+ * the guard for its increment. Dies when its transfer ends or is aborted.
+ */
+struct dp_attempt {
+    struct dp_loop *loop;
+    struct dp_request *req; /* reference held */
+    CURL *easy;
+    enum dp_attempt_state state;
+    struct dp_guard guard;
+    uint32_t slot;
+    uint32_t generation;
+    char worker_id[CFG_ID_MAX];
+    long status;
+    bool paused; /* the write callback returned CURL_WRITEFUNC_PAUSE */
+    uint64_t started_ms;
+    uint64_t deadline_ms;           /* first byte, then idle; 0 = none */
+    struct dp_attempt *prev, *next; /* loop->attempts */
+    struct dp_attempt *sibling;     /* req->attempt_list */
+};
+
+/*
+ * One client request. Created by the listener when MHD reports a new
+ * request; references: one for the MHD connection (dropped in MHD's
+ * completion callback) plus one per live attempt. Freed (deferred to the end
+ * of the loop's current pass) when the last reference goes.
+ */
+struct dp_request {
+    struct dp_loop *loop;
+    struct MHD_Connection *conn; /* NULL once MHD completed the request */
+    int refs;
+    enum dp_route route;
+    enum dp_req_phase phase;
+    bool method_ok;
+    bool suspended;
+    bool client_gone;
+    int client_fd; /* watched with EPOLLRDHUP while >= 0 and watching */
+    bool watching;
+    uint64_t start_ms;
+    uint64_t first_byte_ms; /* 0 until the first body byte reached the client buffer */
+
+    /* request body (bounded by dataplane.max_body) */
+    char *body;
+    size_t body_len, body_cap;
+    bool body_too_large;
+
+    /* parsed */
+    char model[CFG_MODEL_MAX];
+    bool stream;
+    char request_id[DP_REQUEST_ID_MAX];
+    char routing_text[DP_ROUTING_TEXT_MAX];
+    size_t routing_text_len;
+    struct curl_slist *up_headers;
+
+    /* a reply of our own, ready to queue when the connection resumes */
+    int reply_status;
+    char *reply_body; /* owned */
+    uint32_t retry_after_s;
+
+    /* relaying */
+    struct dp_attempt *active; /* the attempt whose body the client gets */
+    long relay_status;
+    char resp_hdrs[DP_RESP_HDRS_CAP]; /* "Name: value\n" lines from the worker */
+    size_t resp_hdrs_len;
+    bool relay_ready;   /* headers known, waiting for the handler to queue them */
+    unsigned char *out; /* DP_OUT_CAP bytes, allocated when relaying starts */
+    size_t out_head, out_tail;
+    bool up_done;   /* the worker's body ended (or was cut) */
+    bool up_failed; /* ...abnormally: close the client connection with an error */
+    bool sse;
+
+    /* retries */
+    uint32_t attempts;
+    uint32_t tried[DP_MAX_TRIED];
+    size_t n_tried;
+    uint64_t backoff_ms;
+    uint64_t retry_at_ms; /* 0 = no retry pending */
+    int last_status;      /* of the last failed attempt, 0 when none */
+    char last_cause[DP_CAUSE_MAX];
+    struct dp_request *rprev, *rnext; /* loop->retrying while retry_at_ms != 0 */
+    struct dp_attempt *attempt_list;  /* live attempts of this request */
+    int final_status;                 /* what the client was sent, for metrics */
+    struct dp_request *lprev, *lnext; /* loop->requests while MHD knows it */
+
+    struct dp_request *dead_next; /* loop->graveyard */
+};
+
+#endif

@@ -1,0 +1,195 @@
+/*
+ * curl multi_socket glue (see upstream.h). The socket callback mirrors
+ * curl's wishes into the loop's epoll set, tagging each socket with
+ * DP_TAG_CURL | fd; the timer callback sets loop->curl_deadline_ms, which
+ * the loop turns into its epoll_wait timeout. Easy handles are pooled and
+ * curl_easy_reset between attempts: building one is a measurable part of a
+ * request's cost.
+ */
+#include "dataplane/upstream.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "common/log.h"
+#include "common/proc.h"
+#include "dataplane/forwarder.h"
+
+#define DP_MAXCONNECTS 1024L
+
+static int up_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
+{
+    (void)easy;
+    struct dp_loop *loop = userp;
+    struct epoll_event ev = {.data.u64 = DP_TAG_CURL | (uint64_t)(uint32_t)fd};
+    if (what == CURL_POLL_REMOVE) {
+        epoll_ctl(loop->epfd, EPOLL_CTL_DEL, fd, NULL);
+        curl_multi_assign(loop->multi, fd, NULL);
+        return 0;
+    }
+    ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u);
+    int op = socketp != NULL ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (epoll_ctl(loop->epfd, op, fd, &ev) != 0) {
+        /* ADD on a reused fd curl never told us was removed, or MOD on an unknown one. */
+        op = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+        if (epoll_ctl(loop->epfd, op, fd, &ev) != 0)
+            log_warn("epoll_ctl on upstream socket %d: %s", (int)fd, strerror(errno));
+    }
+    /* Any non-NULL marker: "already in the set". */
+    curl_multi_assign(loop->multi, fd, loop);
+    return 0;
+}
+
+static int up_timer_cb(CURLM *multi, long timeout_ms, void *userp)
+{
+    (void)multi;
+    struct dp_loop *loop = userp;
+    loop->curl_deadline_ms =
+        timeout_ms < 0 ? -1 : (int64_t)(proc_monotonic_ms() + (uint64_t)timeout_ms);
+    return 0;
+}
+
+int dp_up_init(struct dp_loop *loop)
+{
+    loop->curl_deadline_ms = -1;
+    loop->multi = curl_multi_init();
+    if (loop->multi == NULL)
+        return -ENOMEM;
+    curl_multi_setopt(loop->multi, CURLMOPT_SOCKETFUNCTION, up_socket_cb);
+    curl_multi_setopt(loop->multi, CURLMOPT_SOCKETDATA, loop);
+    curl_multi_setopt(loop->multi, CURLMOPT_TIMERFUNCTION, up_timer_cb);
+    curl_multi_setopt(loop->multi, CURLMOPT_TIMERDATA, loop);
+    curl_multi_setopt(loop->multi, CURLMOPT_MAXCONNECTS, DP_MAXCONNECTS);
+    return 0;
+}
+
+void dp_up_fini(struct dp_loop *loop)
+{
+    for (size_t i = 0; i < loop->n_pool; i++)
+        curl_easy_cleanup(loop->pool[i]);
+    loop->n_pool = 0;
+    if (loop->multi != NULL)
+        curl_multi_cleanup(loop->multi);
+    loop->multi = NULL;
+}
+
+static size_t up_header_cb(char *data, size_t size, size_t nmemb, void *userp)
+{
+    return dp_fwd_on_header(userp, data, size * nmemb);
+}
+
+static size_t up_write_cb(char *data, size_t size, size_t nmemb, void *userp)
+{
+    return dp_fwd_on_body(userp, data, size * nmemb);
+}
+
+static CURL *up_easy_get(struct dp_loop *loop)
+{
+    if (loop->n_pool > 0) {
+        CURL *e = loop->pool[--loop->n_pool];
+        curl_easy_reset(e);
+        return e;
+    }
+    return curl_easy_init();
+}
+
+static void up_easy_put(struct dp_loop *loop, CURL *e)
+{
+    if (loop->n_pool < DP_EASY_POOL)
+        loop->pool[loop->n_pool++] = e;
+    else
+        curl_easy_cleanup(e);
+}
+
+int dp_up_start(struct dp_attempt *a, const char *url)
+{
+    struct dp_loop *loop = a->loop;
+    const struct cfg_dataplane *dc = &loop->sh->cfg->dataplane;
+    const struct dp_request *req = a->req;
+    CURL *e = up_easy_get(loop);
+    if (e == NULL)
+        return -ENOMEM;
+    CURLcode rc = CURLE_OK;
+    rc |= curl_easy_setopt(e, CURLOPT_URL, url);
+    rc |= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    rc |= curl_easy_setopt(e, CURLOPT_POST, 1L);
+    rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body != NULL ? req->body : "");
+    rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
+    rc |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, req->up_headers);
+    rc |= curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    rc |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)dc->connect_timeout_ms);
+    rc |= curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    rc |= curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, up_header_cb);
+    rc |= curl_easy_setopt(e, CURLOPT_HEADERDATA, a);
+    rc |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, up_write_cb);
+    rc |= curl_easy_setopt(e, CURLOPT_WRITEDATA, a);
+    rc |= curl_easy_setopt(e, CURLOPT_PRIVATE, a);
+    if (rc != CURLE_OK) {
+        up_easy_put(loop, e);
+        return -EINVAL;
+    }
+    if (curl_multi_add_handle(loop->multi, e) != CURLM_OK) {
+        up_easy_put(loop, e);
+        return -ENOMEM;
+    }
+    a->easy = e;
+    return 0;
+}
+
+void dp_up_detach(struct dp_attempt *a)
+{
+    if (a->easy == NULL)
+        return;
+    curl_multi_remove_handle(a->loop->multi, a->easy);
+    up_easy_put(a->loop, a->easy);
+    a->easy = NULL;
+    a->paused = false;
+}
+
+void dp_up_unpause(struct dp_attempt *a)
+{
+    if (a->easy == NULL || !a->paused)
+        return;
+    a->paused = false;
+    curl_easy_pause(a->easy, CURLPAUSE_CONT);
+}
+
+void dp_up_socket_event(struct dp_loop *loop, int fd, uint32_t events)
+{
+    int mask = 0;
+    if (events & (EPOLLIN | EPOLLHUP))
+        mask |= CURL_CSELECT_IN;
+    if (events & EPOLLOUT)
+        mask |= CURL_CSELECT_OUT;
+    if (events & EPOLLERR)
+        mask |= CURL_CSELECT_ERR;
+    int running;
+    curl_multi_socket_action(loop->multi, fd, mask, &running);
+    dp_up_collect(loop);
+}
+
+void dp_up_timer_due(struct dp_loop *loop, uint64_t now_ms)
+{
+    if (loop->curl_deadline_ms < 0 || (uint64_t)loop->curl_deadline_ms > now_ms)
+        return;
+    loop->curl_deadline_ms = -1;
+    int running;
+    curl_multi_socket_action(loop->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    dp_up_collect(loop);
+}
+
+void dp_up_collect(struct dp_loop *loop)
+{
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(loop->multi, &left)) != NULL) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        struct dp_attempt *a = NULL;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&a);
+        CURLcode result = msg->data.result;
+        if (a != NULL)
+            dp_fwd_on_done(a, result);
+    }
+}

@@ -1,0 +1,687 @@
+/*
+ * End-to-end tests of the dataplane's forwarding path against mock workers:
+ * responses identical to asking the worker directly (streaming or not),
+ * exact load accounting when the client disconnects in every phase
+ * (invariants 1 and 2), retries on another worker with the failed attempt
+ * counted until its held-open body ends, timeouts, a worker reset
+ * mid-stream, and every bad input answered with an OpenAI error body.
+ *
+ * Load is read straight from the segment (shm_load_of), the worker's truth
+ * from its /mock/stats. Every wait has a deadline; nothing sleeps blindly.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "shm/load.h"
+#include "shm/registry.h"
+#include "shm/segment.h"
+#include "tests/e2e/harness.h"
+
+#define MODEL     "mock-model"
+#define WAIT_MS   5000
+#define ABORT_MS  1000 /* the contract: a disconnect releases within 1 s */
+#define MAX_MOCKS 4
+
+static const char *const CHAT_STREAM = "{\"model\":\"" MODEL "\",\"stream\":true,\"max_tokens\":8,"
+                                       "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+static const char *const CHAT_PLAIN = "{\"model\":\"" MODEL "\",\"max_tokens\":8,"
+                                      "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+
+/* One router (control plane + dataplane) in front of n mock workers. */
+struct fleet {
+    struct h_config cfg;
+    struct h_mock mock[MAX_MOCKS];
+    size_t n;
+    struct h_proc *cp, *dp;
+    struct shm_segment seg;
+    bool attached;
+    char base[64]; /* http://127.0.0.1:PORT of the dataplane */
+};
+
+struct fleet_opts {
+    size_t n;
+    const char *const *mock_args; /* NULL-terminated extra mock flags, or NULL */
+    const char *policy;
+    const char *dataplane_extra;
+    const char *model; /* NULL = MODEL */
+};
+
+static bool seg_attach(void *arg)
+{
+    struct fleet *f = arg;
+    char err[256];
+    return shm_segment_attach(&f->seg, f->cfg.shm_name, err, sizeof(err)) == 0;
+}
+
+static void fleet_start(struct fleet *f, const struct fleet_opts *o)
+{
+    memset(f, 0, sizeof(*f));
+    f->n = o->n;
+    for (size_t i = 0; i < o->n; i++) {
+        const char *argv[16] = {"--model", o->model ? o->model : MODEL, "--seed", "7"};
+        size_t k = 4;
+        for (size_t j = 0; o->mock_args != NULL && o->mock_args[j] != NULL && k < 15; j++)
+            argv[k++] = o->mock_args[j];
+        argv[k] = NULL;
+        assert_int_equal(h_mock_startv(&f->mock[i], argv), 0);
+        char id[32];
+        snprintf(id, sizeof(id), "w%zu", i + 1);
+        assert_int_equal(
+            h_config_add_worker(&f->cfg, f->mock[i].url, id, o->model ? o->model : MODEL, NULL), 0);
+    }
+    f->cfg.policy = o->policy;
+    f->cfg.dataplane_extra = o->dataplane_extra;
+    assert_int_equal(h_config_write(&f->cfg, NULL), 0);
+    assert_int_equal(h_start_controlplane(f->cfg.path, &f->cp), 0);
+    assert_int_equal(h_wait_until(seg_attach, f, WAIT_MS), 0);
+    f->attached = true;
+    assert_int_equal(h_start_dataplane(f->cfg.path, &f->dp), 0);
+    assert_int_equal(h_url(f->base, sizeof(f->base), f->cfg.dataplane_port, NULL), 0);
+    char url[96];
+    snprintf(url, sizeof(url), "%s/health", f->base);
+    assert_int_equal(h_wait_http_ok(url, H_READY_TIMEOUT_MS), 0);
+}
+
+static void fleet_stop(struct fleet *f)
+{
+    if (f->attached)
+        shm_segment_close(&f->seg);
+    f->attached = false;
+}
+
+static long long worker_load(struct fleet *f, size_t i)
+{
+    char id[32];
+    snprintf(id, sizeof(id), "w%zu", i + 1);
+    struct shm_worker_info w;
+    if (shm_registry_find(&f->seg, id, &w) != 0)
+        return -1;
+    return (long long)shm_load_of(&f->seg, w.slot, w.generation);
+}
+
+static long long mock_stat(struct fleet *f, size_t i, const char *key)
+{
+    long long v = -1;
+    if (h_mock_stat_int(f->mock[i].url, key, &v) != 0)
+        return -1;
+    return v;
+}
+
+static void route_url(struct fleet *f, const char *path, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s%s", f->base, path);
+}
+
+/* ---- conditions ------------------------------------------------------------- */
+
+struct settle {
+    struct fleet *f;
+    size_t i;
+    long long aborts;
+};
+
+/* The worker saw the abort, holds nothing, and the router's load is 0. */
+static bool settled_after_abort(void *arg)
+{
+    struct settle *s = arg;
+    return mock_stat(s->f, s->i, "client_aborts") == s->aborts &&
+           mock_stat(s->f, s->i, "inflight") == 0 && worker_load(s->f, s->i) == 0;
+}
+
+static bool load_is_one(void *arg)
+{
+    struct settle *s = arg;
+    return worker_load(s->f, s->i) == 1 && mock_stat(s->f, s->i, "inflight") == 1;
+}
+
+static bool load_is_zero(void *arg)
+{
+    struct settle *s = arg;
+    return worker_load(s->f, s->i) == 0;
+}
+
+struct body_cond {
+    struct h_async *a;
+    size_t bytes;
+};
+
+static bool has_body(void *arg)
+{
+    struct body_cond *c = arg;
+    struct h_async_state st;
+    h_async_get_state(c->a, &st);
+    return st.body_bytes >= c->bytes || st.done;
+}
+
+/* ---- helpers for bodies ------------------------------------------------------- */
+
+/* Removes the per-request fields ("id":"...", "created":N) the mock randomizes. */
+static void normalize(char *s)
+{
+    static const char *const keys[] = {"\"id\":\"", "\"created\":"};
+    for (size_t k = 0; k < 2; k++) {
+        char *p = s;
+        while ((p = strstr(p, keys[k])) != NULL) {
+            char *v = p + strlen(keys[k]);
+            char *end = v;
+            if (k == 0)
+                while (*end != '\0' && *end != '"')
+                    end++;
+            else
+                while (*end >= '0' && *end <= '9')
+                    end++;
+            memmove(v, end, strlen(end) + 1);
+            p = v;
+        }
+    }
+}
+
+static void assert_error_body(const struct h_resp *r, long status, const char *code)
+{
+    assert_int_equal(r->status, status);
+    json_t *j = h_resp_json(r);
+    assert_non_null(j);
+    json_t *e = json_object_get(j, "error");
+    assert_true(json_is_object(e));
+    assert_true(json_is_string(json_object_get(e, "message")));
+    assert_true(json_is_string(json_object_get(e, "type")));
+    assert_string_equal(json_string_value(json_object_get(e, "code")), code);
+    json_decref(j);
+}
+
+static const char *header_ci(json_t *obj, const char *name)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(obj, k, v)
+    {
+        if (strcasecmp(k, name) == 0)
+            return json_string_value(v);
+    }
+    return NULL;
+}
+
+/* ---- tests ---------------------------------------------------------------------- */
+
+static void test_responses_match_direct(void **state)
+{
+    (void)state;
+    struct fleet f;
+    fleet_start(&f, &(struct fleet_opts){.n = 1});
+    char url[128], direct[128];
+    const char *paths[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"};
+    const char *bodies[] = {
+        CHAT_PLAIN,
+        "{\"model\":\"" MODEL "\",\"prompt\":\"once upon\",\"max_tokens\":6}",
+        "{\"model\":\"" MODEL "\",\"input\":\"embed me\"}",
+    };
+    for (size_t i = 0; i < 3; i++) {
+        route_url(&f, paths[i], url, sizeof(url));
+        assert_int_equal(h_url(direct, sizeof(direct), f.mock[0].port, paths[i]), 0);
+        struct h_resp a, b;
+        assert_int_equal(h_http_post_json(direct, bodies[i], &a), 0);
+        const char *hdrs[] = {"Authorization: Bearer sk-test", "Connection: keep-alive", NULL};
+        struct h_req req = {.url = url, .body = bodies[i], .headers = hdrs};
+        assert_int_equal(h_http(&req, &b), 0);
+        assert_int_equal(a.status, 200);
+        assert_int_equal(b.status, 200);
+        normalize(a.body);
+        normalize(b.body);
+        assert_string_equal(a.body, b.body);
+        char rid[128];
+        assert_int_equal(h_resp_header(&b, "X-Request-Id", rid, sizeof(rid)), 0);
+        assert_true(strlen(rid) >= 16);
+        /* The worker got the end-to-end headers and our request id, not hop-by-hop ones. */
+        json_t *st = h_mock_stats(f.mock[0].url);
+        assert_non_null(st);
+        json_t *hs = json_object_get(st, "last_request_headers");
+        assert_string_equal(header_ci(hs, "Authorization"), "Bearer sk-test");
+        assert_string_equal(header_ci(hs, "X-Request-Id"), rid);
+        json_decref(st);
+        h_resp_fini(&a);
+        h_resp_fini(&b);
+    }
+    /* A client's X-Request-Id is kept and returned. */
+    route_url(&f, "/v1/chat/completions", url, sizeof(url));
+    const char *hdrs[] = {"X-Request-Id: my-id-42", NULL};
+    struct h_req req = {.url = url, .body = CHAT_PLAIN, .headers = hdrs};
+    struct h_resp r;
+    assert_int_equal(h_http(&req, &r), 0);
+    char rid[64];
+    assert_int_equal(h_resp_header(&r, "X-Request-Id", rid, sizeof(rid)), 0);
+    assert_string_equal(rid, "my-id-42");
+    h_resp_fini(&r);
+
+    /* Streaming: the same events, chunk by chunk. */
+    assert_int_equal(h_url(direct, sizeof(direct), f.mock[0].port, "/v1/chat/completions"), 0);
+    struct h_sse sa, sb;
+    assert_int_equal(h_http_stream(direct, CHAT_STREAM, &sa), 0);
+    assert_int_equal(h_http_stream(url, CHAT_STREAM, &sb), 0);
+    assert_int_equal(sb.resp.status, 200);
+    assert_true(sb.saw_done);
+    assert_false(sb.malformed);
+    assert_int_equal(sa.n_events, sb.n_events);
+    normalize(sa.resp.body);
+    normalize(sb.resp.body);
+    assert_string_equal(sa.resp.body, sb.resp.body);
+    h_sse_fini(&sa);
+    h_sse_fini(&sb);
+    assert_int_equal(worker_load(&f, 0), 0);
+    fleet_stop(&f);
+}
+
+/* Starts a background request, waits until the worker holds it, aborts, checks the release. */
+static void disconnect_case(const char *faults, const char *const *mock_args, bool wait_body)
+{
+    struct fleet f;
+    fleet_start(&f, &(struct fleet_opts){.n = 1, .mock_args = mock_args});
+    if (faults != NULL)
+        assert_int_equal(h_mock_faults(f.mock[0].url, faults), 0);
+    char url[128];
+    route_url(&f, "/v1/chat/completions", url, sizeof(url));
+    struct h_async *a;
+    assert_int_equal(h_async_start(url, CHAT_STREAM, &(struct h_async_opts){0}, &a), 0);
+    struct settle s = {.f = &f, .i = 0, .aborts = 1};
+    assert_int_equal(h_wait_until(load_is_one, &s, WAIT_MS), 0);
+    if (wait_body) {
+        struct body_cond bc = {.a = a, .bytes = 1};
+        assert_int_equal(h_wait_until(has_body, &bc, WAIT_MS), 0);
+        struct h_async_state st;
+        h_async_get_state(a, &st);
+        assert_false(st.done);
+        assert_int_equal(st.status, 200);
+    } else {
+        struct h_async_state st;
+        h_async_get_state(a, &st);
+        assert_false(st.got_headers);
+    }
+    assert_int_equal(worker_load(&f, 0), 1);
+    assert_int_equal(h_async_abort(a), 0);
+    int64_t t0 = h_now_ms();
+    assert_int_equal(h_wait_until(settled_after_abort, &s, ABORT_MS), 0);
+    print_message("released %lld ms after the client left\n", (long long)(h_now_ms() - t0));
+    h_async_destroy(a);
+    fleet_stop(&f);
+}
+
+static void test_disconnect_before_headers(void **state)
+{
+    (void)state;
+    disconnect_case("{\"stall_before_headers_ms\":10000}", NULL, false);
+}
+
+static void test_disconnect_while_worker_silent(void **state)
+{
+    (void)state;
+    disconnect_case("{\"stall_after_chunks\":2,\"stall_ms\":10000}", NULL, true);
+}
+
+static void test_disconnect_while_streaming(void **state)
+{
+    (void)state;
+    const char *args[] = {"--tpot-ms", "100", "--output-tokens", "400", NULL};
+    static const char *const body_note = NULL;
+    (void)body_note;
+    disconnect_case(NULL, args, true);
+}
+
+struct stall_watch {
+    struct fleet *f;
+    struct h_async *a;
+    int bad;
+    int checks;
+};
+
+static bool stall_over(void *arg)
+{
+    struct stall_watch *w = arg;
+    long long m1 = mock_stat(w->f, 0, "inflight");
+    long long load = worker_load(w->f, 0);
+    long long m2 = mock_stat(w->f, 0, "inflight");
+    if (m1 == 1 && m2 == 1) {
+        w->checks++;
+        if (load != 1)
+            w->bad++;
+    }
+    struct h_async_state st;
+    h_async_get_state(w->a, &st);
+    return st.done && load == 0;
+}
+
+static void test_connected_client_keeps_load_until_eof(void **state)
+{
+    (void)state;
+    struct fleet f;
+    fleet_start(&f, &(struct fleet_opts){.n = 1});
+    assert_int_equal(h_mock_faults(f.mock[0].url, "{\"stall_after_chunks\":2,\"stall_ms\":1500}"),
+                     0);
+    char url[128];
+    route_url(&f, "/v1/chat/completions", url, sizeof(url));
+    struct h_async *a;
+    assert_int_equal(h_async_start(url, CHAT_STREAM, &(struct h_async_opts){0}, &a), 0);
+    struct stall_watch w = {.f = &f, .a = a};
+    assert_int_equal(h_wait_until(stall_over, &w, WAIT_MS), 0);
+    assert_int_equal(w.bad, 0);
+    assert_true(w.checks > 10); /* we really watched during the stall */
+    struct h_resp r;
+    assert_int_equal(h_async_take_resp(a, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "data: [DONE]"));
+    h_resp_fini(&r);
+    assert_int_equal(mock_stat(&f, 0, "client_aborts"), 0);
+    h_async_destroy(a);
+    fleet_stop(&f);
+}
+
+static void test_retry_on_503_goes_to_another_worker(void **state)
+{
+    (void)state;
+    struct fleet f;
+    fleet_start(&f, &(struct fleet_opts){.n = 2,
+                                         .policy = "round_robin",
+                                         .dataplane_extra = "retry:\n  backoff: 10ms\n"});
+    assert_int_equal(h_mock_faults(f.mock[0].url, "{\"fail_status\":503}"), 0);
+    char url[128];
+    route_url(&f, "/v1/chat/completions", url, sizeof(url));
+    for (int i = 0; i < 6; i++) {
+        struct h_resp r;
+        assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+        assert_int_equal(r.status, 200);
+        h_resp_fini(&r);
+    }
+    assert_true(mock_stat(&f, 0, "requests_total") >= 1);
+    assert_int_equal(mock_stat(&f, 1, "requests_total"), 6);
+    struct settle s0 = {.f = &f, .i = 0}, s1 = {.f = &f, .i = 1};
+    assert_int_equal(h_wait_until(load_is_zero, &s0, ABORT_MS), 0);
+    assert_int_equal(h_wait_until(load_is_zero, &s1, ABORT_MS), 0);
+    struct h_resp m;
+    route_url(&f, "/metrics", url, sizeof(url));
+    assert_int_equal(h_http_get(url, &m), 0);
+    assert_non_null(
+        strstr(m.body, "switchyard_upstream_errors_total{worker=\"w1\",kind=\"status\"}"));
+    assert_null(strstr(m.body, "switchyard_retries_total 0\n"));
+    h_resp_fini(&m);
+    fleet_stop(&f);
+}
+
+struct held_watch {
+    struct fleet *f;
+    int bad, checks;
+};
+
+static bool held_over(void *arg)
+{
+    struct held_watch *w = arg;
+    long long m1 = mock_stat(w->f, 0, "inflight");
+    long long load = worker_load(w->f, 0);
+    long long m2 = mock_stat(w->f, 0, "inflight");
+    if (m1 == m2 && m1 >= 0) {
+        w->checks++;
+        if (load != m1)
+            w->bad++;
+    }
+    return m1 == 0 && m2 == 0 && load == 0;
+}
+
+static bool w1_holds_or_done(void *arg)
+{
+    void **p = arg;
+    struct fleet *f = p[0];
+    struct h_async_state st;
+    h_async_get_state(p[1], &st);
+    return st.done || mock_stat(f, 0, "inflight") == 1;
+}
+
+static void test_retried_attempt_counted_until_its_body_ends(void **state)
+{
+    (void)state;
+    struct fleet f;
+    fleet_start(&f, &(struct fleet_opts){.n = 2,
+                                         .policy = "round_robin",
+                                         .dataplane_extra = "retry:\n  backoff: 10ms\n"});
+    assert_int_equal(
+        h_mock_faults(f.mock[0].url, "{\"fail_status\":503,\"fail_body_hold_ms\":1500}"), 0);
+    char url[128];
+    route_url(&f, "/v1/chat/completions", url, sizeof(url));
+    /* Round robin alternates per loop: within a few requests one tries w1 first. */
+    struct h_async *a = NULL;
+    for (int tries = 0; tries < 8; tries++) {
+        assert_int_equal(h_async_start(url, CHAT_PLAIN, &(struct h_async_opts){0}, &a), 0);
+        void *p[2] = {&f, a};
+        assert_int_equal(h_wait_until(w1_holds_or_done, p, WAIT_MS), 0);
+        if (mock_stat(&f, 0, "inflight") == 1)
+            break;
+        h_async_destroy(a);
+        a = NULL;
+    }
+    assert_non_null(a);
+    /* The retried request finishes on w2 while w1 still holds its error body open. */
+    assert_int_equal(h_async_wait(a, WAIT_MS), 0);
+    struct h_async_state st;
+    h_async_get_state(a, &st);
+    assert_int_equal(st.status, 200);
+    assert_int_equal(mock_stat(&f, 0, "inflight"), 1);
+    assert_int_equal(worker_load(&f, 0), 1);
+    struct held_watch w = {.f = &f};
+    assert_int_equal(h_wait_until(held_over, &w, WAIT_MS), 0);
+    assert_int_equal(w.bad, 0);
+    assert_true(w.checks > 10);
+    assert_int_equal(worker_load(&f, 1), 0);
+    h_async_destroy(a);
+    fleet_stop(&f);
+}
+
+static void test_worker_reset_mid_stream(void **state)
+{
+    (void)state;
+    struct fleet f;
+    fleet_start(&f, &(struct fleet_opts){.n = 1});
+    assert_int_equal(h_mock_faults(f.mock[0].url, "{\"reset_after_chunks\":2}"), 0);
+    char url[128];
+    route_url(&f, "/v1/chat/completions", url, sizeof(url));
+    struct h_sse s;
+    h_http_stream(url, CHAT_STREAM, &s);
+    assert_int_equal(s.resp.status, 200);
+    assert_false(s.saw_done);
+    /* Terminated: the transfer failed or ended with our SSE error event. */
+    assert_true(s.resp.curl_code != 0 ||
+                (s.n_events > 0 && strstr(s.events[s.n_events - 1].data, "\"error\"") != NULL));
+    h_sse_fini(&s);
+    struct settle z = {.f = &f, .i = 0};
+    assert_int_equal(h_wait_until(load_is_zero, &z, ABORT_MS), 0);
+    fleet_stop(&f);
+}
+
+static void test_timeouts(void **state)
+{
+    (void)state;
+    struct fleet f;
+    fleet_start(&f,
+                &(struct fleet_opts){
+                    .n = 1, .dataplane_extra = "first_byte_timeout: 400ms\nidle_timeout: 400ms\n"});
+    char url[128];
+    route_url(&f, "/v1/chat/completions", url, sizeof(url));
+    assert_int_equal(h_mock_faults(f.mock[0].url, "{\"stall_before_headers_ms\":3000}"), 0);
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_error_body(&r, 504, "upstream_timeout");
+    assert_true(r.elapsed_ms < 2000);
+    h_resp_fini(&r);
+    struct settle z = {.f = &f, .i = 0};
+    assert_int_equal(h_wait_until(load_is_zero, &z, ABORT_MS), 0);
+
+    assert_int_equal(h_mock_faults(f.mock[0].url, "{\"stall_before_headers_ms\":0,"
+                                                  "\"stall_after_chunks\":2,\"stall_ms\":3000}"),
+                     0);
+    struct h_sse s;
+    h_http_stream(url, CHAT_STREAM, &s);
+    assert_int_equal(s.resp.status, 200);
+    assert_false(s.saw_done);
+    assert_true(s.n_events >= 3);
+    assert_non_null(strstr(s.events[s.n_events - 1].data, "upstream_timeout"));
+    h_sse_fini(&s);
+    assert_int_equal(h_wait_until(load_is_zero, &z, ABORT_MS), 0);
+    fleet_stop(&f);
+}
+
+static void post_expect(struct fleet *f, const char *method, const char *path, const char *body,
+                        long status, const char *code)
+{
+    char url[128];
+    route_url(f, path, url, sizeof(url));
+    struct h_req req = {.method = method, .url = url, .body = body};
+    struct h_resp r;
+    assert_int_equal(h_http(&req, &r), 0);
+    assert_error_body(&r, status, code);
+    h_resp_fini(&r);
+}
+
+static void test_bad_inputs(void **state)
+{
+    (void)state;
+    struct fleet f;
+    memset(&f, 0, sizeof(f));
+    /* Two models (one only on a prefill worker, never eligible), a dead worker, small max_body. */
+    assert_int_equal(h_mock_start(&f.mock[0], "--model", MODEL, NULL), 0);
+    uint16_t dead;
+    assert_int_equal(h_free_port(&dead), 0);
+    char dead_url[64];
+    assert_int_equal(h_url(dead_url, sizeof(dead_url), dead, NULL), 0);
+    assert_int_equal(h_config_add_worker(&f.cfg, f.mock[0].url, "w1", MODEL, NULL), 0);
+    assert_int_equal(h_config_add_worker(&f.cfg, dead_url, "w2", "dead-model", NULL), 0);
+    assert_int_equal(h_config_add_worker(&f.cfg, "http://127.0.0.1:9", "w3", "pd-model", "prefill"),
+                     0);
+    f.cfg.dataplane_extra = "max_body: 1KiB\nretry:\n  backoff: 10ms\n";
+    assert_int_equal(h_config_write(&f.cfg, NULL), 0);
+    assert_int_equal(h_start_controlplane(f.cfg.path, &f.cp), 0);
+    assert_int_equal(h_wait_until(seg_attach, &f, WAIT_MS), 0);
+    f.attached = true;
+    assert_int_equal(h_start_dataplane(f.cfg.path, &f.dp), 0);
+    assert_int_equal(h_url(f.base, sizeof(f.base), f.cfg.dataplane_port, NULL), 0);
+    char url[128];
+    route_url(&f, "/health", url, sizeof(url));
+    assert_int_equal(h_wait_http_ok(url, H_READY_TIMEOUT_MS), 0);
+
+    const char *chat = "/v1/chat/completions";
+    post_expect(&f, NULL, chat, "{not json", 400, "invalid_json");
+    post_expect(&f, NULL, chat, "[1,2]", 400, "invalid_json");
+    post_expect(&f, NULL, chat, "{\"model\":7}", 400, "invalid_field");
+    post_expect(&f, NULL, chat, "{\"messages\":[]}", 400, "model_required");
+    post_expect(&f, NULL, chat, "{\"model\":\"nope\"}", 404, "model_not_found");
+    char big[4096];
+    memset(big, 'x', sizeof(big));
+    memcpy(big, "{\"model\":\"", 10);
+    strcpy(big + sizeof(big) - 3, "\"}");
+    post_expect(&f, NULL, chat, big, 413, "request_too_large");
+    post_expect(&f, "GET", chat, NULL, 405, "method_not_allowed");
+    post_expect(&f, "POST", "/v1/models", "{}", 405, "method_not_allowed");
+    post_expect(&f, NULL, "/v2/nothing", "{}", 404, "not_found");
+    post_expect(&f, "GET", "/", NULL, 404, "not_found");
+
+    /* No eligible worker: 503 with Retry-After. */
+    route_url(&f, chat, url, sizeof(url));
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, "{\"model\":\"pd-model\"}", &r), 0);
+    assert_error_body(&r, 503, "no_healthy_worker");
+    char ra[16];
+    assert_int_equal(h_resp_header(&r, "Retry-After", ra, sizeof(ra)), 0);
+    h_resp_fini(&r);
+
+    /* A worker that refuses connections: 502 naming the cause, no load left. */
+    assert_int_equal(h_http_post_json(url, "{\"model\":\"dead-model\"}", &r), 0);
+    assert_error_body(&r, 502, "upstream_error");
+    assert_non_null(strstr(r.body, "w2"));
+    h_resp_fini(&r);
+    struct settle z = {.f = &f, .i = 1};
+    assert_int_equal(h_wait_until(load_is_zero, &z, ABORT_MS), 0);
+
+    /* The fleet's models, and the router still serves. */
+    route_url(&f, "/v1/models", url, sizeof(url));
+    assert_int_equal(h_http_get(url, &r), 0);
+    assert_int_equal(r.status, 200);
+    json_t *j = h_resp_json(&r);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "object")), "list");
+    assert_true(json_array_size(json_object_get(j, "data")) >= 2);
+    json_decref(j);
+    h_resp_fini(&r);
+    route_url(&f, chat, url, sizeof(url));
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_fini(&r);
+    assert_true(h_proc_is_running(f.dp));
+    fleet_stop(&f);
+}
+
+static void test_single_model_is_default(void **state)
+{
+    (void)state;
+    struct fleet f;
+    fleet_start(&f, &(struct fleet_opts){.n = 1});
+    char url[128];
+    route_url(&f, "/v1/chat/completions", url, sizeof(url));
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url,
+                                      "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\","
+                                      "\"content\":\"hi\"}]}",
+                                      &r),
+                     0);
+    assert_int_equal(r.status, 200);
+    h_resp_fini(&r);
+    assert_int_equal(mock_stat(&f, 0, "requests_total"), 1);
+    fleet_stop(&f);
+}
+
+static void test_sigterm_releases_everything(void **state)
+{
+    (void)state;
+    struct fleet f;
+    fleet_start(&f, &(struct fleet_opts){.n = 1, .dataplane_extra = "drain_timeout: 300ms\n"});
+    assert_int_equal(h_mock_faults(f.mock[0].url, "{\"stall_after_chunks\":1,\"stall_ms\":10000}"),
+                     0);
+    char url[128];
+    route_url(&f, "/v1/chat/completions", url, sizeof(url));
+    struct h_async *a;
+    assert_int_equal(h_async_start(url, CHAT_STREAM, &(struct h_async_opts){0}, &a), 0);
+    struct settle s = {.f = &f, .i = 0, .aborts = 1};
+    assert_int_equal(h_wait_until(load_is_one, &s, WAIT_MS), 0);
+    assert_int_equal(h_proc_signal(f.dp, SIGTERM), 0);
+    int status = 0;
+    assert_int_equal(h_proc_wait(f.dp, 5000, &status), 0);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(worker_load(&f, 0), 0);
+    assert_int_equal(h_wait_mock_stat(f.mock[0].url, "inflight", 0, WAIT_MS), 0);
+    h_async_destroy(a);
+    fleet_stop(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        H_TEST(test_responses_match_direct),
+        H_TEST(test_disconnect_before_headers),
+        H_TEST(test_disconnect_while_worker_silent),
+        H_TEST(test_disconnect_while_streaming),
+        H_TEST(test_connected_client_keeps_load_until_eof),
+        H_TEST(test_retry_on_503_goes_to_another_worker),
+        H_TEST(test_retried_attempt_counted_until_its_body_ends),
+        H_TEST(test_worker_reset_mid_stream),
+        H_TEST(test_timeouts),
+        H_TEST(test_bad_inputs),
+        H_TEST(test_single_model_is_default),
+        H_TEST(test_sigterm_releases_everything),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
