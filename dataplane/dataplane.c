@@ -25,6 +25,7 @@
 #include "common/evfd.h"
 #include "common/log.h"
 #include "common/proc.h"
+#include "dataplane/admin_client.h"
 #include "dataplane/loop.h"
 #include "shm/lease.h"
 #include "shm/segment.h"
@@ -43,6 +44,7 @@ struct dp_daemon {
     struct dp_shared sh;
     struct dp_loop *loops;
     unsigned n_loops;
+    struct adm_client *admin; /* the admin channel to the control plane */
 };
 
 static int dp_wait_segment(struct dp_daemon *d, uint64_t wait_ms)
@@ -82,10 +84,19 @@ static int dp_watch(struct dp_daemon *d, int fd)
     return epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? 0 : -errno;
 }
 
+/* The admin channel's question "how many requests do you really have in
+ * flight on (slot, generation)": our own live guards, not the shared count. */
+static uint64_t dp_inflight_for_admin(void *arg, uint32_t slot, uint32_t generation)
+{
+    return dp_guards_live(arg, slot, generation);
+}
+
 /* Returns false when the lease was taken from us. */
 static bool dp_tick(struct dp_daemon *d)
 {
     evfd_timer_read(d->tickfd);
+    if (d->admin != NULL)
+        adm_client_run(d->admin, proc_monotonic_ms());
     if (!shm_lease_is_mine(&d->lease)) {
         log_error("lease %u was reaped by the control plane (it judged this process hung); "
                   "exiting so a fresh dataplane can take over",
@@ -125,6 +136,8 @@ static int dp_loop_main(struct dp_daemon *d)
                 if (draining &&
                     atomic_load_explicit(&d->sh.loops_running, memory_order_acquire) == 0)
                     return 0;
+            } else if (d->admin != NULL && fd == adm_client_fd(d->admin)) {
+                adm_client_run(d->admin, proc_monotonic_ms());
             } else if (fd == d->sigfd) {
                 int sig = evfd_signals_read(d->sigfd);
                 if (sig != SIGTERM && sig != SIGINT)
@@ -262,11 +275,21 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
     }
     if (dp_start_loops(&d) != 0)
         goto out_stop_loops;
+    /* The channel connects (and reconnects) in the background: routing does
+     * not wait for the control plane, which may be restarting. */
+    int rc = adm_client_create(cfg->controlplane.admin_socket, &d.lease, dp_inflight_for_admin,
+                               &d.sh.guards, &d.admin);
+    if (rc != 0 || dp_watch(&d, adm_client_fd(d.admin)) != 0) {
+        log_error("admin channel client: %s", strerror(rc != 0 ? -rc : errno));
+        goto out_stop_loops;
+    }
+    adm_client_run(d.admin, proc_monotonic_ms());
     log_info("dataplane ready (pid %d, segment %s, lease %u, listening on %s, %u event loops)",
              (int)getpid(), d.seg.name, d.lease.index, cfg->dataplane.listen, d.n_loops);
     code = dp_loop_main(&d);
 
 out_stop_loops:
+    adm_client_destroy(d.admin);
     dp_stop_loops(&d);
     if (dp_guards_live_total(&d.sh.guards) != 0)
         log_warn("%llu load guards still held at exit",
