@@ -1,0 +1,363 @@
+/*
+ * Token/block arithmetic, the LRU KV cache and the FIFO scheduler of the
+ * mock worker (see cost_model.h for the model itself). The cache is a slot
+ * array with an intrusive LRU list and a chained hash table of slot indices:
+ * lookups and touches are O(1) and nothing is allocated after init. The
+ * scheduler keeps intrusive lists, so submit/finish allocate nothing either.
+ */
+#include "tests/mockworker/cost_model.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+uint64_t mw_prompt_tokens(size_t bytes)
+{
+    return ((uint64_t)bytes + MW_BYTES_PER_TOKEN - 1) / MW_BYTES_PER_TOKEN;
+}
+
+size_t mw_full_blocks(size_t bytes, uint32_t block_tokens)
+{
+    if (block_tokens == 0)
+        return 0;
+    return bytes / ((size_t)block_tokens * MW_BYTES_PER_TOKEN);
+}
+
+void mw_block_hashes(const char *text, size_t len, uint32_t block_tokens, uint64_t *out, size_t n)
+{
+    size_t block_bytes = (size_t)block_tokens * MW_BYTES_PER_TOKEN;
+    assert(n <= mw_full_blocks(len, block_tokens));
+    uint64_t prev = 0;
+    for (size_t i = 0; i < n; i++) {
+        prev = XXH3_64bits_withSeed(text + i * block_bytes, block_bytes, prev);
+        out[i] = prev;
+    }
+}
+
+/* ---- KV cache ------------------------------------------------------------ */
+
+static uint32_t kv_bucket(const struct mw_kv_cache *kv, uint64_t hash)
+{
+    /* Block hashes are already XXH3 output: the low bits are uniform. */
+    return (uint32_t)(hash & kv->mask);
+}
+
+int mw_kv_init(struct mw_kv_cache *kv, uint32_t capacity)
+{
+    memset(kv, 0, sizeof(*kv));
+    if (capacity == 0)
+        return -EINVAL;
+    uint32_t buckets = 1;
+    while (buckets < capacity * 2u && buckets < (1u << 31))
+        buckets <<= 1;
+    kv->buckets = malloc(sizeof(*kv->buckets) * buckets);
+    kv->slots = calloc(capacity, sizeof(*kv->slots));
+    if (kv->buckets == NULL || kv->slots == NULL) {
+        free(kv->buckets);
+        free(kv->slots);
+        memset(kv, 0, sizeof(*kv));
+        return -ENOMEM;
+    }
+    kv->capacity = capacity;
+    kv->mask = buckets - 1;
+    mw_kv_clear(kv);
+    return 0;
+}
+
+void mw_kv_fini(struct mw_kv_cache *kv)
+{
+    free(kv->buckets);
+    free(kv->slots);
+    memset(kv, 0, sizeof(*kv));
+}
+
+void mw_kv_clear(struct mw_kv_cache *kv)
+{
+    for (uint32_t i = 0; i <= kv->mask; i++)
+        kv->buckets[i] = MW_KV_NONE;
+    memset(kv->slots, 0, sizeof(*kv->slots) * kv->capacity);
+    kv->used = 0;
+    kv->lru_head = MW_KV_NONE;
+    kv->lru_tail = MW_KV_NONE;
+    kv->free_top = 0;
+    kv->evictions = 0;
+}
+
+uint32_t mw_kv_find(const struct mw_kv_cache *kv, uint64_t hash)
+{
+    uint32_t i = kv->buckets[kv_bucket(kv, hash)];
+    while (i != MW_KV_NONE) {
+        if (kv->slots[i].hash == hash)
+            return i;
+        i = kv->slots[i].chain;
+    }
+    return MW_KV_NONE;
+}
+
+size_t mw_kv_match_prefix(const struct mw_kv_cache *kv, const uint64_t *hashes, size_t n)
+{
+    size_t hit = 0;
+    while (hit < n && mw_kv_find(kv, hashes[hit]) != MW_KV_NONE)
+        hit++;
+    return hit;
+}
+
+static void lru_unlink(struct mw_kv_cache *kv, uint32_t i)
+{
+    struct mw_kv_slot *s = &kv->slots[i];
+    if (s->lru_prev != MW_KV_NONE)
+        kv->slots[s->lru_prev].lru_next = s->lru_next;
+    else
+        kv->lru_head = s->lru_next;
+    if (s->lru_next != MW_KV_NONE)
+        kv->slots[s->lru_next].lru_prev = s->lru_prev;
+    else
+        kv->lru_tail = s->lru_prev;
+    s->lru_prev = MW_KV_NONE;
+    s->lru_next = MW_KV_NONE;
+}
+
+static void lru_push_head(struct mw_kv_cache *kv, uint32_t i)
+{
+    struct mw_kv_slot *s = &kv->slots[i];
+    s->lru_prev = MW_KV_NONE;
+    s->lru_next = kv->lru_head;
+    if (kv->lru_head != MW_KV_NONE)
+        kv->slots[kv->lru_head].lru_prev = i;
+    kv->lru_head = i;
+    if (kv->lru_tail == MW_KV_NONE)
+        kv->lru_tail = i;
+}
+
+static void bucket_remove(struct mw_kv_cache *kv, uint32_t i)
+{
+    uint32_t *link = &kv->buckets[kv_bucket(kv, kv->slots[i].hash)];
+    while (*link != MW_KV_NONE && *link != i)
+        link = &kv->slots[*link].chain;
+    assert(*link == i);
+    *link = kv->slots[i].chain;
+    kv->slots[i].chain = MW_KV_NONE;
+}
+
+/* A free slot: a never-used one while any is left, else the LRU victim. */
+static uint32_t kv_take_slot(struct mw_kv_cache *kv)
+{
+    if (kv->free_top < kv->capacity) {
+        kv->used++;
+        return kv->free_top++;
+    }
+    uint32_t victim = kv->lru_tail;
+    assert(victim != MW_KV_NONE);
+    lru_unlink(kv, victim);
+    bucket_remove(kv, victim);
+    kv->evictions++;
+    return victim;
+}
+
+static uint32_t kv_touch(struct mw_kv_cache *kv, uint64_t hash)
+{
+    uint32_t i = mw_kv_find(kv, hash);
+    if (i != MW_KV_NONE) {
+        lru_unlink(kv, i);
+        lru_push_head(kv, i);
+        return i;
+    }
+    i = kv_take_slot(kv);
+    struct mw_kv_slot *s = &kv->slots[i];
+    s->hash = hash;
+    s->used = true;
+    uint32_t b = kv_bucket(kv, hash);
+    s->chain = kv->buckets[b];
+    kv->buckets[b] = i;
+    lru_push_head(kv, i);
+    return i;
+}
+
+void mw_kv_insert(struct mw_kv_cache *kv, const uint64_t *hashes, size_t n, uint32_t *ids)
+{
+    for (size_t k = n; k > 0; k--) {
+        uint32_t id = kv_touch(kv, hashes[k - 1]);
+        if (ids != NULL)
+            ids[k - 1] = id;
+    }
+}
+
+/* ---- scheduler ------------------------------------------------------------ */
+
+int mw_engine_init(struct mw_engine *e, uint32_t kv_blocks, uint32_t block_tokens,
+                   uint32_t max_running)
+{
+    memset(e, 0, sizeof(*e));
+    if (block_tokens == 0 || max_running == 0)
+        return -EINVAL;
+    int rc = mw_kv_init(&e->kv, kv_blocks);
+    if (rc != 0)
+        return rc;
+    rc = pthread_mutex_init(&e->lock, NULL);
+    if (rc != 0) {
+        mw_kv_fini(&e->kv);
+        return -rc;
+    }
+    e->block_tokens = block_tokens;
+    e->max_running = max_running;
+    return 0;
+}
+
+void mw_engine_fini(struct mw_engine *e)
+{
+    pthread_mutex_destroy(&e->lock);
+    mw_kv_fini(&e->kv);
+}
+
+static void list_append(struct mw_sched_entry **head, struct mw_sched_entry **tail,
+                        struct mw_sched_entry *x)
+{
+    x->next = NULL;
+    x->prev = *tail;
+    if (*tail != NULL)
+        (*tail)->next = x;
+    else
+        *head = x;
+    *tail = x;
+}
+
+static void list_remove(struct mw_sched_entry **head, struct mw_sched_entry **tail,
+                        struct mw_sched_entry *x)
+{
+    if (x->prev != NULL)
+        x->prev->next = x->next;
+    else
+        *head = x->next;
+    if (x->next != NULL)
+        x->next->prev = x->prev;
+    else
+        *tail = x->prev;
+    x->prev = NULL;
+    x->next = NULL;
+}
+
+/* Takes a running slot for x and does its prefix lookup. Engine lock held. */
+static void engine_admit(struct mw_engine *e, struct mw_sched_entry *x)
+{
+    uint64_t hit = 0;
+    if (x->use_prefix_cache && x->n_hashes > 0) {
+        size_t hit_blocks = mw_kv_match_prefix(&e->kv, x->hashes, x->n_hashes);
+        hit = (uint64_t)hit_blocks * e->block_tokens;
+        if (hit > x->prompt_tokens)
+            hit = x->prompt_tokens;
+        mw_kv_insert(&e->kv, x->hashes, x->n_hashes, x->block_ids);
+    }
+    if (x->use_prefix_cache) {
+        e->prefix_query_tokens += x->prompt_tokens;
+        e->prefix_hit_tokens += hit;
+    }
+    uint64_t rest = x->prompt_tokens - hit;
+    uint64_t remote = x->remote_tokens < rest ? x->remote_tokens : rest;
+    x->hit_tokens = hit;
+    x->compute_tokens = rest - remote;
+    x->held_blocks = (x->prompt_tokens + e->block_tokens - 1) / e->block_tokens;
+    e->held_blocks += x->held_blocks;
+    e->prompt_tokens += x->prompt_tokens;
+    e->running++;
+}
+
+bool mw_engine_submit(struct mw_engine *e, struct mw_sched_entry *entry)
+{
+    assert(entry->state == MW_SCHED_NONE);
+    assert(entry->owner < MW_ENGINE_MAX_OWNERS);
+    bool admitted = false;
+    pthread_mutex_lock(&e->lock);
+    if (e->running < e->max_running && e->wait_head == NULL) {
+        engine_admit(e, entry);
+        entry->state = MW_SCHED_RUNNING;
+        admitted = true;
+    } else {
+        list_append(&e->wait_head, &e->wait_tail, entry);
+        entry->state = MW_SCHED_WAITING;
+        e->waiting++;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return admitted;
+}
+
+uint64_t mw_engine_finish(struct mw_engine *e, struct mw_sched_entry *entry,
+                          uint64_t generated_tokens)
+{
+    uint64_t wake = 0;
+    pthread_mutex_lock(&e->lock);
+    switch (entry->state) {
+    case MW_SCHED_WAITING:
+        list_remove(&e->wait_head, &e->wait_tail, entry);
+        e->waiting--;
+        break;
+    case MW_SCHED_READY:
+        list_remove(&e->ready_head[entry->owner], &e->ready_tail[entry->owner], entry);
+        /* It holds a running slot like a running entry. */
+        __attribute__((fallthrough));
+    case MW_SCHED_RUNNING:
+        assert(e->running > 0 && e->held_blocks >= entry->held_blocks);
+        e->running--;
+        e->held_blocks -= entry->held_blocks;
+        e->generation_tokens += generated_tokens;
+        break;
+    default:
+        break;
+    }
+    entry->state = MW_SCHED_NONE;
+    while (e->running < e->max_running && e->wait_head != NULL) {
+        struct mw_sched_entry *x = e->wait_head;
+        list_remove(&e->wait_head, &e->wait_tail, x);
+        e->waiting--;
+        engine_admit(e, x);
+        x->state = MW_SCHED_READY;
+        list_append(&e->ready_head[x->owner], &e->ready_tail[x->owner], x);
+        wake |= 1ull << x->owner;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return wake;
+}
+
+struct mw_sched_entry *mw_engine_take_ready(struct mw_engine *e, unsigned owner)
+{
+    assert(owner < MW_ENGINE_MAX_OWNERS);
+    pthread_mutex_lock(&e->lock);
+    struct mw_sched_entry *list = e->ready_head[owner];
+    e->ready_head[owner] = NULL;
+    e->ready_tail[owner] = NULL;
+    for (struct mw_sched_entry *x = list; x != NULL; x = x->next) {
+        x->state = MW_SCHED_RUNNING;
+        x->prev = NULL;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return list;
+}
+
+void mw_engine_snapshot(struct mw_engine *e, struct mw_engine_snapshot *out)
+{
+    pthread_mutex_lock(&e->lock);
+    out->running = e->running;
+    out->waiting = e->waiting;
+    out->kv_capacity = e->kv.capacity;
+    out->kv_used_blocks = e->kv.used;
+    out->held_blocks = e->held_blocks;
+    uint64_t held = e->held_blocks < e->kv.capacity ? e->held_blocks : e->kv.capacity;
+    out->kv_usage = e->kv.capacity > 0 ? (double)held / (double)e->kv.capacity : 0.0;
+    out->prefix_query_tokens = e->prefix_query_tokens;
+    out->prefix_hit_tokens = e->prefix_hit_tokens;
+    out->prompt_tokens = e->prompt_tokens;
+    out->generation_tokens = e->generation_tokens;
+    pthread_mutex_unlock(&e->lock);
+}
+
+void mw_engine_reset(struct mw_engine *e)
+{
+    pthread_mutex_lock(&e->lock);
+    mw_kv_clear(&e->kv);
+    e->prefix_query_tokens = 0;
+    e->prefix_hit_tokens = 0;
+    e->prompt_tokens = 0;
+    e->generation_tokens = 0;
+    pthread_mutex_unlock(&e->lock);
+}

@@ -1,0 +1,847 @@
+/*
+ * HTTP handlers of the mock worker (see handlers.h). An inference request
+ * walks through explicit phases (request.h, enum mw_phase) because
+ * libmicrohttpd calls the access handler again after every resume: each call
+ * continues from the phase it parked in. Timing is absolute: the moment the
+ * first token is out is fixed when the request is admitted, and every later
+ * event is due at a fixed offset from it, so parking granularity never adds
+ * up to drift.
+ *
+ * Accounting rules (the ground truth e2e tests compare the router with):
+ * an inference request holds one inflight count from its first header until
+ * its completion callback, or until a hang-up is noticed while parked,
+ * whichever is first; a request the client abandons counts once in
+ * client_aborts; a connection closed on purpose by a reset fault or by
+ * shutdown does not.
+ */
+#include "tests/mockworker/handlers.h"
+
+#include "common/log.h"
+#include "common/version.h"
+#include "tests/mockworker/server.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CT_JSON "application/json"
+#define CT_SSE  "text/event-stream; charset=utf-8"
+#define CT_PROM "text/plain; version=0.0.4; charset=utf-8"
+
+/* ---- small helpers ------------------------------------------------------------ */
+
+/* A growing byte buffer local to one handler call; data is handed on or freed. */
+struct grow_buf {
+    char *data;
+    size_t len;
+    size_t cap;
+    bool failed;
+};
+
+static void grow_append(struct grow_buf *b, const char *src, size_t n)
+{
+    if (b->failed)
+        return;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap > 0 ? b->cap : 512;
+        while (cap < b->len + n)
+            cap *= 2;
+        char *grown = realloc(b->data, cap);
+        if (grown == NULL) {
+            b->failed = true;
+            return;
+        }
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, src, n);
+    b->len += n;
+}
+
+static void grow_printf(struct grow_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void grow_printf(struct grow_buf *b, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        grow_append(b, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+}
+
+static uint64_t ms_to_ns(uint64_t ms)
+{
+    return ms * 1000000ull;
+}
+
+static bool is_method(const char *method, const char *want)
+{
+    return strcmp(method, want) == 0;
+}
+
+/* Closes the connection: MHD does it on its next pass, so ask for one. */
+static enum MHD_Result fail_handler(struct mw_req *req)
+{
+    mw_loop_kick(req->loop);
+    return MHD_NO;
+}
+
+static ssize_t fail_reader(struct mw_req *req)
+{
+    mw_loop_kick(req->loop);
+    return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+/* ---- responses ----------------------------------------------------------------- */
+
+static void add_common_headers(struct mw_req *req, struct MHD_Response *resp, const char *ctype)
+{
+    if (ctype != NULL)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (req->route == MW_ROUTE_BAD_METHOD && req->allow != NULL)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, req->allow);
+    if (req->route == MW_ROUTE_INFERENCE) {
+        const char *rid = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Request-Id");
+        if (rid != NULL)
+            MHD_add_response_header(resp, "x-request-id", rid);
+    }
+}
+
+static void count_status(struct mw_req *req, int status)
+{
+    if (req->route == MW_ROUTE_INFERENCE)
+        mw_stats_status(&req->server->stats, status);
+}
+
+/* Queues body (malloc'd, ownership taken; NULL = allocation failed) with status. */
+static enum MHD_Result respond(struct mw_req *req, int status, char *body, size_t len,
+                               const char *ctype)
+{
+    struct MHD_Response *resp;
+    if (body == NULL && len > 0) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
+                                  "\"InternalServerError\",\"param\":null,\"code\":500}}";
+        status = 500;
+        resp =
+            MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+    } else if (body == NULL || len == 0) {
+        free(body);
+        resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    } else {
+        resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+        if (resp == NULL)
+            free(body);
+    }
+    if (resp == NULL)
+        return MHD_NO;
+    add_common_headers(req, resp, ctype);
+    enum MHD_Result ret = MHD_queue_response(req->conn, (unsigned int)status, resp);
+    MHD_destroy_response(resp);
+    count_status(req, status);
+    req->phase = MW_PHASE_RESPONDING;
+    return ret;
+}
+
+static enum MHD_Result respond_error(struct mw_req *req, int status, const char *message)
+{
+    size_t len = 1;
+    char *body = mw_openai_error_body(status, message, &len);
+    return respond(req, status, body, len, CT_JSON);
+}
+
+static enum MHD_Result respond_json(struct mw_req *req, int status, json_t *obj)
+{
+    size_t len = 1;
+    char *body = NULL;
+    if (obj != NULL) {
+        body = json_dumps(obj, JSON_COMPACT);
+        json_decref(obj);
+    }
+    if (body != NULL)
+        len = strlen(body);
+    return respond(req, status, body, len, CT_JSON);
+}
+
+/* ---- request setup ------------------------------------------------------------- */
+
+static enum mw_route route_of(struct mw_req *req, const char *url, const char *method)
+{
+    bool get = is_method(method, "GET") || is_method(method, "HEAD");
+    bool post = is_method(method, "POST");
+    static const struct {
+        const char *path;
+        enum mw_route route;
+        enum mw_endpoint ep;
+        const char *allow;
+    } table[] = {
+        {"/v1/chat/completions", MW_ROUTE_INFERENCE, MW_EP_CHAT, "POST"},
+        {"/v1/completions", MW_ROUTE_INFERENCE, MW_EP_COMPLETIONS, "POST"},
+        {"/v1/embeddings", MW_ROUTE_INFERENCE, MW_EP_EMBEDDINGS, "POST"},
+        {"/health", MW_ROUTE_HEALTH, MW_EP_UNSET, "GET, HEAD"},
+        {"/metrics", MW_ROUTE_METRICS, MW_EP_UNSET, "GET, HEAD"},
+        {"/v1/models", MW_ROUTE_MODELS, MW_EP_UNSET, "GET, HEAD"},
+        {"/version", MW_ROUTE_VERSION, MW_EP_UNSET, "GET, HEAD"},
+        {"/mock/stats", MW_ROUTE_MOCK_STATS, MW_EP_UNSET, "GET, HEAD"},
+        {"/mock/faults", MW_ROUTE_MOCK_FAULTS, MW_EP_UNSET, "GET, HEAD, POST"},
+        {"/mock/reset", MW_ROUTE_MOCK_RESET, MW_EP_UNSET, "POST"},
+    };
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+        if (strcmp(url, table[i].path) != 0)
+            continue;
+        req->allow = table[i].allow;
+        bool ok = table[i].route == MW_ROUTE_MOCK_FAULTS ? (get || post)
+                  : strcmp(table[i].allow, "POST") == 0  ? post
+                                                         : get;
+        if (!ok)
+            return MW_ROUTE_BAD_METHOD;
+        req->ep = table[i].ep;
+        return table[i].route;
+    }
+    return MW_ROUTE_NOT_FOUND;
+}
+
+static struct mw_req *req_new(struct mw_loop *loop, struct mw_server *s,
+                              struct MHD_Connection *conn, const char *url, const char *method)
+{
+    struct mw_req *req = calloc(1, sizeof(*req));
+    if (req == NULL)
+        return NULL;
+    req->loop = loop;
+    req->server = s;
+    req->conn = conn;
+    req->watch_fd = -1;
+    req->timer.index = MW_TIMER_NONE;
+    req->phase = MW_PHASE_RECEIVING;
+    req->route = route_of(req, url, method);
+    req->sched.owner = mw_loop_index(loop);
+    if (req->route == MW_ROUTE_INFERENCE) {
+        mw_stats_accept(&s->stats);
+        req->accounted = true;
+    }
+    return req;
+}
+
+static void body_append(struct mw_req *req, const char *data, size_t n)
+{
+    if (req->too_large)
+        return;
+    uint64_t limit = req->server->opts.max_body_bytes;
+    if (req->body_len + n > limit) {
+        req->too_large = true;
+        return;
+    }
+    if (req->body_len + n > req->body_cap) {
+        size_t cap = req->body_cap > 0 ? req->body_cap : 1024;
+        while (cap < req->body_len + n)
+            cap *= 2;
+        char *grown = realloc(req->body, cap);
+        if (grown == NULL) {
+            req->too_large = true; /* answered as 413: the mock has no better status */
+            return;
+        }
+        req->body = grown;
+        req->body_cap = cap;
+    }
+    memcpy(req->body + req->body_len, data, n);
+    req->body_len += n;
+}
+
+static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+    (void)kind;
+    struct grow_buf *b = cls;
+    size_t klen = strlen(key);
+    size_t start = b->len;
+    grow_append(b, key, klen + 1);
+    if (!b->failed) {
+        for (size_t i = start; i < start + klen; i++)
+            b->data[i] = (char)tolower((unsigned char)b->data[i]);
+    }
+    const char *v = value != NULL ? value : "";
+    grow_append(b, v, strlen(v) + 1);
+    return MHD_YES;
+}
+
+/* Hands body and headers to the stats as the last request. */
+static void record_last_request(struct mw_req *req)
+{
+    struct grow_buf h = {0};
+    MHD_get_connection_values(req->conn, MHD_HEADER_KIND, collect_header, &h);
+    if (h.failed) {
+        free(h.data);
+        h = (struct grow_buf){0};
+    }
+    char *body = req->body;
+    size_t len = req->body_len;
+    if (req->too_large) {
+        free(body);
+        body = NULL;
+        len = 0;
+    } else if (body == NULL) {
+        body = calloc(1, 1);
+    }
+    req->body = NULL;
+    req->body_len = 0;
+    req->body_cap = 0;
+    mw_stats_last_request(&req->server->stats, body, len, h.data, h.len);
+}
+
+/* ---- inference ------------------------------------------------------------------- */
+
+static void infer_receive(struct mw_req *req)
+{
+    struct mw_server *s = req->server;
+    struct mw_error err = {0};
+    if (req->too_large) {
+        req->parse_status = 413;
+        snprintf(err.message, sizeof(err.message),
+                 "Request body larger than %" PRIu64 " bytes (--max-body-bytes)",
+                 s->opts.max_body_bytes);
+    } else if (mw_openai_parse(req->ep, req->body != NULL ? req->body : "", req->body_len, &s->ocfg,
+                               &req->infer, &err) != 0) {
+        req->parse_status = err.status;
+    }
+    if (req->parse_status != 0)
+        req->parse_error =
+            mw_openai_error_body(req->parse_status, err.message, &req->parse_error_len);
+    record_last_request(req);
+    mw_fault_state_arrival(&s->faults, &req->plan);
+    const char *rid = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Request-Id");
+    mw_openai_request_id(req->ep, rid,
+                         atomic_fetch_add_explicit(&s->unique, 1, memory_order_relaxed), req->id);
+    req->gen.id = req->id;
+    req->gen.model = s->opts.model;
+    req->gen.created = (int64_t)time(NULL);
+    req->gen.seed = s->opts.seed;
+}
+
+/* Prepares the engine entry and submits it. Returns 1 admitted, 0 queued, <0 error. */
+static int infer_submit(struct mw_req *req)
+{
+    struct mw_server *s = req->server;
+    const struct mw_infer *in = &req->infer;
+    uint32_t bt = s->opts.block_tokens;
+    bool cached = req->ep != MW_EP_EMBEDDINGS;
+    size_t n = cached ? mw_full_blocks(in->prompt_len, bt) : 0;
+    if (n > 0) {
+        req->hashes = malloc(sizeof(*req->hashes) * n);
+        req->block_ids = malloc(sizeof(*req->block_ids) * n);
+        if (req->hashes == NULL || req->block_ids == NULL)
+            return -ENOMEM;
+        mw_block_hashes(in->prompt, in->prompt_len, bt, req->hashes, n);
+    }
+    struct mw_sched_entry *x = &req->sched;
+    x->hashes = req->hashes;
+    x->n_hashes = n;
+    x->block_ids = req->block_ids;
+    x->prompt_tokens = in->prompt_tokens;
+    x->use_prefix_cache = cached;
+    if (s->opts.role == MW_ROLE_DECODE && cached) {
+        if (in->remote_prefill_valid) {
+            uint64_t remote = in->remote_blocks * bt;
+            x->remote_tokens = remote < in->prompt_tokens ? remote : in->prompt_tokens;
+        }
+        mw_stats_prefill_kind(&s->stats, in->remote_prefill_valid);
+    }
+    req->submitted = true;
+    return mw_engine_submit(&s->engine, x) ? 1 : 0;
+}
+
+/* Ends the request in the engine (once) and wakes loops with newly admitted work. */
+static void infer_finish(struct mw_req *req, uint64_t generated)
+{
+    if (!req->submitted || req->finished)
+        return;
+    req->finished = true;
+    uint64_t wake = mw_engine_finish(&req->server->engine, &req->sched, generated);
+    if (wake != 0)
+        mw_server_wake(req->server, wake);
+}
+
+/* Fixes the schedule once admitted: prefill of the uncached tokens, then tokens. */
+static void infer_start(struct mw_req *req)
+{
+    const struct mw_options *o = &req->server->opts;
+    double prefill_us =
+        o->prefill_base_us + (double)req->sched.compute_tokens * o->prefill_us_per_token;
+    req->first_token_ns =
+        mw_now_ns() + ms_to_ns(req->plan.extra_latency_ms) + (uint64_t)(prefill_us * 1000.0);
+    req->tpot_ns = (uint64_t)(o->tpot_ms * 1e6);
+    req->gen.n_tokens = req->ep == MW_EP_EMBEDDINGS ? 0 : req->infer.max_tokens;
+}
+
+static uint64_t last_token_ns(const struct mw_req *req)
+{
+    uint64_t n = req->gen.n_tokens;
+    return req->first_token_ns + (n > 1 ? (n - 1) * req->tpot_ns : 0);
+}
+
+static json_t *kv_transfer_params(struct mw_req *req)
+{
+    struct mw_server *s = req->server;
+    json_t *ids = json_array();
+    uint32_t bt = s->opts.block_tokens;
+    for (size_t i = 0; i < req->sched.n_hashes; i++)
+        json_array_append_new(ids, json_integer(req->block_ids[i]));
+    /* The partial tail block is never in the prefix cache: ids >= kv_blocks name it. */
+    if (req->infer.prompt_tokens > (uint64_t)req->sched.n_hashes * bt) {
+        uint64_t t = atomic_fetch_add_explicit(&s->tail_ids, 1, memory_order_relaxed);
+        json_array_append_new(
+            ids, json_integer((json_int_t)(s->opts.kv_blocks + t % s->opts.kv_blocks)));
+    }
+    return json_pack("{s:b, s:b, s:s, s:o, s:s, s:i, s:i}", "do_remote_prefill", 1,
+                     "do_remote_decode", 0, "remote_engine_id", s->engine_id, "remote_block_ids",
+                     ids, "remote_host", s->opts.host, "remote_port", (int)s->port, "tp_size", 1);
+}
+
+static enum MHD_Result respond_final(struct mw_req *req)
+{
+    struct mw_server *s = req->server;
+    infer_finish(req, req->gen.n_tokens);
+    size_t len = 1;
+    char *body;
+    if (req->ep == MW_EP_EMBEDDINGS) {
+        body = mw_openai_embeddings_body(&req->infer, &req->gen, s->opts.embedding_dim, &len);
+    } else {
+        json_t *kv = NULL;
+        if (s->opts.role == MW_ROLE_PREFILL && req->infer.do_remote_decode)
+            kv = kv_transfer_params(req);
+        body = mw_openai_completion_body(&req->infer, &req->gen, kv, &len);
+    }
+    return respond(req, 200, body, len, CT_JSON);
+}
+
+/* Reader of a failed response held open (fail_body_hold_ms). */
+static ssize_t held_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct mw_req *req = cls;
+    if (req->gone)
+        return fail_reader(req);
+    size_t limit = req->hold_done ? req->out_len : req->hold_split;
+    if (req->out_off >= limit) {
+        if (req->hold_done)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        req->hold_done = true;
+        uint64_t until = mw_now_ns() + ms_to_ns(req->plan.fail_body_hold_ms);
+        if (mw_park(req, until) == 0)
+            return 0;
+        limit = req->out_len;
+    }
+    size_t n = limit - req->out_off < max ? limit - req->out_off : max;
+    memcpy(buf, req->out_buf + req->out_off, n);
+    req->out_off += n;
+    return (ssize_t)n;
+}
+
+static enum MHD_Result respond_fault(struct mw_req *req)
+{
+    int status = req->plan.fail_status;
+    char msg[128];
+    snprintf(msg, sizeof(msg), "mock worker fault: injected status %d", status);
+    size_t len = 1;
+    char *body = mw_openai_error_body(status, msg, &len);
+    if (req->plan.fail_body_hold_ms == 0 || body == NULL || len < 2)
+        return respond(req, status, body, len, CT_JSON);
+    req->out_buf = body;
+    req->out_len = len;
+    req->hold_split = len / 2;
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(len, 4096, held_reader, req, NULL);
+    if (resp == NULL)
+        return MHD_NO;
+    add_common_headers(req, resp, CT_JSON);
+    enum MHD_Result ret = MHD_queue_response(req->conn, (unsigned int)status, resp);
+    MHD_destroy_response(resp);
+    count_status(req, status);
+    req->phase = MW_PHASE_RESPONDING;
+    return ret;
+}
+
+enum stream_event {
+    STREAM_EVENT_UNSET = 0,
+    STREAM_EVENT_ROLE,
+    STREAM_EVENT_TOKEN,
+    STREAM_EVENT_USAGE,
+    STREAM_EVENT_DONE,
+    STREAM_EVENT_END,
+};
+
+/* The next event of the stream, its token index and when it is due. */
+static enum stream_event next_event(const struct mw_req *req, uint64_t *token, uint64_t *due)
+{
+    uint64_t k = req->events_sent;
+    uint64_t n = req->gen.n_tokens;
+    uint64_t base = req->first_token_ns + req->shift_ns;
+    *due = 0;
+    if (req->ep == MW_EP_CHAT) {
+        if (k == 0) {
+            *due = base;
+            return STREAM_EVENT_ROLE;
+        }
+        k--;
+    }
+    if (k < n) {
+        *token = k;
+        *due = base + k * req->tpot_ns;
+        return STREAM_EVENT_TOKEN;
+    }
+    k -= n;
+    if (req->infer.include_usage) {
+        if (k == 0)
+            return STREAM_EVENT_USAGE;
+        k--;
+    }
+    return k == 0 ? STREAM_EVENT_DONE : STREAM_EVENT_END;
+}
+
+static ssize_t copy_pending(struct mw_req *req, char *buf, size_t max)
+{
+    size_t n = req->out_len - req->out_off < max ? req->out_len - req->out_off : max;
+    memcpy(buf, req->out_buf + req->out_off, n);
+    req->out_off += n;
+    return (ssize_t)n;
+}
+
+/* One SSE event per call (vLLM writes each chunk on its own). */
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct mw_req *req = cls;
+    if (req->gone)
+        return fail_reader(req);
+    if (req->out_off < req->out_len)
+        return copy_pending(req, buf, max);
+    const struct mw_fault_plan *plan = &req->plan;
+    if (plan->reset_after_chunks > 0 && req->events_sent >= plan->reset_after_chunks) {
+        req->reset_by_us = true;
+        infer_finish(req, req->events_sent);
+        return fail_reader(req);
+    }
+    uint64_t now = mw_now_ns();
+    if (plan->stall_ms > 0 && !req->stalled && req->events_sent >= plan->stall_after_chunks) {
+        req->stalled = true;
+        req->shift_ns += ms_to_ns(plan->stall_ms);
+        if (mw_park(req, now + ms_to_ns(plan->stall_ms)) == 0)
+            return 0;
+    }
+    uint64_t token = 0;
+    uint64_t due = 0;
+    enum stream_event ev = next_event(req, &token, &due);
+    if (ev == STREAM_EVENT_END)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    if (due > now && mw_park(req, due) == 0)
+        return 0;
+    int len = -ENOSPC;
+    switch (ev) {
+    case STREAM_EVENT_ROLE:
+        len = mw_openai_sse_role(&req->infer, &req->gen, req->out_buf, req->out_cap);
+        break;
+    case STREAM_EVENT_TOKEN:
+        len = mw_openai_sse_token(&req->infer, &req->gen, token, req->out_buf, req->out_cap);
+        if (token + 1 == req->gen.n_tokens)
+            infer_finish(req, req->gen.n_tokens);
+        break;
+    case STREAM_EVENT_USAGE:
+        len = mw_openai_sse_usage(&req->infer, &req->gen, req->out_buf, req->out_cap);
+        break;
+    default:
+        len = mw_openai_sse_done(req->out_buf, req->out_cap);
+        break;
+    }
+    if (len < 0) {
+        log_warn("stream %s: event does not fit its buffer", req->id);
+        return fail_reader(req);
+    }
+    req->events_sent++;
+    req->out_len = (size_t)len;
+    req->out_off = 0;
+    return copy_pending(req, buf, max);
+}
+
+static enum MHD_Result respond_stream(struct mw_req *req)
+{
+    req->out_cap = MW_SSE_EVENT_MIN + strlen(req->gen.id) + strlen(req->gen.model);
+    req->out_buf = malloc(req->out_cap);
+    if (req->out_buf == NULL) {
+        infer_finish(req, 0);
+        return respond_error(req, 500, "out of memory");
+    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, req, NULL);
+    if (resp == NULL)
+        return MHD_NO;
+    add_common_headers(req, resp, CT_SSE);
+    enum MHD_Result ret = MHD_queue_response(req->conn, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    count_status(req, MHD_HTTP_OK);
+    req->phase = MW_PHASE_RESPONDING;
+    return ret;
+}
+
+/* Each case continues from the phase the request parked in. */
+static enum MHD_Result infer_step(struct mw_req *req)
+{
+    switch (req->phase) {
+    case MW_PHASE_RECEIVING:
+        infer_receive(req);
+        req->phase = MW_PHASE_STALLED;
+        if (req->plan.stall_before_headers_ms > 0 &&
+            mw_park(req, mw_now_ns() + ms_to_ns(req->plan.stall_before_headers_ms)) == 0)
+            return MHD_YES;
+        __attribute__((fallthrough));
+    case MW_PHASE_STALLED: {
+        if (req->parse_status != 0) {
+            char *body = req->parse_error;
+            req->parse_error = NULL;
+            return respond(req, req->parse_status, body, req->parse_error_len, CT_JSON);
+        }
+        if (req->plan.fail_status != 0)
+            return respond_fault(req);
+        if (req->plan.reset_after_chunks > 0 && !req->infer.stream) {
+            req->reset_by_us = true;
+            return fail_handler(req);
+        }
+        int rc = infer_submit(req);
+        if (rc < 0)
+            return respond_error(req, 500, "out of memory");
+        req->phase = MW_PHASE_QUEUED;
+        if (rc == 0) {
+            if (mw_park(req, 0) == 0)
+                return MHD_YES;
+            infer_finish(req, 0);
+            return respond_error(req, 503, "mock worker: cannot park a queued request");
+        }
+        __attribute__((fallthrough));
+    }
+    case MW_PHASE_QUEUED:
+        infer_start(req);
+        if (req->infer.stream && req->ep != MW_EP_EMBEDDINGS)
+            return respond_stream(req);
+        req->phase = MW_PHASE_GENERATING;
+        __attribute__((fallthrough));
+    case MW_PHASE_GENERATING: {
+        uint64_t done = last_token_ns(req);
+        if (mw_now_ns() < done && mw_park(req, done) == 0)
+            return MHD_YES;
+        return respond_final(req);
+    }
+    default:
+        return MHD_NO;
+    }
+}
+
+/* ---- other endpoints ---------------------------------------------------------------- */
+
+static void prom_metric(struct grow_buf *b, const char *name, const char *type, const char *help,
+                        const char *model, const char *value)
+{
+    bool counter = strcmp(type, "counter") == 0;
+    grow_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    grow_printf(b, "%s%s{engine=\"0\",model_name=\"%s\"} %s\n", name, counter ? "_total" : "",
+                model, value);
+}
+
+static enum MHD_Result respond_metrics(struct mw_req *req)
+{
+    struct mw_server *s = req->server;
+    struct mw_engine_snapshot snap;
+    mw_engine_snapshot(&s->engine, &snap);
+    const char *m = s->opts.model;
+    struct grow_buf b = {0};
+    char v[64];
+    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.running);
+    prom_metric(&b, "vllm:num_requests_running", "gauge",
+                "Number of requests in model execution batches.", m, v);
+    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.waiting);
+    prom_metric(&b, "vllm:num_requests_waiting", "gauge",
+                "Number of requests waiting to be processed.", m, v);
+    snprintf(v, sizeof(v), "%.6f", snap.kv_usage);
+    prom_metric(&b, "vllm:kv_cache_usage_perc", "gauge",
+                "KV-cache usage. 1 means 100 percent usage.", m, v);
+    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.prefix_query_tokens);
+    prom_metric(&b, "vllm:prefix_cache_queries", "counter",
+                "Prefix cache queries, in terms of number of queried tokens.", m, v);
+    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.prefix_hit_tokens);
+    prom_metric(&b, "vllm:prefix_cache_hits", "counter",
+                "Prefix cache hits, in terms of number of cached tokens.", m, v);
+    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.prompt_tokens);
+    prom_metric(&b, "vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", m, v);
+    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.generation_tokens);
+    prom_metric(&b, "vllm:generation_tokens", "counter", "Number of generation tokens processed.",
+                m, v);
+    if (b.failed) {
+        free(b.data);
+        return respond(req, 500, NULL, 1, CT_JSON);
+    }
+    return respond(req, 200, b.data, b.len, CT_PROM);
+}
+
+static enum MHD_Result respond_mock_stats(struct mw_req *req)
+{
+    struct mw_server *s = req->server;
+    struct mw_engine_snapshot snap;
+    mw_engine_snapshot(&s->engine, &snap);
+    struct mw_faults f;
+    mw_fault_state_get(&s->faults, &f);
+    json_t *obj = json_object();
+    if (obj == NULL)
+        return respond(req, 500, NULL, 1, CT_JSON);
+    mw_stats_to_json(&s->stats, obj);
+    json_object_set_new(obj, "waiting", json_integer((json_int_t)snap.waiting));
+    json_object_set_new(obj, "running", json_integer((json_int_t)snap.running));
+    json_object_set_new(obj, "prefix_hit_tokens", json_integer((json_int_t)snap.prefix_hit_tokens));
+    json_object_set_new(obj, "prefix_query_tokens",
+                        json_integer((json_int_t)snap.prefix_query_tokens));
+    json_object_set_new(obj, "kv_blocks_used", json_integer((json_int_t)snap.kv_used_blocks));
+    json_object_set_new(obj, "kv_cache_usage_perc", json_real(snap.kv_usage));
+    json_object_set_new(obj, "model", json_string(s->opts.model));
+    json_object_set_new(obj, "role", json_string(mw_role_name(s->opts.role)));
+    json_object_set_new(obj, "engine_id", json_string(s->engine_id));
+    json_object_set_new(obj, "port", json_integer(s->port));
+    json_object_set_new(obj, "faults", mw_faults_to_json(&f));
+    return respond_json(req, 200, obj);
+}
+
+static enum MHD_Result respond_mock_faults(struct mw_req *req, const char *method)
+{
+    struct mw_server *s = req->server;
+    struct mw_faults f;
+    if (!is_method(method, "POST")) {
+        mw_fault_state_get(&s->faults, &f);
+        return respond_json(req, 200, mw_faults_to_json(&f));
+    }
+    if (req->too_large)
+        return respond_error(req, 413, "body too large");
+    char err[256];
+    if (mw_fault_state_update(&s->faults, req->body != NULL ? req->body : "", req->body_len, &f,
+                              err, sizeof(err)) != 0)
+        return respond_error(req, 400, err);
+    log_info(
+        "faults updated: fail_status=%d fail_count=%" PRId64 " stall_before_headers_ms=%" PRIu64
+        " stall_after_chunks=%" PRIu64 " stall_ms=%" PRIu64 " reset_after_chunks=%" PRIu64
+        " health_status=%d extra_latency_ms=%" PRIu64 " fail_body_hold_ms=%" PRIu64,
+        f.fail_status, f.fail_count, f.stall_before_headers_ms, f.stall_after_chunks, f.stall_ms,
+        f.reset_after_chunks, f.health_status, f.extra_latency_ms, f.fail_body_hold_ms);
+    return respond_json(req, 200, mw_faults_to_json(&f));
+}
+
+static enum MHD_Result respond_mock_reset(struct mw_req *req)
+{
+    struct mw_server *s = req->server;
+    mw_stats_reset(&s->stats);
+    mw_fault_state_clear(&s->faults);
+    mw_engine_reset(&s->engine);
+    log_info("mock state reset");
+    return respond_json(req, 200, json_pack("{s:b}", "reset", 1));
+}
+
+static enum MHD_Result handle_control(struct mw_req *req, const char *method)
+{
+    struct mw_server *s = req->server;
+    size_t len = 1;
+    switch (req->route) {
+    case MW_ROUTE_HEALTH: {
+        int status = mw_fault_state_health(&s->faults);
+        if (status >= 200 && status < 300)
+            return respond(req, status, NULL, 0, NULL);
+        return respond_error(req, status, "mock worker: unhealthy (health_status fault)");
+    }
+    case MW_ROUTE_METRICS:
+        return respond_metrics(req);
+    case MW_ROUTE_MODELS: {
+        char *body = mw_openai_models_body(s->opts.model, s->opts.max_model_len, s->started, &len);
+        return respond(req, 200, body, len, CT_JSON);
+    }
+    case MW_ROUTE_VERSION:
+        return respond_json(req, 200, json_pack("{s:s}", "version", SY_VERSION "-mock"));
+    case MW_ROUTE_MOCK_STATS:
+        return respond_mock_stats(req);
+    case MW_ROUTE_MOCK_FAULTS:
+        return respond_mock_faults(req, method);
+    case MW_ROUTE_MOCK_RESET:
+        return respond_mock_reset(req);
+    case MW_ROUTE_BAD_METHOD:
+        return respond_error(req, 405, "Method Not Allowed");
+    default:
+        return respond_error(req, 404, "Not Found");
+    }
+}
+
+/* ---- entry points ----------------------------------------------------------------- */
+
+enum MHD_Result mw_handle_access(struct mw_loop *loop, struct mw_server *server,
+                                 struct MHD_Connection *conn, const char *url, const char *method,
+                                 const char *upload_data, size_t *upload_data_size, void **con_cls)
+{
+    struct mw_req *req = *con_cls;
+    if (req == NULL) {
+        if (atomic_load_explicit(&server->stopping, memory_order_acquire))
+            return MHD_NO;
+        req = req_new(loop, server, conn, url, method);
+        if (req == NULL)
+            return MHD_NO;
+        *con_cls = req;
+        /* Answering in this first call would make MHD close the connection. */
+        return MHD_YES;
+    }
+    if (req->gone)
+        return fail_handler(req);
+    if (*upload_data_size > 0) {
+        body_append(req, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (req->route == MW_ROUTE_INFERENCE)
+        return infer_step(req);
+    if (req->phase != MW_PHASE_RECEIVING)
+        return MHD_NO;
+    return handle_control(req, method);
+}
+
+void mw_handle_gone(struct mw_req *req, bool shutdown)
+{
+    req->gone = true;
+    if (req->route != MW_ROUTE_INFERENCE)
+        return;
+    infer_finish(req, req->ep == MW_EP_EMBEDDINGS ? 0 : req->events_sent);
+    if (req->accounted) {
+        req->accounted = false;
+        if (!shutdown)
+            mw_stats_client_abort(&req->server->stats);
+        mw_stats_release(&req->server->stats);
+    }
+}
+
+void mw_handle_completed(struct mw_req *req, enum MHD_RequestTerminationCode toe)
+{
+    if (req == NULL)
+        return;
+    if (req->route == MW_ROUTE_INFERENCE) {
+        infer_finish(req, req->events_sent);
+        if (req->accounted) {
+            bool abandoned = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK &&
+                             toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN && !req->reset_by_us;
+            if (abandoned)
+                mw_stats_client_abort(&req->server->stats);
+            mw_stats_release(&req->server->stats);
+            req->accounted = false;
+        }
+    }
+    mw_infer_fini(&req->infer);
+    free(req->body);
+    free(req->parse_error);
+    free(req->hashes);
+    free(req->block_ids);
+    free(req->out_buf);
+    free(req);
+}
