@@ -267,6 +267,7 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
         log_error("out of memory setting up the dataplane");
         goto out_free_shared;
     }
+    d.sh.metrics.policy = cfg_policy_name_str(cfg->policy.name);
     d.tickfd = evfd_timer_open(d.seg.hdr->heartbeat_interval_ms);
     d.epfd = epoll_create1(EPOLL_CLOEXEC);
     if (d.tickfd < 0 || d.epfd < 0 || dp_watch(&d, d.tickfd) != 0 || dp_watch(&d, d.sigfd) != 0) {

@@ -205,10 +205,14 @@ static void fwd_try(struct dp_request *req)
         .model = req->model,
         .text = req->routing_text,
         .text_len = req->routing_text_len,
+        .user = req->user,
         .header = fwd_header_lookup,
         .header_ctx = req,
     };
-    int pick = pol_pick(&loop->policy, &pr, cands, n);
+    const char *decision = NULL;
+    int pick = pol_pick(&loop->policy, &pr, cands, n, &decision);
+    req->decision = decision;
+    dp_metrics_decision(&loop->sh->metrics, decision);
     if (pick < 0) {
         fwd_reply(req, 503, "no_worker_selected", "the routing policy selected no worker");
         goto out_free;
@@ -224,6 +228,7 @@ static void fwd_try(struct dp_request *req)
     a->slot = w->slot;
     a->generation = w->generation;
     snprintf(a->worker_id, sizeof(a->worker_id), "%s", w->id);
+    snprintf(req->worker_id, sizeof(req->worker_id), "%s", w->id);
     a->state = DP_ATT_WAITING;
     a->started_ms = proc_monotonic_ms();
     a->deadline_ms = a->started_ms + loop->sh->cfg->dataplane.first_byte_timeout_ms;

@@ -163,8 +163,13 @@ static enum MHD_Result lst_queue_relay(struct dp_request *req)
     }
     lst_add_relayed_headers(req, resp);
     lst_common_headers(req, resp);
-    if (req->loop->sh->cfg->dataplane.debug_headers && req->active != NULL)
-        MHD_add_response_header(resp, "x-switchyard-worker", req->active->worker_id);
+    /* From the request, not the attempt: a non-streamed body may have ended
+     * (and its attempt with it) before the response is queued. */
+    if (req->loop->sh->cfg->dataplane.debug_headers && req->worker_id[0] != '\0') {
+        MHD_add_response_header(resp, "x-switchyard-worker", req->worker_id);
+        if (req->decision != NULL)
+            MHD_add_response_header(resp, "x-switchyard-decision", req->decision);
+    }
     enum MHD_Result ret = MHD_queue_response(req->conn, (unsigned)req->relay_status, resp);
     MHD_destroy_response(resp);
     req->phase = DP_REQ_REPLIED;

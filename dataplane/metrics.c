@@ -5,6 +5,7 @@
  * scrape allocate without bound.
  */
 #include "dataplane/metrics.h"
+#include "dataplane/policy.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -82,6 +83,8 @@ int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers)
     for (size_t i = 0; i < (size_t)max_workers * DP_UPERR_COUNT; i++)
         atomic_init(&m->upstream_errors[i], 0);
     atomic_init(&m->retries, 0);
+    for (int d = 0; d < DP_DECISION_LABELS; d++)
+        atomic_init(&m->decisions[d], 0);
     for (int p = 0; p < DP_PHASE_COUNT; p++)
         atomic_init(&m->disconnects[p], 0);
     hist_init(&m->duration);
@@ -121,6 +124,24 @@ void dp_metrics_upstream_error(struct dp_metrics *m, uint32_t slot, enum dp_up_e
 void dp_metrics_retry(struct dp_metrics *m)
 {
     atomic_fetch_add_explicit(&m->retries, 1, memory_order_relaxed);
+}
+
+/* Index 0 collects labels not listed (should not happen). */
+static const char *const dp_decision_labels[DP_DECISION_LABELS] = {
+    "other",    "round_robin",      "random", "power_of_two", "least_load",
+    "hash",     "hash_all_full",    "no_key", "affinity",     "overloaded_fallback",
+    "no_match", "fleet_imbalanced",
+};
+
+void dp_metrics_decision(struct dp_metrics *m, const char *decision)
+{
+    int idx = 0;
+    for (int d = 1; d < DP_DECISION_LABELS && decision != NULL; d++)
+        if (strcmp(dp_decision_labels[d], decision) == 0) {
+            idx = d;
+            break;
+        }
+    atomic_fetch_add_explicit(&m->decisions[idx], 1, memory_order_relaxed);
 }
 
 void dp_metrics_disconnect(struct dp_metrics *m, enum dp_phase phase)
@@ -231,6 +252,20 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
              "# HELP switchyard_retries_total Attempts started again on another worker.\n"
              "# TYPE switchyard_retries_total counter\nswitchyard_retries_total %llu\n",
              (unsigned long long)atomic_load_explicit(&m->retries, memory_order_relaxed));
+
+    text_add(&t, "# HELP switchyard_routing_decisions_total Routing decisions by policy and "
+                 "reason.\n# TYPE switchyard_routing_decisions_total counter\n");
+    for (int d = 0; d < DP_DECISION_LABELS; d++) {
+        uint64_t v = atomic_load_explicit(&m->decisions[d], memory_order_relaxed);
+        if (v != 0)
+            text_add(&t, "switchyard_routing_decisions_total{policy=\"%s\",decision=\"%s\"} %llu\n",
+                     m->policy != NULL ? m->policy : "", dp_decision_labels[d],
+                     (unsigned long long)v);
+    }
+    text_add(&t,
+             "# HELP switchyard_prefix_index_bytes Memory of cache_aware's prefix index.\n"
+             "# TYPE switchyard_prefix_index_bytes gauge\nswitchyard_prefix_index_bytes %zu\n",
+             pol_cache_aware_index_bytes());
 
     text_add(&t, "# HELP switchyard_client_disconnects_total Clients gone before their response "
                  "ended, by phase.\n# TYPE switchyard_client_disconnects_total counter\n");

@@ -28,6 +28,9 @@ struct dp_histogram {
     _Atomic uint64_t count;
 };
 
+/* Every decision label a policy can report (policy.h); their counters. */
+#define DP_DECISION_LABELS 12
+
 /* Process-wide; dp_metrics_init / dp_metrics_fini. */
 struct dp_metrics {
     uint32_t max_workers;
@@ -37,6 +40,8 @@ struct dp_metrics {
     _Atomic uint64_t disconnects[DP_PHASE_COUNT];
     struct dp_histogram duration;
     struct dp_histogram ttfb;
+    const char *policy; /* policy.name, for the decisions' label */
+    _Atomic uint64_t decisions[DP_DECISION_LABELS];
 };
 
 int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers);
@@ -47,6 +52,8 @@ void dp_metrics_ttfb(struct dp_metrics *m, uint64_t us);
 void dp_metrics_upstream_error(struct dp_metrics *m, uint32_t slot, enum dp_up_error kind);
 void dp_metrics_retry(struct dp_metrics *m);
 void dp_metrics_disconnect(struct dp_metrics *m, enum dp_phase phase);
+/* Counts one routing decision by its label (a policy's static string). */
+void dp_metrics_decision(struct dp_metrics *m, const char *decision);
 
 const char *dp_route_label(enum dp_route route);
 

@@ -7,9 +7,10 @@
  * does). Policies live in dataplane/policy/, one per file.
  *
  * Threading: each event loop creates its own instance (pol_create), so a
- * policy's state (a round-robin cursor, later a prefix tree) is
- * single-threaded. Shared state, if a policy ever needs it, is its own
- * business to synchronise.
+ * policy's state (a round-robin cursor, a random generator) is
+ * single-threaded. cache_aware's prefix index is the exception: one per
+ * process, shared by every loop, so that a request's affinity does not
+ * depend on which thread accepted it (see policy/prefix_index.h).
  */
 #ifndef SY_DATAPLANE_POLICY_H
 #define SY_DATAPLANE_POLICY_H
@@ -29,6 +30,7 @@ struct pol_request {
     const char *model; /* the model being routed */
     const char *text;  /* routing text, not NUL-terminated */
     size_t text_len;
+    const char *user; /* the body's "user" ("" when absent) */
     pol_header_fn header;
     void *header_ctx;
 };
@@ -43,9 +45,13 @@ struct pol_ops {
     /* Creates per-loop state (may set *state to NULL). 0 or -errno. */
     int (*create)(const struct cfg_policy *cfg, void **state);
     void (*destroy)(void *state);
-    /* Index into cands (n >= 1), or a negative errno to refuse. */
+    /*
+     * Index into cands (n >= 1), or a negative errno to refuse. *decision
+     * names why (a static string: the label of
+     * switchyard_routing_decisions_total and x-switchyard-decision).
+     */
     int (*pick)(void *state, const struct pol_request *req, const struct pol_candidate *cands,
-                size_t n);
+                size_t n, const char **decision);
 };
 
 /* A policy instance. Caller storage; pol_create / pol_destroy. */
@@ -55,17 +61,26 @@ struct pol_policy {
 };
 
 extern const struct pol_ops pol_round_robin_ops;
+extern const struct pol_ops pol_random_ops;
+extern const struct pol_ops pol_power_of_two_ops;
 extern const struct pol_ops pol_least_load_ops;
+extern const struct pol_ops pol_consistent_hash_ops;
+extern const struct pol_ops pol_cache_aware_ops;
 
-/*
- * Creates the policy named by cfg->name; names not implemented yet fall
- * back to least_load with a log line. 0 or -errno.
- */
+/* Creates the policy named by cfg->name. 0 or -errno. */
 int pol_create(const struct cfg_policy *cfg, struct pol_policy *out);
 void pol_destroy(struct pol_policy *p);
 
-/* Picks among n >= 1 candidates: an index, or a negative errno. */
+/* Picks among n >= 1 candidates: an index, or a negative errno; *decision
+ * as in pol_ops.pick. */
 int pol_pick(struct pol_policy *p, const struct pol_request *req, const struct pol_candidate *cands,
-             size_t n);
+             size_t n, const char **decision);
+
+/* Bytes held by cache_aware's shared prefix index (0 before its first use). */
+size_t pol_cache_aware_index_bytes(void);
+
+/* The consistent_hash choice as a function (also used by tests). */
+int pol_consistent_hash_pick(const struct pol_request *req, const struct pol_candidate *cands,
+                             size_t n, const char **decision);
 
 #endif

@@ -71,6 +71,8 @@ void dp_request_unref(struct dp_request *req)
     if (--req->refs > 0)
         return;
     free(req->body);
+    free(req->routing_text);
+    req->routing_text = NULL;
     free(req->reply_body);
     free(req->out);
     curl_slist_free_all(req->up_headers);
@@ -106,22 +108,74 @@ int dp_request_append_body(struct dp_request *req, const char *data, size_t len)
     return 0;
 }
 
-static void text_add(struct dp_request *req, const char *s)
+/* Appends to the routing text, growing it up to DP_ROUTING_TEXT_MAX; past
+ * that (or without memory) the text is cut: routing degrades, the request
+ * does not fail. */
+static void text_add(struct dp_request *req, const char *s, size_t n)
 {
     size_t room = DP_ROUTING_TEXT_MAX - req->routing_text_len;
-    size_t n = strlen(s);
     if (n > room)
         n = room;
+    if (req->routing_text_len + n > req->routing_text_cap) {
+        size_t cap = req->routing_text_cap ? req->routing_text_cap : 1024;
+        while (cap < req->routing_text_len + n)
+            cap *= 2;
+        if (cap > DP_ROUTING_TEXT_MAX)
+            cap = DP_ROUTING_TEXT_MAX;
+        char *nt = realloc(req->routing_text, cap);
+        if (nt == NULL)
+            return;
+        req->routing_text = nt;
+        req->routing_text_cap = cap;
+    }
     memcpy(req->routing_text + req->routing_text_len, s, n);
     req->routing_text_len += n;
 }
 
-/* Routing text: the prompt, or the chat messages' text contents in order. */
+static void text_add_json_string(struct dp_request *req, json_t *s)
+{
+    text_add(req, json_string_value(s), json_string_length(s));
+}
+
+/* A chat message's content: a string, or an array of parts whose "text"
+ * parts count (images and other parts are not text a prefix cache keys). */
+static void text_add_content(struct dp_request *req, json_t *content)
+{
+    if (json_is_string(content)) {
+        text_add_json_string(req, content);
+        return;
+    }
+    size_t i;
+    json_t *part;
+    json_array_foreach(content, i, part)
+    {
+        json_t *text = json_object_get(part, "text");
+        if (json_is_string(text))
+            text_add_json_string(req, text);
+    }
+}
+
+/*
+ * Routing text: the prompt (completions), or the chat messages in order,
+ * each as role, newline, content, newline — so every turn of a
+ * conversation extends the previous turn's text, and cache_aware sees the
+ * shared prefix.
+ */
 static void extract_routing_text(struct dp_request *req, json_t *root)
 {
     json_t *prompt = json_object_get(root, "prompt");
     if (json_is_string(prompt)) {
-        text_add(req, json_string_value(prompt));
+        text_add_json_string(req, prompt);
+        return;
+    }
+    if (json_is_array(prompt)) {
+        size_t i;
+        json_t *p;
+        json_array_foreach(prompt, i, p)
+        {
+            if (json_is_string(p))
+                text_add_json_string(req, p);
+        }
         return;
     }
     json_t *messages = json_object_get(root, "messages");
@@ -129,9 +183,12 @@ static void extract_routing_text(struct dp_request *req, json_t *root)
     json_t *m;
     json_array_foreach(messages, i, m)
     {
-        json_t *content = json_object_get(m, "content");
-        if (json_is_string(content))
-            text_add(req, json_string_value(content));
+        json_t *role = json_object_get(m, "role");
+        if (json_is_string(role))
+            text_add_json_string(req, role);
+        text_add(req, "\n", 1);
+        text_add_content(req, json_object_get(m, "content"));
+        text_add(req, "\n", 1);
     }
 }
 
@@ -163,6 +220,9 @@ enum dp_parse_result dp_request_parse(struct dp_request *req)
         strcpy(req->model, json_string_value(model));
     }
     extract_routing_text(req, root);
+    json_t *user = json_object_get(root, "user");
+    if (json_is_string(user))
+        snprintf(req->user, sizeof(req->user), "%s", json_string_value(user));
 out_decref:
     json_decref(root);
     return res;

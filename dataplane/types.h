@@ -29,7 +29,8 @@
 #define DP_OUT_CAP          (64u * 1024u) /* per-request relay buffer toward the client */
 #define DP_RESP_HDRS_CAP    4096u         /* upstream response headers kept for the client */
 #define DP_REQUEST_ID_MAX   128u
-#define DP_ROUTING_TEXT_MAX 4096u
+#define DP_ROUTING_TEXT_MAX (1u << 20) /* routing text kept for cache_aware (1 MiB) */
+#define DP_USER_MAX         128u
 #define DP_MAX_TRIED        16u
 #define DP_CAUSE_MAX        160u
 
@@ -131,8 +132,11 @@ struct dp_request {
     char model[CFG_MODEL_MAX];
     bool stream;
     char request_id[DP_REQUEST_ID_MAX];
-    char routing_text[DP_ROUTING_TEXT_MAX];
-    size_t routing_text_len;
+    char *routing_text; /* owned; NULL until parsed; at most DP_ROUTING_TEXT_MAX */
+    size_t routing_text_len, routing_text_cap;
+    char user[DP_USER_MAX];     /* the body's "user", for consistent_hash */
+    const char *decision;       /* the last routing decision's label (static) */
+    char worker_id[CFG_ID_MAX]; /* the worker of the last attempt (debug headers) */
     struct curl_slist *up_headers;
 
     /* a reply of our own, ready to queue when the connection resumes */

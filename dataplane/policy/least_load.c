@@ -28,9 +28,10 @@ static void ll_destroy(void *state)
 }
 
 static int ll_pick(void *state, const struct pol_request *req, const struct pol_candidate *cands,
-                   size_t n)
+                   size_t n, const char **decision)
 {
     (void)req;
+    (void)decision;
     struct pol_ll *ll = state;
     size_t start = (size_t)(ll->turn++ % n);
     size_t best = start;

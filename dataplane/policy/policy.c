@@ -1,15 +1,10 @@
 /*
  * Policy selection (see dataplane/policy.h): maps policy.name to its ops.
- * Until the policies issue lands, names without an implementation fall
- * back to least_load, logged once per process.
  */
 #include <errno.h>
-#include <stdatomic.h>
 
 #include "common/log.h"
 #include "dataplane/policy.h"
-
-static atomic_bool pol_fallback_logged;
 
 int pol_create(const struct cfg_policy *cfg, struct pol_policy *out)
 {
@@ -18,15 +13,24 @@ int pol_create(const struct cfg_policy *cfg, struct pol_policy *out)
     case CFG_POLICY_ROUND_ROBIN:
         ops = &pol_round_robin_ops;
         break;
+    case CFG_POLICY_RANDOM:
+        ops = &pol_random_ops;
+        break;
+    case CFG_POLICY_POWER_OF_TWO:
+        ops = &pol_power_of_two_ops;
+        break;
     case CFG_POLICY_LEAST_LOAD:
         ops = &pol_least_load_ops;
         break;
-    default:
-        ops = &pol_least_load_ops;
-        if (!atomic_exchange_explicit(&pol_fallback_logged, true, memory_order_relaxed))
-            log_warn("policy %s is not implemented yet; routing with least_load",
-                     cfg_policy_name_str(cfg->name));
+    case CFG_POLICY_CONSISTENT_HASH:
+        ops = &pol_consistent_hash_ops;
         break;
+    case CFG_POLICY_CACHE_AWARE:
+        ops = &pol_cache_aware_ops;
+        break;
+    default:
+        log_error("unknown routing policy %d", (int)cfg->name);
+        return -EINVAL;
     }
     out->ops = ops;
     out->state = NULL;
@@ -42,11 +46,12 @@ void pol_destroy(struct pol_policy *p)
 }
 
 int pol_pick(struct pol_policy *p, const struct pol_request *req, const struct pol_candidate *cands,
-             size_t n)
+             size_t n, const char **decision)
 {
+    *decision = p->ops->name;
     if (n == 0)
         return -ENOENT;
-    int i = p->ops->pick(p->state, req, cands, n);
+    int i = p->ops->pick(p->state, req, cands, n, decision);
     if (i >= 0 && (size_t)i >= n)
         return -EINVAL;
     return i;

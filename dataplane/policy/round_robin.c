@@ -28,9 +28,10 @@ static void rr_destroy(void *state)
 }
 
 static int rr_pick(void *state, const struct pol_request *req, const struct pol_candidate *cands,
-                   size_t n)
+                   size_t n, const char **decision)
 {
     (void)req;
+    (void)decision;
     (void)cands;
     struct pol_rr *rr = state;
     return (int)(rr->next++ % n);

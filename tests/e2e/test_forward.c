@@ -27,98 +27,17 @@
 #include "shm/registry.h"
 #include "shm/segment.h"
 #include "tests/e2e/harness.h"
+#include "tests/e2e/harness_fleet.h"
 
-#define MODEL     "mock-model"
-#define WAIT_MS   5000
-#define ABORT_MS  1000 /* the contract: a disconnect releases within 1 s */
-#define MAX_MOCKS 4
+#define ABORT_MS 1000 /* the contract: a disconnect releases within 1 s */
 
-static const char *const CHAT_STREAM = "{\"model\":\"" MODEL "\",\"stream\":true,\"max_tokens\":8,"
-                                       "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
-static const char *const CHAT_PLAIN = "{\"model\":\"" MODEL "\",\"max_tokens\":8,"
+static const char *const CHAT_STREAM =
+    "{\"model\":\"" H_FLEET_MODEL "\",\"stream\":true,\"max_tokens\":8,"
+    "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+static const char *const CHAT_PLAIN = "{\"model\":\"" H_FLEET_MODEL "\",\"max_tokens\":8,"
                                       "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
 
-/* One router (control plane + dataplane) in front of n mock workers. */
-struct fleet {
-    struct h_config cfg;
-    struct h_mock mock[MAX_MOCKS];
-    size_t n;
-    struct h_proc *cp, *dp;
-    struct shm_segment seg;
-    bool attached;
-    char base[64]; /* http://127.0.0.1:PORT of the dataplane */
-};
-
-struct fleet_opts {
-    size_t n;
-    const char *const *mock_args; /* NULL-terminated extra mock flags, or NULL */
-    const char *policy;
-    const char *dataplane_extra;
-    const char *model; /* NULL = MODEL */
-};
-
-static bool seg_attach(void *arg)
-{
-    struct fleet *f = arg;
-    char err[256];
-    return shm_segment_attach(&f->seg, f->cfg.shm_name, err, sizeof(err)) == 0;
-}
-
-static void fleet_start(struct fleet *f, const struct fleet_opts *o)
-{
-    memset(f, 0, sizeof(*f));
-    f->n = o->n;
-    for (size_t i = 0; i < o->n; i++) {
-        const char *argv[16] = {"--model", o->model ? o->model : MODEL, "--seed", "7"};
-        size_t k = 4;
-        for (size_t j = 0; o->mock_args != NULL && o->mock_args[j] != NULL && k < 15; j++)
-            argv[k++] = o->mock_args[j];
-        argv[k] = NULL;
-        assert_int_equal(h_mock_startv(&f->mock[i], argv), 0);
-        char id[32];
-        snprintf(id, sizeof(id), "w%zu", i + 1);
-        assert_int_equal(
-            h_config_add_worker(&f->cfg, f->mock[i].url, id, o->model ? o->model : MODEL, NULL), 0);
-    }
-    f->cfg.policy = o->policy;
-    f->cfg.dataplane_extra = o->dataplane_extra;
-    assert_int_equal(h_config_write(&f->cfg, NULL), 0);
-    assert_int_equal(h_start_controlplane(f->cfg.path, &f->cp), 0);
-    assert_int_equal(h_wait_until(seg_attach, f, WAIT_MS), 0);
-    f->attached = true;
-    assert_int_equal(h_start_dataplane(f->cfg.path, &f->dp), 0);
-    assert_int_equal(h_url(f->base, sizeof(f->base), f->cfg.dataplane_port, NULL), 0);
-    char url[96];
-    snprintf(url, sizeof(url), "%s/health", f->base);
-    assert_int_equal(h_wait_http_ok(url, H_READY_TIMEOUT_MS), 0);
-}
-
-static void fleet_stop(struct fleet *f)
-{
-    if (f->attached)
-        shm_segment_close(&f->seg);
-    f->attached = false;
-}
-
-static long long worker_load(struct fleet *f, size_t i)
-{
-    char id[32];
-    snprintf(id, sizeof(id), "w%zu", i + 1);
-    struct shm_worker_info w;
-    if (shm_registry_find(&f->seg, id, &w) != 0)
-        return -1;
-    return (long long)shm_load_of(&f->seg, w.slot, w.generation);
-}
-
-static long long mock_stat(struct fleet *f, size_t i, const char *key)
-{
-    long long v = -1;
-    if (h_mock_stat_int(f->mock[i].url, key, &v) != 0)
-        return -1;
-    return v;
-}
-
-static void route_url(struct fleet *f, const char *path, char *buf, size_t len)
+static void route_url(struct h_fleet *f, const char *path, char *buf, size_t len)
 {
     snprintf(buf, len, "%s%s", f->base, path);
 }
@@ -126,7 +45,7 @@ static void route_url(struct fleet *f, const char *path, char *buf, size_t len)
 /* ---- conditions ------------------------------------------------------------- */
 
 struct settle {
-    struct fleet *f;
+    struct h_fleet *f;
     size_t i;
     long long aborts;
 };
@@ -135,20 +54,20 @@ struct settle {
 static bool settled_after_abort(void *arg)
 {
     struct settle *s = arg;
-    return mock_stat(s->f, s->i, "client_aborts") == s->aborts &&
-           mock_stat(s->f, s->i, "inflight") == 0 && worker_load(s->f, s->i) == 0;
+    return h_fleet_mock_stat(s->f, s->i, "client_aborts") == s->aborts &&
+           h_fleet_mock_stat(s->f, s->i, "inflight") == 0 && h_fleet_load(s->f, s->i) == 0;
 }
 
 static bool load_is_one(void *arg)
 {
     struct settle *s = arg;
-    return worker_load(s->f, s->i) == 1 && mock_stat(s->f, s->i, "inflight") == 1;
+    return h_fleet_load(s->f, s->i) == 1 && h_fleet_mock_stat(s->f, s->i, "inflight") == 1;
 }
 
 static bool load_is_zero(void *arg)
 {
     struct settle *s = arg;
-    return worker_load(s->f, s->i) == 0;
+    return h_fleet_load(s->f, s->i) == 0;
 }
 
 struct body_cond {
@@ -217,14 +136,14 @@ static const char *header_ci(json_t *obj, const char *name)
 static void test_responses_match_direct(void **state)
 {
     (void)state;
-    struct fleet f;
-    fleet_start(&f, &(struct fleet_opts){.n = 1});
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
     char url[128], direct[128];
     const char *paths[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"};
     const char *bodies[] = {
         CHAT_PLAIN,
-        "{\"model\":\"" MODEL "\",\"prompt\":\"once upon\",\"max_tokens\":6}",
-        "{\"model\":\"" MODEL "\",\"input\":\"embed me\"}",
+        "{\"model\":\"" H_FLEET_MODEL "\",\"prompt\":\"once upon\",\"max_tokens\":6}",
+        "{\"model\":\"" H_FLEET_MODEL "\",\"input\":\"embed me\"}",
     };
     for (size_t i = 0; i < 3; i++) {
         route_url(&f, paths[i], url, sizeof(url));
@@ -277,15 +196,15 @@ static void test_responses_match_direct(void **state)
     assert_string_equal(sa.resp.body, sb.resp.body);
     h_sse_fini(&sa);
     h_sse_fini(&sb);
-    assert_int_equal(worker_load(&f, 0), 0);
-    fleet_stop(&f);
+    assert_int_equal(h_fleet_load(&f, 0), 0);
+    h_fleet_stop(&f);
 }
 
 /* Starts a background request, waits until the worker holds it, aborts, checks the release. */
 static void disconnect_case(const char *faults, const char *const *mock_args, bool wait_body)
 {
-    struct fleet f;
-    fleet_start(&f, &(struct fleet_opts){.n = 1, .mock_args = mock_args});
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .mock_args = mock_args});
     if (faults != NULL)
         assert_int_equal(h_mock_faults(f.mock[0].url, faults), 0);
     char url[128];
@@ -293,10 +212,10 @@ static void disconnect_case(const char *faults, const char *const *mock_args, bo
     struct h_async *a;
     assert_int_equal(h_async_start(url, CHAT_STREAM, &(struct h_async_opts){0}, &a), 0);
     struct settle s = {.f = &f, .i = 0, .aborts = 1};
-    assert_int_equal(h_wait_until(load_is_one, &s, WAIT_MS), 0);
+    assert_int_equal(h_wait_until(load_is_one, &s, H_READY_TIMEOUT_MS), 0);
     if (wait_body) {
         struct body_cond bc = {.a = a, .bytes = 1};
-        assert_int_equal(h_wait_until(has_body, &bc, WAIT_MS), 0);
+        assert_int_equal(h_wait_until(has_body, &bc, H_READY_TIMEOUT_MS), 0);
         struct h_async_state st;
         h_async_get_state(a, &st);
         assert_false(st.done);
@@ -306,13 +225,13 @@ static void disconnect_case(const char *faults, const char *const *mock_args, bo
         h_async_get_state(a, &st);
         assert_false(st.got_headers);
     }
-    assert_int_equal(worker_load(&f, 0), 1);
+    assert_int_equal(h_fleet_load(&f, 0), 1);
     assert_int_equal(h_async_abort(a), 0);
     int64_t t0 = h_now_ms();
     assert_int_equal(h_wait_until(settled_after_abort, &s, ABORT_MS), 0);
     print_message("released %lld ms after the client left\n", (long long)(h_now_ms() - t0));
     h_async_destroy(a);
-    fleet_stop(&f);
+    h_fleet_stop(&f);
 }
 
 static void test_disconnect_before_headers(void **state)
@@ -337,7 +256,7 @@ static void test_disconnect_while_streaming(void **state)
 }
 
 struct stall_watch {
-    struct fleet *f;
+    struct h_fleet *f;
     struct h_async *a;
     int bad;
     int checks;
@@ -346,9 +265,9 @@ struct stall_watch {
 static bool stall_over(void *arg)
 {
     struct stall_watch *w = arg;
-    long long m1 = mock_stat(w->f, 0, "inflight");
-    long long load = worker_load(w->f, 0);
-    long long m2 = mock_stat(w->f, 0, "inflight");
+    long long m1 = h_fleet_mock_stat(w->f, 0, "inflight");
+    long long load = h_fleet_load(w->f, 0);
+    long long m2 = h_fleet_mock_stat(w->f, 0, "inflight");
     if (m1 == 1 && m2 == 1) {
         w->checks++;
         if (load != 1)
@@ -362,8 +281,8 @@ static bool stall_over(void *arg)
 static void test_connected_client_keeps_load_until_eof(void **state)
 {
     (void)state;
-    struct fleet f;
-    fleet_start(&f, &(struct fleet_opts){.n = 1});
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
     assert_int_equal(h_mock_faults(f.mock[0].url, "{\"stall_after_chunks\":2,\"stall_ms\":1500}"),
                      0);
     char url[128];
@@ -371,7 +290,7 @@ static void test_connected_client_keeps_load_until_eof(void **state)
     struct h_async *a;
     assert_int_equal(h_async_start(url, CHAT_STREAM, &(struct h_async_opts){0}, &a), 0);
     struct stall_watch w = {.f = &f, .a = a};
-    assert_int_equal(h_wait_until(stall_over, &w, WAIT_MS), 0);
+    assert_int_equal(h_wait_until(stall_over, &w, H_READY_TIMEOUT_MS), 0);
     assert_int_equal(w.bad, 0);
     assert_true(w.checks > 10); /* we really watched during the stall */
     struct h_resp r;
@@ -379,18 +298,18 @@ static void test_connected_client_keeps_load_until_eof(void **state)
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "data: [DONE]"));
     h_resp_fini(&r);
-    assert_int_equal(mock_stat(&f, 0, "client_aborts"), 0);
+    assert_int_equal(h_fleet_mock_stat(&f, 0, "client_aborts"), 0);
     h_async_destroy(a);
-    fleet_stop(&f);
+    h_fleet_stop(&f);
 }
 
 static void test_retry_on_503_goes_to_another_worker(void **state)
 {
     (void)state;
-    struct fleet f;
-    fleet_start(&f, &(struct fleet_opts){.n = 2,
-                                         .policy = "round_robin",
-                                         .dataplane_extra = "retry:\n  backoff: 10ms\n"});
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 2,
+                                             .policy = "round_robin",
+                                             .dataplane_extra = "retry:\n  backoff: 10ms\n"});
     assert_int_equal(h_mock_faults(f.mock[0].url, "{\"fail_status\":503}"), 0);
     char url[128];
     route_url(&f, "/v1/chat/completions", url, sizeof(url));
@@ -400,8 +319,8 @@ static void test_retry_on_503_goes_to_another_worker(void **state)
         assert_int_equal(r.status, 200);
         h_resp_fini(&r);
     }
-    assert_true(mock_stat(&f, 0, "requests_total") >= 1);
-    assert_int_equal(mock_stat(&f, 1, "requests_total"), 6);
+    assert_true(h_fleet_mock_stat(&f, 0, "requests_total") >= 1);
+    assert_int_equal(h_fleet_mock_stat(&f, 1, "requests_total"), 6);
     struct settle s0 = {.f = &f, .i = 0}, s1 = {.f = &f, .i = 1};
     assert_int_equal(h_wait_until(load_is_zero, &s0, ABORT_MS), 0);
     assert_int_equal(h_wait_until(load_is_zero, &s1, ABORT_MS), 0);
@@ -412,20 +331,20 @@ static void test_retry_on_503_goes_to_another_worker(void **state)
         strstr(m.body, "switchyard_upstream_errors_total{worker=\"w1\",kind=\"status\"}"));
     assert_null(strstr(m.body, "switchyard_retries_total 0\n"));
     h_resp_fini(&m);
-    fleet_stop(&f);
+    h_fleet_stop(&f);
 }
 
 struct held_watch {
-    struct fleet *f;
+    struct h_fleet *f;
     int bad, checks;
 };
 
 static bool held_over(void *arg)
 {
     struct held_watch *w = arg;
-    long long m1 = mock_stat(w->f, 0, "inflight");
-    long long load = worker_load(w->f, 0);
-    long long m2 = mock_stat(w->f, 0, "inflight");
+    long long m1 = h_fleet_mock_stat(w->f, 0, "inflight");
+    long long load = h_fleet_load(w->f, 0);
+    long long m2 = h_fleet_mock_stat(w->f, 0, "inflight");
     if (m1 == m2 && m1 >= 0) {
         w->checks++;
         if (load != m1)
@@ -437,19 +356,19 @@ static bool held_over(void *arg)
 static bool w1_holds_or_done(void *arg)
 {
     void **p = arg;
-    struct fleet *f = p[0];
+    struct h_fleet *f = p[0];
     struct h_async_state st;
     h_async_get_state(p[1], &st);
-    return st.done || mock_stat(f, 0, "inflight") == 1;
+    return st.done || h_fleet_mock_stat(f, 0, "inflight") == 1;
 }
 
 static void test_retried_attempt_counted_until_its_body_ends(void **state)
 {
     (void)state;
-    struct fleet f;
-    fleet_start(&f, &(struct fleet_opts){.n = 2,
-                                         .policy = "round_robin",
-                                         .dataplane_extra = "retry:\n  backoff: 10ms\n"});
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 2,
+                                             .policy = "round_robin",
+                                             .dataplane_extra = "retry:\n  backoff: 10ms\n"});
     assert_int_equal(
         h_mock_faults(f.mock[0].url, "{\"fail_status\":503,\"fail_body_hold_ms\":1500}"), 0);
     char url[128];
@@ -459,34 +378,34 @@ static void test_retried_attempt_counted_until_its_body_ends(void **state)
     for (int tries = 0; tries < 8; tries++) {
         assert_int_equal(h_async_start(url, CHAT_PLAIN, &(struct h_async_opts){0}, &a), 0);
         void *p[2] = {&f, a};
-        assert_int_equal(h_wait_until(w1_holds_or_done, p, WAIT_MS), 0);
-        if (mock_stat(&f, 0, "inflight") == 1)
+        assert_int_equal(h_wait_until(w1_holds_or_done, p, H_READY_TIMEOUT_MS), 0);
+        if (h_fleet_mock_stat(&f, 0, "inflight") == 1)
             break;
         h_async_destroy(a);
         a = NULL;
     }
     assert_non_null(a);
     /* The retried request finishes on w2 while w1 still holds its error body open. */
-    assert_int_equal(h_async_wait(a, WAIT_MS), 0);
+    assert_int_equal(h_async_wait(a, H_READY_TIMEOUT_MS), 0);
     struct h_async_state st;
     h_async_get_state(a, &st);
     assert_int_equal(st.status, 200);
-    assert_int_equal(mock_stat(&f, 0, "inflight"), 1);
-    assert_int_equal(worker_load(&f, 0), 1);
+    assert_int_equal(h_fleet_mock_stat(&f, 0, "inflight"), 1);
+    assert_int_equal(h_fleet_load(&f, 0), 1);
     struct held_watch w = {.f = &f};
-    assert_int_equal(h_wait_until(held_over, &w, WAIT_MS), 0);
+    assert_int_equal(h_wait_until(held_over, &w, H_READY_TIMEOUT_MS), 0);
     assert_int_equal(w.bad, 0);
     assert_true(w.checks > 10);
-    assert_int_equal(worker_load(&f, 1), 0);
+    assert_int_equal(h_fleet_load(&f, 1), 0);
     h_async_destroy(a);
-    fleet_stop(&f);
+    h_fleet_stop(&f);
 }
 
 static void test_worker_reset_mid_stream(void **state)
 {
     (void)state;
-    struct fleet f;
-    fleet_start(&f, &(struct fleet_opts){.n = 1});
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
     assert_int_equal(h_mock_faults(f.mock[0].url, "{\"reset_after_chunks\":2}"), 0);
     char url[128];
     route_url(&f, "/v1/chat/completions", url, sizeof(url));
@@ -500,16 +419,16 @@ static void test_worker_reset_mid_stream(void **state)
     h_sse_fini(&s);
     struct settle z = {.f = &f, .i = 0};
     assert_int_equal(h_wait_until(load_is_zero, &z, ABORT_MS), 0);
-    fleet_stop(&f);
+    h_fleet_stop(&f);
 }
 
 static void test_timeouts(void **state)
 {
     (void)state;
-    struct fleet f;
-    fleet_start(&f,
-                &(struct fleet_opts){
-                    .n = 1, .dataplane_extra = "first_byte_timeout: 400ms\nidle_timeout: 400ms\n"});
+    struct h_fleet f;
+    h_fleet_start(
+        &f, &(struct h_fleet_opts){
+                .n = 1, .dataplane_extra = "first_byte_timeout: 400ms\nidle_timeout: 400ms\n"});
     char url[128];
     route_url(&f, "/v1/chat/completions", url, sizeof(url));
     assert_int_equal(h_mock_faults(f.mock[0].url, "{\"stall_before_headers_ms\":3000}"), 0);
@@ -532,10 +451,10 @@ static void test_timeouts(void **state)
     assert_non_null(strstr(s.events[s.n_events - 1].data, "upstream_timeout"));
     h_sse_fini(&s);
     assert_int_equal(h_wait_until(load_is_zero, &z, ABORT_MS), 0);
-    fleet_stop(&f);
+    h_fleet_stop(&f);
 }
 
-static void post_expect(struct fleet *f, const char *method, const char *path, const char *body,
+static void post_expect(struct h_fleet *f, const char *method, const char *path, const char *body,
                         long status, const char *code)
 {
     char url[128];
@@ -550,22 +469,22 @@ static void post_expect(struct fleet *f, const char *method, const char *path, c
 static void test_bad_inputs(void **state)
 {
     (void)state;
-    struct fleet f;
+    struct h_fleet f;
     memset(&f, 0, sizeof(f));
     /* Two models (one only on a prefill worker, never eligible), a dead worker, small max_body. */
-    assert_int_equal(h_mock_start(&f.mock[0], "--model", MODEL, NULL), 0);
+    assert_int_equal(h_mock_start(&f.mock[0], "--model", H_FLEET_MODEL, NULL), 0);
     uint16_t dead;
     assert_int_equal(h_free_port(&dead), 0);
     char dead_url[64];
     assert_int_equal(h_url(dead_url, sizeof(dead_url), dead, NULL), 0);
-    assert_int_equal(h_config_add_worker(&f.cfg, f.mock[0].url, "w1", MODEL, NULL), 0);
+    assert_int_equal(h_config_add_worker(&f.cfg, f.mock[0].url, "w1", H_FLEET_MODEL, NULL), 0);
     assert_int_equal(h_config_add_worker(&f.cfg, dead_url, "w2", "dead-model", NULL), 0);
     assert_int_equal(h_config_add_worker(&f.cfg, "http://127.0.0.1:9", "w3", "pd-model", "prefill"),
                      0);
     f.cfg.dataplane_extra = "max_body: 1KiB\nretry:\n  backoff: 10ms\n";
     assert_int_equal(h_config_write(&f.cfg, NULL), 0);
     assert_int_equal(h_start_controlplane(f.cfg.path, &f.cp), 0);
-    assert_int_equal(h_wait_until(seg_attach, &f, WAIT_MS), 0);
+    assert_int_equal(h_wait_until(h_fleet_attach, &f, H_READY_TIMEOUT_MS), 0);
     f.attached = true;
     assert_int_equal(h_start_dataplane(f.cfg.path, &f.dp), 0);
     assert_int_equal(h_url(f.base, sizeof(f.base), f.cfg.dataplane_port, NULL), 0);
@@ -621,14 +540,14 @@ static void test_bad_inputs(void **state)
     assert_int_equal(r.status, 200);
     h_resp_fini(&r);
     assert_true(h_proc_is_running(f.dp));
-    fleet_stop(&f);
+    h_fleet_stop(&f);
 }
 
 static void test_single_model_is_default(void **state)
 {
     (void)state;
-    struct fleet f;
-    fleet_start(&f, &(struct fleet_opts){.n = 1});
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
     char url[128];
     route_url(&f, "/v1/chat/completions", url, sizeof(url));
     struct h_resp r;
@@ -639,15 +558,15 @@ static void test_single_model_is_default(void **state)
                      0);
     assert_int_equal(r.status, 200);
     h_resp_fini(&r);
-    assert_int_equal(mock_stat(&f, 0, "requests_total"), 1);
-    fleet_stop(&f);
+    assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 1);
+    h_fleet_stop(&f);
 }
 
 static void test_sigterm_releases_everything(void **state)
 {
     (void)state;
-    struct fleet f;
-    fleet_start(&f, &(struct fleet_opts){.n = 1, .dataplane_extra = "drain_timeout: 300ms\n"});
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .dataplane_extra = "drain_timeout: 300ms\n"});
     assert_int_equal(h_mock_faults(f.mock[0].url, "{\"stall_after_chunks\":1,\"stall_ms\":10000}"),
                      0);
     char url[128];
@@ -655,16 +574,16 @@ static void test_sigterm_releases_everything(void **state)
     struct h_async *a;
     assert_int_equal(h_async_start(url, CHAT_STREAM, &(struct h_async_opts){0}, &a), 0);
     struct settle s = {.f = &f, .i = 0, .aborts = 1};
-    assert_int_equal(h_wait_until(load_is_one, &s, WAIT_MS), 0);
+    assert_int_equal(h_wait_until(load_is_one, &s, H_READY_TIMEOUT_MS), 0);
     assert_int_equal(h_proc_signal(f.dp, SIGTERM), 0);
     int status = 0;
     assert_int_equal(h_proc_wait(f.dp, 5000, &status), 0);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
-    assert_int_equal(worker_load(&f, 0), 0);
-    assert_int_equal(h_wait_mock_stat(f.mock[0].url, "inflight", 0, WAIT_MS), 0);
+    assert_int_equal(h_fleet_load(&f, 0), 0);
+    assert_int_equal(h_wait_mock_stat(f.mock[0].url, "inflight", 0, H_READY_TIMEOUT_MS), 0);
     h_async_destroy(a);
-    fleet_stop(&f);
+    h_fleet_stop(&f);
 }
 
 int main(void)

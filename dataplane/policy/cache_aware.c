@@ -1,0 +1,126 @@
+/*
+ * cache_aware's per-request decision (see cache_aware.h). Block hashes live
+ * on the stack (PIX_MAX_BLOCKS × 8 bytes = 32 KiB): an event-loop thread's
+ * stack is large and nothing here recurses.
+ */
+#include "dataplane/policy/cache_aware.h"
+
+#include <errno.h>
+#include <stdbool.h>
+
+#include <xxhash.h>
+
+#define CA_MAX_CANDIDATES 1024u
+
+const char *ca_decision_name(enum ca_decision d)
+{
+    switch (d) {
+    case CA_DECISION_AFFINITY:
+        return "affinity";
+    case CA_DECISION_OVERLOADED_FALLBACK:
+        return "overloaded_fallback";
+    case CA_DECISION_NO_MATCH:
+        return "no_match";
+    case CA_DECISION_FLEET_IMBALANCED:
+        return "fleet_imbalanced";
+    default:
+        return "unknown";
+    }
+}
+
+bool ca_is_overloaded(const struct ca_params *p, uint64_t load, uint64_t min_load)
+{
+    return load > min_load + p->balance_abs_threshold &&
+           (double)load > (double)min_load * p->balance_rel_threshold;
+}
+
+/*
+ * The least-loaded candidate. Among equally loaded ones the better match
+ * (`prefer`) wins; otherwise `spread` (a hash of the request) picks one, so
+ * that sequential unmatched requests on an idle fleet do not all land on
+ * the first worker.
+ */
+static size_t ca_least_loaded(const struct ca_candidate *cands, size_t n, long prefer,
+                              uint64_t spread)
+{
+    uint64_t min_load = UINT64_MAX;
+    size_t ties = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (cands[i].load < min_load) {
+            min_load = cands[i].load;
+            ties = 1;
+        } else if (cands[i].load == min_load) {
+            ties++;
+        }
+    }
+    if (prefer >= 0 && cands[prefer].load == min_load)
+        return (size_t)prefer;
+    size_t pick = (size_t)(spread % ties);
+    for (size_t i = 0; i < n; i++) {
+        if (cands[i].load != min_load)
+            continue;
+        if (pick == 0)
+            return i;
+        pick--;
+    }
+    return 0;
+}
+
+int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model, const char *text,
+              size_t len, const struct ca_candidate *cands, size_t n, struct ca_choice *out)
+{
+    if (n == 0)
+        return -EINVAL;
+    uint64_t hashes[PIX_MAX_BLOCKS];
+    size_t n_blocks = pix_hash_blocks(pix_model_seed(model), text, len, hashes, PIX_MAX_BLOCKS);
+
+    uint32_t slots[CA_MAX_CANDIDATES];
+    size_t n_slots = n < CA_MAX_CANDIDATES ? n : CA_MAX_CANDIDATES;
+    uint64_t min_load = UINT64_MAX, max_load = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i < n_slots)
+            slots[i] = cands[i].slot;
+        if (cands[i].load < min_load)
+            min_load = cands[i].load;
+        if (cands[i].load > max_load)
+            max_load = cands[i].load;
+    }
+
+    size_t matched_idx = 0;
+    size_t matched =
+        n_blocks > 0 ? pix_longest_match(ix, hashes, n_blocks, slots, n_slots, &matched_idx) : 0;
+    long prefer = matched > 0 ? (long)matched_idx : -1;
+    bool enough =
+        n_blocks > 0 && (double)matched >= p->cache_threshold * (double)n_blocks && matched > 0;
+
+    /* Deterministic per text, different across texts. */
+    uint64_t spread = n_blocks > 0 ? hashes[0] : XXH3_64bits(text, len);
+    size_t chosen;
+    enum ca_decision decision;
+    if (p->balance_gate == CFG_BALANCE_GATE_FLEET && ca_is_overloaded(p, max_load, min_load)) {
+        chosen = ca_least_loaded(cands, n, prefer, spread);
+        decision = CA_DECISION_FLEET_IMBALANCED;
+    } else if (!enough) {
+        chosen = ca_least_loaded(cands, n, prefer, spread);
+        decision = CA_DECISION_NO_MATCH;
+    } else if (ca_is_overloaded(p, cands[matched_idx].load, min_load)) {
+        chosen = ca_least_loaded(cands, n, -1, spread);
+        decision = CA_DECISION_OVERLOADED_FALLBACK;
+    } else {
+        chosen = matched_idx;
+        decision = CA_DECISION_AFFINITY;
+    }
+
+    /* The chosen worker already holds the matched blocks when it is the
+     * matched one: record only what it has not seen. */
+    size_t from = (prefer >= 0 && chosen == (size_t)prefer) ? matched : 0;
+    if (from == n_blocks && n_blocks > 0)
+        from = n_blocks - 1; /* refresh the last block's age so hot prefixes stay */
+    pix_record(ix, hashes, from, n_blocks, cands[chosen].slot);
+
+    out->index = chosen;
+    out->decision = decision;
+    out->matched_blocks = matched;
+    out->total_blocks = n_blocks;
+    return 0;
+}

@@ -1,0 +1,71 @@
+/*
+ * cache_aware's decision, separated from the policy plumbing so that it can
+ * be tested and benchmarked as a pure function of (index, request text,
+ * candidates with loads, thresholds).
+ *
+ * The rule, per request (the vllm-router #238 fix as the design): find the
+ * eligible worker holding the longest prefix of the request's blocks. If the
+ * match covers at least cache_threshold of the blocks and *that worker* is
+ * not overloaded — its load exceeds the least-loaded eligible worker's by
+ * more than balance_abs_threshold AND by more than the factor
+ * balance_rel_threshold — route there (affinity). Otherwise route to the
+ * least-loaded worker, ties broken toward the longer match. A hot worker
+ * elsewhere in the fleet does not switch affinity off (invariant 9).
+ *
+ * balance_gate: fleet reproduces vllm-router's pre-#238 behaviour for
+ * benchmarks only: when the fleet's max and min loads differ by both
+ * thresholds, every request goes to the least-loaded worker.
+ *
+ * Either way the request's blocks are recorded for the chosen worker.
+ */
+#ifndef SY_DATAPLANE_POLICY_CACHE_AWARE_H
+#define SY_DATAPLANE_POLICY_CACHE_AWARE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "dataplane/policy/prefix_index.h"
+
+enum ca_decision {
+    CA_DECISION_UNSET = 0,
+    CA_DECISION_AFFINITY,            /* the prefix-matched worker */
+    CA_DECISION_OVERLOADED_FALLBACK, /* matched, but that worker is overloaded */
+    CA_DECISION_NO_MATCH,            /* match below cache_threshold */
+    CA_DECISION_FLEET_IMBALANCED,    /* balance_gate: fleet switched affinity off */
+};
+
+const char *ca_decision_name(enum ca_decision d);
+
+struct ca_params {
+    double cache_threshold;
+    uint64_t balance_abs_threshold;
+    double balance_rel_threshold;
+    enum cfg_balance_gate balance_gate;
+};
+
+/* One eligible worker: its registry slot and current load. */
+struct ca_candidate {
+    uint32_t slot;
+    uint64_t load;
+};
+
+struct ca_choice {
+    size_t index; /* into the candidates */
+    enum ca_decision decision;
+    size_t matched_blocks;
+    size_t total_blocks;
+};
+
+/*
+ * Decides for one request of model `model` with routing text text[0..len)
+ * among n >= 1 candidates, and records the request's blocks for the chosen
+ * worker. Thread-safe (the index is shared). Returns 0, or -EINVAL if n == 0.
+ */
+int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model, const char *text,
+              size_t len, const struct ca_candidate *cands, size_t n, struct ca_choice *out);
+
+/* True when `load` is overloaded relative to `min_load` under p. */
+bool ca_is_overloaded(const struct ca_params *p, uint64_t load, uint64_t min_load);
+
+#endif

@@ -1,0 +1,87 @@
+/*
+ * consistent_hash: requests with the same session key go to the same worker.
+ * The key is the X-Session-Id header, else X-User-Id, else the body's
+ * "user". Rendezvous (highest-random-weight) hashing over the worker ids:
+ * a key's worker changes only when that worker leaves or is full, never
+ * because an unrelated worker came or went.
+ *
+ * Bounded load: a worker is full when its load has reached
+ * ceil(CH_LOAD_FACTOR × (total load + 1) / n); the key then goes to its
+ * next-ranked worker that is not, so one heavy session cannot overload a
+ * worker. Requests without a key go to the least-loaded worker.
+ * Stateless apart from the ops; no locks.
+ */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "dataplane/policy.h"
+
+#define CH_LOAD_FACTOR 1.25
+
+static const char *ch_key(const struct pol_request *req, size_t *len)
+{
+    const char *names[2] = {"X-Session-Id", "X-User-Id"};
+    for (int i = 0; i < 2; i++) {
+        const char *v = req->header != NULL ? req->header(req->header_ctx, names[i]) : NULL;
+        if (v != NULL && v[0] != '\0') {
+            *len = strlen(v);
+            return v;
+        }
+    }
+    if (req->user != NULL && req->user[0] != '\0') {
+        *len = strlen(req->user);
+        return req->user;
+    }
+    return NULL;
+}
+
+int pol_consistent_hash_pick(const struct pol_request *req, const struct pol_candidate *cands,
+                             size_t n, const char **decision)
+{
+    size_t key_len = 0;
+    const char *key = ch_key(req, &key_len);
+    uint64_t total = 0;
+    size_t least = 0;
+    for (size_t i = 0; i < n; i++) {
+        total += cands[i].load;
+        if (cands[i].load < cands[least].load)
+            least = i;
+    }
+    if (key == NULL) {
+        *decision = "no_key";
+        return (int)least;
+    }
+    uint64_t cap = (uint64_t)ceil(CH_LOAD_FACTOR * (double)(total + 1) / (double)n);
+    /* The best-ranked worker under the cap; the best overall if all are full. */
+    long best = -1, best_any = -1;
+    uint64_t best_score = 0, best_any_score = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *id = cands[i].worker->id;
+        uint64_t score = XXH3_64bits_withSeed(key, key_len, XXH3_64bits(id, strlen(id)));
+        if (best_any < 0 || score > best_any_score) {
+            best_any = (long)i;
+            best_any_score = score;
+        }
+        if (cands[i].load < cap && (best < 0 || score > best_score)) {
+            best = (long)i;
+            best_score = score;
+        }
+    }
+    *decision = best >= 0 ? "hash" : "hash_all_full";
+    return (int)(best >= 0 ? best : best_any);
+}
+
+static int ch_pick(void *state, const struct pol_request *req, const struct pol_candidate *cands,
+                   size_t n, const char **decision)
+{
+    (void)state;
+    return pol_consistent_hash_pick(req, cands, n, decision);
+}
+
+const struct pol_ops pol_consistent_hash_ops = {
+    .name = "consistent_hash",
+    .pick = ch_pick,
+};

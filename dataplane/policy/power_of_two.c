@@ -1,0 +1,49 @@
+/*
+ * power_of_two: two distinct random candidates, the less loaded wins (ties
+ * go to the first drawn). Near least_load's balance without every loop
+ * herding onto the same least-loaded worker between two load updates.
+ * Per-loop state; no locks.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "dataplane/policy.h"
+#include "dataplane/policy/rng.h"
+
+static int p2c_create(const struct cfg_policy *cfg, void **state)
+{
+    (void)cfg;
+    struct pol_rng *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return -ENOMEM;
+    pol_rng_seed(r);
+    *state = r;
+    return 0;
+}
+
+static void p2c_destroy(void *state)
+{
+    free(state);
+}
+
+static int p2c_pick(void *state, const struct pol_request *req, const struct pol_candidate *cands,
+                    size_t n, const char **decision)
+{
+    (void)req;
+    (void)decision;
+    if (n == 1)
+        return 0;
+    size_t a = pol_rng_below(state, n);
+    /* Draw the second from the other n-1 so the two are distinct. */
+    size_t b = pol_rng_below(state, n - 1);
+    if (b >= a)
+        b++;
+    return (int)(cands[b].load < cands[a].load ? b : a);
+}
+
+const struct pol_ops pol_power_of_two_ops = {
+    .name = "power_of_two",
+    .create = p2c_create,
+    .destroy = p2c_destroy,
+    .pick = p2c_pick,
+};

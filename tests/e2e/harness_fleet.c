@@ -1,0 +1,77 @@
+/*
+ * A router plus mock workers for end-to-end tests (see harness_fleet.h).
+ */
+#include "tests/e2e/harness_fleet.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "shm/load.h"
+#include "shm/registry.h"
+
+bool h_fleet_attach(void *arg)
+{
+    struct h_fleet *f = arg;
+    char err[256];
+    return shm_segment_attach(&f->seg, f->cfg.shm_name, err, sizeof(err)) == 0;
+}
+
+void h_fleet_start(struct h_fleet *f, const struct h_fleet_opts *o)
+{
+    memset(f, 0, sizeof(*f));
+    f->n = o->n;
+    for (size_t i = 0; i < o->n; i++) {
+        const char *argv[16] = {"--model", o->model ? o->model : H_FLEET_MODEL, "--seed", "7"};
+        size_t k = 4;
+        for (size_t j = 0; o->mock_args != NULL && o->mock_args[j] != NULL && k < 15; j++)
+            argv[k++] = o->mock_args[j];
+        argv[k] = NULL;
+        assert_int_equal(h_mock_startv(&f->mock[i], argv), 0);
+        char id[32];
+        snprintf(id, sizeof(id), "w%zu", i + 1);
+        assert_int_equal(h_config_add_worker(&f->cfg, f->mock[i].url, id,
+                                             o->model ? o->model : H_FLEET_MODEL, NULL),
+                         0);
+    }
+    f->cfg.policy = o->policy;
+    f->cfg.dataplane_extra = o->dataplane_extra;
+    assert_int_equal(h_config_write(&f->cfg, NULL), 0);
+    assert_int_equal(h_start_controlplane(f->cfg.path, &f->cp), 0);
+    assert_int_equal(h_wait_until(h_fleet_attach, f, H_READY_TIMEOUT_MS), 0);
+    f->attached = true;
+    assert_int_equal(h_start_dataplane(f->cfg.path, &f->dp), 0);
+    assert_int_equal(h_url(f->base, sizeof(f->base), f->cfg.dataplane_port, NULL), 0);
+    char url[96];
+    snprintf(url, sizeof(url), "%s/health", f->base);
+    assert_int_equal(h_wait_http_ok(url, H_READY_TIMEOUT_MS), 0);
+}
+
+void h_fleet_stop(struct h_fleet *f)
+{
+    if (f->attached)
+        shm_segment_close(&f->seg);
+    f->attached = false;
+}
+
+long long h_fleet_load(struct h_fleet *f, size_t i)
+{
+    char id[32];
+    snprintf(id, sizeof(id), "w%zu", i + 1);
+    struct shm_worker_info w;
+    if (shm_registry_find(&f->seg, id, &w) != 0)
+        return -1;
+    return (long long)shm_load_of(&f->seg, w.slot, w.generation);
+}
+
+long long h_fleet_mock_stat(struct h_fleet *f, size_t i, const char *key)
+{
+    long long v = -1;
+    if (h_mock_stat_int(f->mock[i].url, key, &v) != 0)
+        return -1;
+    return v;
+}

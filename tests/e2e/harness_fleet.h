@@ -1,0 +1,50 @@
+/*
+ * A whole router for an end-to-end test: a control plane and a dataplane
+ * in front of n mock workers (ids w1..wn), started with the harness and
+ * attached to the segment so a test can read loads. Main thread only; the
+ * processes belong to the harness context (teardown stops them).
+ * Functions assert (cmocka): a fleet that cannot start fails the test.
+ */
+#ifndef SY_TESTS_E2E_HARNESS_FLEET_H
+#define SY_TESTS_E2E_HARNESS_FLEET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "shm/segment.h"
+#include "tests/e2e/harness.h"
+
+#define H_FLEET_MODEL     "mock-model"
+#define H_FLEET_MAX_MOCKS 8
+
+/* One router (control plane + dataplane) in front of n mock workers. */
+struct h_fleet {
+    struct h_config cfg;
+    struct h_mock mock[H_FLEET_MAX_MOCKS];
+    size_t n;
+    struct h_proc *cp, *dp;
+    struct shm_segment seg;
+    bool attached;
+    char base[64]; /* http://127.0.0.1:PORT of the dataplane */
+};
+
+struct h_fleet_opts {
+    size_t n;
+    const char *const *mock_args; /* NULL-terminated extra mock flags, or NULL */
+    const char *policy;
+    const char *dataplane_extra;
+    const char *model; /* NULL = H_FLEET_MODEL */
+};
+
+/* Starts the mocks, writes the config, starts both daemons, waits for /health. */
+void h_fleet_start(struct h_fleet *f, const struct h_fleet_opts *o);
+/* h_wait_until condition: attaches f->seg to the fleet's segment. */
+bool h_fleet_attach(void *arg);
+/* Detaches from the segment (the processes stop at teardown). */
+void h_fleet_stop(struct h_fleet *f);
+/* Router load of worker i (0-based, id "w<i+1>") from the segment; -1 if absent. */
+long long h_fleet_load(struct h_fleet *f, size_t i);
+/* One integer field of mock i's /mock/stats; -1 on error. */
+long long h_fleet_mock_stat(struct h_fleet *f, size_t i, const char *key);
+
+#endif

@@ -1,0 +1,278 @@
+/*
+ * Unit tests of the prefix index and cache_aware's per-request decision,
+ * including vllm-router #238's regression (a hot worker elsewhere must not
+ * switch affinity off) and the fleet gate that reproduces the old bug.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dataplane/policy/cache_aware.h"
+#include "dataplane/policy/prefix_index.h"
+
+static const struct ca_params default_params = {
+    .cache_threshold = 0.5,
+    .balance_abs_threshold = 32,
+    .balance_rel_threshold = 1.5,
+    .balance_gate = CFG_BALANCE_GATE_PER_REQUEST,
+};
+
+/* Deterministic text of `len` bytes; `salt` changes it from byte `from` on. */
+static char *make_text(size_t len, unsigned salt, size_t from)
+{
+    char *t = malloc(len + 1);
+    assert_non_null(t);
+    for (size_t i = 0; i < len; i++)
+        t[i] = (char)('a' + ((i * 7 + (i >= from ? salt * 13 : 0)) % 26));
+    t[len] = '\0';
+    return t;
+}
+
+static struct pix_index *ix_new(void)
+{
+    struct pix_index *ix = pix_create(1 << 16);
+    assert_non_null(ix);
+    return ix;
+}
+
+/* Routes text once to the given slot by offering only that candidate. */
+static void prime(struct pix_index *ix, const char *model, const char *text, uint32_t slot)
+{
+    struct ca_candidate only = {.slot = slot, .load = 0};
+    struct ca_choice ch;
+    assert_int_equal(ca_decide(ix, &default_params, model, text, strlen(text), &only, 1, &ch), 0);
+    assert_int_equal(ch.index, 0);
+}
+
+static void test_regression_238_hot_worker_elsewhere_keeps_affinity(void **state)
+{
+    (void)state;
+    struct pix_index *ix = ix_new();
+    char *text = make_text(4096, 0, 0);
+    prime(ix, "m", text, 11); /* B holds the prefix */
+    struct ca_candidate c[3] = {
+        {.slot = 10, .load = 60}, /* A: hot */
+        {.slot = 11, .load = 2},  /* B: holds the prefix */
+        {.slot = 12, .load = 0},  /* C: idle */
+    };
+    struct ca_choice ch;
+    assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), c, 3, &ch), 0);
+    assert_int_equal(ch.index, 1);
+    assert_int_equal(ch.decision, CA_DECISION_AFFINITY);
+    assert_int_equal(ch.matched_blocks, ch.total_blocks);
+
+    /* vllm-router's pre-#238 fleet gate abandons affinity for everyone. */
+    struct ca_params fleet = default_params;
+    fleet.balance_gate = CFG_BALANCE_GATE_FLEET;
+    assert_int_equal(ca_decide(ix, &fleet, "m", text, strlen(text), c, 3, &ch), 0);
+    assert_int_equal(ch.index, 2);
+    assert_int_equal(ch.decision, CA_DECISION_FLEET_IMBALANCED);
+    free(text);
+    pix_destroy(ix);
+}
+
+static void test_preferred_worker_overloaded_falls_back(void **state)
+{
+    (void)state;
+    struct pix_index *ix = ix_new();
+    char *text = make_text(2048, 0, 0);
+    prime(ix, "m", text, 1);
+    struct ca_choice ch;
+    /* 40 > 0 + 32 and 40 > 0 * 1.5: overloaded. */
+    struct ca_candidate over[2] = {{.slot = 1, .load = 40}, {.slot = 2, .load = 0}};
+    assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), over, 2, &ch), 0);
+    assert_int_equal(ch.index, 1);
+    assert_int_equal(ch.decision, CA_DECISION_OVERLOADED_FALLBACK);
+
+    /* The fallback recorded the prefix for slot 2 too (most recent first):
+     * make slot 1 the most recent holder again. */
+    prime(ix, "m", text, 1);
+    /* Only the relative factor exceeded (100 vs 70: +30 <= 32): stays. */
+    struct ca_candidate abs_ok[2] = {{.slot = 1, .load = 100}, {.slot = 2, .load = 70}};
+    assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), abs_ok, 2, &ch), 0);
+    assert_int_equal(ch.index, 0);
+    assert_int_equal(ch.decision, CA_DECISION_AFFINITY);
+
+    /* Only the absolute margin exceeded (200 vs 150: +50 > 32, but x1.33 <= 1.5): stays. */
+    struct ca_candidate rel_ok[2] = {{.slot = 1, .load = 200}, {.slot = 2, .load = 150}};
+    assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), rel_ok, 2, &ch), 0);
+    assert_int_equal(ch.index, 0);
+    free(text);
+    pix_destroy(ix);
+}
+
+static void test_no_match_goes_least_loaded_and_ties_prefer_match(void **state)
+{
+    (void)state;
+    struct pix_index *ix = ix_new();
+    char *seen = make_text(4096, 0, 0);
+    char *fresh = make_text(4096, 5, 0);
+    prime(ix, "m", seen, 7);
+    struct ca_choice ch;
+    struct ca_candidate c[3] = {
+        {.slot = 6, .load = 3}, {.slot = 7, .load = 5}, {.slot = 8, .load = 1}};
+    assert_int_equal(ca_decide(ix, &default_params, "m", fresh, strlen(fresh), c, 3, &ch), 0);
+    assert_int_equal(ch.decision, CA_DECISION_NO_MATCH);
+    assert_int_equal(ch.index, 2);
+    assert_int_equal(ch.matched_blocks, 0);
+
+    /* Below the threshold (1 of 16 blocks matched) but tied on load: the
+     * matched worker wins the tie. */
+    char *partial = make_text(4096, 9, 256);
+    struct ca_candidate tied[3] = {
+        {.slot = 6, .load = 0}, {.slot = 7, .load = 0}, {.slot = 8, .load = 0}};
+    assert_int_equal(ca_decide(ix, &default_params, "m", partial, strlen(partial), tied, 3, &ch),
+                     0);
+    assert_int_equal(ch.decision, CA_DECISION_NO_MATCH);
+    assert_int_equal(ch.matched_blocks, 1);
+    assert_int_equal(ch.index, 1);
+    free(seen);
+    free(fresh);
+    free(partial);
+    pix_destroy(ix);
+}
+
+static void test_single_and_no_candidate(void **state)
+{
+    (void)state;
+    struct pix_index *ix = ix_new();
+    char *text = make_text(1000, 0, 0);
+    struct ca_candidate one = {.slot = 3, .load = 99};
+    struct ca_choice ch;
+    assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), &one, 1, &ch), 0);
+    assert_int_equal(ch.index, 0);
+    assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), &one, 0, &ch),
+                     -EINVAL);
+    /* Short text (no full block): still routed, never matched. */
+    assert_int_equal(ca_decide(ix, &default_params, "m", "hi", 2, &one, 1, &ch), 0);
+    assert_int_equal(ch.total_blocks, 0);
+    assert_int_equal(ch.decision, CA_DECISION_NO_MATCH);
+    free(text);
+    pix_destroy(ix);
+}
+
+static void test_matched_worker_gone_is_no_match(void **state)
+{
+    (void)state;
+    struct pix_index *ix = ix_new();
+    char *text = make_text(4096, 0, 0);
+    prime(ix, "m", text, 4);
+    struct ca_candidate without[2] = {{.slot = 5, .load = 0}, {.slot = 6, .load = 0}};
+    struct ca_choice ch;
+    assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), without, 2, &ch), 0);
+    assert_int_equal(ch.decision, CA_DECISION_NO_MATCH);
+    assert_int_equal(ch.matched_blocks, 0);
+    free(text);
+    pix_destroy(ix);
+}
+
+static void test_models_have_separate_indexes(void **state)
+{
+    (void)state;
+    struct pix_index *ix = ix_new();
+    char *text = make_text(4096, 0, 0);
+    prime(ix, "llama", text, 1);
+    struct ca_candidate c[2] = {{.slot = 1, .load = 0}, {.slot = 2, .load = 0}};
+    struct ca_choice ch;
+    assert_int_equal(ca_decide(ix, &default_params, "qwen", text, strlen(text), c, 2, &ch), 0);
+    assert_int_equal(ch.matched_blocks, 0);
+    assert_int_equal(ca_decide(ix, &default_params, "llama", text, strlen(text), c, 2, &ch), 0);
+    assert_int_equal(ch.matched_blocks, ch.total_blocks);
+    free(text);
+    pix_destroy(ix);
+}
+
+static void test_multi_turn_chat_sticks_to_its_worker(void **state)
+{
+    (void)state;
+    struct pix_index *ix = ix_new();
+    /* A conversation: each turn's text extends the previous turn's. */
+    char *conv = make_text(8 * 1024, 0, 0);
+    size_t turn_len[5] = {1500, 2600, 3900, 5200, 7000};
+    struct ca_candidate c[4] = {{.slot = 0, .load = 3},
+                                {.slot = 1, .load = 0},
+                                {.slot = 2, .load = 2},
+                                {.slot = 3, .load = 1}};
+    struct ca_choice ch;
+    assert_int_equal(ca_decide(ix, &default_params, "m", conv, turn_len[0], c, 4, &ch), 0);
+    size_t home = ch.index;
+    assert_int_equal(home, 1);
+    /* Loads move between turns, the home worker becomes the busiest but
+     * stays within the thresholds. */
+    for (int t = 1; t < 5; t++) {
+        c[home].load = 10 + (uint64_t)t * 5;
+        c[(home + 1) % 4].load = (uint64_t)t;
+        assert_int_equal(ca_decide(ix, &default_params, "m", conv, turn_len[t], c, 4, &ch), 0);
+        assert_int_equal(ch.index, home);
+        assert_int_equal(ch.decision, CA_DECISION_AFFINITY);
+        assert_true(ch.matched_blocks >= turn_len[t - 1] / PIX_BLOCK_BYTES);
+    }
+    free(conv);
+    pix_destroy(ix);
+}
+
+static void test_index_memory_is_bounded(void **state)
+{
+    (void)state;
+    struct pix_index *ix = pix_create(1 << 18);
+    assert_non_null(ix);
+    size_t bytes = pix_memory_bytes(ix);
+    size_t cap = pix_capacity(ix);
+    assert_true(cap >= (1 << 18));
+    assert_true(bytes <= cap * 16 + 4096);
+    /* One million distinct blocks. */
+    uint64_t h[1024];
+    for (uint64_t i = 0; i < 1000000; i += 1024) {
+        for (size_t k = 0; k < 1024; k++)
+            h[k] = (i + k) * 0x9e3779b97f4a7c15ull;
+        pix_record(ix, h, 0, 1024, (uint32_t)(i % 7));
+    }
+    assert_int_equal(pix_memory_bytes(ix), bytes);
+    /* The latest blocks are still there; most early ones were evicted. */
+    assert_true(pix_has(ix, h[1023], (uint32_t)((1000000 - 1024 + 576) / 1024 * 1024 % 7)) ||
+                pix_has(ix, h[1023], 0) || pix_has(ix, h[1023], 1) || pix_has(ix, h[1023], 2) ||
+                pix_has(ix, h[1023], 3) || pix_has(ix, h[1023], 4) || pix_has(ix, h[1023], 5) ||
+                pix_has(ix, h[1023], 6));
+    size_t early_left = 0;
+    for (uint64_t i = 0; i < 1024; i++)
+        for (uint32_t s = 0; s < 7; s++)
+            early_left += pix_has(ix, i * 0x9e3779b97f4a7c15ull, s);
+    assert_true(early_left < 512);
+    pix_destroy(ix);
+}
+
+static void test_refs_keep_three_most_recent_workers(void **state)
+{
+    (void)state;
+    struct pix_index *ix = ix_new();
+    uint64_t h = 0x1234567890abcdefull;
+    for (uint32_t s = 1; s <= 4; s++)
+        pix_record(ix, &h, 0, 1, s);
+    assert_false(pix_has(ix, h, 1));
+    assert_true(pix_has(ix, h, 2));
+    assert_true(pix_has(ix, h, 3));
+    assert_true(pix_has(ix, h, 4));
+    pix_destroy(ix);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_regression_238_hot_worker_elsewhere_keeps_affinity),
+        cmocka_unit_test(test_preferred_worker_overloaded_falls_back),
+        cmocka_unit_test(test_no_match_goes_least_loaded_and_ties_prefer_match),
+        cmocka_unit_test(test_single_and_no_candidate),
+        cmocka_unit_test(test_matched_worker_gone_is_no_match),
+        cmocka_unit_test(test_models_have_separate_indexes),
+        cmocka_unit_test(test_multi_turn_chat_sticks_to_its_worker),
+        cmocka_unit_test(test_index_memory_is_bounded),
+        cmocka_unit_test(test_refs_keep_three_most_recent_workers),
+    };
+    return cmocka_run_group_tests_name("cache_aware", tests, NULL, NULL);
+}
