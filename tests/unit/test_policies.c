@@ -189,7 +189,7 @@ static void test_consistent_hash_sticky_and_stable(void **state)
     r.header = session_header;
     const char *d;
     int home[50];
-    char keys[50][16];
+    char keys[50][24];
     for (int k = 0; k < 50; k++) {
         snprintf(keys[k], sizeof(keys[k]), "session-%d", k);
         r.header_ctx = keys[k];
