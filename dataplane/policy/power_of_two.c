@@ -4,27 +4,8 @@
  * herding onto the same least-loaded worker between two load updates.
  * Per-loop state; no locks.
  */
-#include <errno.h>
-#include <stdlib.h>
-
 #include "dataplane/policy.h"
 #include "dataplane/policy/rng.h"
-
-static int p2c_create(const struct cfg_policy *cfg, void **state)
-{
-    (void)cfg;
-    struct pol_rng *r = calloc(1, sizeof(*r));
-    if (r == NULL)
-        return -ENOMEM;
-    pol_rng_seed(r);
-    *state = r;
-    return 0;
-}
-
-static void p2c_destroy(void *state)
-{
-    free(state);
-}
 
 static int p2c_pick(void *state, const struct pol_request *req, const struct pol_candidate *cands,
                     size_t n, const char **decision)
@@ -43,7 +24,7 @@ static int p2c_pick(void *state, const struct pol_request *req, const struct pol
 
 const struct pol_ops pol_power_of_two_ops = {
     .name = "power_of_two",
-    .create = p2c_create,
-    .destroy = p2c_destroy,
+    .create = pol_rng_state_create,
+    .destroy = pol_rng_state_destroy,
     .pick = p2c_pick,
 };

@@ -6,8 +6,12 @@
 #ifndef SY_DATAPLANE_POLICY_RNG_H
 #define SY_DATAPLANE_POLICY_RNG_H
 
+#include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/random.h>
+
+#include "common/config.h"
 
 struct pol_rng {
     uint64_t state;
@@ -35,6 +39,23 @@ static inline uint64_t pol_rng_next(struct pol_rng *r)
 static inline size_t pol_rng_below(struct pol_rng *r, size_t n)
 {
     return (size_t)(pol_rng_next(r) % n);
+}
+
+/* pol_ops.create / destroy for policies whose only state is a generator. */
+static inline int pol_rng_state_create(const struct cfg_policy *cfg, void **state)
+{
+    (void)cfg;
+    struct pol_rng *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return -ENOMEM;
+    pol_rng_seed(r);
+    *state = r;
+    return 0;
+}
+
+static inline void pol_rng_state_destroy(void *state)
+{
+    free(state);
 }
 
 #endif

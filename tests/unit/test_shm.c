@@ -528,7 +528,7 @@ static void test_killed_holder_is_judged_dead_and_reaped(void **state)
     open_owner(&seg, 4, 4);
     struct shm_worker_info p[3];
     for (int i = 0; i < 3; i++) {
-        char id[8], url[32];
+        char id[16], url[32];
         snprintf(id, sizeof(id), "w%d", i);
         snprintf(url, sizeof(url), "http://127.0.0.1:%d", 9000 + i);
         struct shm_worker_info w = worker(id, url, "");
