@@ -14,6 +14,15 @@
 #include "shm/load.h"
 #include "shm/registry.h"
 
+/* Every configured worker is in the registry (the segment is attachable
+ * before the control plane has written it). */
+static bool h_fleet_registry_complete(void *arg)
+{
+    struct h_fleet *f = arg;
+    struct shm_worker_info w[H_FLEET_MAX_MOCKS + 1];
+    return shm_registry_snapshot(&f->seg, w, H_FLEET_MAX_MOCKS + 1) >= f->cfg.n_workers;
+}
+
 bool h_fleet_attach(void *arg)
 {
     struct h_fleet *f = arg;
@@ -44,6 +53,7 @@ void h_fleet_start(struct h_fleet *f, const struct h_fleet_opts *o)
     assert_int_equal(h_start_controlplane(f->cfg.path, &f->cp), 0);
     assert_int_equal(h_wait_until(h_fleet_attach, f, H_READY_TIMEOUT_MS), 0);
     f->attached = true;
+    assert_int_equal(h_wait_until(h_fleet_registry_complete, f, H_READY_TIMEOUT_MS), 0);
     assert_int_equal(h_start_dataplane(f->cfg.path, &f->dp), 0);
     assert_int_equal(h_url(f->base, sizeof(f->base), f->cfg.dataplane_port, NULL), 0);
     char url[96];

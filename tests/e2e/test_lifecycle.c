@@ -46,12 +46,28 @@ static bool segment_attachable(void *arg)
     return true;
 }
 
-/* Starts a control plane on cfg and attaches to its segment as a reader. */
+struct registry_ctx {
+    struct shm_segment *seg;
+    size_t want;
+};
+
+static bool registry_has(void *arg)
+{
+    struct registry_ctx *c = arg;
+    struct shm_worker_info w[8];
+    return shm_registry_snapshot(c->seg, w, 8) == c->want;
+}
+
+/* Starts a control plane on cfg, attaches to its segment as a reader and
+ * waits until the configured workers are published (the segment is
+ * attachable before the control plane has written the registry). */
 static void start_cp_and_attach(struct h_config *cfg, struct h_proc **cp, struct seg_ctx *sc)
 {
     assert_int_equal(h_start_controlplane(cfg->path, cp), 0);
     sc->name = cfg->shm_name;
     assert_int_equal(h_wait_until(segment_attachable, sc, READY_MS), 0);
+    struct registry_ctx rc = {.seg = &sc->seg, .want = cfg->n_workers};
+    assert_int_equal(h_wait_until(registry_has, &rc, READY_MS), 0);
 }
 
 /* ---- a forked lease holder ---------------------------------------------- */
