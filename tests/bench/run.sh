@@ -28,7 +28,7 @@ echo "== mock worker throughput" >&2
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$build/switchyard-mockworker" --listen "127.0.0.1:$port" --model mock 2>/dev/null &
 mock_pid=$!
-trap 'kill $mock_pid 2>/dev/null; rm -f "$results" "$lua"' EXIT
+trap 'kill $mock_pid 2>/dev/null || true; rm -f "$results" "$lua"' EXIT
 lua=$(mktemp --suffix=.lua)
 cat >"$lua" <<'LUA'
 wrk.method = "POST"
