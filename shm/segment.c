@@ -107,14 +107,20 @@ int shm_segment_validate(const struct shm_header *hdr, uint64_t file_size, char 
     return 0;
 }
 
-int shm_segment_try_lock(const struct shm_segment *seg, uint64_t offset, uint64_t len)
+static struct flock shm_range(short type, uint64_t offset, uint64_t len)
 {
     struct flock fl = {
-        .l_type = F_WRLCK,
+        .l_type = type,
         .l_whence = SEEK_SET,
         .l_start = (off_t)offset,
         .l_len = (off_t)len,
     };
+    return fl;
+}
+
+int shm_segment_try_lock(const struct shm_segment *seg, uint64_t offset, uint64_t len)
+{
+    struct flock fl = shm_range(F_WRLCK, offset, len);
     if (fcntl(seg->fd, F_OFD_SETLK, &fl) != 0)
         return (errno == EAGAIN || errno == EACCES) ? -EBUSY : -errno;
     return 0;
@@ -122,23 +128,13 @@ int shm_segment_try_lock(const struct shm_segment *seg, uint64_t offset, uint64_
 
 int shm_segment_unlock(const struct shm_segment *seg, uint64_t offset, uint64_t len)
 {
-    struct flock fl = {
-        .l_type = F_UNLCK,
-        .l_whence = SEEK_SET,
-        .l_start = (off_t)offset,
-        .l_len = (off_t)len,
-    };
+    struct flock fl = shm_range(F_UNLCK, offset, len);
     return fcntl(seg->fd, F_OFD_SETLK, &fl) == 0 ? 0 : -errno;
 }
 
 bool shm_segment_is_locked_by_other(const struct shm_segment *seg, uint64_t offset, uint64_t len)
 {
-    struct flock fl = {
-        .l_type = F_WRLCK,
-        .l_whence = SEEK_SET,
-        .l_start = (off_t)offset,
-        .l_len = (off_t)len,
-    };
+    struct flock fl = shm_range(F_WRLCK, offset, len);
     /* Our own locks never conflict with our own open file description, so
      * this answers "does anybody else hold it". On error assume held: a
      * false "dead" would reap live load. */

@@ -38,6 +38,7 @@
 #include "shm/registry.h"
 #include "shm/segment.h"
 #include "tests/e2e/harness.h"
+#include "tests/e2e/harness_holder.h"
 
 #define READY_MS 10000
 #define MODEL    "mock-model"
@@ -122,141 +123,6 @@ static void write_config(struct h_config *cfg)
     assert_int_equal(h_config_write(cfg, NULL), 0);
 }
 
-/* ---- a forked lease holder ----------------------------------------------- */
-
-/*
- * What a child does: claim a lease, take `guards` guards on (slot, gen),
- * optionally connect to the admin channel answering `answer` to in-flight
- * questions, report "ready" (the lease index) and serve commands:
- *   'q' release everything and exit 0
- *   'x' close the channel and stop heartbeating (keep the lock), keep running
- */
-struct holder_spec {
-    const char *shm;
-    const char *socket; /* NULL = no admin channel */
-    uint32_t slot;
-    uint32_t generation;
-    int guards;
-    uint64_t answer;
-    bool leak; /* on 'q', abandon the guards instead of releasing them (drift) */
-};
-
-struct holder {
-    pid_t pid;
-    int ready_rd;
-    int cmd_wr;
-    uint32_t lease;
-};
-
-static uint64_t holder_answer(void *arg, uint32_t slot, uint32_t generation)
-{
-    (void)slot;
-    (void)generation;
-    return *(const uint64_t *)arg;
-}
-
-static void holder_main(const struct holder_spec *s, int ready_wr, int cmd_rd)
-{
-    struct shm_segment seg;
-    struct shm_lease_handle lease;
-    char err[256];
-    if (shm_segment_attach(&seg, s->shm, err, sizeof(err)) != 0 ||
-        shm_lease_claim(&seg, &lease, err, sizeof(err)) != 0)
-        _exit(10);
-    struct shm_load_guard g[64];
-    int ng = 0;
-    for (int k = 0; k < s->guards && ng < 64; k++)
-        if (shm_load_acquire(&seg, lease.index, s->slot, s->generation, &g[ng++]) != 0)
-            _exit(11);
-    uint64_t answer = s->answer;
-    struct adm_client *client = NULL;
-    if (s->socket != NULL &&
-        adm_client_create(s->socket, &lease, holder_answer, &answer, &client) != 0)
-        _exit(12);
-    bool reported = false, beating = true;
-    for (;;) {
-        uint64_t now = proc_monotonic_ms();
-        if (beating)
-            shm_lease_heartbeat(&lease);
-        if (client != NULL)
-            adm_client_run(client, now);
-        if (!reported && (client == NULL || adm_client_is_connected(client))) {
-            uint32_t idx = lease.index;
-            if (write(ready_wr, &idx, sizeof(idx)) != sizeof(idx))
-                _exit(13);
-            reported = true;
-        }
-        struct pollfd pf[2] = {
-            {.fd = cmd_rd, .events = POLLIN},
-            {.fd = client != NULL ? adm_client_fd(client) : -1, .events = POLLIN}};
-        if (poll(pf, 2, 20) <= 0 || !(pf[0].revents & POLLIN))
-            continue;
-        char c;
-        if (read(cmd_rd, &c, 1) != 1)
-            _exit(14);
-        if (c == 'x') {
-            adm_client_destroy(client);
-            client = NULL;
-            beating = false;
-            continue;
-        }
-        break;
-    }
-    adm_client_destroy(client);
-    for (int k = 0; k < ng && !s->leak; k++)
-        shm_load_release(&seg, &g[k]);
-    shm_lease_release(&lease);
-    _exit(0);
-}
-
-static void holder_start(struct holder *h, const struct holder_spec *s)
-{
-    int ready[2], cmd[2];
-    assert_int_equal(pipe(ready), 0);
-    assert_int_equal(pipe(cmd), 0);
-    pid_t parent = getpid();
-    h->pid = fork();
-    assert_true(h->pid >= 0);
-    if (h->pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(1);
-        close(ready[0]);
-        close(cmd[1]);
-        holder_main(s, ready[1], cmd[0]);
-    }
-    close(ready[1]);
-    close(cmd[0]);
-    h->ready_rd = ready[0];
-    h->cmd_wr = cmd[1];
-    struct pollfd pf = {.fd = h->ready_rd, .events = POLLIN};
-    assert_int_equal(poll(&pf, 1, READY_MS), 1);
-    assert_int_equal(read(h->ready_rd, &h->lease, sizeof(h->lease)), sizeof(h->lease));
-}
-
-static void holder_command(struct holder *h, char c)
-{
-    assert_int_equal(write(h->cmd_wr, &c, 1), 1);
-}
-
-static void holder_finish(struct holder *h)
-{
-    holder_command(h, 'q');
-    int status = 0;
-    assert_int_equal(waitpid(h->pid, &status, 0), h->pid);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    close(h->ready_rd);
-    close(h->cmd_wr);
-}
-
-static void holder_kill(struct holder *h)
-{
-    kill(h->pid, SIGKILL);
-    waitpid(h->pid, NULL, 0);
-    close(h->ready_rd);
-    close(h->cmd_wr);
-}
-
 /* ---- conditions ------------------------------------------------------------ */
 
 struct worker_cond {
@@ -316,10 +182,10 @@ static void test_health_never_touches_load(void **state)
     struct shm_worker_info w;
     assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
 
-    struct holder h;
-    struct holder_spec hs = {
+    struct h_holder h;
+    struct h_holder_spec hs = {
         .shm = cfg.shm_name, .slot = w.slot, .generation = w.generation, .guards = 5};
-    holder_start(&h, &hs);
+    h_holder_start(&h, &hs);
     assert_int_equal(load_of(&sc.seg, "w1"), 5);
 
     long long base = metric("switchyard_health_checks_total{worker=\"w1\",result=\"success\"}");
@@ -346,7 +212,7 @@ static void test_health_never_touches_load(void **state)
     assert_int_equal(load_of(&sc.seg, "w1"), 5);
     assert_int_equal(metric("switchyard_worker_load{worker=\"w1\"}"), 5);
 
-    holder_finish(&h);
+    h_holder_finish(&h);
     assert_int_equal(load_of(&sc.seg, "w1"), 0);
     assert_int_equal(shm_load_underflows(&sc.seg), 0);
     shm_segment_close(&sc.seg);
@@ -593,10 +459,10 @@ static void test_delete_then_reuse_slot_keeps_generations_apart(void **state)
     start_cp(&cfg, &cp, &sc);
     struct shm_worker_info old;
     assert_int_equal(shm_registry_find(&sc.seg, "w1", &old), 0);
-    struct holder h;
-    struct holder_spec hs = {
+    struct h_holder h;
+    struct h_holder_spec hs = {
         .shm = cfg.shm_name, .slot = old.slot, .generation = old.generation, .guards = 2};
-    holder_start(&h, &hs);
+    h_holder_start(&h, &hs);
     assert_int_equal(admin_status("DELETE", "/workers/w1", NULL), 200);
     json_t *j = admin_json("POST", "/workers",
                            "{\"url\": \"http://127.0.0.1:19002\", \"id\": \"w2\"}", 201);
@@ -604,7 +470,7 @@ static void test_delete_then_reuse_slot_keeps_generations_apart(void **state)
     assert_int_equal(json_integer_value(json_object_get(j, "generation")), old.generation + 1);
     assert_int_equal(json_integer_value(json_object_get(j, "load")), 0);
     json_decref(j);
-    holder_finish(&h); /* releases against the old generation: no effect, no underflow */
+    h_holder_finish(&h); /* releases against the old generation: no effect, no underflow */
     assert_int_equal(load_of(&sc.seg, "w2"), 0);
     assert_int_equal(shm_load_underflows(&sc.seg), 0);
     shm_segment_close(&sc.seg);
@@ -661,16 +527,16 @@ static void test_admin_status_and_inflight_by_dataplane(void **state)
     start_cp(&cfg, &cp, &sc);
     struct shm_worker_info w;
     assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
-    struct holder a, b;
-    struct holder_spec hs = {.shm = cfg.shm_name,
-                             .socket = cfg.admin_socket,
-                             .slot = w.slot,
-                             .generation = w.generation,
-                             .guards = 2};
-    holder_start(&a, &hs);
+    struct h_holder a, b;
+    struct h_holder_spec hs = {.shm = cfg.shm_name,
+                               .socket = cfg.admin_socket,
+                               .slot = w.slot,
+                               .generation = w.generation,
+                               .guards = 2};
+    h_holder_start(&a, &hs);
     hs.socket = NULL;
     hs.guards = 3;
-    holder_start(&b, &hs);
+    h_holder_start(&b, &hs);
 
     json_t *j = admin_json("GET", "/workers/w1", NULL, 200);
     assert_int_equal(json_integer_value(json_object_get(j, "load")), 5);
@@ -704,8 +570,8 @@ static void test_admin_status_and_inflight_by_dataplane(void **state)
     assert_int_equal(metric("switchyard_dataplanes"), 2);
     assert_int_equal(metric("switchyard_worker_load{worker=\"w1\"}"), 5);
     assert_int_equal(metric("switchyard_worker_healthy{worker=\"w1\"}"), 1);
-    holder_finish(&a);
-    holder_finish(&b);
+    h_holder_finish(&a);
+    h_holder_finish(&b);
     shm_segment_close(&sc.seg);
 }
 
@@ -811,17 +677,17 @@ static void test_channel_closes_bad_frames_and_keeps_serving(void **state)
     assert_true(h_proc_is_running(cp));
     struct shm_worker_info w;
     assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
-    struct holder h;
-    struct holder_spec hs = {.shm = cfg.shm_name,
-                             .socket = cfg.admin_socket,
-                             .slot = w.slot,
-                             .generation = w.generation};
-    holder_start(&h, &hs);
+    struct h_holder h;
+    struct h_holder_spec hs = {.shm = cfg.shm_name,
+                               .socket = cfg.admin_socket,
+                               .slot = w.slot,
+                               .generation = w.generation};
+    h_holder_start(&h, &hs);
     json_t *j = admin_json("GET", "/status", NULL, 200);
     json_t *d = json_array_get(json_object_get(j, "dataplanes"), 0);
     assert_true(json_is_true(json_object_get(d, "admin_channel")));
     json_decref(j);
-    holder_finish(&h);
+    h_holder_finish(&h);
     shm_segment_close(&sc.seg);
 }
 
@@ -862,20 +728,20 @@ static void test_channel_reconnects_after_controlplane_restart(void **state)
     start_cp(&cfg, &cp, &sc);
     struct shm_worker_info w;
     assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
-    struct holder h;
-    struct holder_spec hs = {.shm = cfg.shm_name,
-                             .socket = cfg.admin_socket,
-                             .slot = w.slot,
-                             .generation = w.generation,
-                             .guards = 1};
-    holder_start(&h, &hs);
+    struct h_holder h;
+    struct h_holder_spec hs = {.shm = cfg.shm_name,
+                               .socket = cfg.admin_socket,
+                               .slot = w.slot,
+                               .generation = w.generation,
+                               .guards = 1};
+    h_holder_start(&h, &hs);
     assert_int_equal(h_proc_signal(cp, SIGKILL), 0);
     assert_int_equal(h_proc_wait(cp, 5000, NULL), 0);
     start_cp(&cfg, &cp, NULL);
     struct channel_cond cc = {.pid = h.pid, .connected = true};
     assert_int_equal(h_wait_until(channel_state_is, &cc, 5000), 0);
     assert_int_equal(load_of(&sc.seg, "w1"), 1);
-    holder_finish(&h);
+    h_holder_finish(&h);
     shm_segment_close(&sc.seg);
 }
 
@@ -902,23 +768,23 @@ static void test_channel_loss_with_stale_heartbeat_reaps(void **state)
     start_cp(&cfg, &cp, &sc);
     struct shm_worker_info w;
     assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
-    struct holder h;
-    struct holder_spec hs = {.shm = cfg.shm_name,
-                             .socket = cfg.admin_socket,
-                             .slot = w.slot,
-                             .generation = w.generation,
-                             .guards = 4};
-    holder_start(&h, &hs);
+    struct h_holder h;
+    struct h_holder_spec hs = {.shm = cfg.shm_name,
+                               .socket = cfg.admin_socket,
+                               .slot = w.slot,
+                               .generation = w.generation,
+                               .guards = 4};
+    h_holder_start(&h, &hs);
     assert_int_equal(load_of(&sc.seg, "w1"), 4);
     int64_t t0 = h_now_ms();
-    holder_command(&h, 'x'); /* drop the channel, stop beating, keep the lock */
+    h_holder_command(&h, 'x'); /* drop the channel, stop beating, keep the lock */
     struct reaped_cond rc = {.seg = &sc.seg, .lease = h.lease};
     assert_int_equal(h_wait_until(lease_reaped, &rc, 4000), 0);
     int64_t took = h_now_ms() - t0;
     print_message("reaped %lld ms after the channel was lost\n", (long long)took);
     assert_true(took < SHM_HEARTBEAT_TIMEOUT_MS);
     assert_int_equal(load_of(&sc.seg, "w1"), 0);
-    holder_kill(&h);
+    h_holder_kill(&h);
     shm_segment_close(&sc.seg);
 }
 
@@ -936,15 +802,15 @@ static void test_reset_load_discards_drift_when_all_report_zero(void **state)
     struct shm_worker_info w;
     assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
     /* Drift: 4 counted in the segment, 0 really in flight. */
-    struct holder h;
-    struct holder_spec hs = {.shm = cfg.shm_name,
-                             .socket = cfg.admin_socket,
-                             .slot = w.slot,
-                             .generation = w.generation,
-                             .guards = 4,
-                             .answer = 0,
-                             .leak = true};
-    holder_start(&h, &hs);
+    struct h_holder h;
+    struct h_holder_spec hs = {.shm = cfg.shm_name,
+                               .socket = cfg.admin_socket,
+                               .slot = w.slot,
+                               .generation = w.generation,
+                               .guards = 4,
+                               .answer = 0,
+                               .leak = true};
+    h_holder_start(&h, &hs);
     assert_int_equal(load_of(&sc.seg, "w1"), 4);
     json_t *j = admin_json("POST", "/workers/w1/reset_load", NULL, 200);
     assert_int_equal(json_integer_value(json_object_get(j, "discarded")), 4);
@@ -962,7 +828,7 @@ static void test_reset_load_discards_drift_when_all_report_zero(void **state)
     assert_int_equal(admin_status("POST", "/workers/w1/reset_load", NULL), 200);
     assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
     assert_true(w.draining);
-    holder_finish(&h);
+    h_holder_finish(&h);
     assert_int_equal(shm_load_underflows(&sc.seg), 0);
     expect_error("POST", "/workers/nope/reset_load", NULL, 404);
     shm_segment_close(&sc.seg);
@@ -992,17 +858,17 @@ static void test_reset_load_refuses_when_work_in_flight(void **state)
     start_cp(&cfg, &cp, &sc);
     struct shm_worker_info w;
     assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
-    struct holder busy, quiet;
-    struct holder_spec hs = {.shm = cfg.shm_name,
-                             .socket = cfg.admin_socket,
-                             .slot = w.slot,
-                             .generation = w.generation,
-                             .guards = 3,
-                             .answer = 3};
-    holder_start(&busy, &hs);
+    struct h_holder busy, quiet;
+    struct h_holder_spec hs = {.shm = cfg.shm_name,
+                               .socket = cfg.admin_socket,
+                               .slot = w.slot,
+                               .generation = w.generation,
+                               .guards = 3,
+                               .answer = 3};
+    h_holder_start(&busy, &hs);
     hs.guards = 2;
     hs.answer = 0;
-    holder_start(&quiet, &hs);
+    h_holder_start(&quiet, &hs);
     assert_int_equal(load_of(&sc.seg, "w1"), 5);
 
     json_t *j = admin_json("POST", "/workers/w1/reset_load", NULL, 409);
@@ -1017,24 +883,24 @@ static void test_reset_load_refuses_when_work_in_flight(void **state)
     assert_int_equal(load_of(&sc.seg, "w1"), 5); /* nothing changed */
     assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
     assert_false(w.draining);
-    holder_finish(&busy);
+    h_holder_finish(&busy);
 
     /* A live dataplane that is not on the channel cannot confirm: refused. */
-    struct holder silent;
+    struct h_holder silent;
     hs.socket = NULL;
     hs.guards = 1;
-    holder_start(&silent, &hs);
+    h_holder_start(&silent, &hs);
     j = admin_json("POST", "/workers/w1/reset_load", NULL, 409);
     snprintf(pid, sizeof(pid), "%d", (int)silent.pid);
     assert_true(json_is_null(json_object_get(json_object_get(j, "inflight_by_dataplane"), pid)));
     json_decref(j);
     assert_int_equal(load_of(&sc.seg, "w1"), 3);
-    holder_finish(&silent);
+    h_holder_finish(&silent);
 
     /* One that is connected but does not answer: refused after the timeout. */
-    struct holder stuck;
+    struct h_holder stuck;
     hs.socket = cfg.admin_socket;
-    holder_start(&stuck, &hs);
+    h_holder_start(&stuck, &hs);
     kill(stuck.pid, SIGSTOP);
     int64_t t0 = h_now_ms();
     char url[128];
@@ -1058,8 +924,8 @@ static void test_reset_load_refuses_when_work_in_flight(void **state)
     assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
     assert_false(w.draining);
     kill(stuck.pid, SIGCONT);
-    holder_finish(&stuck);
-    holder_finish(&quiet);
+    h_holder_finish(&stuck);
+    h_holder_finish(&quiet);
     assert_int_equal(load_of(&sc.seg, "w1"), 0);
     shm_segment_close(&sc.seg);
 }

@@ -29,6 +29,7 @@
 #include "shm/registry.h"
 #include "shm/segment.h"
 #include "tests/e2e/harness.h"
+#include "tests/e2e/harness_holder.h"
 
 #define READY_MS 10000
 
@@ -70,96 +71,17 @@ static void start_cp_and_attach(struct h_config *cfg, struct h_proc **cp, struct
     assert_int_equal(h_wait_until(registry_has, &rc, READY_MS), 0);
 }
 
-/* ---- a forked lease holder ---------------------------------------------- */
-
-struct holder {
-    pid_t pid;
-    int ready_rd;
-    int go_wr;
-};
-
-/* Child: attach, claim, take `counts[i]` guards on worker slot `slots[i]`,
- * report the lease index, wait for a byte, release everything, exit 0. */
-static void holder_main(const char *name, const struct shm_worker_info *w, const int *counts,
-                        size_t n, int ready_wr, int go_rd)
-{
-    struct shm_segment seg;
-    struct shm_lease_handle lease;
-    char err[256];
-    if (shm_segment_attach(&seg, name, err, sizeof(err)) != 0 ||
-        shm_lease_claim(&seg, &lease, err, sizeof(err)) != 0)
-        _exit(10);
-    struct shm_load_guard g[64];
-    size_t ng = 0;
-    for (size_t i = 0; i < n; i++)
-        for (int k = 0; k < counts[i] && ng < 64; k++)
-            if (shm_load_acquire(&seg, lease.index, w[i].slot, w[i].generation, &g[ng++]) != 0)
-                _exit(11);
-    uint32_t idx = lease.index;
-    if (write(ready_wr, &idx, sizeof(idx)) != sizeof(idx))
-        _exit(12);
-    /* Heartbeat until told to finish, so only a kill can make us look dead. */
-    char c;
-    for (;;) {
-        shm_lease_heartbeat(&lease);
-        struct timeval tv = {.tv_usec = 50000};
-        fd_set rd;
-        FD_ZERO(&rd);
-        FD_SET(go_rd, &rd);
-        if (select(go_rd + 1, &rd, NULL, NULL, &tv) > 0)
-            break;
-    }
-    if (read(go_rd, &c, 1) != 1)
-        _exit(13);
-    for (size_t i = 0; i < ng; i++)
-        shm_load_release(&seg, &g[i]);
-    shm_lease_release(&lease);
-    _exit(0);
-}
-
-static uint32_t holder_start(struct holder *h, const char *name, const struct shm_worker_info *w,
+/* Starts a holder with counts[i] guards on worker w[i]; returns its lease. */
+static uint32_t holder_start(struct h_holder *h, const char *name, const struct shm_worker_info *w,
                              const int *counts, size_t n)
 {
-    int ready[2], go[2];
-    assert_int_equal(pipe(ready), 0);
-    assert_int_equal(pipe(go), 0);
-    pid_t parent = getpid();
-    h->pid = fork();
-    assert_true(h->pid >= 0);
-    if (h->pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(1);
-        close(ready[0]);
-        close(go[1]);
-        holder_main(name, w, counts, n, ready[1], go[0]);
-    }
-    close(ready[1]);
-    close(go[0]);
-    h->ready_rd = ready[0];
-    h->go_wr = go[1];
-    uint32_t idx = UINT32_MAX;
-    assert_int_equal(read(h->ready_rd, &idx, sizeof(idx)), sizeof(idx));
-    return idx;
-}
-
-static void holder_finish(struct holder *h)
-{
-    assert_int_equal(write(h->go_wr, "g", 1), 1);
-    int status = 0;
-    assert_int_equal(waitpid(h->pid, &status, 0), h->pid);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    close(h->ready_rd);
-    close(h->go_wr);
-}
-
-static void holder_kill(struct holder *h)
-{
-    kill(h->pid, SIGKILL);
-    int status = 0;
-    assert_int_equal(waitpid(h->pid, &status, 0), h->pid);
-    close(h->ready_rd);
-    close(h->go_wr);
+    struct h_holder_load loads[4];
+    assert_true(n <= 4);
+    for (size_t i = 0; i < n; i++)
+        loads[i] = (struct h_holder_load){w[i].slot, w[i].generation, counts[i]};
+    struct h_holder_spec spec = {.shm = name, .more = loads, .n_more = n};
+    h_holder_start(h, &spec);
+    return h->lease;
 }
 
 static void config_with_workers(struct h_config *cfg, int n)
@@ -212,7 +134,7 @@ static void test_sigkilled_holder_is_reaped_within_two_intervals(void **state)
     find_workers(&sc.seg, w, 3);
 
     /* A survivor with 1, 2, 3 and a victim with 4, 5, 6 on the 3 workers. */
-    struct holder survivor, victim;
+    struct h_holder survivor, victim;
     int keep[3] = {1, 2, 3}, lose[3] = {4, 5, 6};
     holder_start(&survivor, sc.name, w, keep, 3);
     uint32_t victim_lease = holder_start(&victim, sc.name, w, lose, 3);
@@ -221,7 +143,7 @@ static void test_sigkilled_holder_is_reaped_within_two_intervals(void **state)
                          (uint64_t)(keep[i] + lose[i]));
     assert_true(shm_lease_is_active(&sc.seg, victim_lease));
 
-    holder_kill(&victim);
+    h_holder_kill(&victim);
     int64_t killed_at = h_now_ms();
     uint64_t want[3] = {1, 2, 3};
     struct reaped_ctx rc = {.seg = &sc.seg, .w = w, .want = want};
@@ -233,7 +155,7 @@ static void test_sigkilled_holder_is_reaped_within_two_intervals(void **state)
     assert_false(shm_lease_is_active(&sc.seg, victim_lease));
     assert_int_equal(atomic_load(&sc.seg.hdr->leases_reaped), 1);
 
-    holder_finish(&survivor);
+    h_holder_finish(&survivor);
     for (int i = 0; i < 3; i++)
         assert_int_equal(shm_load_of(&sc.seg, w[i].slot, w[i].generation), 0);
     assert_int_equal(shm_load_underflows(&sc.seg), 0);
@@ -252,7 +174,7 @@ static void test_controlplane_restart_keeps_registry_and_load(void **state)
     find_workers(&sc.seg, before, 2);
     uint64_t epoch = atomic_load(&sc.seg.hdr->epoch);
 
-    struct holder h;
+    struct h_holder h;
     int counts[2] = {5, 7};
     holder_start(&h, sc.name, before, counts, 2);
 
@@ -282,7 +204,7 @@ static void test_controlplane_restart_keeps_registry_and_load(void **state)
     for (int i = 0; i < 2; i++)
         assert_int_equal(shm_load_of(&sc.seg, after[i].slot, after[i].generation),
                          (uint64_t)counts[i]);
-    holder_finish(&h);
+    h_holder_finish(&h);
     for (int i = 0; i < 2; i++)
         assert_int_equal(shm_load_of(&sc.seg, after[i].slot, after[i].generation), 0);
     shm_segment_close(&sc.seg);
