@@ -155,6 +155,14 @@ static void fwd_failed(struct dp_request *req, int status, const char *code)
     }
 }
 
+static bool fwd_slot_in(const uint32_t *slots, size_t n, uint32_t slot)
+{
+    for (size_t i = 0; i < n; i++)
+        if (slots[i] == slot)
+            return true;
+    return false;
+}
+
 /* Picks a worker and starts an attempt on it; on failure answers req. */
 static void fwd_try(struct dp_request *req)
 {
@@ -164,11 +172,16 @@ static void fwd_try(struct dp_request *req)
     struct pol_candidate *cands = malloc(sizeof(*cands) * (v->n ? v->n : 1));
     uint32_t *slots = malloc(sizeof(*slots) * (v->n ? v->n : 1) * 2);
     uint64_t *loads = malloc(sizeof(*loads) * (v->n ? v->n : 1));
-    if (cands == NULL || slots == NULL || loads == NULL) {
+    /* Workers that refused a guard in this call (draining since the snapshot
+     * was taken, or removed): never picked again by this call. */
+    uint32_t *refused = malloc(sizeof(*refused) * (v->n ? v->n : 1));
+    size_t n_refused = 0;
+    if (cands == NULL || slots == NULL || loads == NULL || refused == NULL) {
         fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
         goto out_free;
     }
     uint32_t *gens = slots + (v->n ? v->n : 1);
+pick_again:;
     size_t n = 0;
     /* Untried workers first; a worker already tried only when none is left. */
     for (int pass = 0; pass < 2 && n == 0; pass++)
@@ -177,6 +190,8 @@ static void fwd_try(struct dp_request *req)
             if (!dp_workers_is_eligible(w) || strcmp(w->model, req->model) != 0)
                 continue;
             if (pass == 0 && fwd_was_tried(req, w->slot))
+                continue;
+            if (fwd_slot_in(refused, n_refused, w->slot))
                 continue;
             cands[n].worker = w;
             slots[n] = w->slot;
@@ -233,9 +248,15 @@ static void fwd_try(struct dp_request *req)
     a->started_ms = proc_monotonic_ms();
     a->deadline_ms = a->started_ms + loop->sh->cfg->dataplane.first_byte_timeout_ms;
     int rc = dp_guard_acquire(&loop->sh->guards, &a->guard, w->slot, w->generation);
+    if (rc == -EBUSY || rc == -ESTALE) {
+        /* The worker started draining (a reset_load) or left the registry
+         * after our snapshot: nothing was counted, choose among the rest. */
+        free(a);
+        refused[n_refused++] = w->slot;
+        goto pick_again;
+    }
     if (rc != 0) {
         free(a);
-        /* The worker left the registry under us: look again (a new snapshot). */
         snprintf(req->last_cause, sizeof(req->last_cause), "worker %s: %s", w->id, strerror(-rc));
         fwd_reply(req, 503, "no_healthy_worker", req->last_cause);
         goto out_free;
@@ -256,6 +277,7 @@ static void fwd_try(struct dp_request *req)
         fwd_reply(req, 500, "internal_error", req->last_cause);
     }
 out_free:
+    free(refused);
     free(cands);
     free(slots);
     free(loads);

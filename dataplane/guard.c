@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "shm/registry.h"
+
 #define DP_GEN_OF(w)   ((uint32_t)((w) >> 32))
 #define DP_COUNT_OF(w) ((uint32_t)((w)&0xffffffffu))
 #define DP_WORD(g, c)  (((uint64_t)(g) << 32) | (uint64_t)(c))
@@ -57,15 +59,31 @@ static void live_sub(struct dp_guards *t, uint32_t slot, uint32_t gen)
     }
 }
 
+/*
+ * The order is what makes reset_load safe (invariant 4): this process
+ * announces the guard in its live table first, then looks at the draining
+ * flag, and only then increments the shared counter. reset_load sets the
+ * flag first and then asks every dataplane for its live guards. Both sides
+ * put a sequentially consistent fence between their write and their read,
+ * so either the answer counts this guard (and the reset is refused) or this
+ * guard sees the worker draining and backs off without having counted.
+ */
 int dp_guard_acquire(struct dp_guards *t, struct dp_guard *g, uint32_t slot, uint32_t generation)
 {
     g->held = false;
     if (slot >= t->max_workers)
         return -EINVAL;
-    int rc = shm_load_acquire(t->seg, t->lease, slot, generation, &g->shm);
-    if (rc != 0)
-        return rc;
     live_add(t, slot, generation);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (shm_registry_is_draining(t->seg, slot)) {
+        live_sub(t, slot, generation);
+        return -EBUSY;
+    }
+    int rc = shm_load_acquire(t->seg, t->lease, slot, generation, &g->shm);
+    if (rc != 0) {
+        live_sub(t, slot, generation);
+        return rc;
+    }
     g->held = true;
     return 0;
 }
@@ -88,6 +106,8 @@ uint32_t dp_guards_live(const struct dp_guards *t, uint32_t slot, uint32_t gener
 {
     if (slot >= t->max_workers)
         return 0;
+    /* The reader's half of the fence pair described at dp_guard_acquire. */
+    atomic_thread_fence(memory_order_seq_cst);
     uint64_t w = atomic_load_explicit(&t->live[slot], memory_order_relaxed);
     return DP_GEN_OF(w) == generation ? DP_COUNT_OF(w) : 0;
 }

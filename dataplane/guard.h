@@ -37,7 +37,11 @@ struct dp_guard {
 int dp_guards_init(struct dp_guards *t, struct shm_segment *seg, uint32_t lease);
 void dp_guards_fini(struct dp_guards *t);
 
-/* Counts one request to (slot, generation). 0, -ESTALE, -EOVERFLOW, -EINVAL. */
+/*
+ * Counts one request to (slot, generation). 0, -EBUSY (the worker is
+ * draining: a reset_load may be running, pick another), -ESTALE, -EOVERFLOW,
+ * -EINVAL.
+ */
 int dp_guard_acquire(struct dp_guards *t, struct dp_guard *g, uint32_t slot, uint32_t generation);
 
 /* Releases g if held; later calls are no-ops. */

@@ -203,10 +203,22 @@ int shm_registry_set_healthy(struct shm_segment *seg, uint32_t slot, bool health
                    : shm_update_state(seg, slot, 0, SHM_SLOT_HEALTHY);
 }
 
+bool shm_registry_is_draining(const struct shm_segment *seg, uint32_t slot)
+{
+    if (slot >= seg->max_workers)
+        return false;
+    struct shm_worker_slot *s = shm_slot(seg, slot);
+    return (atomic_load_explicit(&s->state, memory_order_seq_cst) & SHM_SLOT_DRAINING) != 0;
+}
+
 int shm_registry_set_draining(struct shm_segment *seg, uint32_t slot, bool draining)
 {
-    return draining ? shm_update_state(seg, slot, SHM_SLOT_DRAINING, 0)
-                    : shm_update_state(seg, slot, 0, SHM_SLOT_DRAINING);
+    int rc = draining ? shm_update_state(seg, slot, SHM_SLOT_DRAINING, 0)
+                      : shm_update_state(seg, slot, 0, SHM_SLOT_DRAINING);
+    /* Orders the flag before whatever the caller does next (reset_load then
+     * asks the dataplanes for their live guards): see shm_registry_is_draining. */
+    atomic_thread_fence(memory_order_seq_cst);
+    return rc;
 }
 
 int shm_registry_set_model(struct shm_segment *seg, uint32_t slot, const char *model)

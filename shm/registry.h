@@ -54,6 +54,14 @@ uint64_t shm_registry_changes(const struct shm_segment *seg);
 /* The slot's current generation, read without the seqlock. */
 uint32_t shm_registry_generation(const struct shm_segment *seg, uint32_t slot);
 
+/*
+ * The slot's draining flag, read with a sequentially consistent load. The
+ * dataplane calls it after announcing a guard (dataplane/guard.c) and the
+ * control plane sets the flag before asking the dataplanes what they hold
+ * (controlplane/reset_load.c): of the two, at least one sees the other.
+ */
+bool shm_registry_is_draining(const struct shm_segment *seg, uint32_t slot);
+
 /* ---- writer side: the control plane only --------------------------------- */
 
 /*

@@ -12,6 +12,7 @@
  * + execv instead of posix_spawn).
  */
 #include "tests/e2e/harness.h"
+#include "tests/e2e/harness_load.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -853,6 +854,7 @@ static int h_teardown_ctx(void)
     if (!h_ctx.active)
         return 0;
     h_async_destroy_all();
+    h_load_stop_all();
     h_stop_all();
 
     int rc = 0;

@@ -33,7 +33,8 @@ struct h_fleet_opts {
     const char *const *mock_args; /* NULL-terminated extra mock flags, or NULL */
     const char *policy;
     const char *dataplane_extra;
-    const char *model; /* NULL = H_FLEET_MODEL */
+    const char *model;           /* NULL = H_FLEET_MODEL */
+    const char *health_interval; /* NULL = the harness default */
 };
 
 /* Starts the mocks, writes the config, starts both daemons, waits for /health. */

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #define CT_JSON "application/json"
@@ -87,16 +88,33 @@ static bool is_method(const char *method, const char *want)
     return strcmp(method, want) == 0;
 }
 
-/* Closes the connection: MHD does it on its next pass, so ask for one. */
+/*
+ * Closes the connection. MHD (with MHD_USE_TURBO) neither shuts the socket
+ * down nor closes it until a later pass over that connection, which after a
+ * resume may not come until some other event: the peer then waits on an
+ * open connection that /mock/stats already counts as finished. Shutting the
+ * socket down here makes the peer see the end at once; MHD's own close
+ * follows (the kick asks for the pass).
+ */
+static void shut_connection(struct mw_req *req)
+{
+    const union MHD_ConnectionInfo *ci =
+        req->conn != NULL ? MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD)
+                          : NULL;
+    if (ci != NULL)
+        shutdown(ci->connect_fd, SHUT_RDWR);
+    mw_loop_kick(req->loop);
+}
+
 static enum MHD_Result fail_handler(struct mw_req *req)
 {
-    mw_loop_kick(req->loop);
+    shut_connection(req);
     return MHD_NO;
 }
 
 static ssize_t fail_reader(struct mw_req *req)
 {
-    mw_loop_kick(req->loop);
+    shut_connection(req);
     return MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
