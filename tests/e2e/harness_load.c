@@ -87,7 +87,8 @@ static int h_load_start_one(struct h_load *l, int i)
     if (x == NULL)
         return -ENOMEM;
     x->stream = (int)(h_load_rand(l) % 100) < l->o.stream_percent;
-    int max_tokens = 1 + (int)(h_load_rand(l) % (uint32_t)(l->o.max_tokens > 0 ? l->o.max_tokens : 1));
+    int max_tokens =
+        1 + (int)(h_load_rand(l) % (uint32_t)(l->o.max_tokens > 0 ? l->o.max_tokens : 1));
     bool chat = h_load_rand(l) % 2 == 0;
     const char *path = chat ? "/v1/chat/completions" : "/v1/completions";
     unsigned topic = h_load_rand(l) % 1000;
@@ -103,7 +104,8 @@ static int h_load_start_one(struct h_load *l, int i)
     x->abort_at_ms = -1;
     if ((int)(h_load_rand(l) % 100) < l->o.abort_percent)
         x->abort_at_ms =
-            h_now_ms() + (int64_t)(h_load_rand(l) % (uint32_t)(l->o.abort_max_ms > 0 ? l->o.abort_max_ms : 1));
+            h_now_ms() +
+            (int64_t)(h_load_rand(l) % (uint32_t)(l->o.abort_max_ms > 0 ? l->o.abort_max_ms : 1));
     char url[256];
     snprintf(url, sizeof(url), "%s%s", l->o.base, path);
     x->easy = curl_easy_init();

@@ -16,14 +16,14 @@
 #include <stdint.h>
 
 struct h_load_opts {
-    const char *base;      /* "http://127.0.0.1:PORT" of the dataplane */
-    const char *model;     /* the model field of every request */
-    int concurrency;       /* requests kept in flight (<= 256) */
-    long total;            /* stop starting new requests after this many; 0 = until stopped */
-    int stream_percent;    /* share of streaming requests */
-    int abort_percent;     /* share of requests the client closes on purpose */
-    int abort_max_ms;      /* ... at a uniformly random moment in [0, abort_max_ms) */
-    int max_tokens;        /* upper bound of the random max_tokens (>= 1) */
+    const char *base;       /* "http://127.0.0.1:PORT" of the dataplane */
+    const char *model;      /* the model field of every request */
+    int concurrency;        /* requests kept in flight (<= 256) */
+    long total;             /* stop starting new requests after this many; 0 = until stopped */
+    int stream_percent;     /* share of streaming requests */
+    int abort_percent;      /* share of requests the client closes on purpose */
+    int abort_max_ms;       /* ... at a uniformly random moment in [0, abort_max_ms) */
+    int max_tokens;         /* upper bound of the random max_tokens (>= 1) */
     int request_timeout_ms; /* a request not done by then counts as failed (0 = 30 s) */
     uint32_t seed;
 };
@@ -31,12 +31,12 @@ struct h_load_opts {
 /* Counts, consistent once h_load_stop returned; h_load_peek reads them live. */
 struct h_load_result {
     long started;
-    long ok;         /* 200 with a complete body (a stream ended by [DONE]) */
-    long aborted;    /* closed by us on purpose */
-    long http_error; /* answered with a status other than 200 */
-    long truncated;  /* 200 whose stream ended without [DONE] */
-    long transport;  /* connection failed or cut (curl error), timeouts included */
-    long timeouts;   /* ... of which: not done within request_timeout_ms */
+    long ok;            /* 200 with a complete body (a stream ended by [DONE]) */
+    long aborted;       /* closed by us on purpose */
+    long http_error;    /* answered with a status other than 200 */
+    long truncated;     /* 200 whose stream ended without [DONE] */
+    long transport;     /* connection failed or cut (curl error), timeouts included */
+    long timeouts;      /* ... of which: not done within request_timeout_ms */
     long status_5xx[6]; /* 500..505 */
     char first_failure[400];
 };

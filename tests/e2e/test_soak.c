@@ -164,8 +164,7 @@ static void test_soak_with_aborts_and_faults(void **state)
     struct match m = {.f = &f, .total = HELD_REQUESTS};
     int rc = h_wait_until(loads_match_mocks, &m, SETTLE_MS);
     for (size_t i = 0; i < N_WORKERS; i++)
-        print_message("held: w%zu load %lld mock inflight %lld\n", i + 1, m.load[i],
-                      m.inflight[i]);
+        print_message("held: w%zu load %lld mock inflight %lld\n", i + 1, m.load[i], m.inflight[i]);
     assert_int_equal(rc, 0);
     for (size_t i = 0; i < N_WORKERS; i++)
         assert_true(m.load[i] > 0); /* least_load spread the batch over every worker */

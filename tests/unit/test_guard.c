@@ -186,8 +186,8 @@ static void test_reset_never_discards_a_live_guard(void **state)
     assert_int_equal(pthread_create(&reset, NULL, race_resets, &r), 0);
     pthread_join(reset, NULL);
     pthread_join(req, NULL);
-    print_message("guards %lu, resets done %lu, refused %lu\n",
-                  atomic_load(&r.guards_taken), r.resets_done, r.resets_refused);
+    print_message("guards %lu, resets done %lu, refused %lu\n", atomic_load(&r.guards_taken),
+                  r.resets_done, r.resets_refused);
     /* The race was really run: both outcomes happened and requests got in. */
     assert_true(atomic_load(&r.guards_taken) > 0);
     assert_true(r.resets_done > 0);
@@ -200,8 +200,7 @@ static void test_reset_never_discards_a_live_guard(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_acquire_release_pairs_and_live_table, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_acquire_release_pairs_and_live_table, setup, teardown),
         cmocka_unit_test_setup_teardown(test_draining_worker_refuses_without_counting, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_stale_generation_refused, setup, teardown),
