@@ -74,21 +74,32 @@ int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model
     uint64_t hashes[PIX_MAX_BLOCKS];
     size_t n_blocks = pix_hash_blocks(pix_model_seed(model), text, len, hashes, PIX_MAX_BLOCKS);
 
+    /* Per thread, all zero between calls: every slot added is cleared below. */
+    static _Thread_local struct pix_slot_set candidates;
     uint32_t slots[CA_MAX_CANDIDATES];
     size_t n_slots = n < CA_MAX_CANDIDATES ? n : CA_MAX_CANDIDATES;
     uint64_t min_load = UINT64_MAX, max_load = 0;
     for (size_t i = 0; i < n; i++) {
-        if (i < n_slots)
+        if (i < n_slots) {
             slots[i] = cands[i].slot;
+            pix_slots_add(&candidates, cands[i].slot);
+        }
         if (cands[i].load < min_load)
             min_load = cands[i].load;
         if (cands[i].load > max_load)
             max_load = cands[i].load;
     }
 
-    size_t matched_idx = 0;
+    uint32_t matched_slot = 0;
     size_t matched =
-        n_blocks > 0 ? pix_longest_match(ix, hashes, n_blocks, slots, n_slots, &matched_idx) : 0;
+        n_blocks > 0 ? pix_longest_match(ix, hashes, n_blocks, &candidates, &matched_slot) : 0;
+    pix_slots_clear(&candidates, slots, n_slots);
+    size_t matched_idx = 0;
+    if (matched > 0)
+        while (matched_idx < n_slots && cands[matched_idx].slot != matched_slot)
+            matched_idx++;
+    if (matched_idx == n_slots)
+        matched = 0; /* cannot happen: the slot came from the candidate set */
     long prefer = matched > 0 ? (long)matched_idx : -1;
     bool enough =
         n_blocks > 0 && (double)matched >= p->cache_threshold * (double)n_blocks && matched > 0;

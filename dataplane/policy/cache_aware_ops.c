@@ -15,7 +15,7 @@
 #include "dataplane/policy/cache_aware.h"
 #include "dataplane/policy/prefix_index.h"
 
-/* 1 Mi blocks of 256 bytes: 256 MiB of distinct prompt text remembered, in
+/* 1 Mi blocks of 240 bytes: 240 MiB of distinct prompt text remembered, in
  * 16 MiB of index. */
 #define CA_INDEX_BLOCKS     (1u << 20)
 #define CA_STACK_CANDIDATES 256u

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Inlined: a library call per block would cost as much as the hash. */
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 struct pix_entry {
@@ -82,10 +84,8 @@ size_t pix_hash_blocks(uint64_t seed, const char *text, size_t len, uint64_t *ou
         n = cap;
     uint64_t h = seed;
     for (size_t i = 0; i < n; i++) {
-        /* Seeding XXH3 on inputs over 240 bytes derives a whole secret per
-         * call; hash the block unseeded and chain through an 8-byte input. */
-        uint64_t block = XXH3_64bits(text + i * PIX_BLOCK_BYTES, PIX_BLOCK_BYTES);
-        h = XXH3_64bits_withSeed(&block, sizeof(block), h);
+        /* The previous block's hash seeds this one's: the chain. */
+        h = XXH3_64bits_withSeed(text + i * PIX_BLOCK_BYTES, PIX_BLOCK_BYTES, h);
         out[i] = h;
     }
     return n;
@@ -141,48 +141,69 @@ bool pix_has(struct pix_index *ix, uint64_t h, uint32_t slot)
     return pix_lookup(ix, h, &meta) && pix_meta_position(meta, slot) >= 0;
 }
 
-/* The best candidate present in meta: lowest ref position wins. -1 if none. */
-static long pix_best_candidate(uint64_t meta, const uint32_t *slots, size_t n_slots)
+void pix_slots_add(struct pix_slot_set *set, uint32_t slot)
 {
-    long best = -1;
-    int best_pos = (int)PIX_REFS;
-    for (size_t c = 0; c < n_slots; c++) {
-        int pos = pix_meta_position(meta, slots[c]);
-        if (pos >= 0 && pos < best_pos) {
-            best_pos = pos;
-            best = (long)c;
-        }
+    if (slot < PIX_SLOT_LIMIT)
+        set->bits[slot / 64] |= 1ull << (slot % 64);
+}
+
+bool pix_slots_has(const struct pix_slot_set *set, uint32_t slot)
+{
+    return slot < PIX_SLOT_LIMIT && (set->bits[slot / 64] >> (slot % 64)) & 1u;
+}
+
+void pix_slots_clear(struct pix_slot_set *set, const uint32_t *slots, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (slots[i] < PIX_SLOT_LIMIT)
+            set->bits[slots[i] / 64] = 0;
+}
+
+/* The most recent candidate ref in meta, as slot + 1; 0 if none. */
+static uint32_t pix_best_candidate(uint64_t meta, const struct pix_slot_set *candidates)
+{
+    for (unsigned r = 0; r < PIX_REFS; r++) {
+        uint16_t ref = pix_ref(meta, r);
+        if (ref != 0 && pix_slots_has(candidates, (uint32_t)ref - 1))
+            return ref;
     }
-    return best;
+    return 0;
+}
+
+static void pix_prefetch(struct pix_index *ix, uint64_t h)
+{
+    __builtin_prefetch(pix_bucket_of(ix, h), 0, 1);
 }
 
 size_t pix_longest_match(struct pix_index *ix, const uint64_t *hashes, size_t n,
-                         const uint32_t *slots, size_t n_slots, size_t *best)
+                         const struct pix_slot_set *candidates, uint32_t *best_slot)
 {
     /* Find the last position whose block some candidate holds. Chained
      * hashes make "held at i" imply "held at every j < i" unless something
      * was evicted, so presence is close enough to monotone to bisect. */
     size_t lo = 0, hi = n; /* answer m in [lo, hi] */
-    long found = -1;
+    uint32_t found = 0;    /* slot + 1 */
     while (lo < hi) {
         size_t mid = lo + (hi - lo + 1) / 2; /* try a match of length mid */
+        /* Both possible next probes go to memory while this one is judged. */
+        size_t up = mid + (hi - mid + 1) / 2, down = lo + (mid - 1 - lo + 1) / 2;
+        if (up > mid && up <= hi)
+            pix_prefetch(ix, hashes[up - 1]);
+        if (down > lo && down < mid)
+            pix_prefetch(ix, hashes[down - 1]);
         uint64_t meta;
-        long c = -1;
+        uint32_t c = 0;
         if (pix_lookup(ix, hashes[mid - 1], &meta))
-            c = pix_best_candidate(meta, slots, n_slots);
-        if (c >= 0) {
+            c = pix_best_candidate(meta, candidates);
+        if (c != 0) {
             lo = mid;
             found = c;
         } else {
             hi = mid - 1;
         }
     }
-    if (lo > 0 && found < 0) {
-        /* lo > 0 only after a hit, which set found; keep the invariant explicit. */
-        lo = 0;
-    }
     if (lo > 0)
-        *best = (size_t)found;
+        *best_slot = found - 1;
     return lo;
 }
 
@@ -234,6 +255,14 @@ void pix_record(struct pix_index *ix, const uint64_t *hashes, size_t from, size_
     if (slot >= PIX_SLOT_LIMIT)
         return;
     uint16_t stamp = (uint16_t)atomic_fetch_add_explicit(&ix->clock, 1, memory_order_relaxed);
-    for (size_t i = from; i < n; i++)
+    /* Buckets are random cache lines of a large table: keep a few misses in
+     * flight instead of taking them one after another. */
+    enum { AHEAD = 8 };
+    for (size_t i = from; i < n && i < from + AHEAD; i++)
+        __builtin_prefetch(pix_bucket_of(ix, hashes[i]), 1, 1);
+    for (size_t i = from; i < n; i++) {
+        if (i + AHEAD < n)
+            __builtin_prefetch(pix_bucket_of(ix, hashes[i + AHEAD]), 1, 1);
         pix_record_one(ix, hashes[i], slot, stamp);
+    }
 }

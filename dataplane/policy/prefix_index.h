@@ -27,7 +27,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PIX_BLOCK_BYTES 256u  /* ~64 tokens at 4 bytes per token */
+/* ~60 tokens at 4 bytes per token. 240 is XXH3's largest short input: a
+ * seeded hash of it needs no per-call secret, so one call per block both
+ * hashes the block and chains it to the previous one. */
+#define PIX_BLOCK_BYTES 240u
 #define PIX_MAX_BLOCKS  4096u /* 1 MiB of routing text */
 #define PIX_WAYS        4u
 #define PIX_REFS        3u     /* workers remembered per block */
@@ -55,14 +58,31 @@ uint64_t pix_model_seed(const char *model);
 size_t pix_hash_blocks(uint64_t seed, const char *text, size_t len, uint64_t *out, size_t cap);
 
 /*
+ * The set of candidate slots a match may name: one bit per slot below
+ * PIX_SLOT_LIMIT (8 KiB), so that judging an index entry costs its three
+ * refs, not a scan of every candidate. Caller storage; start from all zero
+ * and clear what you set (pix_slots_clear) so it can be reused.
+ */
+#define PIX_SLOT_WORDS ((PIX_SLOT_LIMIT + 64u) / 64u)
+struct pix_slot_set {
+    uint64_t bits[PIX_SLOT_WORDS];
+};
+
+/* Adds slot (ignored at or above PIX_SLOT_LIMIT: such slots are never recorded). */
+void pix_slots_add(struct pix_slot_set *set, uint32_t slot);
+bool pix_slots_has(const struct pix_slot_set *set, uint32_t slot);
+/* Removes the n slots listed (those added): cheaper than clearing 8 KiB. */
+void pix_slots_clear(struct pix_slot_set *set, const uint32_t *slots, size_t n);
+
+/*
  * Longest matched prefix over the candidate slots: the largest m such that
  * block m-1 was recorded for one of the candidates (0 when none). Binary
  * search over block positions, so a match costs O(log n) lookups. When m >
- * 0, *best is the index into slots of the matched candidate (the most
- * recent one if several).
+ * 0, *best_slot is the matched candidate's slot (the most recent one if
+ * several).
  */
 size_t pix_longest_match(struct pix_index *ix, const uint64_t *hashes, size_t n,
-                         const uint32_t *slots, size_t n_slots, size_t *best);
+                         const struct pix_slot_set *candidates, uint32_t *best_slot);
 
 /* Whether block hash h was recorded for slot (for tests and metrics). */
 bool pix_has(struct pix_index *ix, uint64_t h, uint32_t slot);

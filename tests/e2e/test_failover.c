@@ -29,8 +29,8 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static long admin_request(struct h_fleet *f, const char *method, const char *path,
-                          const char *body, struct h_resp *resp)
+static long admin_request(struct h_fleet *f, const char *method, const char *path, const char *body,
+                          struct h_resp *resp)
 {
     char url[256];
     snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", (unsigned)f->cfg.admin_port, path);
@@ -145,8 +145,7 @@ static void test_dataplane_sigkill_releases_only_its_load(void **state)
     struct load_is two = {.f = &f, .id = "w1", .want = 2};
     assert_int_equal(h_wait_until(load_reaches, &two, 4 * HEALTH_INTERVAL_MS), 0);
     int64_t took = h_now_ms() - t0;
-    print_message("the killed dataplane's load was gone %lld ms after SIGKILL\n",
-                  (long long)took);
+    print_message("the killed dataplane's load was gone %lld ms after SIGKILL\n", (long long)took);
     assert_true(took <= 2 * HEALTH_INTERVAL_MS);
     /* The other dataplane's 2 stay, and the worker saw the 4 go. */
     struct stat_is zero = {.url = f.mock[0].url, .key = "inflight", .want = 0};
