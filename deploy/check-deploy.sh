@@ -80,6 +80,34 @@ sysusers() {
 }
 run "systemd: sysusers creates user switchyard" sysusers
 run "systemd: shellcheck dataplane-reload" shellcheck deploy/systemd/dataplane-reload
+# The reload helper with stand-ins for the new dataplane: one refused at once
+# (bad config) must fail the reload and leave no pid file; one that keeps
+# running must end up in the pid file.
+reload_helper() {
+    local fake="$tmp/fake-dataplane" pidfile="$tmp/dataplane.pid" rc=0 pid
+    printf '#!/bin/sh\necho "config: bad" >&2\nexit 3\n' >"$fake" && chmod +x "$fake"
+    SWITCHYARD_DATAPLANE=$fake SWITCHYARD_RELOAD_SETTLE_MS=300 \
+        deploy/systemd/dataplane-reload /dev/null "$pidfile" && {
+        echo "a refused hot restart did not fail the reload"
+        return 1
+    }
+    [ ! -e "$pidfile" ] || {
+        echo "a refused hot restart left $pidfile"
+        return 1
+    }
+    printf '#!/bin/sh\nexec sleep 30\n' >"$fake"
+    SWITCHYARD_DATAPLANE=$fake SWITCHYARD_RELOAD_SETTLE_MS=300 \
+        deploy/systemd/dataplane-reload /dev/null "$pidfile" || rc=1
+    pid=$(cat "$pidfile" 2>/dev/null)
+    if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then
+        echo "the pid file does not name the running new process"
+        rc=1
+    fi
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null
+    return $rc
+}
+run "systemd: reload helper fails a refused hot restart, hands a started one to PIDFile=" \
+    reload_helper
 
 # ---- configs -------------------------------------------------------------------
 mkdir -p "$tmp/k8s"
