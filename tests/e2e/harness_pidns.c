@@ -116,13 +116,21 @@ int h_pidns_probe(char *why, size_t why_len)
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         /* Typically EPERM: no CAP_SYS_ADMIN and no user namespace (an
-         * unprivileged container or a seccomp profile refusing unshare). */
+         * unprivileged container or a seccomp profile refusing unshare).
+         * unshare's own words are in its log, which teardown removes. */
+        char said[160] = "";
+        FILE *f = fopen(p->log_path, "r");
+        if (f != NULL) {
+            if (fgets(said, sizeof(said), f) == NULL)
+                said[0] = '\0';
+            fclose(f);
+        }
+        said[strcspn(said, "\n")] = '\0';
         snprintf(why, why_len,
-                 "unshare --pid --fork --mount-proc /bin/true failed (status 0x%x): creating PID "
-                 "and mount namespaces is not permitted here (needs root or CAP_SYS_ADMIN, and no "
-                 "seccomp filter on "
-                 "unshare); see the log %s",
-                 (unsigned)status, p->log_path);
+                 "unshare --pid --fork --mount-proc /bin/true failed (status 0x%x: %s): creating "
+                 "PID and mount namespaces is not permitted here (needs root or CAP_SYS_ADMIN, "
+                 "and no seccomp filter on unshare)",
+                 (unsigned)status, said);
         return -EPERM;
     }
     return 0;

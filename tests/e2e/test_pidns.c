@@ -303,7 +303,8 @@ static void test_hung_dataplane_in_other_pidns_is_reaped_by_heartbeat(void **sta
                   "SIGSTOP (heartbeat timeout %u ms)\n",
                   (long long)took, timeout);
     assert_true(took >= (int64_t)timeout - 2 * (int64_t)interval);
-    assert_true(took <= (int64_t)timeout + 3 * (int64_t)interval);
+    /* Generous above: a loaded machine delays the reaper tick, not the verdict. */
+    assert_true(took <= (int64_t)timeout + 10 * (int64_t)interval);
     assert_false(shm_lease_is_active(&r.seg, lease));
     assert_int_equal(atomic_load(&r.seg.hdr->leases_reaped), 1);
 
