@@ -65,7 +65,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/u
 E2E_TESTS := $(patsubst tests/e2e/%.c,$(BUILD)/tests/e2e/%,$(wildcard tests/e2e/test_*.c))
 MICRO_BENCHES := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(wildcard tests/bench/micro_*.c))
 
-.PHONY: all deps test check test-asan build-asan format format-check run bench bench-quick clean
+.PHONY: all deps test check check-deploy test-asan build-asan format format-check run bench bench-quick clean
 .DEFAULT_GOAL := all
 # Keep generated sources (protobuf-c) instead of deleting them as intermediates.
 .SECONDARY:
@@ -119,11 +119,19 @@ deps:
 	@deploy/install-deps.sh
 
 # The README's test command. deps first: a fresh machine has nothing.
+# check-deploy first so the suite's "N passed, N failed" stays the last line.
 test: deps
+	@$(MAKE) --no-print-directory check-deploy
 	@$(MAKE) --no-print-directory check
 
 check: $(BINS) $(UNIT_TESTS) $(E2E_TESTS)
 	@tests/run-tests.sh $(BUILD) $(UNIT_TESTS) $(E2E_TESTS)
+
+# deploy/: systemd units, Kubernetes manifests, Containerfile, Prometheus and
+# Grafana, checked statically (deploy/check-deploy.sh); tools installed when missing.
+check-deploy: $(BINS) $(LIBSY)
+	@deploy/install-deps.sh deploy
+	@deploy/check-deploy.sh $(BUILD)
 
 # Same suite under AddressSanitizer + UndefinedBehaviorSanitizer, in its own tree.
 test-asan: deps

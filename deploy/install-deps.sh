@@ -13,7 +13,9 @@ packages=(
 # Extra packages for one purpose, requested by name: deploy/install-deps.sh bench
 case "${1:-}" in
 bench) packages+=(nginx-light wrk gnuplot-nox) ;;
-deploy) packages+=(prometheus systemd) ;;
+# deploy: make check-deploy (promtool, systemd-analyze, the manifest checker's
+# YAML parser for Debian's /usr/bin/python3, shellcheck).
+deploy) packages+=(prometheus systemd python3 python3-yaml shellcheck) ;;
 esac
 
 missing=()
