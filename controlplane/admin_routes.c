@@ -68,6 +68,19 @@ enum adm_route_id adm_route_match(const char *url)
     return adm_split(url, id, sizeof(id));
 }
 
+void adm_dataplane_key(const struct shm_segment *seg, uint32_t lease, char *buf, size_t len)
+{
+    int32_t pid = atomic_load_explicit(&seg->leases[lease].pid, memory_order_relaxed);
+    bool shared = false;
+    for (uint32_t i = 0; i < seg->max_dataplanes && !shared; i++)
+        shared = i != lease && shm_lease_is_active(seg, i) &&
+                 atomic_load_explicit(&seg->leases[i].pid, memory_order_relaxed) == pid;
+    if (shared)
+        snprintf(buf, len, "%d@%u", (int)pid, lease);
+    else
+        snprintf(buf, len, "%d", (int)pid);
+}
+
 static json_t *adm_worker_json(const struct adm_ctx *ctx, const struct shm_worker_info *w)
 {
     const struct shm_segment *seg = ctx->seg;
@@ -75,10 +88,9 @@ static json_t *adm_worker_json(const struct adm_ctx *ctx, const struct shm_worke
     for (uint32_t i = 0; i < seg->max_dataplanes; i++) {
         if (!shm_lease_is_active(seg, i))
             continue;
-        char pid[24];
-        snprintf(pid, sizeof(pid), "%d",
-                 (int)atomic_load_explicit(&seg->leases[i].pid, memory_order_relaxed));
-        json_object_set_new(by_dp, pid,
+        char key[40];
+        adm_dataplane_key(seg, i, key, sizeof(key));
+        json_object_set_new(by_dp, key,
                             json_integer(shm_load_in_lease(seg, i, w->slot, w->generation)));
     }
     return json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:I, s:o, s:i, s:i, s:b}", "id", w->id, "url",

@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "controlplane/admin_ctx.h"
+#include "shm/segment.h"
 
 /* Route labels for metrics: index into adm_route_labels. */
 enum adm_route_id {
@@ -28,6 +29,14 @@ extern const char *const adm_route_labels[ADM_ROUTE_COUNT];
 
 /* Which route a path belongs to (before method checks), for metrics. */
 enum adm_route_id adm_route_match(const char *url);
+
+/*
+ * The key of lease `lease` in inflight_by_dataplane: the holder's pid, or
+ * "<pid>@<lease>" when another active lease has the same pid (dataplanes in
+ * separate PID namespaces, e.g. sidecar containers, are all pid 1), so no
+ * dataplane's entry hides another's.
+ */
+void adm_dataplane_key(const struct shm_segment *seg, uint32_t lease, char *buf, size_t len);
 
 /*
  * Serves one request. Returns 1 with reply filled, or 0 when the route went

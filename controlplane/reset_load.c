@@ -15,6 +15,7 @@
 #include "common/proc.h"
 #include "controlplane/admin_channel.h"
 #include "controlplane/admin_http.h"
+#include "controlplane/admin_routes.h"
 #include "shm/lease.h"
 #include "shm/load.h"
 
@@ -37,7 +38,6 @@ struct cp_reset {
     uint64_t deadline_ms;
     enum cp_reset_answer answer[SHM_MAX_DATAPLANES_LIMIT];
     uint64_t count[SHM_MAX_DATAPLANES_LIMIT];
-    int32_t pid[SHM_MAX_DATAPLANES_LIMIT];
 };
 
 int cp_reset_create(struct adm_ctx *ctx, struct cp_reset **out)
@@ -60,13 +60,13 @@ static void cp_reset_conclude(struct cp_reset *r, bool timed_out, struct adm_rep
     for (uint32_t i = 0; i < seg->max_dataplanes; i++) {
         if (r->answer[i] == CP_RESET_ANSWER_UNSET)
             continue;
-        char pid[24];
-        snprintf(pid, sizeof(pid), "%d", (int)r->pid[i]);
+        char key[40];
+        adm_dataplane_key(seg, i, key, sizeof(key));
         if (r->answer[i] == CP_RESET_ANSWER_COUNT) {
-            json_object_set_new(by_dp, pid, json_integer((json_int_t)r->count[i]));
+            json_object_set_new(by_dp, key, json_integer((json_int_t)r->count[i]));
             all_zero = all_zero && r->count[i] == 0;
         } else {
-            json_object_set_new(by_dp, pid, json_null());
+            json_object_set_new(by_dp, key, json_null());
             all_zero = false;
         }
     }
@@ -145,7 +145,6 @@ int cp_reset_start(struct cp_reset *r, const struct shm_worker_info *w, struct a
         if (!shm_lease_is_active(seg, i))
             continue;
         nonce[i] = atomic_load_explicit(&seg->leases[i].nonce, memory_order_acquire);
-        r->pid[i] = atomic_load_explicit(&seg->leases[i].pid, memory_order_relaxed);
         r->answer[i] = CP_RESET_ANSWER_WAITING;
     }
     uint64_t rid = r->request_id;

@@ -205,6 +205,25 @@ static long status_dataplanes(struct rig *r)
     return n;
 }
 
+/* GET /workers/w1: its inflight_by_dataplane entry for key, or -1 when absent. */
+static long long inflight_entry(struct rig *r, const char *key, size_t *n_entries)
+{
+    char url[96];
+    assert_int_equal(h_url(url, sizeof(url), r->cfg.admin_port, "/workers/w1"), 0);
+    struct h_resp resp;
+    assert_int_equal(h_http_get(url, &resp), 0);
+    assert_int_equal(resp.status, 200);
+    json_t *j = h_resp_json(&resp);
+    assert_non_null(j);
+    json_t *by_dp = json_object_get(j, "inflight_by_dataplane");
+    *n_entries = json_object_size(by_dp);
+    json_t *v = json_object_get(by_dp, key);
+    long long n = json_is_integer(v) ? (long long)json_integer_value(v) : -1;
+    json_decref(j);
+    h_resp_fini(&resp);
+    return n;
+}
+
 /* ---- tests -------------------------------------------------------------- */
 
 static void test_sigkilled_dataplane_in_other_pidns_is_reaped(void **state)
@@ -233,6 +252,14 @@ static void test_sigkilled_dataplane_in_other_pidns_is_reaped(void **state)
     wait_load(&r, 5, READY_MS);
     assert_int_equal(shm_load_in_lease(&r.seg, victim_lease, r.w1.slot, r.w1.generation), 3);
     assert_int_equal(status_dataplanes(&r), 2);
+    /* Both are pid 1: the admin API keys them apart by lease. */
+    char key[32];
+    size_t n_entries = 0;
+    snprintf(key, sizeof(key), "1@%u", survivor_lease);
+    assert_int_equal(inflight_entry(&r, key, &n_entries), 2);
+    snprintf(key, sizeof(key), "1@%u", victim_lease);
+    assert_int_equal(inflight_entry(&r, key, &n_entries), 3);
+    assert_int_equal(n_entries, 2);
 
     assert_int_equal(h_pidns_signal(&victim, SIGKILL), 0);
     int64_t killed_at = h_now_ms();
