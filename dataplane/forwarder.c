@@ -306,6 +306,9 @@ void dp_fwd_begin(struct dp_request *req)
             break;
         fwd_reply(req, 400, "model_required", "the request has no 'model'");
         return;
+    case DP_PARSE_NO_MEMORY:
+        fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
+        return;
     case DP_PARSE_BAD_FIELD:
         fwd_reply(req, 400, "invalid_field",
                   "'model' must be a non-empty string and 'stream' a boolean");

@@ -14,6 +14,7 @@
 #include <sys/random.h>
 
 #include "common/proc.h"
+#include "dataplane/json_skeleton.h"
 
 static enum dp_route route_of(const char *url, const char *method, bool *method_ok)
 {
@@ -132,17 +133,23 @@ static void text_add(struct dp_request *req, const char *s, size_t n)
     req->routing_text_len += n;
 }
 
-static void text_add_json_string(struct dp_request *req, json_t *s)
+/* A string of the parsed skeleton: a long one's raw contents come from the
+ * body (see json_skeleton.h), a short one is taken decoded. */
+static void text_add_json_string(struct dp_request *req, const struct dp_skel *skel, json_t *s)
 {
-    text_add(req, json_string_value(s), json_string_length(s));
+    const struct dp_skel_span *sp = dp_skel_span(skel, json_string_value(s), json_string_length(s));
+    if (sp != NULL)
+        text_add(req, req->body + sp->off, sp->len);
+    else
+        text_add(req, json_string_value(s), json_string_length(s));
 }
 
 /* A chat message's content: a string, or an array of parts whose "text"
  * parts count (images and other parts are not text a prefix cache keys). */
-static void text_add_content(struct dp_request *req, json_t *content)
+static void text_add_content(struct dp_request *req, const struct dp_skel *skel, json_t *content)
 {
     if (json_is_string(content)) {
-        text_add_json_string(req, content);
+        text_add_json_string(req, skel, content);
         return;
     }
     size_t i;
@@ -151,7 +158,7 @@ static void text_add_content(struct dp_request *req, json_t *content)
     {
         json_t *text = json_object_get(part, "text");
         if (json_is_string(text))
-            text_add_json_string(req, text);
+            text_add_json_string(req, skel, text);
     }
 }
 
@@ -161,11 +168,11 @@ static void text_add_content(struct dp_request *req, json_t *content)
  * conversation extends the previous turn's text, and cache_aware sees the
  * shared prefix.
  */
-static void extract_routing_text(struct dp_request *req, json_t *root)
+static void extract_routing_text(struct dp_request *req, const struct dp_skel *skel, json_t *root)
 {
     json_t *prompt = json_object_get(root, "prompt");
     if (json_is_string(prompt)) {
-        text_add_json_string(req, prompt);
+        text_add_json_string(req, skel, prompt);
         return;
     }
     if (json_is_array(prompt)) {
@@ -174,7 +181,7 @@ static void extract_routing_text(struct dp_request *req, json_t *root)
         json_array_foreach(prompt, i, p)
         {
             if (json_is_string(p))
-                text_add_json_string(req, p);
+                text_add_json_string(req, skel, p);
         }
         return;
     }
@@ -185,19 +192,34 @@ static void extract_routing_text(struct dp_request *req, json_t *root)
     {
         json_t *role = json_object_get(m, "role");
         if (json_is_string(role))
-            text_add_json_string(req, role);
+            text_add_json_string(req, skel, role);
         text_add(req, "\n", 1);
-        text_add_content(req, json_object_get(m, "content"));
+        text_add_content(req, skel, json_object_get(m, "content"));
         text_add(req, "\n", 1);
     }
 }
 
+static uint64_t skel_nonce(void)
+{
+    uint64_t n;
+    if (getrandom(&n, sizeof(n), GRND_NONBLOCK) != (ssize_t)sizeof(n))
+        n = proc_monotonic_ns() * 0x9e3779b97f4a7c15ull;
+    return n;
+}
+
 enum dp_parse_result dp_request_parse(struct dp_request *req)
 {
+    /* jansson parses only the structure; long strings stay in the body. */
+    struct dp_skel skel;
+    if (dp_skel_build(&skel, req->body != NULL ? req->body : "", req->body_len, DP_SKEL_MIN_STRING,
+                      skel_nonce()) != 0)
+        return DP_PARSE_NO_MEMORY;
     json_error_t jerr;
-    json_t *root = json_loadb(req->body != NULL ? req->body : "", req->body_len, 0, &jerr);
-    if (root == NULL)
+    json_t *root = json_loadb(skel.text, skel.len, 0, &jerr);
+    if (root == NULL) {
+        dp_skel_fini(&skel);
         return DP_PARSE_BAD_JSON;
+    }
     enum dp_parse_result res = DP_PARSE_OK;
     if (!json_is_object(root)) {
         res = DP_PARSE_BAD_JSON;
@@ -219,12 +241,13 @@ enum dp_parse_result dp_request_parse(struct dp_request *req)
     } else {
         strcpy(req->model, json_string_value(model));
     }
-    extract_routing_text(req, root);
+    extract_routing_text(req, &skel, root);
     json_t *user = json_object_get(root, "user");
     if (json_is_string(user))
         snprintf(req->user, sizeof(req->user), "%s", json_string_value(user));
 out_decref:
     json_decref(root);
+    dp_skel_fini(&skel);
     return res;
 }
 

@@ -33,6 +33,7 @@ enum dp_parse_result {
     DP_PARSE_BAD_JSON,  /* not JSON, or not an object */
     DP_PARSE_BAD_FIELD, /* model or stream of the wrong type */
     DP_PARSE_NO_MODEL,  /* model absent */
+    DP_PARSE_NO_MEMORY,
 };
 
 /* Parses the body for model, stream and the routing text. */

@@ -1,0 +1,321 @@
+/*
+ * Unit tests of the dataplane's request handling that needs no sockets:
+ * the JSON skeleton (long strings set aside from jansson, and spliced back
+ * into a rewritten body), body parsing (model, stream, user, routing text
+ * for completions and chat), OpenAI error bodies and SSE error events, and
+ * the hop-by-hop header list.
+ */
+#include <jansson.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dataplane/errors.h"
+#include "dataplane/json_skeleton.h"
+#include "dataplane/request.h"
+#include "dataplane/types.h"
+
+#define NONCE 0x0123456789abcdefull
+
+static char *repeat(char c, size_t n)
+{
+    char *s = malloc(n + 1);
+    memset(s, c, n);
+    s[n] = '\0';
+    return s;
+}
+
+/* ---- skeleton ---------------------------------------------------------------- */
+
+static void test_short_strings_are_left_in_place(void **state)
+{
+    (void)state;
+    const char *body = "{\"model\":\"m\",\"prompt\":\"hello \\\"you\\\"\",\"n\":[1,2]}";
+    struct dp_skel s;
+    assert_int_equal(dp_skel_build(&s, body, strlen(body), 16, NONCE), 0);
+    assert_string_equal(s.text, body);
+    assert_int_equal(s.n_spans, 0);
+    dp_skel_fini(&s);
+}
+
+static void test_long_strings_become_markers_with_raw_spans(void **state)
+{
+    (void)state;
+    /* Escaped quotes and an even run of backslashes before the real end. */
+    const char *body = "{\"model\":\"m\",\"prompt\":\"a \\\"quoted\\\" word and a path C:\\\\\","
+                       "\"x\":\"short\"}";
+    struct dp_skel s;
+    assert_int_equal(dp_skel_build(&s, body, strlen(body), 16, NONCE), 0);
+    assert_int_equal(s.n_spans, 1);
+    assert_int_equal(s.spans[0].len, strlen("a \\\"quoted\\\" word and a path C:\\\\"));
+    assert_memory_equal(body + s.spans[0].off, "a \\\"quoted\\\" word", 17);
+    json_error_t e;
+    json_t *root = json_loadb(s.text, s.len, 0, &e);
+    assert_non_null(root);
+    json_t *prompt = json_object_get(root, "prompt");
+    const struct dp_skel_span *sp =
+        dp_skel_span(&s, json_string_value(prompt), json_string_length(prompt));
+    assert_non_null(sp);
+    assert_ptr_equal(sp, &s.spans[0]);
+    json_t *x = json_object_get(root, "x");
+    assert_null(dp_skel_span(&s, json_string_value(x), json_string_length(x)));
+    assert_string_equal(json_string_value(json_object_get(root, "model")), "m");
+    json_decref(root);
+    dp_skel_fini(&s);
+}
+
+static void test_marker_needs_the_nonce(void **state)
+{
+    (void)state;
+    char *big = repeat('z', 100);
+    char body[256];
+    snprintf(body, sizeof(body), "{\"p\":\"%s\"}", big);
+    struct dp_skel s;
+    assert_int_equal(dp_skel_build(&s, body, strlen(body), 16, NONCE), 0);
+    const char fake[] = "\001sy0000000000000000.0";
+    assert_null(dp_skel_span(&s, fake, sizeof(fake) - 1));
+    const char right[] = "\001sy0123456789abcdef.0";
+    assert_non_null(dp_skel_span(&s, right, sizeof(right) - 1));
+    const char past[] = "\001sy0123456789abcdef.1";
+    assert_null(dp_skel_span(&s, past, sizeof(past) - 1));
+    dp_skel_fini(&s);
+    free(big);
+}
+
+static void test_unterminated_string_is_left_for_jansson(void **state)
+{
+    (void)state;
+    const char *body = "{\"prompt\":\"this string never ends because the client was cut";
+    struct dp_skel s;
+    assert_int_equal(dp_skel_build(&s, body, strlen(body), 8, NONCE), 0);
+    assert_string_equal(s.text, body);
+    json_error_t e;
+    assert_null(json_loadb(s.text, s.len, 0, &e));
+    dp_skel_fini(&s);
+}
+
+/* A rewrite done on the skeleton and spliced equals the same rewrite done
+ * on the fully parsed body. */
+static void test_splice_restores_every_long_string(void **state)
+{
+    (void)state;
+    char *big = repeat('q', 5000);
+    char *key = repeat('k', 300);
+    size_t cap = 12000;
+    char *body = malloc(cap);
+    snprintf(body, cap,
+             "{\"model\":\"m\",\"max_tokens\":500,\"messages\":[{\"role\":\"system\",\"content\":"
+             "\"%s\\n\\u00e9\\\"end\"},{\"role\":\"user\",\"content\":\"hi\"}],\"%s\":1,"
+             "\"stream_options\":{\"include_usage\":true}}",
+             big, key);
+    struct dp_skel s;
+    assert_int_equal(dp_skel_build(&s, body, strlen(body), DP_SKEL_MIN_STRING, NONCE), 0);
+    assert_int_equal(s.n_spans, 2);
+    assert_true(s.len < 400);
+    json_error_t e;
+    json_t *skel = json_loadb(s.text, s.len, 0, &e);
+    json_t *full = json_loadb(body, strlen(body), 0, &e);
+    assert_non_null(skel);
+    assert_non_null(full);
+    json_t *targets[2] = {skel, full};
+    for (int i = 0; i < 2; i++) {
+        json_object_set_new(targets[i], "max_tokens", json_integer(1));
+        json_object_set_new(targets[i], "stream", json_false());
+        json_object_del(targets[i], "stream_options");
+    }
+    char *dumped = json_dumps(skel, JSON_COMPACT);
+    size_t out_len = 0;
+    char *spliced = dp_skel_splice(&s, body, dumped, strlen(dumped), &out_len);
+    assert_non_null(spliced);
+    json_t *back = json_loadb(spliced, out_len, 0, &e);
+    assert_non_null(back);
+    assert_true(json_equal(back, full));
+    json_decref(back);
+    json_decref(skel);
+    json_decref(full);
+    free(spliced);
+    free(dumped);
+    dp_skel_fini(&s);
+    free(body);
+    free(key);
+    free(big);
+}
+
+/* ---- request parsing --------------------------------------------------------- */
+
+static struct dp_request *request_with(const char *body)
+{
+    struct dp_request *req = calloc(1, sizeof(*req));
+    req->body = strdup(body);
+    req->body_len = strlen(body);
+    return req;
+}
+
+static void request_free(struct dp_request *req)
+{
+    free(req->routing_text);
+    free(req->body);
+    free(req);
+}
+
+static void test_parse_chat_routing_text_and_fields(void **state)
+{
+    (void)state;
+    char *big = repeat('s', 1000);
+    char body[2048];
+    snprintf(body, sizeof(body),
+             "{\"model\":\"llama\",\"stream\":true,\"user\":\"u7\",\"messages\":["
+             "{\"role\":\"system\",\"content\":\"%s\\n\"},"
+             "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"},"
+             "{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
+             big);
+    struct dp_request *req = request_with(body);
+    assert_int_equal(dp_request_parse(req), DP_PARSE_OK);
+    assert_string_equal(req->model, "llama");
+    assert_true(req->stream);
+    assert_string_equal(req->user, "u7");
+    /* role \n content \n per message; the long content as the client escaped it. */
+    char want[2048];
+    snprintf(want, sizeof(want), "system\n%s\\n\nuser\nhi\n", big);
+    assert_int_equal(req->routing_text_len, strlen(want));
+    assert_memory_equal(req->routing_text, want, strlen(want));
+    request_free(req);
+    free(big);
+}
+
+static void test_parse_completions_prompt(void **state)
+{
+    (void)state;
+    struct dp_request *req = request_with("{\"model\":\"m\",\"prompt\":[\"ab\",\"cd\"]}");
+    assert_int_equal(dp_request_parse(req), DP_PARSE_OK);
+    assert_false(req->stream);
+    assert_int_equal(req->routing_text_len, 4);
+    assert_memory_equal(req->routing_text, "abcd", 4);
+    request_free(req);
+}
+
+/* A multi-turn conversation's text only grows, whether its messages are
+ * short or long: each turn's routing text starts with the previous one's. */
+static void test_turns_extend_the_previous_turn(void **state)
+{
+    (void)state;
+    char *big = repeat('h', 600);
+    char t1[2048], t2[2048];
+    snprintf(t1, sizeof(t1),
+             "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}", big);
+    snprintf(t2, sizeof(t2),
+             "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"},"
+             "{\"role\":\"assistant\",\"content\":\"ok\"},{\"role\":\"user\",\"content\":"
+             "\"more\"}]}",
+             big);
+    struct dp_request *a = request_with(t1), *b = request_with(t2);
+    assert_int_equal(dp_request_parse(a), DP_PARSE_OK);
+    assert_int_equal(dp_request_parse(b), DP_PARSE_OK);
+    assert_true(b->routing_text_len > a->routing_text_len);
+    assert_memory_equal(a->routing_text, b->routing_text, a->routing_text_len);
+    request_free(a);
+    request_free(b);
+    free(big);
+}
+
+static void test_parse_bad_bodies(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *body;
+        enum dp_parse_result want;
+    } cases[] = {
+        {"", DP_PARSE_BAD_JSON},
+        {"{\"model\":", DP_PARSE_BAD_JSON},
+        {"[1,2]", DP_PARSE_BAD_JSON},
+        {"{\"model\":7}", DP_PARSE_BAD_FIELD},
+        {"{\"model\":\"\"}", DP_PARSE_BAD_FIELD},
+        {"{\"model\":\"m\",\"stream\":\"yes\"}", DP_PARSE_BAD_FIELD},
+        {"{\"prompt\":\"x\"}", DP_PARSE_NO_MODEL},
+        {"{\"model\":null}", DP_PARSE_NO_MODEL},
+        {"{\"model\":\"m\",\"stream\":null}", DP_PARSE_OK},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct dp_request *req = request_with(cases[i].body);
+        enum dp_parse_result got = dp_request_parse(req);
+        if (got != cases[i].want)
+            fail_msg("body %s: got %d, want %d", cases[i].body, got, cases[i].want);
+        request_free(req);
+    }
+}
+
+/* A 400 KB prompt: parsed, its routing text whole (capped at 1 MiB). */
+static void test_parse_large_prompt(void **state)
+{
+    (void)state;
+    size_t n = 400 * 1024;
+    char *big = repeat('w', n);
+    char *body = malloc(n + 64);
+    snprintf(body, n + 64, "{\"model\":\"m\",\"prompt\":\"%s\"}", big);
+    struct dp_request *req = request_with(body);
+    assert_int_equal(dp_request_parse(req), DP_PARSE_OK);
+    assert_int_equal(req->routing_text_len, n);
+    request_free(req);
+    free(body);
+    free(big);
+}
+
+/* ---- errors and headers ---------------------------------------------------------- */
+
+static void test_error_body_and_sse_event(void **state)
+{
+    (void)state;
+    char *body = dp_error_body(503, "no_healthy_worker", "no healthy worker serves model 'm'");
+    json_error_t e;
+    json_t *j = json_loads(body, 0, &e);
+    assert_non_null(j);
+    json_t *err = json_object_get(j, "error");
+    assert_string_equal(json_string_value(json_object_get(err, "code")), "no_healthy_worker");
+    assert_string_equal(json_string_value(json_object_get(err, "type")), "service_unavailable");
+    assert_string_equal(json_string_value(json_object_get(err, "message")),
+                        "no healthy worker serves model 'm'");
+    json_decref(j);
+    char ev[512];
+    size_t n = dp_error_sse_event(ev, sizeof(ev), 502, "upstream_error", "cut");
+    assert_true(n > 8);
+    assert_memory_equal(ev, "data: {", 7);
+    assert_memory_equal(ev + n - 2, "\n\n", 2);
+    assert_int_equal(dp_error_sse_event(ev, 10, 502, "upstream_error", "cut"), 0);
+    free(body);
+}
+
+static void test_hop_by_hop_headers(void **state)
+{
+    (void)state;
+    assert_true(dp_header_is_hop_by_hop("Connection", 10));
+    assert_true(dp_header_is_hop_by_hop("transfer-encoding", 17));
+    assert_true(dp_header_is_hop_by_hop("X-Request-Id", 12));
+    assert_false(dp_header_is_hop_by_hop("Authorization", 13));
+    assert_false(dp_header_is_hop_by_hop("Content-Type", 12));
+    assert_false(dp_header_is_hop_by_hop("te-x", 4));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_short_strings_are_left_in_place),
+        cmocka_unit_test(test_long_strings_become_markers_with_raw_spans),
+        cmocka_unit_test(test_marker_needs_the_nonce),
+        cmocka_unit_test(test_unterminated_string_is_left_for_jansson),
+        cmocka_unit_test(test_splice_restores_every_long_string),
+        cmocka_unit_test(test_parse_chat_routing_text_and_fields),
+        cmocka_unit_test(test_parse_completions_prompt),
+        cmocka_unit_test(test_turns_extend_the_previous_turn),
+        cmocka_unit_test(test_parse_bad_bodies),
+        cmocka_unit_test(test_parse_large_prompt),
+        cmocka_unit_test(test_error_body_and_sse_event),
+        cmocka_unit_test(test_hop_by_hop_headers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
