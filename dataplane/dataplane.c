@@ -444,6 +444,8 @@ static void dp_hot_serve(struct dp_daemon *d, struct hr_takeover *t)
         t->fd = -1;
     }
     char err[512];
+    if (d->hot_path[0] == '\0')
+        return;
     if (hr_server_open(&d->hot, d->hot_path, err, sizeof(err)) != 0 ||
         dp_watch(d, d->hot.fd) != 0) {
         log_warn("%s; hot restart of this dataplane is not possible", err);
@@ -472,12 +474,20 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
     if (dp_resolve_listen(&d) != 0)
         goto out_close_signals;
     if (hr_socket_path(cfg, d.hot_path, sizeof(d.hot_path)) != 0) {
-        log_error("%s: the hot restart socket path derived from controlplane.admin_socket is "
-                  "too long",
-                  cfg->path);
-        goto out_close_signals;
+        /* Only hot restart needs it: a plain start runs on without. */
+        d.hot_path[0] = '\0';
+        if (opts->hot_restart) {
+            log_error("%s: cannot hot restart: the handover socket path derived from "
+                      "controlplane.admin_socket (its directory + /dataplane-PORT.hot.sock) "
+                      "is longer than 95 characters",
+                      cfg->path);
+            goto out_close_signals;
+        }
+        log_warn("%s: hot restart disabled: the handover socket path derived from "
+                 "controlplane.admin_socket is longer than 95 characters",
+                 cfg->path);
     }
-    if (!opts->hot_restart && hr_is_listening(d.hot_path)) {
+    if (!opts->hot_restart && d.hot_path[0] != '\0' && hr_is_listening(d.hot_path)) {
         log_error("a dataplane already serves this config (it answers on %s); use --hot-restart "
                   "to take over from it",
                   d.hot_path);

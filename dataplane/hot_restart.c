@@ -18,8 +18,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define HR_MAGIC   0x53594852u /* "SYHR" */
-#define HR_VERSION 1u
+#define HR_MAGIC          0x53594852u /* "SYHR" */
+#define HR_VERSION        1u
+#define HR_TMP_SUFFIX_MAX 12 /* ".PID" */
 
 int hr_socket_path(const struct cfg *cfg, char *buf, size_t len)
 {
@@ -35,7 +36,8 @@ int hr_socket_path(const struct cfg *cfg, char *buf, size_t len)
         dir_len = 0; /* "/admin.sock": the root directory */
     size_t cap = len < HR_PATH_MAX ? len : HR_PATH_MAX;
     int n = snprintf(buf, cap, "%.*s/dataplane-%u.hot.sock", dir_len, dir, (unsigned)port);
-    return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+    /* Room for the ".PID" of the temporary name hr_server_open binds first. */
+    return n < 0 || (size_t)n + HR_TMP_SUFFIX_MAX >= cap ? -ENAMETOOLONG : 0;
 }
 
 static int hr_addr(const char *path, struct sockaddr_un *sa)
@@ -98,7 +100,9 @@ static int hr_recv_fds(int fd, struct hr_msg *m, int flags, int *fds, unsigned m
         struct cmsghdr align;
         char buf[CMSG_SPACE(sizeof(int) * HR_MAX_SOCKETS)];
     } ctl;
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+    struct msghdr mh = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = ctl.buf,
                         .msg_controllen = sizeof(ctl.buf)};
     *n = 0;
     ssize_t r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | flags);

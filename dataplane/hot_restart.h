@@ -55,7 +55,8 @@ struct hr_msg {
 /*
  * The handover socket of cfg: "<dir of controlplane.admin_socket>/
  * dataplane-<port of dataplane.listen>.hot.sock". 0, -EINVAL (bad listen)
- * or -ENAMETOOLONG.
+ * or -ENAMETOOLONG (it must leave room for a temporary ".PID" suffix in
+ * sun_path: at most 95 characters).
  */
 int hr_socket_path(const struct cfg *cfg, char *buf, size_t len);
 
@@ -97,8 +98,8 @@ int hr_send_sockets(int fd, const int *fds, unsigned n);
 
 /* A takeover in progress. Caller storage; hr_takeover_fini closes what is left. */
 struct hr_takeover {
-    int fd;       /* connection to the predecessor; -1 when none */
-    pid_t peer;   /* the predecessor's pid (as it reported it) */
+    int fd;     /* connection to the predecessor; -1 when none */
+    pid_t peer; /* the predecessor's pid (as it reported it) */
     int sockets[HR_MAX_SOCKETS];
     unsigned n_sockets; /* received; the caller may take them (set to -1 in sockets[]) */
 };
