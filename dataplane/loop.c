@@ -94,6 +94,11 @@ static int loop_timeout_ms(struct dp_loop *loop, uint64_t now)
 
 static void loop_stop_now(struct dp_loop *loop)
 {
+    /* Nothing new may get suspended in the passes below (MHD aborts the
+     * process when stopped with a suspended connection): stop accepting,
+     * and let requests whose upload completes now get a 503. */
+    loop->cutting = true;
+    dp_listener_quiesce(loop);
     dp_fwd_abort_all(loop);
     /* Let MHD fail every resumed connection before stopping the daemon
      * (MHD refuses to stop with connections still suspended). */
