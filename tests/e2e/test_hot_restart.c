@@ -46,8 +46,8 @@
 #define MAX_REPORTS 8
 
 /* Mock workers with a realistic shape: a few ms of prefill, 2 ms per token. */
-static const char *const MOCK_ARGS[] = {"--prefill-base-us", "3000", "--prefill-us-per-token",
-                                        "20", "--tpot-ms", "2", NULL};
+static const char *const MOCK_ARGS[] = {
+    "--prefill-base-us", "3000", "--prefill-us-per-token", "20", "--tpot-ms", "2", NULL};
 
 static const char *const CHAT_STREAM =
     "{\"model\":\"" H_FLEET_MODEL "\",\"stream\":true,\"max_tokens\":16,"
@@ -358,8 +358,8 @@ static void test_five_hot_restarts_under_load(void **state)
                                              .dataplane_extra = "drain_timeout: 20s"});
     /* A third worker added through the admin API must survive too. */
     struct h_mock m3;
-    assert_int_equal(h_mock_start(&m3, "--model", H_FLEET_MODEL, "--seed", "7",
-                                  "--prefill-base-us", "3000", "--tpot-ms", "2", NULL),
+    assert_int_equal(h_mock_start(&m3, "--model", H_FLEET_MODEL, "--seed", "7", "--prefill-base-us",
+                                  "3000", "--tpot-ms", "2", NULL),
                      0);
     char admin[96], body[256];
     assert_int_equal(h_url(admin, sizeof(admin), f.cfg.admin_port, "/workers"), 0);
@@ -486,9 +486,9 @@ static void test_broken_config_is_refused_old_keeps_serving(void **state)
 
     /* An unknown key: the new process names the file and exits 2. */
     char broken[H_PATH_MAX];
-    assert_int_equal(h_write_file("broken.yaml", "dataplane:\n  lisen: 127.0.0.1:1\n", broken,
-                                  sizeof(broken)),
-                     0);
+    assert_int_equal(
+        h_write_file("broken.yaml", "dataplane:\n  lisen: 127.0.0.1:1\n", broken, sizeof(broken)),
+        0);
     struct h_proc *bad = start_hot_restart(broken);
     int st = wait_exit(bad, WAIT_MS);
     assert_true(WIFEXITED(st));
@@ -593,6 +593,48 @@ static void test_second_hot_restart_refused_and_crashed_predecessor(void **state
     h_fleet_stop(&f);
 }
 
+/* Every drain ends in the loops' stop path, which must not leave a
+ * connection suspended when MHD stops (MHD aborts the process then). The
+ * harshest way in: a second SIGTERM (stop now) while the first one's drain
+ * still serves requests arriving on the 64 clients' keep-alive
+ * connections. The dataplane must exit 0, not die of SIGABRT, and leave no
+ * load behind. The bug this guards against is a race (a request arriving
+ * in the few MHD passes of the stop), so the test runs STOP_ROUNDS rounds;
+ * before the fix about one round in three hit it. */
+#define STOP_ROUNDS 4
+static void test_second_sigterm_under_load_exits_cleanly(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 2, .mock_args = MOCK_ARGS});
+    char health[128];
+    snprintf(health, sizeof(health), "%s/health", f.base);
+    for (int round = 0; round < STOP_ROUNDS; round++) {
+        if (round > 0) {
+            assert_int_equal(h_start_dataplane(f.cfg.path, &f.dp), 0);
+            assert_int_equal(h_wait_http_ok(health, WAIT_MS), 0);
+        }
+        struct load *l = load_start(&f);
+        load_wait_more(l, 100);
+        assert_int_equal(h_proc_signal(f.dp, SIGTERM), 0);
+        struct log_cond lc = {.p = f.dp, .needle = "draining"};
+        assert_int_equal(h_wait_until(log_cond, &lc, WAIT_MS), 0);
+        assert_int_equal(h_proc_signal(f.dp, SIGTERM), 0);
+        int st = wait_exit(f.dp, WAIT_MS);
+        atomic_store(&l->stop, true);
+        pthread_join(l->thread, NULL);
+        l->started = false;
+        load_stop(l);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+    }
+    const char *ids[] = {"w1", "w2"};
+    const char *urls[] = {f.mock[0].url, f.mock[1].url};
+    struct idle_cond ic = {.f = &f, .ids = ids, .urls = urls, .n = 2};
+    assert_int_equal(h_wait_until(all_idle, &ic, WAIT_MS), 0);
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -600,6 +642,7 @@ int main(void)
         H_TEST(test_stream_outliving_drain_timeout_is_cut),
         H_TEST(test_broken_config_is_refused_old_keeps_serving),
         H_TEST(test_second_hot_restart_refused_and_crashed_predecessor),
+        H_TEST(test_second_sigterm_under_load_exits_cleanly),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
