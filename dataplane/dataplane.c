@@ -150,7 +150,10 @@ static void dp_hot_accept(struct dp_daemon *d)
     if (d->pred_fd >= 0)
         dp_hot_predecessor_event(d);
     char why[HR_TEXT_MAX] = "";
-    if (d->draining)
+    if (d->handed_over)
+        snprintf(why, sizeof(why), "a hot restart is in progress: pid %d took over, pid %d drains",
+                 (int)d->succ_pid, (int)getpid());
+    else if (d->draining)
         snprintf(why, sizeof(why), "pid %d is shutting down", (int)getpid());
     else if (d->succ_fd >= 0)
         snprintf(why, sizeof(why), "a hot restart is in progress: pid %d is taking over",
@@ -196,9 +199,11 @@ static void dp_hot_successor_event(struct dp_daemon *d)
         return;
     dp_unwatch(d, d->succ_fd);
     if (rc == 1 && m.type == HR_MSG_READY) {
-        /* Keep the connection open: its EOF tells the successor we are gone. */
+        /* Keep the connection open: its EOF tells the successor we are gone.
+         * Keep listening too, until the successor has bound the path: a
+         * hot restart attempted meanwhile is refused, not misled into
+         * thinking nobody serves. */
         d->handed_over = true;
-        hr_server_close(&d->hot, false);
         log_info("hot restart: pid %d is serving; draining (up to %llu ms)", (int)d->succ_pid,
                  (unsigned long long)d->cfg->dataplane.drain_timeout_ms);
         dp_start_drain(d);
@@ -534,6 +539,10 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
     code = dp_loop_main(&d);
 
 out_stop_loops:
+    /* Inherited sockets a daemon took are closed when it stops. */
+    for (unsigned i = 0; i < d.n_loops && i < take.n_sockets; i++)
+        if (d.loops[i].mhd != NULL)
+            take.sockets[i] = -1;
     adm_client_destroy(d.admin);
     dp_stop_loops(&d);
     hr_server_close(&d.hot, !d.handed_over);

@@ -93,14 +93,13 @@ static size_t load_write(char *data, size_t size, size_t n, void *arg)
     return len;
 }
 
-static void load_start_one(struct load *l, struct client *c, CURLM *multi)
+static void load_start_one(struct client *c, CURLM *multi)
 {
     c->len = 0;
     c->body[0] = '\0';
     c->overflow = false;
     curl_easy_setopt(c->easy, CURLOPT_POSTFIELDS, c->stream ? CHAT_STREAM : CHAT_PLAIN);
     curl_multi_add_handle(multi, c->easy);
-    (void)l;
 }
 
 /* A complete, untruncated answer: a stream ends with [DONE] and carries no
@@ -151,7 +150,7 @@ static void *load_main(void *arg)
         curl_easy_setopt(c->easy, CURLOPT_PRIVATE, c);
         curl_easy_setopt(c->easy, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(c->easy, CURLOPT_TIMEOUT_MS, 15000L);
-        load_start_one(l, c, multi);
+        load_start_one(c, multi);
     }
     int running = N_CLIENTS;
     while (running > 0) {
@@ -178,7 +177,7 @@ static void *load_main(void *arg)
                 pthread_mutex_unlock(&l->mu);
             }
             if (!atomic_load(&l->stop)) {
-                load_start_one(l, c, multi);
+                load_start_one(c, multi);
                 running++;
             }
         }
