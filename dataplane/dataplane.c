@@ -546,10 +546,6 @@ out_stop_loops:
     adm_client_destroy(d.admin);
     dp_stop_loops(&d);
     hr_server_close(&d.hot, !d.handed_over);
-    if (d.succ_fd >= 0)
-        close(d.succ_fd);
-    if (d.pred_fd >= 0)
-        close(d.pred_fd);
     if (dp_guards_live_total(&d.sh.guards) != 0)
         log_warn("%llu load guards still held at exit",
                  (unsigned long long)dp_guards_live_total(&d.sh.guards));
@@ -563,6 +559,12 @@ out_free_shared:
     dp_metrics_fini(&d.sh.metrics);
     dp_guards_fini(&d.sh.guards);
     shm_lease_release(&d.lease);
+    /* Only now: the successor takes this connection's end for "the
+     * previous dataplane is gone, lease included". */
+    if (d.succ_fd >= 0)
+        close(d.succ_fd);
+    if (d.pred_fd >= 0)
+        close(d.pred_fd);
 out_close_segment:
     shm_segment_close(&d.seg);
 out_close_signals:
