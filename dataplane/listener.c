@@ -394,8 +394,12 @@ int dp_listener_start(struct dp_loop *loop)
 
 void dp_listener_quiesce(struct dp_loop *loop)
 {
-    if (loop->mhd == NULL)
+    /* Once only (drain, then stop, both quiesce): closing what a second
+     * MHD_quiesce_daemon returns could close a fd number another loop's
+     * new connection reused meanwhile (seen under ASan: MHD aborts). */
+    if (loop->mhd == NULL || loop->quiesced)
         return;
+    loop->quiesced = true;
     MHD_socket s = MHD_quiesce_daemon(loop->mhd);
     /* After a hot restart the successor holds the same socket: closing our
      * copy leaves its accept queue to the successor. */

@@ -84,7 +84,8 @@ struct dp_loop {
     _Atomic int cmd; /* enum dp_cmd, written by the main thread */
     uint64_t drain_deadline_ms;
     bool draining;
-    bool cutting; /* drain deadline passed or stopping: requests were cut, new ones get 503 */
+    bool quiesced; /* the daemon stopped accepting (dp_listener_quiesce ran) */
+    bool cutting;  /* drain deadline passed or stopping: requests were cut, new ones get 503 */
     uint64_t cut_deadline_ms; /* ...and this is when the loop stops regardless */
     bool mhd_due;             /* run MHD at the end of this pass */
 };
