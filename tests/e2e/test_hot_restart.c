@@ -26,6 +26,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -592,6 +596,82 @@ static void test_second_hot_restart_refused_and_crashed_predecessor(void **state
     h_fleet_stop(&f);
 }
 
+/* A raw keep-alive connection to the dataplane that answered one GET. */
+static int idle_connection(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    static const char req[] = "GET /health HTTP/1.1\r\nHost: t\r\n\r\n";
+    assert_int_equal(write(fd, req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
+    char buf[4096];
+    size_t len = 0;
+    /* /health is small: read until the headers and their Content-Length body are in. */
+    for (;;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        assert_int_equal(poll(&pfd, 1, WAIT_MS), 1);
+        ssize_t n = read(fd, buf + len, sizeof(buf) - 1 - len);
+        assert_true(n > 0);
+        len += (size_t)n;
+        buf[len] = '\0';
+        const char *end = strstr(buf, "\r\n\r\n");
+        const char *cl = strcasestr(buf, "content-length:");
+        if (end != NULL && cl != NULL &&
+            len - (size_t)(end + 4 - buf) >= strtoul(cl + 15, NULL, 10))
+            break;
+    }
+    assert_non_null(strstr(buf, "HTTP/1.1 200"));
+    assert_null(strcasestr(buf, "connection: close"));
+    return fd;
+}
+
+/* Draining, the old process closes idle keep-alive connections itself
+ * (its clients reconnect to the new one) long before it exits. */
+static void test_drain_closes_idle_keepalive_connections(void **state)
+{
+    (void)state;
+    static const char *const slow[] = {"--tpot-ms", "10", NULL};
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){
+                          .n = 1, .mock_args = slow, .dataplane_extra = "drain_timeout: 30s"});
+    char url[128];
+    snprintf(url, sizeof(url), "%s/v1/chat/completions", f.base);
+    /* A stream of ~5 s keeps the old process draining meanwhile. */
+    static const char *const stream =
+        "{\"model\":\"" H_FLEET_MODEL "\",\"stream\":true,\"max_tokens\":500,"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    struct h_async *a = NULL;
+    assert_int_equal(h_async_start(url, stream, NULL, &a), 0);
+    assert_int_equal(h_async_wait_headers(a, WAIT_MS), 0);
+    int idle = idle_connection(f.cfg.dataplane_port);
+
+    struct h_proc *old = f.dp;
+    int64_t t0 = h_now_ms();
+    f.dp = start_hot_restart(f.cfg.path);
+    struct pollfd pfd = {.fd = idle, .events = POLLIN};
+    assert_int_equal(poll(&pfd, 1, WAIT_MS), 1);
+    char c;
+    assert_int_equal(read(idle, &c, 1), 0); /* a clean FIN, no stray bytes */
+    int64_t closed_after = h_now_ms() - t0;
+    assert_true(h_proc_is_running(old)); /* closed by the drain, not by the exit */
+    close(idle);
+    assert_true(closed_after < 4000);
+
+    assert_int_equal(h_async_wait(a, WAIT_MS), 0);
+    struct h_resp r;
+    assert_int_equal(h_async_take_resp(a, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "data: [DONE]"));
+    h_resp_fini(&r);
+    h_async_destroy(a);
+    int st = wait_exit(old, WAIT_MS);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    h_fleet_stop(&f);
+}
+
 /* Every drain ends in the loops' stop path, which must not leave a
  * connection suspended when MHD stops (MHD aborts the process then). The
  * harshest way in: a second SIGTERM (stop now) while the first one's drain
@@ -641,6 +721,7 @@ int main(void)
         H_TEST(test_stream_outliving_drain_timeout_is_cut),
         H_TEST(test_broken_config_is_refused_old_keeps_serving),
         H_TEST(test_second_hot_restart_refused_and_crashed_predecessor),
+        H_TEST(test_drain_closes_idle_keepalive_connections),
         H_TEST(test_second_sigterm_under_load_exits_cleanly),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
