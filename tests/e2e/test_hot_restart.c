@@ -9,7 +9,9 @@
  * released; a hot restart with a broken config is refused while the old
  * process serves on without a failed request; a second hot restart while
  * one is in progress is refused; with the old process gone the new one
- * binds by itself.
+ * binds by itself; a draining process closes idle keep-alive connections
+ * long before it exits; and a second SIGTERM under load (the drain's stop
+ * path at its harshest) exits cleanly.
  *
  * The load runs in one background thread driving a curl multi handle (64
  * transfers, each restarted as soon as it ends), so 64 clients cost one
