@@ -8,12 +8,14 @@
 #ifndef SY_DATAPLANE_DATAPLANE_H
 #define SY_DATAPLANE_DATAPLANE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/config.h"
 
 struct dp_options {
     uint64_t segment_wait_ms; /* how long to wait for the control plane's segment */
+    bool hot_restart;         /* take over from the dataplane running on this config */
 };
 
 /* Runs until a termination signal; returns the process exit code. */

@@ -554,6 +554,26 @@ void dp_fwd_abort_all(struct dp_loop *loop)
         attempt_end(loop->attempts);
 }
 
+void dp_fwd_cut_all(struct dp_loop *loop, const char *msg)
+{
+    for (struct dp_request *r = loop->requests; r != NULL; r = r->lnext) {
+        if (r->client_gone || r->conn == NULL)
+            continue;
+        bool relaying = r->relay_ready && !r->up_done;
+        dp_request_ref(r);
+        fwd_unschedule_retry(r);
+        while (r->attempt_list != NULL)
+            attempt_end(r->attempt_list);
+        if (relaying)
+            fwd_cut_stream(r, 503, "shutting_down", msg);
+        else if (!r->relay_ready)
+            fwd_reply(r, 503, "shutting_down", msg);
+        dp_request_unref(r);
+    }
+    while (loop->attempts != NULL)
+        attempt_end(loop->attempts);
+}
+
 /* ---- timers -------------------------------------------------------------------- */
 
 static void fwd_timeout(struct dp_attempt *a)

@@ -39,6 +39,11 @@ void dp_fwd_tick(struct dp_loop *loop, uint64_t now_ms);
 /* Aborts every attempt of the loop (shutdown). */
 void dp_fwd_abort_all(struct dp_loop *loop);
 
+/* The drain deadline passed: ends every request of the loop with a reply
+ * the client can read (a stream: an SSE error event; still waiting for a
+ * worker: 503), aborting every attempt and so releasing its guard. */
+void dp_fwd_cut_all(struct dp_loop *loop, const char *msg);
+
 /* The MHD content reader's body: copies relayed bytes into buf. Returns
  * bytes, 0 after suspending the connection, or an MHD_CONTENT_READER_END_*. */
 ssize_t dp_fwd_read(struct dp_request *req, char *buf, size_t max);

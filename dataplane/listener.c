@@ -82,6 +82,29 @@ static void lst_common_headers(const struct dp_request *req, struct MHD_Response
 {
     if (req->request_id[0] != '\0')
         MHD_add_response_header(resp, "X-Request-Id", req->request_id);
+    /* Draining: this is the connection's last response, so the client
+     * reconnects (to the successor, after a hot restart) for its next one. */
+    if (req->loop->draining)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
+/* An idle keep-alive connection of a draining loop: a short timeout lets
+ * MHD close it (FIN) once quiet, so its client reconnects elsewhere instead
+ * of sending its next request to a process about to exit. A connection in
+ * the middle of a request is left alone (its response says close). */
+static void lst_close_when_idle(struct dp_conn *dc)
+{
+    if (dc->closing || dc->req != NULL)
+        return;
+    dc->closing = true;
+    MHD_set_connection_option(dc->conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned int)1);
+}
+
+static struct dp_conn *lst_conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci != NULL ? ci->socket_context : NULL;
 }
 
 static enum MHD_Result lst_queue_buffer(struct dp_request *req, int status, const char *body,
@@ -199,7 +222,10 @@ static enum MHD_Result lst_begin(struct dp_request *req)
     if (req->route == DP_ROUTE_HEALTH || req->route == DP_ROUTE_MODELS ||
         req->route == DP_ROUTE_METRICS)
         return lst_answer_local(req);
-    if (req->loop->draining)
+    /* A draining loop still serves requests on connections it holds (their
+     * responses close the connection); only once the drain deadline cut
+     * everything does it refuse. */
+    if (req->loop->cutting)
         return lst_queue_error(req, 503, "shutting_down", "the router is shutting down");
     dp_fwd_begin(req);
     return MHD_YES;
@@ -217,6 +243,9 @@ static enum MHD_Result lst_handler(void *cls, struct MHD_Connection *conn, const
         if (req == NULL)
             return MHD_NO; /* out of memory: MHD closes this connection only */
         *con_cls = req;
+        struct dp_conn *dc = lst_conn_of(conn);
+        if (dc != NULL)
+            dc->req = req;
         return MHD_YES;
     }
     if (*upload_data_size != 0) {
@@ -258,12 +287,14 @@ static enum MHD_Result lst_handler(void *cls, struct MHD_Connection *conn, const
 static void lst_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                           enum MHD_RequestTerminationCode toe)
 {
-    (void)conn;
     struct dp_loop *loop = cls;
     struct dp_request *req = *con_cls;
     if (req == NULL)
         return;
     *con_cls = NULL;
+    struct dp_conn *dc = conn != NULL ? lst_conn_of(conn) : NULL;
+    if (dc != NULL && dc->req == req)
+        dc->req = NULL;
     lst_unwatch(req);
     req->suspended = false;
     bool ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
@@ -287,19 +318,64 @@ static void lst_completed(void *cls, struct MHD_Connection *conn, void **con_cls
     dp_request_unref(req);
 }
 
+static void lst_notify_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                                  enum MHD_ConnectionNotificationCode toe)
+{
+    struct dp_loop *loop = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        struct dp_conn *dc = calloc(1, sizeof(*dc));
+        *socket_context = dc;
+        if (dc == NULL)
+            return; /* untracked: closed when the daemon stops, not earlier */
+        dc->conn = conn;
+        dc->next = loop->conns;
+        if (loop->conns != NULL)
+            loop->conns->prev = dc;
+        loop->conns = dc;
+        if (loop->draining)
+            lst_close_when_idle(dc);
+        return;
+    }
+    struct dp_conn *dc = *socket_context;
+    if (dc == NULL)
+        return;
+    *socket_context = NULL;
+    if (dc->prev != NULL)
+        dc->prev->next = dc->next;
+    else
+        loop->conns = dc->next;
+    if (dc->next != NULL)
+        dc->next->prev = dc->prev;
+    free(dc);
+}
+
 int dp_listener_start(struct dp_loop *loop)
 {
     const struct dp_shared *sh = loop->sh;
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (sh->listen_addr.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    loop->mhd = MHD_start_daemon(
-        flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_SOCK_ADDR, &sh->listen_addr,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_NOTIFY_COMPLETED,
-        lst_completed, loop, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)DP_MAX_CONNECTIONS,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S, MHD_OPTION_END);
+    /* Loop i serves the predecessor's socket i after a hot restart, so the
+     * connections waiting in its accept queue are not lost. */
+    int inherited = loop->index < sh->n_inherited ? sh->inherited[loop->index] : -1;
+    if (inherited >= 0)
+        loop->mhd = MHD_start_daemon(
+            flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_LISTEN_SOCKET,
+            (MHD_socket)inherited, MHD_OPTION_NOTIFY_COMPLETED, lst_completed, loop,
+            MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop, MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned int)DP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+            (unsigned int)DP_CONN_TIMEOUT_S, MHD_OPTION_END);
+    else
+        loop->mhd = MHD_start_daemon(
+            flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_SOCK_ADDR, &sh->listen_addr,
+            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_NOTIFY_COMPLETED,
+            lst_completed, loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
+            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)DP_MAX_CONNECTIONS,
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S, MHD_OPTION_END);
     if (loop->mhd == NULL)
         return -EADDRINUSE;
+    const union MHD_DaemonInfo *li = MHD_get_daemon_info(loop->mhd, MHD_DAEMON_INFO_LISTEN_FD);
+    loop->listen_fd = li != NULL ? (int)li->listen_fd : -1;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(loop->mhd, MHD_DAEMON_INFO_EPOLL_FD);
     if (di == NULL) {
         MHD_stop_daemon(loop->mhd);
@@ -318,11 +394,26 @@ int dp_listener_start(struct dp_loop *loop)
 
 void dp_listener_quiesce(struct dp_loop *loop)
 {
-    if (loop->mhd == NULL)
+    /* Once only (drain, then stop, both quiesce): closing what a second
+     * MHD_quiesce_daemon returns could close a fd number another loop's
+     * new connection reused meanwhile (seen under ASan: MHD aborts). */
+    if (loop->mhd == NULL || loop->quiesced)
         return;
+    loop->quiesced = true;
     MHD_socket s = MHD_quiesce_daemon(loop->mhd);
+    /* After a hot restart the successor holds the same socket: closing our
+     * copy leaves its accept queue to the successor. */
     if (s != MHD_INVALID_SOCKET)
         close(s);
+    loop->listen_fd = -1;
+    for (struct dp_conn *dc = loop->conns; dc != NULL; dc = dc->next)
+        lst_close_when_idle(dc);
+}
+
+void dp_listener_close_idle(struct dp_loop *loop)
+{
+    for (struct dp_conn *dc = loop->conns; dc != NULL; dc = dc->next)
+        lst_close_when_idle(dc);
 }
 
 void dp_listener_stop(struct dp_loop *loop)

@@ -20,6 +20,9 @@ int dp_listener_start(struct dp_loop *loop);
 /* Stops accepting new connections (drain); in-flight ones continue. */
 void dp_listener_quiesce(struct dp_loop *loop);
 void dp_listener_stop(struct dp_loop *loop);
+/* Draining: closes keep-alive connections once they are idle (call again
+ * as requests finish; each connection is handled once). */
+void dp_listener_close_idle(struct dp_loop *loop);
 
 /* Lets MHD process req again (resume) if it is suspended. */
 void dp_listener_wake(struct dp_request *req);

@@ -38,7 +38,7 @@ int dp_loop_init(struct dp_loop *loop, struct dp_shared *sh, unsigned index)
     memset(loop, 0, sizeof(*loop));
     loop->sh = sh;
     loop->index = index;
-    loop->epfd = loop->evfd = loop->tickfd = -1;
+    loop->epfd = loop->evfd = loop->tickfd = loop->listen_fd = -1;
     atomic_init(&loop->cmd, DP_CMD_NONE);
     int rc = dp_workers_init(&loop->workers, sh->seg);
     if (rc != 0)
@@ -94,11 +94,31 @@ static int loop_timeout_ms(struct dp_loop *loop, uint64_t now)
 
 static void loop_stop_now(struct dp_loop *loop)
 {
+    /* Nothing new may get suspended in the passes below (MHD aborts the
+     * process when stopped with a suspended connection): stop accepting,
+     * and let requests whose upload completes now get a 503. */
+    loop->cutting = true;
+    dp_listener_quiesce(loop);
     dp_fwd_abort_all(loop);
     /* Let MHD fail every resumed connection before stopping the daemon
      * (MHD refuses to stop with connections still suspended). */
     for (int i = 0; i < 3 && loop->mhd != NULL; i++)
         MHD_run(loop->mhd);
+}
+
+/* The drain deadline passed: streams end with an SSE error event, requests
+ * still waiting for a worker get a 503, every guard is released now; the
+ * loop then runs on briefly so MHD can deliver those endings. */
+static void loop_cut(struct dp_loop *loop, uint64_t now)
+{
+    unsigned n = 0;
+    for (struct dp_request *r = loop->requests; r != NULL; r = r->lnext)
+        n++;
+    log_warn("loop %u: drain timeout (%llu ms): ending %u in-flight requests", loop->index,
+             (unsigned long long)loop->sh->cfg->dataplane.drain_timeout_ms, n);
+    loop->cutting = true;
+    loop->cut_deadline_ms = now + DP_CUT_GRACE_MS;
+    dp_fwd_cut_all(loop, "the router restarted or shut down and drain_timeout ended this request");
 }
 
 static bool loop_handle_cmd(struct dp_loop *loop)
@@ -139,6 +159,8 @@ static void *loop_main(void *arg)
             } else if (tag == DP_TAG_TICK) {
                 evfd_timer_read(loop->tickfd);
                 dp_fwd_tick(loop, proc_monotonic_ms());
+                if (loop->draining)
+                    dp_listener_close_idle(loop);
             } else if ((tag & (0xffull << 56)) == DP_TAG_CURL) {
                 dp_up_socket_event(loop, (int)(uint32_t)tag, evs[i].events);
             } else {
@@ -160,10 +182,11 @@ static void *loop_main(void *arg)
         dp_up_collect(loop);
         if (loop->draining && loop->requests == NULL && loop->attempts == NULL)
             running = false;
-        if (loop->draining && proc_monotonic_ms() >= loop->drain_deadline_ms) {
-            log_warn("loop %u: drain timeout: aborting in-flight requests", loop->index);
+        now = proc_monotonic_ms();
+        if (running && loop->draining && !loop->cutting && now >= loop->drain_deadline_ms)
+            loop_cut(loop, now);
+        if (loop->cutting && now >= loop->cut_deadline_ms)
             running = false;
-        }
         loop_free_graveyard(loop);
     }
     loop_stop_now(loop);

@@ -31,12 +31,13 @@
 #include "dataplane/types.h"
 #include "dataplane/workers.h"
 
-#define DP_TAG_MHD   1u
-#define DP_TAG_EVFD  2u
-#define DP_TAG_TICK  3u
-#define DP_TAG_CURL  (0xC5ull << 56)
-#define DP_TICK_MS   20u
-#define DP_EASY_POOL 256u
+#define DP_TAG_MHD      1u
+#define DP_TAG_EVFD     2u
+#define DP_TAG_TICK     3u
+#define DP_TAG_CURL     (0xC5ull << 56)
+#define DP_TICK_MS      20u
+#define DP_EASY_POOL    256u
+#define DP_CUT_GRACE_MS 1000u /* after the drain deadline: time to flush error events */
 
 enum dp_cmd {
     DP_CMD_NONE = 0,
@@ -53,6 +54,10 @@ struct dp_shared {
     struct dp_metrics metrics;
     struct sockaddr_storage listen_addr;
     socklen_t listen_addr_len;
+    /* Listening sockets received from a predecessor (hot restart): loop i
+     * serves inherited[i] when i < n_inherited, else binds listen_addr. */
+    const int *inherited;
+    unsigned n_inherited;
     _Atomic unsigned loops_running; /* decremented by each loop thread as it ends */
 };
 
@@ -64,6 +69,8 @@ struct dp_loop {
     bool started;
     int epfd, evfd, tickfd;
     struct MHD_Daemon *mhd;
+    int listen_fd;         /* the daemon's listening socket (set once at init) */
+    struct dp_conn *conns; /* every open client connection */
     CURLM *multi;
     int64_t curl_deadline_ms; /* -1 = no curl timer */
     struct dp_workers workers;
@@ -77,7 +84,10 @@ struct dp_loop {
     _Atomic int cmd; /* enum dp_cmd, written by the main thread */
     uint64_t drain_deadline_ms;
     bool draining;
-    bool mhd_due; /* run MHD at the end of this pass */
+    bool quiesced; /* the daemon stopped accepting (dp_listener_quiesce ran) */
+    bool cutting;  /* drain deadline passed or stopping: requests were cut, new ones get 503 */
+    uint64_t cut_deadline_ms; /* ...and this is when the loop stops regardless */
+    bool mhd_due;             /* run MHD at the end of this pass */
 };
 
 /* Sets up the loop's fds, daemon and multi handle (main thread). 0 or -errno. */

@@ -15,7 +15,8 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: switchyard-dataplane --config FILE [--segment-wait DURATION]\n"
+    fprintf(out, "usage: switchyard-dataplane --config FILE [--segment-wait DURATION] "
+                 "[--hot-restart]\n"
                  "\n"
                  "Forwards OpenAI API requests to the worker fleet registered by the\n"
                  "switchyard control plane, and publishes per-worker load.\n"
@@ -23,16 +24,20 @@ static void usage(FILE *out)
                  "  -c, --config FILE         YAML configuration (see docs/configuration.md)\n"
                  "      --segment-wait DUR    how long to wait for the control plane's\n"
                  "                            segment at start (default 30s)\n"
+                 "      --hot-restart         take over from the dataplane running on this\n"
+                 "                            config: receive its listening sockets, serve,\n"
+                 "                            then let it drain (docs/operations.md)\n"
                  "  -h, --help                this text\n"
                  "  -V, --version             versions of the binary and the segment layout\n");
 }
 
 int main(int argc, char **argv)
 {
-    enum { OPT_SEGMENT_WAIT = 256 };
+    enum { OPT_SEGMENT_WAIT = 256, OPT_HOT_RESTART };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
         {"segment-wait", required_argument, NULL, OPT_SEGMENT_WAIT},
+        {"hot-restart", no_argument, NULL, OPT_HOT_RESTART},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -53,6 +58,9 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
+            break;
+        case OPT_HOT_RESTART:
+            dopts.hot_restart = true;
             break;
         case 'h':
             usage(stdout);

@@ -82,6 +82,18 @@ struct dp_request;
 struct dp_loop;
 
 /*
+ * One client connection MHD holds open, tracked so a draining loop can
+ * close the idle keep-alive ones. Owned by its loop (listener.c): created
+ * and freed by MHD's connection notifications.
+ */
+struct dp_conn {
+    struct MHD_Connection *conn;
+    struct dp_request *req; /* the request in progress on it, or NULL when idle */
+    bool closing;           /* given a short timeout to close while idle */
+    struct dp_conn *prev, *next;
+};
+
+/*
  * One try of a request on one worker. Owned by its loop; holds a reference
  * on its request (so the body it sends outlives the client connection) and
  * the guard for its increment. Dies when its transfer ends or is aborted.
