@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SKEL_MARK_RAW     "\"\\u0001sy"        /* as written into the skeleton and as dumped */
-#define SKEL_MARK_DECODED "\001sy"             /* as jansson decodes it */
+#define SKEL_MARK_RAW     "\"\\u0001sy" /* as written into the skeleton and as dumped */
+#define SKEL_MARK_DECODED "\001sy"      /* as jansson decodes it */
 #define SKEL_MARK_MAX     (sizeof(SKEL_MARK_RAW) + 16 + 1 + 20 + 2)
 
 struct skel_buf {
@@ -155,8 +155,8 @@ char *dp_skel_splice(const struct dp_skel *s, const char *body, const char *dump
     size_t mark = sizeof(SKEL_MARK_RAW) - 1;
     size_t at = 0;
     while (at < dumped_len) {
-        const char *hit = s->n_spans > 0 ? memmem(dumped + at, dumped_len - at, SKEL_MARK_RAW, mark)
-                                         : NULL;
+        const char *hit =
+            s->n_spans > 0 ? memmem(dumped + at, dumped_len - at, SKEL_MARK_RAW, mark) : NULL;
         if (hit == NULL)
             break;
         size_t pos = (size_t)(hit - dumped);

@@ -166,8 +166,10 @@ static bool status_has_connected_dataplane(void *arg)
     struct h_resp r;
     char url[128];
     snprintf(url, sizeof(url), "http://127.0.0.1:%u/status", (unsigned)f->cfg.admin_port);
-    if (h_http_get(url, &r) != 0)
+    if (h_http_get(url, &r) != 0) {
+        h_resp_fini(&r); /* a failed transfer may still hold buffers */
         return false;
+    }
     bool ok = false;
     json_t *j = r.status == 200 ? h_resp_json(&r) : NULL;
     json_t *dps = json_object_get(j, "dataplanes");
