@@ -74,6 +74,8 @@ static int cp_open_segment(struct cp_daemon *d)
     rc = cp_registry_sync(&d->seg, d->cfg, err, sizeof(err));
     if (rc != 0)
         log_error("%s", err);
+    else
+        shm_registry_mark_synced(&d->seg);
     return rc;
 }
 

@@ -57,6 +57,23 @@ struct dp_daemon {
     bool draining;
 };
 
+/* The segment exists; its control plane may still be writing the
+ * configured workers: serving now would answer 503 for lack of workers. */
+static int dp_wait_registry(struct dp_daemon *d, uint64_t start, uint64_t wait_ms)
+{
+    while (!shm_registry_is_synced(&d->seg)) {
+        if (proc_monotonic_ms() - start >= wait_ms) {
+            log_warn("segment %s: the control plane has not published its registry after %llu "
+                     "ms; serving with what it holds",
+                     d->cfg->shm.name, (unsigned long long)wait_ms);
+            return 0;
+        }
+        struct timespec ts = {.tv_nsec = DP_SEGMENT_POLL_MS * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
 static int dp_wait_segment(struct dp_daemon *d, uint64_t wait_ms)
 {
     uint64_t start = proc_monotonic_ms();
@@ -65,7 +82,7 @@ static int dp_wait_segment(struct dp_daemon *d, uint64_t wait_ms)
     for (;;) {
         int rc = shm_segment_attach(&d->seg, d->cfg->shm.name, err, sizeof(err));
         if (rc == 0)
-            return 0;
+            return dp_wait_registry(d, start, wait_ms);
         /* A layout mismatch will not fix itself by waiting. */
         if (rc != -ENOENT && rc != -EAGAIN) {
             log_error("%s: %s", d->cfg->path, err);

@@ -80,6 +80,10 @@ struct shm_header {
     _Atomic uint64_t cp_heartbeat;     /* +1 every heartbeat interval */
     _Atomic uint64_t registry_changes; /* +1 after every slot write: lets readers skip rescans */
     _Atomic uint64_t leases_reaped;    /* total leases reaped since creation */
+    /* The epoch whose control plane has written the configured workers: a
+     * dataplane starting between segment creation and that sync would see
+     * an empty registry and answer 503 (equal to epoch once synced). */
+    _Atomic uint64_t registry_synced_epoch;
 
     /* Bit i set while lease i is ACTIVE. Set by the claimer, cleared by the
      * releaser or the reaper (atomic RMW: two writers by design). Lets a

@@ -117,7 +117,19 @@ uint32_t shm_registry_generation(const struct shm_segment *seg, uint32_t slot)
     return atomic_load_explicit(&seg->slots[slot].generation, memory_order_acquire);
 }
 
+bool shm_registry_is_synced(const struct shm_segment *seg)
+{
+    uint64_t synced = atomic_load_explicit(&seg->hdr->registry_synced_epoch, memory_order_acquire);
+    return synced != 0 && synced == atomic_load_explicit(&seg->hdr->epoch, memory_order_acquire);
+}
+
 /* ---- writer --------------------------------------------------------------- */
+
+void shm_registry_mark_synced(struct shm_segment *seg)
+{
+    uint64_t epoch = atomic_load_explicit(&seg->hdr->epoch, memory_order_relaxed);
+    atomic_store_explicit(&seg->hdr->registry_synced_epoch, epoch, memory_order_release);
+}
 
 static void shm_write_begin(struct shm_worker_slot *s)
 {

@@ -62,7 +62,14 @@ uint32_t shm_registry_generation(const struct shm_segment *seg, uint32_t slot);
  */
 bool shm_registry_is_draining(const struct shm_segment *seg, uint32_t slot);
 
+/* True once the current control plane (epoch) has synced the configured
+ * workers into the registry (shm_registry_mark_synced). */
+bool shm_registry_is_synced(const struct shm_segment *seg);
+
 /* ---- writer side: the control plane only --------------------------------- */
+
+/* Publishes that the registry holds the configured workers for this epoch. */
+void shm_registry_mark_synced(struct shm_segment *seg);
 
 /*
  * Places a worker in a free slot with a new generation. in->slot and

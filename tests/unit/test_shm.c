@@ -106,10 +106,19 @@ static void test_create_then_reattach_bumps_epoch(void **state)
                      -EBUSY);
     assert_non_null(strstr(err, "another running control plane"));
 
+    /* The registry counts as published once this epoch's owner says so. */
+    assert_false(shm_registry_is_synced(&a));
+    shm_registry_mark_synced(&a);
+    assert_true(shm_registry_is_synced(&a));
+
     shm_segment_close(&a);
     assert_int_equal(shm_segment_open_owner(&b, test_name, 16, 4, &outcome, err, sizeof(err)), 0);
     assert_int_equal(outcome, SHM_OPEN_REATTACHED);
     assert_int_equal(atomic_load(&b.hdr->epoch), epoch1 + 1);
+    /* A new control plane has not synced yet: a dataplane starting now waits. */
+    assert_false(shm_registry_is_synced(&b));
+    shm_registry_mark_synced(&b);
+    assert_true(shm_registry_is_synced(&b));
     shm_segment_close(&b);
 }
 
