@@ -407,7 +407,8 @@ size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
         fwd_failed(req, 502, "upstream_error");
         return len;
     }
-    req->out = malloc(DP_OUT_CAP);
+    req->out = malloc(DP_OUT_INIT);
+    req->out_cap = DP_OUT_INIT;
     if (req->out == NULL) {
         req->active = NULL;
         a->state = DP_ATT_DRAINING;
@@ -421,20 +422,46 @@ size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
     return len;
 }
 
+/*
+ * Room for n more bytes at the relay buffer's tail: compacts, then grows it
+ * up to DP_OUT_CAP (it starts at DP_OUT_INIT, so an idle stream costs a page,
+ * not 64 KiB). 0, or -ENOSPC when the client is behind by DP_OUT_CAP (pause
+ * the worker) or memory is short (the same: the client's reads make room).
+ */
+static int fwd_out_reserve(struct dp_request *req, size_t n)
+{
+    size_t used = req->out_tail - req->out_head;
+    if (used + n > DP_OUT_CAP)
+        return -ENOSPC;
+    if (req->out_tail + n > req->out_cap && req->out_head > 0) {
+        memmove(req->out, req->out + req->out_head, used);
+        req->out_tail = used;
+        req->out_head = 0;
+    }
+    if (req->out_tail + n > req->out_cap) {
+        size_t cap = req->out_cap * 2;
+        while (cap < req->out_tail + n)
+            cap *= 2;
+        if (cap > DP_OUT_CAP)
+            cap = DP_OUT_CAP;
+        unsigned char *grown = realloc(req->out, cap);
+        if (grown == NULL)
+            return -ENOSPC;
+        req->out = grown;
+        req->out_cap = cap;
+    }
+    return 0;
+}
+
 size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
 {
     struct dp_request *req = a->req;
     a->deadline_ms = proc_monotonic_ms() + a->loop->sh->cfg->dataplane.idle_timeout_ms;
     if (a->state != DP_ATT_RELAYING || req->client_gone || req->out == NULL)
         return len;
-    if (req->out_tail - req->out_head + len > DP_OUT_CAP) {
+    if (fwd_out_reserve(req, len) != 0) {
         a->paused = true;
         return CURL_WRITEFUNC_PAUSE;
-    }
-    if (req->out_tail + len > DP_OUT_CAP) {
-        memmove(req->out, req->out + req->out_head, req->out_tail - req->out_head);
-        req->out_tail -= req->out_head;
-        req->out_head = 0;
     }
     memcpy(req->out + req->out_tail, data, len);
     req->out_tail += len;
@@ -454,12 +481,7 @@ static void fwd_cut_stream(struct dp_request *req, int status, const char *code,
     if (req->sse && req->out != NULL) {
         char ev[512];
         size_t n = dp_error_sse_event(ev, sizeof(ev), status, code, msg);
-        if (n > 0 && req->out_tail - req->out_head + n <= DP_OUT_CAP) {
-            if (req->out_tail + n > DP_OUT_CAP) {
-                memmove(req->out, req->out + req->out_head, req->out_tail - req->out_head);
-                req->out_tail -= req->out_head;
-                req->out_head = 0;
-            }
+        if (n > 0 && fwd_out_reserve(req, n) == 0) {
             memcpy(req->out + req->out_tail, ev, n);
             req->out_tail += n;
         }

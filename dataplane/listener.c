@@ -31,8 +31,14 @@
 #include "dataplane/routes.h"
 
 #define DP_MAX_CONNECTIONS 16384u
-#define DP_CONN_TIMEOUT_S  300u
-#define DP_RELAY_BLOCK     (16u * 1024u)
+/* Each connection's libmicrohttpd pool (request headers, read and write
+ * buffers). MHD zeroes the pool after every request, so its size is paid
+ * per request (the 32 KiB default was a quarter of a small request's
+ * instructions) and per idle stream in memory. 16 KiB still holds 8 KiB of
+ * request headers; larger ones are answered 431 by MHD. */
+#define DP_CONN_MEMORY    (16u * 1024u)
+#define DP_CONN_TIMEOUT_S 300u
+#define DP_RELAY_BLOCK    (4u * 1024u) /* MHD zeroes a block per response */
 
 static void lst_watch(struct dp_request *req)
 {
@@ -364,14 +370,16 @@ int dp_listener_start(struct dp_loop *loop)
             (MHD_socket)inherited, MHD_OPTION_NOTIFY_COMPLETED, lst_completed, loop,
             MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop, MHD_OPTION_CONNECTION_LIMIT,
             (unsigned int)DP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-            (unsigned int)DP_CONN_TIMEOUT_S, MHD_OPTION_END);
+            (unsigned int)DP_CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+            (size_t)DP_CONN_MEMORY, MHD_OPTION_END);
     else
         loop->mhd = MHD_start_daemon(
             flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_SOCK_ADDR, &sh->listen_addr,
             MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_NOTIFY_COMPLETED,
             lst_completed, loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
             MHD_OPTION_CONNECTION_LIMIT, (unsigned int)DP_MAX_CONNECTIONS,
-            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S, MHD_OPTION_END);
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)DP_CONN_MEMORY, MHD_OPTION_END);
     if (loop->mhd == NULL)
         return -EADDRINUSE;
     const union MHD_DaemonInfo *li = MHD_get_daemon_info(loop->mhd, MHD_DAEMON_INFO_LISTEN_FD);

@@ -26,7 +26,8 @@
 #include "shm/registry.h"
 #include "shm/segment.h"
 
-#define DP_OUT_CAP          (64u * 1024u) /* per-request relay buffer toward the client */
+#define DP_OUT_CAP          (64u * 1024u) /* per-request relay buffer toward the client, at most */
+#define DP_OUT_INIT         (4u * 1024u)  /* ... and at first: most responses and SSE events fit */
 #define DP_RESP_HDRS_CAP    4096u         /* upstream response headers kept for the client */
 #define DP_REQUEST_ID_MAX   128u
 #define DP_ROUTING_TEXT_MAX (1u << 20) /* routing text kept for cache_aware (1 MiB) */
@@ -163,7 +164,7 @@ struct dp_request {
     size_t resp_hdrs_len;
     bool relay_ready;   /* headers known, waiting for the handler to queue them */
     unsigned char *out; /* DP_OUT_CAP bytes, allocated when relaying starts */
-    size_t out_head, out_tail;
+    size_t out_head, out_tail, out_cap;
     bool up_done;   /* the worker's body ended (or was cut) */
     bool up_failed; /* ...abnormally: close the client connection with an error */
     bool sse;

@@ -113,6 +113,9 @@ int dp_up_start(struct dp_attempt *a, const char *url)
     CURLcode rc = CURLE_OK;
     rc |= curl_easy_setopt(e, CURLOPT_URL, url);
     rc |= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    /* Workers are reached directly, never through an http_proxy from the
+     * environment (and curl then skips reading it on every transfer). */
+    rc |= curl_easy_setopt(e, CURLOPT_PROXY, "");
     rc |= curl_easy_setopt(e, CURLOPT_POST, 1L);
     rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body != NULL ? req->body : "");
     rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
