@@ -253,8 +253,7 @@ static unsigned lg_usage_tokens(const char *tail, size_t len)
     unsigned v = 0;
     for (size_t i = len; i-- > 0;) {
         if (i + sizeof(key) - 1 <= len && memcmp(tail + i, key, sizeof(key) - 1) == 0) {
-            for (size_t j = i + sizeof(key) - 1; j < len && tail[j] >= '0' && tail[j] <= '9';
-                 j++)
+            for (size_t j = i + sizeof(key) - 1; j < len && tail[j] >= '0' && tail[j] <= '9'; j++)
                 v = v * 10 + (unsigned)(tail[j] - '0');
             break;
         }
@@ -307,8 +306,8 @@ int lg_replay(const struct wl_plan *plan, const char *base_url, struct lg_result
         double now = lg_now() - c.t_start;
         while (next < plan->n && plan->req[next].at_s <= now) {
             const struct wl_request *r = &plan->req[next];
-            if (lg_add(&e, r->chat ? chat_url : cmpl_url, r->body, r->body_len, r->session,
-                       next) != 0)
+            if (lg_add(&e, r->chat ? chat_url : cmpl_url, r->body, r->body_len, r->session, next) !=
+                0)
                 results[next].curl_rc = -1;
             next++;
         }

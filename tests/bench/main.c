@@ -51,8 +51,13 @@ static void usage(void)
 
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){.kv_blocks = 4096, .block_tokens = 16, .plan_mocks = 1, .hold_s = 5,
-                       .ramp = 2000, .deadline_s = 60, .label = ""};
+    *o = (struct opts){.kv_blocks = 4096,
+                       .block_tokens = 16,
+                       .plan_mocks = 1,
+                       .hold_s = 5,
+                       .ramp = 2000,
+                       .deadline_s = 60,
+                       .label = ""};
     if (argc < 2)
         return -EINVAL;
     o->cmd = argv[1];
@@ -248,22 +253,22 @@ static int cmd_run(const struct opts *o)
         json_t *workers = json_array();
         for (size_t i = 0; i < fleet->n; i++) {
             const struct ms_mock *m = &fleet->mock[i];
-            json_array_append_new(
-                workers, json_pack("{s:s,s:I,s:I,s:I,s:f}", "url", m->url, "requests",
-                                   (json_int_t)m->requests, "prefix_hit_tokens",
-                                   (json_int_t)m->hit_tokens, "prefix_query_tokens",
-                                   (json_int_t)m->query_tokens, "mean_inflight",
-                                   m->samples ? m->inflight_sum / m->samples : 0.0));
+            json_array_append_new(workers,
+                                  json_pack("{s:s,s:I,s:I,s:I,s:f}", "url", m->url, "requests",
+                                            (json_int_t)m->requests, "prefix_hit_tokens",
+                                            (json_int_t)m->hit_tokens, "prefix_query_tokens",
+                                            (json_int_t)m->query_tokens, "mean_inflight",
+                                            m->samples ? m->inflight_sum / m->samples : 0.0));
         }
         json_t *j = json_pack(
-            "{s:s,s:s,s:s,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:o}",
-            "workload", spec.name, "kind", wl_kind_name(spec.kind), "label", o->label,
-            "requests", (json_int_t)plan.n, "ok", (json_int_t)ok, "failed", (json_int_t)failed,
-            "rate", spec.rate, "wall_s", wall, "ttft_p50_ms", pct(ttft, ok, 50), "ttft_p90_ms",
+            "{s:s,s:s,s:s,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:o}", "workload",
+            spec.name, "kind", wl_kind_name(spec.kind), "label", o->label, "requests",
+            (json_int_t)plan.n, "ok", (json_int_t)ok, "failed", (json_int_t)failed, "rate",
+            spec.rate, "wall_s", wall, "ttft_p50_ms", pct(ttft, ok, 50), "ttft_p90_ms",
             pct(ttft, ok, 90), "ttft_p99_ms", pct(ttft, ok, 99), "e2e_p50_ms", pct(e2e, ok, 50),
             "e2e_p99_ms", pct(e2e, ok, 99), "output_tok_s", tok_s, "hit_rate", hit_rate,
-            "hit_ceiling", ceiling, "load_max_mean",
-            load_mean > 0 ? load_max / load_mean : 0.0, "workers", workers);
+            "hit_ceiling", ceiling, "load_max_mean", load_mean > 0 ? load_max / load_mean : 0.0,
+            "workers", workers);
         if (j == NULL || json_dump_file(j, o->json, JSON_INDENT(2)) != 0)
             fprintf(stderr, "switchyard-bench: cannot write %s\n", o->json);
         json_decref(j);
@@ -292,8 +297,8 @@ static int cmd_hold(const struct opts *o)
     printf("streams %zu\nestablished %zu\nfailed %zu\nramp_s %.2f\n", o->streams, st.established,
            st.failed, st.ramp_s);
     printf("rss_before_kb %ld\nrss_kb %ld\nhwm_kb %ld\n", st.rss_before_kb, st.rss_kb, st.hwm_kb);
-    printf("window_s %.2f\ncpu_window_s %.4f\nbytes_in_window %llu\n", st.window_s,
-           st.cpu_window_s, st.bytes_in_window);
+    printf("window_s %.2f\ncpu_window_s %.4f\nbytes_in_window %llu\n", st.window_s, st.cpu_window_s,
+           st.bytes_in_window);
     return st.established == o->streams ? 0 : 1;
 }
 

@@ -16,12 +16,12 @@
 #define MS_MAX_MOCKS 64
 
 struct ms_mock {
-    char url[128];            /* http://HOST:PORT */
-    double inflight_sum;      /* sum of sampled in-flight counts */
+    char url[128];       /* http://HOST:PORT */
+    double inflight_sum; /* sum of sampled in-flight counts */
     unsigned samples;
-    long long hit_tokens;     /* prefix_hit_tokens at the end */
-    long long query_tokens;   /* prefix_query_tokens at the end */
-    long long requests;       /* requests_total at the end */
+    long long hit_tokens;   /* prefix_hit_tokens at the end */
+    long long query_tokens; /* prefix_query_tokens at the end */
+    long long requests;     /* requests_total at the end */
 };
 
 struct ms_fleet {

@@ -101,11 +101,14 @@ struct wl_ukey {
     unsigned lo, hi;
 };
 
-#define WL_U(k, lo, hi) {#k, offsetof(struct wl_spec, k), lo, hi}
+#define WL_U(k, lo, hi)                                                                            \
+    {                                                                                              \
+#k, offsetof(struct wl_spec, k), lo, hi                                                    \
+    }
 static const struct wl_ukey wl_ukeys[] = {
-    WL_U(groups, 1, 100000),         WL_U(prompts_per_group, 1, 100000),
-    WL_U(conversations, 1, 100000),  WL_U(turns, 1, 1000),
-    WL_U(requests, 1, WL_MAX_REQS),  WL_U(system_tokens, 0, 1000000),
+    WL_U(groups, 1, 100000),          WL_U(prompts_per_group, 1, 100000),
+    WL_U(conversations, 1, 100000),   WL_U(turns, 1, 1000),
+    WL_U(requests, 1, WL_MAX_REQS),   WL_U(system_tokens, 0, 1000000),
     WL_U(question_tokens, 1, 100000), WL_U(output_tokens, 1, 100000),
 };
 
@@ -113,8 +116,7 @@ static int wl_apply(yaml_document_t *doc, yaml_node_t *map, const char *name, bo
                     yaml_node_t **quick, struct wl_spec *spec, char *err, size_t errlen)
 {
     if (map->type != YAML_MAPPING_NODE)
-        return wl_fail(err, errlen, name, map, top ? "(top)" : "quick", "expected a mapping",
-                       "?");
+        return wl_fail(err, errlen, name, map, top ? "(top)" : "quick", "expected a mapping", "?");
     for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
          p++) {
         yaml_node_t *k = yaml_document_get_node(doc, p->key);
@@ -153,8 +155,7 @@ static int wl_apply(yaml_document_t *doc, yaml_node_t *map, const char *name, bo
             rc = 0;
         } else if (strcmp(key, "rate") == 0) {
             if (wl_double(val, 0.001, 1e6, &spec->rate) != 0)
-                return wl_fail(err, errlen, name, v, key, "expected requests/s in 0.001..1e6",
-                               val);
+                return wl_fail(err, errlen, name, v, key, "expected requests/s in 0.001..1e6", val);
             rc = 0;
         } else if (strcmp(key, "seed") == 0) {
             unsigned s = 0;

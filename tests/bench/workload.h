@@ -38,16 +38,16 @@ struct wl_spec {
 
 /* One planned request. */
 struct wl_request {
-    double at_s;          /* arrival, seconds after the start */
-    unsigned group;       /* group or conversation */
-    unsigned turn;        /* multi-turn: 0-based turn; else 0 */
-    char session[24];     /* X-Session-Id */
-    char *body;           /* JSON body (owned) */
+    double at_s;      /* arrival, seconds after the start */
+    unsigned group;   /* group or conversation */
+    unsigned turn;    /* multi-turn: 0-based turn; else 0 */
+    char session[24]; /* X-Session-Id */
+    char *body;       /* JSON body (owned) */
     size_t body_len;
-    char *text;           /* the prompt text as the mock worker hashes it (owned) */
+    char *text; /* the prompt text as the mock worker hashes it (owned) */
     size_t text_len;
     unsigned output_tokens;
-    bool chat;            /* /v1/chat/completions, else /v1/completions */
+    bool chat; /* /v1/chat/completions, else /v1/completions */
 };
 
 struct wl_plan {
