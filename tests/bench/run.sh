@@ -211,10 +211,12 @@ for w in $workloads; do
             "$rdp" "$radm" "${rports[@]:0:$n_mocks}"
         switchyard_start "$build" "$bench_tmp/route.yaml" "$rdp"
         echo "-- $w / $pol" >&2
+        # A failed run leaves its figures n/a in the report; the others go on.
         "$build/switchyard-bench" run --workload "$here/workloads/$w.yaml" "${quick_flag[@]}" \
             --url "http://127.0.0.1:$rdp" "${mock_args[@]}" --kv-blocks "$kv_blocks" \
             --block-tokens 16 --label "$pol" --json "$bench_tmp/route-$w-$pol.json" \
-            --csv "$bench_tmp/route-$w-$pol.csv" >"$bench_tmp/route-$w-$pol.txt"
+            --csv "$bench_tmp/route-$w-$pol.csv" >"$bench_tmp/route-$w-$pol.txt" ||
+            echo "bench: $w / $pol: the load generator failed" >&2
         tr '\n' ' ' <"$bench_tmp/route-$w-$pol.txt" >&2
         echo >&2
         while read -r k v; do put "route_${w}_${pol}_$k" "$v"; done <"$bench_tmp/route-$w-$pol.txt"
