@@ -148,6 +148,9 @@ static int cmd_plan(const struct opts *o)
     size_t bytes = 0;
     for (size_t i = 0; i < plan.n; i++)
         bytes += plan.req[i].text_len;
+    char desc[512];
+    wl_spec_format(&spec, desc, sizeof(desc));
+    printf("spec %s\n", desc);
     printf("workload %s\nkind %s\nrequests %zu\nduration_s %.2f\nmean_prompt_tokens %.1f\n"
            "hit_ceiling %.4f\n",
            spec.name, wl_kind_name(spec.kind), plan.n, plan.req[plan.n - 1].at_s,

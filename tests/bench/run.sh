@@ -14,7 +14,9 @@ target=bench
 out=docs/benchmarks.md
 here=$(cd "$(dirname "$0")" && pwd)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo " (with uncommitted changes)" || true)
+# The outputs of a previous run do not make the tree dirty.
+dirty=$(git status --porcelain --untracked-files=no -- . ':!docs/benchmarks.md' ':!docs/bench-*.png' \
+    2>/dev/null | grep -q . && echo " (with uncommitted changes)" || true)
 cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 load_at_start=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$(date +%s)
@@ -234,11 +236,11 @@ echo "== plots" >&2
 } >"$bench_tmp/proxy.dat"
 for k in hit_rate ttft_p50_ms ttft_p99_ms output_tok_s; do
     {
-        echo "workload $policies"
+        echo "workload $policies ceiling"
         for w in $workloads; do
             echo -n "$w"
             for pol in $policies; do echo -n " $(value "route_${w}_${pol}_$k")"; done
-            echo
+            echo " $(value "route_${w}_round_robin_hit_ceiling")"
         done
     } >"$bench_tmp/route-$k.dat"
 done
@@ -251,17 +253,26 @@ set style fill solid 0.8 border -1
 set grid ytics
 set key outside right top
 
+set terminal pngcairo size 1200,420 font ",10" noenhanced
 set output "docs/bench-proxy.png"
-set title "Proxy overhead ($target, commit $commit): wrk -c64, small POST"
+set multiplot layout 1,2 title "Proxy overhead ($target, commit $commit): wrk -c64, small POST"
+set key off
+set title "throughput"
 set ylabel "requests/s"
 set yrange [0:*]
-plot "$bench_tmp/proxy.dat" using 2:xtic(1) title "req/s" lc rgb "#4477aa"
+plot "$bench_tmp/proxy.dat" using 2:xtic(1) lc rgb "#4477aa"
+set title "latency p50"
+set ylabel "µs"
+plot "$bench_tmp/proxy.dat" using 3:xtic(1) lc rgb "#cc6677"
+unset multiplot
+set key outside right top
 
+set terminal pngcairo size 900,420 font ",10" noenhanced
 set output "docs/bench-routing-hit.png"
 set title "Prefix cache hit rate by policy ($n_mocks mock workers, $target)"
 set ylabel "prompt tokens served from cache"
 set yrange [0:1]
-plot for [i=2:$((ncol + 1))] "$bench_tmp/route-hit_rate.dat" using i:xtic(1) title columnheader(i)
+plot for [i=2:$((ncol + 2))] "$bench_tmp/route-hit_rate.dat" using i:xtic(1) title columnheader(i)
 
 set terminal pngcairo size 1200,450 font ",10" noenhanced
 set output "docs/bench-routing-ttft.png"
@@ -399,10 +410,11 @@ mb() { awk -v x="$1" 'BEGIN { if (x == "n/a" || x == "") print "n/a"; else print
     echo "group / conversation. cache_aware_fleet = \`cache_aware\` with \`balance_gate: fleet\`."
     echo
     for w in $workloads; do
-        spec=$(grep -vE '^\s*#' "$here/workloads/$w.yaml" | tr '\n' ' ' | sed 's/  */ /g')
+        spec=$("$build/switchyard-bench" plan --workload "$here/workloads/$w.yaml" "${quick_flag[@]}" |
+            sed -n 's/^spec //p')
         echo "### $w"
         echo
-        echo "Workload: \`$spec\` ($([ "$mode" = quick ] && echo "the quick: values override" || echo "full values")); $(v "route_${w}_round_robin_requests") requests; hit-rate ceiling $(v "route_${w}_round_robin_hit_ceiling")."
+        echo "Workload ([\`$w.yaml\`](../tests/bench/workloads/$w.yaml)$([ "$mode" = quick ] && echo ", its \`quick:\` values")): \`$spec\`; $(v "route_${w}_round_robin_requests") requests; hit-rate ceiling $(v "route_${w}_round_robin_hit_ceiling")."
         echo
         echo "| policy | hit rate | of ceiling | TTFT p50 | TTFT p90 | TTFT p99 | e2e p50 | e2e p99 | output tok/s | load max/mean | failed |"
         echo "|---|---|---|---|---|---|---|---|---|---|---|"

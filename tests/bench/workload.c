@@ -63,6 +63,31 @@ const char *wl_kind_name(enum wl_kind kind)
     return "none";
 }
 
+void wl_spec_format(const struct wl_spec *s, char *buf, size_t len)
+{
+    int n = 0;
+    switch (s->kind) {
+    case WL_KIND_SHARED_PREFIX:
+        n = snprintf(buf, len, "groups=%u prompts_per_group=%u ", s->groups, s->prompts_per_group);
+        break;
+    case WL_KIND_MULTI_TURN:
+        n = snprintf(buf, len, "conversations=%u turns=%u ", s->conversations, s->turns);
+        break;
+    case WL_KIND_HOT_PREFIX:
+        n = snprintf(buf, len, "groups=%u requests=%u hot_share=%g ", s->groups, s->requests,
+                     s->hot_share);
+        break;
+    case WL_KIND_NONE:
+        break;
+    }
+    if (n < 0 || (size_t)n >= len)
+        n = 0;
+    snprintf(buf + n, len - (size_t)n,
+             "system_tokens=%u question_tokens=%u output_tokens=%u rate=%g seed=%llu",
+             s->system_tokens, s->question_tokens, s->output_tokens, s->rate,
+             (unsigned long long)s->seed);
+}
+
 static int wl_fail(char *err, size_t errlen, const char *name, const yaml_node_t *node,
                    const char *key, const char *what, const char *got)
 {

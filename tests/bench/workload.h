@@ -75,4 +75,7 @@ double wl_hit_ceiling(const struct wl_plan *plan, unsigned block_tokens, size_t 
 
 const char *wl_kind_name(enum wl_kind kind);
 
+/* The spec's effective values as "key=value ..." (the keys its kind uses). */
+void wl_spec_format(const struct wl_spec *spec, char *buf, size_t len);
+
 #endif
