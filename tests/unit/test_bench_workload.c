@@ -59,19 +59,16 @@ static void test_parse_errors(void **state)
     (void)state;
     struct wl_spec s;
     char err[256] = "";
-    assert_int_equal(parse("name: a\nkind: shared_prefix\ngroupz: 3\n", false, &s, err,
-                           sizeof(err)),
-                     -EINVAL);
+    assert_int_equal(
+        parse("name: a\nkind: shared_prefix\ngroupz: 3\n", false, &s, err, sizeof(err)), -EINVAL);
     assert_non_null(strstr(err, "w.yaml:3:1: groupz: unknown key"));
     assert_int_equal(parse("name: a\nkind: fancy\n", false, &s, err, sizeof(err)), -EINVAL);
     assert_non_null(strstr(err, "w.yaml:2:7: kind: expected one of"));
-    assert_int_equal(parse("name: a\nkind: hot_prefix\nhot_share: 1.5\n", false, &s, err,
-                           sizeof(err)),
-                     -EINVAL);
+    assert_int_equal(
+        parse("name: a\nkind: hot_prefix\nhot_share: 1.5\n", false, &s, err, sizeof(err)), -EINVAL);
     assert_non_null(strstr(err, "hot_share"));
-    assert_int_equal(parse("name: a\nkind: shared_prefix\ngroups: -1\n", false, &s, err,
-                           sizeof(err)),
-                     -EINVAL);
+    assert_int_equal(
+        parse("name: a\nkind: shared_prefix\ngroups: -1\n", false, &s, err, sizeof(err)), -EINVAL);
     assert_non_null(strstr(err, "w.yaml:3:9: groups: expected an integer"));
     /* Everything valid but the rate missing. */
     assert_int_equal(parse("name: a\nkind: multi_turn\nconversations: 2\nturns: 2\n"
