@@ -36,6 +36,23 @@ bench_spawn() {
     bench_pids+=("$last_pid")
 }
 
+# run_fg OUT CMD...: runs CMD with stdout to OUT and waits for it. In the
+# background, so an INT or TERM reaches run.sh's trap at once instead of
+# after CMD ends (bash defers traps while a foreground child runs).
+run_fg() {
+    local out=$1 p rc=0 keep=() q
+    shift
+    "$@" >"$out" &
+    p=$!
+    bench_pids+=("$p")
+    wait "$p" || rc=$?
+    for q in "${bench_pids[@]}"; do
+        [ "$q" = "$p" ] || keep+=("$q")
+    done
+    bench_pids=("${keep[@]}")
+    return $rc
+}
+
 # Stops one process started by bench_spawn (TERM, then KILL after 3 s).
 bench_stop() {
     local pid=$1 keep=() p

@@ -63,7 +63,9 @@ read -r mock_port <<<"$(free_ports 1)"
 bench_spawn "$bench_tmp/mock-tput.log" "$build/switchyard-mockworker" --listen "127.0.0.1:$mock_port" --model mock
 mock_pid=$last_pid
 wait_http "http://127.0.0.1:$mock_port/health" 10
-line=$(wrk -t2 -c64 -d"${proxy_secs}s" -s "$here/wrk_post.lua" "http://127.0.0.1:$mock_port/v1/chat/completions" | grep '^WRK')
+run_fg "$bench_tmp/wrk.out" wrk -t2 -c64 -d"${proxy_secs}s" -s "$here/wrk_post.lua" \
+    "http://127.0.0.1:$mock_port/v1/chat/completions"
+line=$(grep '^WRK' "$bench_tmp/wrk.out")
 put mock_rps "$(sed 's/.* rps=\([^ ]*\).*/\1/' <<<"$line")"
 bench_stop "$mock_pid"
 
@@ -100,8 +102,9 @@ declare -A target_url=(
 contenders="direct nginx switchyard switchyard_ca"
 for round in $(seq "$proxy_rounds"); do
     for c in $contenders; do
-        line=$(wrk -t2 -c64 -d"${proxy_secs}s" -s "$here/wrk_post.lua" \
-            "${target_url[$c]}/v1/chat/completions" | grep '^WRK')
+        run_fg "$bench_tmp/wrk.out" wrk -t2 -c64 -d"${proxy_secs}s" -s "$here/wrk_post.lua" \
+            "${target_url[$c]}/v1/chat/completions"
+        line=$(grep '^WRK' "$bench_tmp/wrk.out")
         echo "round $round $c: $line" >&2
         echo "$line" >>"$bench_tmp/proxy-$c.txt"
     done
@@ -128,8 +131,9 @@ for c in switchyard_ca nginx; do
     if [ "$c" = nginx ]; then pids=$(nginx_procs "$nginx_pid"); else pids=$ca_dp; fi
     # shellcheck disable=SC2086
     cpu0=$(large_cpu $pids)
-    line=$(BENCH_PROMPT_BYTES=400000 wrk -t1 -c4 -d"${large_secs}s" -s "$here/wrk_post.lua" \
-        "${target_url[$c]}/v1/chat/completions" | grep '^WRK')
+    run_fg "$bench_tmp/wrk.out" env BENCH_PROMPT_BYTES=400000 wrk -t1 -c4 -d"${large_secs}s" \
+        -s "$here/wrk_post.lua" "${target_url[$c]}/v1/chat/completions"
+    line=$(grep '^WRK' "$bench_tmp/wrk.out")
     # shellcheck disable=SC2086
     cpu1=$(large_cpu $pids)
     n=$(sed 's/.*requests=\([0-9]*\).*/\1/' <<<"$line")
@@ -177,8 +181,8 @@ for p in $s1 $s2 $s3 $s4; do wait_http "http://127.0.0.1:$p/health" 10; done
 switchyard_config "$bench_tmp/streams.yaml" streams "$dp_threads" round_robin per_request \
     "$sdp" "$sadm" "$s1" "$s2" "$s3" "$s4"
 switchyard_start "$build" "$bench_tmp/streams.yaml" "$sdp"
-"$build/switchyard-bench" hold --url "http://127.0.0.1:$sdp" --streams "$streams" --pid "$dp_pid" \
-    --hold-s "$hold_s" --ramp 2000 --deadline-s 60 >"$bench_tmp/hold.txt" || true
+run_fg "$bench_tmp/hold.txt" "$build/switchyard-bench" hold --url "http://127.0.0.1:$sdp" \
+    --streams "$streams" --pid "$dp_pid" --hold-s "$hold_s" --ramp 2000 --deadline-s 60 || true
 cat "$bench_tmp/hold.txt" >&2
 while read -r k v; do put "hold_$k" "$v"; done <"$bench_tmp/hold.txt"
 switchyard_stop
@@ -214,10 +218,11 @@ for w in $workloads; do
         switchyard_start "$build" "$bench_tmp/route.yaml" "$rdp"
         echo "-- $w / $pol" >&2
         # A failed run leaves its figures n/a in the report; the others go on.
-        "$build/switchyard-bench" run --workload "$here/workloads/$w.yaml" "${quick_flag[@]}" \
+        run_fg "$bench_tmp/route-$w-$pol.txt" "$build/switchyard-bench" run \
+            --workload "$here/workloads/$w.yaml" "${quick_flag[@]}" \
             --url "http://127.0.0.1:$rdp" "${mock_args[@]}" --kv-blocks "$kv_blocks" \
             --block-tokens 16 --label "$pol" --json "$bench_tmp/route-$w-$pol.json" \
-            --csv "$bench_tmp/route-$w-$pol.csv" >"$bench_tmp/route-$w-$pol.txt" ||
+            --csv "$bench_tmp/route-$w-$pol.csv" ||
             echo "bench: $w / $pol: the load generator failed" >&2
         tr '\n' ' ' <"$bench_tmp/route-$w-$pol.txt" >&2
         echo >&2
