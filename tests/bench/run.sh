@@ -39,7 +39,15 @@ ratio() {
 diff_us() {
     awk -v a="$1" -v b="$2" 'BEGIN { if (a == "n/a" || b == "n/a") print "n/a"; else printf "%.0f\n", a - b }'
 }
-median() { sort -g | awk '{v[NR] = $1} END {print (NR ? v[int((NR + 1) / 2)] : "n/a")}'; }
+median() { sort -g | awk '$1 != "n/a" {v[++n] = $1} END {print (n ? v[int((n + 1) / 2)] : "n/a")}'; }
+# proc_cpu_s PID...: their summed utime + stime in seconds.
+proc_cpu_s() {
+    local s=0 p
+    for p in "$@"; do s=$(awk -v s="$s" -v t="$(proc_cpu_ticks "$p")" -v h="$clk_tck" 'BEGIN {print s + t / h}'); done
+    echo "$s"
+}
+# nginx_procs MASTER: the master and its worker processes.
+nginx_procs() { echo "$1" $(pgrep -P "$1" || true); }
 
 if [ "$mode" = quick ]; then
     decisions=5000 proxy_secs=3 proxy_rounds=1 streams=1000 hold_s=3 large_secs=3
@@ -99,18 +107,44 @@ declare -A target_url=(
     [switchyard]="http://127.0.0.1:$sy_rr_port"
     [switchyard_ca]="http://127.0.0.1:$sy_ca_port"
 )
+# CPU of a contender's proxy processes (direct: none).
+proxy_pids() {
+    case $1 in
+    nginx) nginx_procs "$nginx_pid" ;;
+    switchyard) echo "$rr_dp" ;;
+    switchyard_ca) echo "$ca_dp" ;;
+    esac
+}
 contenders="direct nginx switchyard switchyard_ca"
 for round in $(seq "$proxy_rounds"); do
     for c in $contenders; do
+        pids=$(proxy_pids "$c")
+        # shellcheck disable=SC2086
+        cpu0=$(proc_cpu_s $pids)
         run_fg "$bench_tmp/wrk.out" wrk -t2 -c64 -d"${proxy_secs}s" -s "$here/wrk_post.lua" \
             "${target_url[$c]}/v1/chat/completions"
+        # shellcheck disable=SC2086
+        cpu1=$(proc_cpu_s $pids)
         line=$(grep '^WRK' "$bench_tmp/wrk.out")
-        echo "round $round $c: $line" >&2
-        echo "$line" >>"$bench_tmp/proxy-$c.txt"
+        n=$(sed 's/.*requests=\([0-9]*\).*/\1/' <<<"$line")
+        cpu_us=n/a
+        [ -n "$pids" ] && cpu_us=$(awk -v a="$cpu0" -v b="$cpu1" -v n="$n" 'BEGIN {printf "%.1f", n ? (b - a) * 1e6 / n : 0}')
+        echo "round $round $c: $line cpu_us=$cpu_us" >&2
+        echo "$line cpu_us=$cpu_us" >>"$bench_tmp/proxy-$c.txt"
     done
 done
+# Unloaded: one connection, one request at a time — the latency a hop adds
+# when nothing queues.
+for c in direct nginx switchyard; do
+    run_fg "$bench_tmp/wrk.out" wrk -t1 -c1 -d"${proxy_secs}s" -s "$here/wrk_post.lua" \
+        "${target_url[$c]}/v1/chat/completions"
+    line=$(grep '^WRK' "$bench_tmp/wrk.out")
+    echo "c1 $c: $line" >&2
+    put "c1_${c}_p50_us" "$(sed 's/.* p50_us=\([^ ]*\).*/\1/' <<<"$line")"
+    put "c1_${c}_p99_us" "$(sed 's/.* p99_us=\([^ ]*\).*/\1/' <<<"$line")"
+done
 for c in $contenders; do
-    for k in rps p50_us p99_us; do
+    for k in rps p50_us p99_us cpu_us; do
         put "proxy_${c}_$k" "$(sed "s/.* $k=\([^ ]*\).*/\1/" "$bench_tmp/proxy-$c.txt" | median)"
     done
     put "proxy_${c}_errors" "$(sed 's/.* errors=\([0-9]*\) non2xx=\([0-9]*\).*/\1 \2/' \
@@ -121,21 +155,15 @@ done
 # wrk, 4 connections, through switchyard (cache_aware hashes the whole prompt)
 # and through nginx; CPU = utime + stime of the proxy's processes.
 echo "== large prompts" >&2
-large_cpu() { # PIDS...: summed CPU seconds
-    local s=0 p
-    for p in "$@"; do s=$(awk -v s="$s" -v t="$(proc_cpu_ticks "$p")" -v h="$clk_tck" 'BEGIN {print s + t / h}'); done
-    echo "$s"
-}
-nginx_procs() { echo "$1" $(pgrep -P "$1" || true); }
 for c in switchyard_ca nginx; do
     if [ "$c" = nginx ]; then pids=$(nginx_procs "$nginx_pid"); else pids=$ca_dp; fi
     # shellcheck disable=SC2086
-    cpu0=$(large_cpu $pids)
+    cpu0=$(proc_cpu_s $pids)
     run_fg "$bench_tmp/wrk.out" env BENCH_PROMPT_BYTES=400000 wrk -t1 -c4 -d"${large_secs}s" \
         -s "$here/wrk_post.lua" "${target_url[$c]}/v1/chat/completions"
     line=$(grep '^WRK' "$bench_tmp/wrk.out")
     # shellcheck disable=SC2086
-    cpu1=$(large_cpu $pids)
+    cpu1=$(proc_cpu_s $pids)
     n=$(sed 's/.*requests=\([0-9]*\).*/\1/' <<<"$line")
     echo "large $c: $line" >&2
     put "large_${c}_requests" "$n"
@@ -340,13 +368,16 @@ mb() { awk -v x="$1" 'BEGIN { if (x == "n/a" || x == "") print "n/a"; else print
     echo "both ports as workers with \`model: mock\`, probed on \`/health\` every 100 ms);"
     echo "**switchyard (cache_aware)** = the same with the default policy."
     echo
-    echo "| contender | req/s | p50 | p99 | errors + non-2xx |"
-    echo "|---|---|---|---|---|"
+    echo "| contender | req/s | p50 | p99 | proxy CPU per request | errors + non-2xx |"
+    echo "|---|---|---|---|---|---|"
     for c in direct nginx switchyard switchyard_ca; do
         label=$c
         [ "$c" = switchyard_ca ] && label="switchyard (cache_aware)"
-        echo "| $label | $(fmt_int "$(v "proxy_${c}_rps")") | $(v "proxy_${c}_p50_us") µs | $(v "proxy_${c}_p99_us") µs | $(v "proxy_${c}_errors") |"
+        echo "| $label | $(fmt_int "$(v "proxy_${c}_rps")") | $(v "proxy_${c}_p50_us") µs | $(v "proxy_${c}_p99_us") µs | $(v "proxy_${c}_cpu_us" | sed 's/^[0-9.]*$/& µs/') | $(v "proxy_${c}_errors") |"
     done
+    echo
+    echo "Proxy CPU per request = utime + stime of the proxy's processes (nginx: master +"
+    echo "workers; switchyard: the dataplane) over the run / requests completed."
     echo
     echo "| ratio | result | goal |"
     echo "|---|---|---|"
@@ -357,9 +388,17 @@ mb() { awk -v x="$1" 'BEGIN { if (x == "n/a" || x == "") print "n/a"; else print
     echo "| switchyard p50 − direct p50 (added latency) | $(diff_us "$(v proxy_switchyard_p50_us)" "$(v proxy_direct_p50_us)") µs | ≤ 50 µs |"
     echo "| nginx p50 − direct p50 | $(diff_us "$(v proxy_nginx_p50_us)" "$(v proxy_direct_p50_us)") µs | (reported) |"
     echo "| switchyard p50 / nginx p50 | $(ratio "$(v proxy_switchyard_p50_us)" "$(v proxy_nginx_p50_us)")× | (reported) |"
+    echo "| switchyard / nginx CPU per request | $(ratio "$(v proxy_switchyard_cpu_us)" "$(v proxy_nginx_cpu_us)")× | (reported) |"
     echo
     echo "Everything (wrk, the proxy, the upstream) shares the $(nproc) cores, so the p50 under"
-    echo "64 connections is mostly queueing: it measures throughput as much as latency."
+    echo "64 connections is mostly queueing: it measures throughput as much as latency. Without"
+    echo "queueing — wrk \`-t1 -c1 -d${proxy_secs}s\`, one request at a time:"
+    echo
+    echo "| contender | p50 | p99 | p50 added to direct |"
+    echo "|---|---|---|---|"
+    for c in direct nginx switchyard; do
+        echo "| $c | $(v "c1_${c}_p50_us") µs | $(v "c1_${c}_p99_us") µs | $(diff_us "$(v "c1_${c}_p50_us")" "$(v c1_direct_p50_us)") µs |"
+    done
     echo
     echo "![proxy throughput](bench-proxy.png)"
     echo
