@@ -37,7 +37,8 @@ DP_SRCS := $(filter-out dataplane/main.c,$(wildcard dataplane/*.c dataplane/*/*.
 CP_SRCS := $(filter-out controlplane/main.c,$(wildcard controlplane/*.c))
 MW_SRCS := $(filter-out tests/mockworker/main.c,$(wildcard tests/mockworker/*.c))
 E2E_HARNESS_SRCS := $(wildcard tests/e2e/harness*.c)
-BENCH_SRCS := $(filter-out tests/bench/main.c,$(wildcard tests/bench/*.c))
+# The load generator's modules; micro_*.c are stand-alone programs (each has main()).
+BENCH_SRCS := $(filter-out tests/bench/main.c tests/bench/micro_%.c,$(wildcard tests/bench/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/%.o,$(filter %.c,$(1)))
 

@@ -1,70 +1,510 @@
 #!/usr/bin/env bash
-# make bench / make bench-quick: runs every benchmark that exists so far and
-# writes the figures to docs/benchmarks.md (with command, machine, date and
-# commit). Usage: tests/bench/run.sh BUILD_DIR full|quick
+# make bench / make bench-quick: runs every benchmark and writes the figures
+# to docs/benchmarks.md (with command, machine, date and commit) and the
+# plots to docs/bench-*.png. Usage: tests/bench/run.sh BUILD_DIR full|quick
+#
+# Every comparison runs its contenders in this same run, on this machine,
+# and is reported as a ratio. Every server listens on 127.0.0.1 on a free
+# port; every process started here is stopped on exit, failure included.
 set -euo pipefail
 build=$1
 mode=${2:-quick}
 target=bench
 [ "$mode" = quick ] && target=bench-quick
 out=docs/benchmarks.md
+here=$(cd "$(dirname "$0")" && pwd)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo " (with uncommitted changes)" || true)
+# The outputs of a previous run do not make the tree dirty.
+dirty=$(git status --porcelain --untracked-files=no -- . ':!docs/benchmarks.md' ':!docs/bench-*.png' \
+    2>/dev/null | grep -q . && echo " (with uncommitted changes)" || true)
 cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
-results=$(mktemp)
-trap 'rm -f "$results"' EXIT
+load_at_start=$(cut -d' ' -f1-3 /proc/loadavg)
+started=$(date +%s)
 
 deploy/install-deps.sh bench
 
+# shellcheck source=tests/bench/lib.sh
+. "$here/lib.sh"
+results=$bench_tmp/results
+trap bench_cleanup EXIT
+trap 'exit 130' INT TERM
+: >"$results"
+put() { echo "$1 $2" | tee -a "$results" >&2; }
+value() { awk -v k="$1" '$1 == k {v = $2} END {print (v == "" ? "n/a" : v)}' "$results"; }
+# ratio A B [digits]: A/B, or n/a.
+ratio() {
+    awk -v a="$1" -v b="$2" -v d="${3:-2}" 'BEGIN {
+        if (a == "n/a" || b == "n/a" || b + 0 == 0) print "n/a"; else printf "%.*f\n", d, a / b }'
+}
+diff_us() {
+    awk -v a="$1" -v b="$2" 'BEGIN { if (a == "n/a" || b == "n/a") print "n/a"; else printf "%.0f\n", a - b }'
+}
+median() { sort -g | awk '$1 != "n/a" {v[++n] = $1} END {print (n ? v[int((n + 1) / 2)] : "n/a")}'; }
+# proc_cpu_s PID...: their summed utime + stime in seconds.
+proc_cpu_s() {
+    local s=0 p
+    for p in "$@"; do s=$(awk -v s="$s" -v t="$(proc_cpu_ticks "$p")" -v h="$clk_tck" 'BEGIN {print s + t / h}'); done
+    echo "$s"
+}
+# nginx_procs MASTER: the master and its worker processes.
+nginx_procs() { echo "$1" $(pgrep -P "$1" || true); }
+
+if [ "$mode" = quick ]; then
+    decisions=5000 proxy_secs=3 proxy_rounds=1 streams=1000 hold_s=3 large_secs=3
+    n_mocks=4 policies="round_robin least_load cache_aware"
+else
+    decisions=20000 proxy_secs=8 proxy_rounds=3 streams=10000 hold_s=5 large_secs=6
+    n_mocks=8 policies="round_robin least_load consistent_hash cache_aware_fleet cache_aware"
+fi
+dp_threads=$(nproc)
+
+# ---- micro benchmarks ---------------------------------------------------------
 echo "== micro: load counters" >&2
 "$build/tests/bench/micro_shm" | tee -a "$results" >&2
-
-decisions=20000
-[ "$mode" = quick ] && decisions=5000
 echo "== micro: cache_aware decision" >&2
 "$build/tests/bench/micro_policy" "$decisions" | tee -a "$results" >&2
 
-# The mock worker must never be the bottleneck: wrk, 64 connections, small
-# non-streaming completions, zero latencies.
+# ---- mock worker throughput ---------------------------------------------------
+# The mock worker must never be the bottleneck of the routing benchmark.
 echo "== mock worker throughput" >&2
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$build/switchyard-mockworker" --listen "127.0.0.1:$port" --model mock 2>/dev/null &
-mock_pid=$!
-trap 'kill $mock_pid 2>/dev/null || true; rm -f "$results" "$lua"' EXIT
-lua=$(mktemp --suffix=.lua)
-cat >"$lua" <<'LUA'
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = '{"model":"mock","prompt":"hello there","max_tokens":4}'
-LUA
-for _ in $(seq 100); do
-    curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    sleep 0.05
+read -r mock_port <<<"$(free_ports 1)"
+bench_spawn "$bench_tmp/mock-tput.log" "$build/switchyard-mockworker" --listen "127.0.0.1:$mock_port" --model mock
+mock_pid=$last_pid
+wait_http "http://127.0.0.1:$mock_port/health" 10
+run_fg "$bench_tmp/wrk.out" wrk -t2 -c64 -d"${proxy_secs}s" -s "$here/wrk_post.lua" \
+    "http://127.0.0.1:$mock_port/v1/chat/completions"
+line=$(grep '^WRK' "$bench_tmp/wrk.out")
+put mock_rps "$(sed 's/.* rps=\([^ ]*\).*/\1/' <<<"$line")"
+bench_stop "$mock_pid"
+
+# ---- proxy overhead: direct vs nginx vs switchyard ---------------------------
+# Upstreams: one static nginx answering a fixed chat completion on two ports
+# (faster than either proxy). Contenders: wrk straight at an upstream port,
+# through an nginx reverse proxy (round robin, keep-alive, as many worker
+# processes as switchyard has event loops), through switchyard (round_robin
+# as nginx, and the default cache_aware).
+echo "== proxy overhead" >&2
+read -r up1 up2 nginx_port sy_rr_port sy_rr_admin sy_ca_port sy_ca_admin <<<"$(free_ports 7)"
+static_nginx_start 2 "$up1" "$up2"
+static_pid=$last_pid
+wait_http "http://127.0.0.1:$up1/health" 10
+wait_http "http://127.0.0.1:$up2/health" 10
+proxy_nginx_start "$dp_threads" "$nginx_port" "$up1" "$up2"
+nginx_pid=$last_pid
+wait_http "http://127.0.0.1:$nginx_port/health" 10
+switchyard_config "$bench_tmp/proxy-rr.yaml" proxy-rr "$dp_threads" round_robin per_request \
+    "$sy_rr_port" "$sy_rr_admin" "$up1" "$up2"
+switchyard_start "$build" "$bench_tmp/proxy-rr.yaml" "$sy_rr_port"
+rr_cp=$cp_pid rr_dp=$dp_pid
+switchyard_config "$bench_tmp/proxy-ca.yaml" proxy-ca "$dp_threads" cache_aware per_request \
+    "$sy_ca_port" "$sy_ca_admin" "$up1" "$up2"
+switchyard_start "$build" "$bench_tmp/proxy-ca.yaml" "$sy_ca_port"
+ca_cp=$cp_pid ca_dp=$dp_pid
+
+declare -A target_url=(
+    [direct]="http://127.0.0.1:$up1"
+    [nginx]="http://127.0.0.1:$nginx_port"
+    [switchyard]="http://127.0.0.1:$sy_rr_port"
+    [switchyard_ca]="http://127.0.0.1:$sy_ca_port"
+)
+# CPU of a contender's proxy processes (direct: none).
+proxy_pids() {
+    case $1 in
+    nginx) nginx_procs "$nginx_pid" ;;
+    switchyard) echo "$rr_dp" ;;
+    switchyard_ca) echo "$ca_dp" ;;
+    esac
+}
+contenders="direct nginx switchyard switchyard_ca"
+for round in $(seq "$proxy_rounds"); do
+    for c in $contenders; do
+        pids=$(proxy_pids "$c")
+        # shellcheck disable=SC2086
+        cpu0=$(proc_cpu_s $pids)
+        run_fg "$bench_tmp/wrk.out" wrk -t2 -c64 -d"${proxy_secs}s" -s "$here/wrk_post.lua" \
+            "${target_url[$c]}/v1/chat/completions"
+        # shellcheck disable=SC2086
+        cpu1=$(proc_cpu_s $pids)
+        line=$(grep '^WRK' "$bench_tmp/wrk.out")
+        n=$(sed 's/.*requests=\([0-9]*\).*/\1/' <<<"$line")
+        cpu_us=n/a
+        [ -n "$pids" ] && cpu_us=$(awk -v a="$cpu0" -v b="$cpu1" -v n="$n" 'BEGIN {printf "%.1f", n ? (b - a) * 1e6 / n : 0}')
+        echo "round $round $c: $line cpu_us=$cpu_us" >&2
+        echo "$line cpu_us=$cpu_us" >>"$bench_tmp/proxy-$c.txt"
+    done
 done
-duration=10s
-[ "$mode" = quick ] && duration=4s
-rps=$(wrk -t2 -c64 -d"$duration" -s "$lua" "http://127.0.0.1:$port/v1/completions" |
-    awk '/Requests\/sec/ {print $2}')
-echo "mock_rps $rps req/s" | tee -a "$results" >&2
-kill $mock_pid 2>/dev/null || true
+# Unloaded: one connection, one request at a time — the latency a hop adds
+# when nothing queues.
+for c in direct nginx switchyard; do
+    run_fg "$bench_tmp/wrk.out" wrk -t1 -c1 -d"${proxy_secs}s" -s "$here/wrk_post.lua" \
+        "${target_url[$c]}/v1/chat/completions"
+    line=$(grep '^WRK' "$bench_tmp/wrk.out")
+    echo "c1 $c: $line" >&2
+    put "c1_${c}_p50_us" "$(sed 's/.* p50_us=\([^ ]*\).*/\1/' <<<"$line")"
+    put "c1_${c}_p99_us" "$(sed 's/.* p99_us=\([^ ]*\).*/\1/' <<<"$line")"
+done
+for c in $contenders; do
+    for k in rps p50_us p99_us cpu_us; do
+        put "proxy_${c}_$k" "$(sed "s/.* $k=\([^ ]*\).*/\1/" "$bench_tmp/proxy-$c.txt" | median)"
+    done
+    put "proxy_${c}_errors" "$(sed 's/.* errors=\([0-9]*\) non2xx=\([0-9]*\).*/\1 \2/' \
+        "$bench_tmp/proxy-$c.txt" | awk '{s += $1 + $2} END {print s + 0}')"
+done
 
-value() { awk -v k="$1" '$1 == k {print $2}' "$results"; }
+# ---- large prompts: CPU per request for 400 KB bodies --------------------------
+# wrk, 4 connections, through switchyard (cache_aware hashes the whole prompt)
+# and through nginx; CPU = utime + stime of the proxy's processes.
+echo "== large prompts" >&2
+for c in switchyard_ca nginx; do
+    if [ "$c" = nginx ]; then pids=$(nginx_procs "$nginx_pid"); else pids=$ca_dp; fi
+    # shellcheck disable=SC2086
+    cpu0=$(proc_cpu_s $pids)
+    run_fg "$bench_tmp/wrk.out" env BENCH_PROMPT_BYTES=400000 wrk -t1 -c4 -d"${large_secs}s" \
+        -s "$here/wrk_post.lua" "${target_url[$c]}/v1/chat/completions"
+    line=$(grep '^WRK' "$bench_tmp/wrk.out")
+    # shellcheck disable=SC2086
+    cpu1=$(proc_cpu_s $pids)
+    n=$(sed 's/.*requests=\([0-9]*\).*/\1/' <<<"$line")
+    echo "large $c: $line" >&2
+    put "large_${c}_requests" "$n"
+    put "large_${c}_rps" "$(sed 's/.* rps=\([^ ]*\).*/\1/' <<<"$line")"
+    put "large_${c}_errors" "$(sed 's/.* errors=\([0-9]*\) non2xx=\([0-9]*\).*/\1 \2/' <<<"$line" | awk '{print $1 + $2}')"
+    put "large_${c}_cpu_ms_per_req" "$(awk -v a="$cpu0" -v b="$cpu1" -v n="$n" 'BEGIN {printf "%.3f\n", n ? (b - a) * 1000 / n : 0}')"
+done
+put proxy_rss_kb "$(proc_rss_kb "$ca_dp")"
+bench_stop "$rr_dp"
+bench_stop "$rr_cp"
+bench_stop "$ca_dp"
+bench_stop "$ca_cp"
+bench_stop "$nginx_pid"
+bench_stop "$static_pid"
 
+# ---- streams and memory ------------------------------------------------------
+# N SSE streams held open through switchyard against 4 mock workers whose
+# first token comes at once and the next one 30 s later: RSS and CPU of the
+# dataplane while every stream sits between tokens. Each stream costs the
+# dataplane two fds (client + worker).
+echo "== streams and memory ($streams streams)" >&2
+streams_wanted=$streams
+need=$((2 * streams + 512))
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$need" ]; then
+    # Raise the hard limit of this run's processes only (needs CAP_SYS_RESOURCE).
+    ulimit -Hn "$need" 2>/dev/null && ulimit -n "$need" 2>/dev/null || true
+fi
+fd_limit=$(ulimit -n)
+if [ "$fd_limit" != unlimited ] && [ "$fd_limit" -lt "$need" ]; then
+    streams=$(((fd_limit - 512) / 2))
+    echo "bench: fd limit $fd_limit: holding only $streams streams" >&2
+fi
+put streams_target "$streams"
+put streams_wanted "$streams_wanted"
+put streams_fd_limit "$fd_limit"
+read -r s1 s2 s3 s4 sdp sadm <<<"$(free_ports 6)"
+for p in $s1 $s2 $s3 $s4; do
+    bench_spawn "$bench_tmp/smock-$p.log" "$build/switchyard-mockworker" --listen "127.0.0.1:$p" \
+        --model mock --threads 2 --tpot-ms 30000 --max-num-seqs 100000
+done
+for p in $s1 $s2 $s3 $s4; do wait_http "http://127.0.0.1:$p/health" 10; done
+switchyard_config "$bench_tmp/streams.yaml" streams "$dp_threads" round_robin per_request \
+    "$sdp" "$sadm" "$s1" "$s2" "$s3" "$s4"
+switchyard_start "$build" "$bench_tmp/streams.yaml" "$sdp"
+run_fg "$bench_tmp/hold.txt" "$build/switchyard-bench" hold --url "http://127.0.0.1:$sdp" \
+    --streams "$streams" --pid "$dp_pid" --hold-s "$hold_s" --ramp 2000 --deadline-s 60 || true
+cat "$bench_tmp/hold.txt" >&2
+while read -r k v; do put "hold_$k" "$v"; done <"$bench_tmp/hold.txt"
+switchyard_stop
+for p in "${bench_pids[@]}"; do bench_stop "$p"; done
+
+# ---- routing quality ------------------------------------------------------------
+# Each workload against n_mocks mock workers with small KV caches (512 blocks
+# of 16 tokens) and a prefill cost per uncached token, under each policy; the
+# router is restarted for each run (empty prefix index) and the generator
+# resets the mocks (empty KV caches, zeroed counters) before it starts.
+echo "== routing quality ($n_mocks mock workers: $policies)" >&2
+kv_blocks=512
+mock_flags=(--model mock --threads 1 --kv-blocks "$kv_blocks" --block-tokens 16
+    --prefill-base-us 1000 --prefill-us-per-token 200 --tpot-ms 2 --max-num-seqs 2)
+read -r -a rports <<<"$(free_ports $((n_mocks + 2)))"
+rdp=${rports[$n_mocks]} radm=${rports[$((n_mocks + 1))]}
+mock_args=()
+for ((i = 0; i < n_mocks; i++)); do
+    bench_spawn "$bench_tmp/rmock-$i.log" "$build/switchyard-mockworker" \
+        --listen "127.0.0.1:${rports[$i]}" "${mock_flags[@]}"
+    mock_args+=(--mock "http://127.0.0.1:${rports[$i]}")
+done
+for ((i = 0; i < n_mocks; i++)); do wait_http "http://127.0.0.1:${rports[$i]}/health" 10; done
+quick_flag=()
+[ "$mode" = quick ] && quick_flag=(--quick)
+workloads="shared_prefix multi_turn hot_prefix"
+for w in $workloads; do
+    for pol in $policies; do
+        name=$pol gate=per_request
+        [ "$pol" = cache_aware_fleet ] && name=cache_aware gate=fleet
+        switchyard_config "$bench_tmp/route.yaml" route "$dp_threads" "$name" "$gate" \
+            "$rdp" "$radm" "${rports[@]:0:$n_mocks}"
+        switchyard_start "$build" "$bench_tmp/route.yaml" "$rdp"
+        echo "-- $w / $pol" >&2
+        # A failed run leaves its figures n/a in the report; the others go on.
+        run_fg "$bench_tmp/route-$w-$pol.txt" "$build/switchyard-bench" run \
+            --workload "$here/workloads/$w.yaml" "${quick_flag[@]}" \
+            --url "http://127.0.0.1:$rdp" "${mock_args[@]}" --kv-blocks "$kv_blocks" \
+            --block-tokens 16 --label "$pol" --json "$bench_tmp/route-$w-$pol.json" \
+            --csv "$bench_tmp/route-$w-$pol.csv" ||
+            echo "bench: $w / $pol: the load generator failed" >&2
+        tr '\n' ' ' <"$bench_tmp/route-$w-$pol.txt" >&2
+        echo >&2
+        while read -r k v; do put "route_${w}_${pol}_$k" "$v"; done <"$bench_tmp/route-$w-$pol.txt"
+        switchyard_stop
+    done
+done
+elapsed=$(($(date +%s) - started))
+
+# ---- plots ------------------------------------------------------------------------
+echo "== plots" >&2
+{
+    for c in direct nginx switchyard switchyard_ca; do
+        echo "$c $(value "proxy_${c}_rps") $(value "proxy_${c}_p50_us") $(value "proxy_${c}_p99_us")"
+    done
+} >"$bench_tmp/proxy.dat"
+for k in hit_rate ttft_p50_ms ttft_p99_ms output_tok_s; do
+    {
+        echo "workload $policies ceiling"
+        for w in $workloads; do
+            echo -n "$w"
+            for pol in $policies; do echo -n " $(value "route_${w}_${pol}_$k")"; done
+            echo " $(value "route_${w}_round_robin_hit_ceiling")"
+        done
+    } >"$bench_tmp/route-$k.dat"
+done
+ncol=$(wc -w <<<"$policies")
+gnuplot <<GP
+set terminal pngcairo size 900,420 font ",10" noenhanced
+set style data histogram
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set grid ytics
+set key outside right top
+
+set terminal pngcairo size 1200,420 font ",10" noenhanced
+set output "docs/bench-proxy.png"
+set multiplot layout 1,2 title "Proxy overhead ($target, commit $commit): wrk -c64, small POST"
+set key off
+set title "throughput"
+set ylabel "requests/s"
+set yrange [0:*]
+plot "$bench_tmp/proxy.dat" using 2:xtic(1) lc rgb "#4477aa"
+set title "latency p50"
+set ylabel "µs"
+plot "$bench_tmp/proxy.dat" using 3:xtic(1) lc rgb "#cc6677"
+unset multiplot
+set key outside right top
+
+set terminal pngcairo size 900,420 font ",10" noenhanced
+set output "docs/bench-routing-hit.png"
+set title "Prefix cache hit rate by policy ($n_mocks mock workers, $target)"
+set ylabel "prompt tokens served from cache"
+set yrange [0:1]
+plot for [i=2:$((ncol + 2))] "$bench_tmp/route-hit_rate.dat" using i:xtic(1) title columnheader(i)
+
+set terminal pngcairo size 1200,450 font ",10" noenhanced
+set output "docs/bench-routing-ttft.png"
+set title "TTFT p50 / p99 by policy ($n_mocks mock workers, $target)"
+set ylabel "ms (log)"
+set logscale y
+set yrange [*:*]
+set multiplot layout 1,2
+set title "TTFT p50"
+set key off
+plot for [i=2:$((ncol + 1))] "$bench_tmp/route-ttft_p50_ms.dat" using i:xtic(1) title columnheader(i)
+set title "TTFT p99"
+set key outside right top
+plot for [i=2:$((ncol + 1))] "$bench_tmp/route-ttft_p99_ms.dat" using i:xtic(1) title columnheader(i)
+unset multiplot
+GP
+# TTFT CDF of the shared-prefix workload, one curve per policy.
+cdf_plot="set terminal pngcairo size 900,420 font \",10\" noenhanced
+set output \"docs/bench-ttft-cdf.png\"
+set title \"shared_prefix: TTFT distribution by policy ($target)\"
+set xlabel \"TTFT (ms, log)\"; set ylabel \"fraction of requests\"; set logscale x; set grid
+set key bottom right
+plot"
+sep=""
+for pol in $policies; do
+    f=$bench_tmp/route-shared_prefix-$pol.csv
+    [ -f "$f" ] || continue
+    awk -F, 'NR > 1 && $10 == 1 {print $5}' "$f" | sort -g |
+        awk '{v[NR] = $1} END {for (i = 1; i <= NR; i++) print v[i], i / NR}' >"$f.cdf"
+    cdf_plot+="$sep \"$f.cdf\" using 1:2 with lines lw 2 title \"$pol\""
+    sep=","
+done
+gnuplot <<<"$cdf_plot"
+
+# ---- report ------------------------------------------------------------------------
+v() { value "$1"; }
+fmt_int() { awk -v x="$1" 'BEGIN { if (x == "n/a") print x; else printf "%.0f\n", x }'; }
+mb() { awk -v x="$1" 'BEGIN { if (x == "n/a" || x == "") print "n/a"; else printf "%.1f\n", x / 1024 }'; }
 {
     echo "# Benchmarks"
     echo
-    echo "Generated by \`make $target\` (\`tests/bench/run.sh $mode\`) — do not edit by hand."
+    echo "Generated by \`make $target\` (\`tests/bench/run.sh $build $mode\`, $elapsed s) — do not edit by hand."
     echo
     echo "* date: $(date -u +%Y-%m-%dT%H:%MZ)"
     echo "* commit: $commit$dirty"
-    echo "* machine: $(nproc) cores ($cpu), $(free -g | awk '/Mem:/ {print $2}') GiB"
+    echo "* machine: $(nproc) cores ($cpu), $(free -g | awk '/Mem:/ {print $2}') GiB, $(uname -sr);"
+    echo "  load average at start $load_at_start (the machine is shared: absolute figures are"
+    echo "  noisy, which is why every comparison is a ratio of contenders measured in this run)"
+    echo "* tools: $(nginx -v 2>&1 | sed 's/.*: //'), wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}'), $(gnuplot --version)"
+    echo
+    echo "## Proxy overhead (issue: Data plane)"
+    echo
+    echo "wrk \`-t2 -c64 -d${proxy_secs}s\`, a small non-streaming chat completion POST"
+    echo "([\`tests/bench/wrk_post.lua\`](../tests/bench/wrk_post.lua)), median of $proxy_rounds"
+    echo "round(s), contenders interleaved. Upstream: one static nginx answering a fixed chat"
+    echo "completion on two loopback ports (2 worker processes). **direct** = wrk at one"
+    echo "upstream port; **nginx** = nginx reverse proxy (\`proxy_pass\` to an upstream block"
+    echo "of both ports, round robin, \`keepalive 128\`, HTTP/1.1, $dp_threads worker processes);"
+    echo "**switchyard** = control plane + dataplane ($dp_threads event loops, \`round_robin\`,"
+    echo "both ports as workers with \`model: mock\`, probed on \`/health\` every 100 ms);"
+    echo "**switchyard (cache_aware)** = the same with the default policy."
+    echo
+    echo "| contender | req/s | p50 | p99 | proxy CPU per request | errors + non-2xx |"
+    echo "|---|---|---|---|---|---|"
+    for c in direct nginx switchyard switchyard_ca; do
+        label=$c
+        [ "$c" = switchyard_ca ] && label="switchyard (cache_aware)"
+        echo "| $label | $(fmt_int "$(v "proxy_${c}_rps")") | $(v "proxy_${c}_p50_us") µs | $(v "proxy_${c}_p99_us") µs | $(v "proxy_${c}_cpu_us" | sed 's/^[0-9.]*$/& µs/') | $(v "proxy_${c}_errors") |"
+    done
+    echo
+    echo "Proxy CPU per request = utime + stime of the proxy's processes (nginx: master +"
+    echo "workers; switchyard: the dataplane) over the run / requests completed."
+    echo
+    echo "| ratio | result | goal |"
+    echo "|---|---|---|"
+    echo "| switchyard / nginx throughput | $(ratio "$(v proxy_switchyard_rps)" "$(v proxy_nginx_rps)")× | ≥ 1.0× |"
+    echo "| switchyard / direct throughput | $(ratio "$(v proxy_switchyard_rps)" "$(v proxy_direct_rps)")× | (reported) |"
+    echo "| nginx / direct throughput | $(ratio "$(v proxy_nginx_rps)" "$(v proxy_direct_rps)")× | (reported) |"
+    echo "| switchyard (cache_aware) / nginx throughput | $(ratio "$(v proxy_switchyard_ca_rps)" "$(v proxy_nginx_rps)")× | (reported) |"
+    echo "| switchyard p50 − direct p50 (added latency) | $(diff_us "$(v proxy_switchyard_p50_us)" "$(v proxy_direct_p50_us)") µs | ≤ 50 µs |"
+    echo "| nginx p50 − direct p50 | $(diff_us "$(v proxy_nginx_p50_us)" "$(v proxy_direct_p50_us)") µs | (reported) |"
+    echo "| switchyard p50 / nginx p50 | $(ratio "$(v proxy_switchyard_p50_us)" "$(v proxy_nginx_p50_us)")× | (reported) |"
+    echo "| switchyard / nginx CPU per request | $(ratio "$(v proxy_switchyard_cpu_us)" "$(v proxy_nginx_cpu_us)")× | (reported) |"
+    echo
+    echo "Everything (wrk, the proxy, the upstream) shares the $(nproc) cores, so the p50 under"
+    echo "64 connections is mostly queueing: it measures throughput as much as latency. Without"
+    echo "queueing — wrk \`-t1 -c1 -d${proxy_secs}s\`, one request at a time:"
+    echo
+    echo "| contender | p50 | p99 | p50 added to direct |"
+    echo "|---|---|---|---|"
+    for c in direct nginx switchyard; do
+        echo "| $c | $(v "c1_${c}_p50_us") µs | $(v "c1_${c}_p99_us") µs | $(diff_us "$(v "c1_${c}_p50_us")" "$(v c1_direct_p50_us)") µs |"
+    done
+    echo
+    echo "![proxy throughput](bench-proxy.png)"
+    echo
+    echo "## Large prompts"
+    echo
+    echo "400 KB chat prompts (\`BENCH_PROMPT_BYTES=400000\`), wrk \`-t1 -c4 -d${large_secs}s\`"
+    echo "against the same static upstream; CPU = utime + stime of the proxy's processes"
+    echo "(switchyard: the dataplane with \`cache_aware\`, which hashes the whole prompt; nginx:"
+    echo "master + workers) over the run, divided by the requests completed."
+    echo
+    echo "| proxy | requests | req/s | CPU per request | errors | goal |"
+    echo "|---|---|---|---|---|---|"
+    echo "| switchyard | $(v large_switchyard_ca_requests) | $(v large_switchyard_ca_rps) | $(v large_switchyard_ca_cpu_ms_per_req) ms | $(v large_switchyard_ca_errors) | ≤ 1 ms |"
+    echo "| nginx | $(v large_nginx_requests) | $(v large_nginx_rps) | $(v large_nginx_cpu_ms_per_req) ms | $(v large_nginx_errors) | (reported) |"
+    echo
+    echo "switchyard / nginx CPU per request: $(ratio "$(v large_switchyard_ca_cpu_ms_per_req)" "$(v large_nginx_cpu_ms_per_req)")×."
+    echo
+    echo "## Streams and memory"
+    echo
+    echo "\`switchyard-bench hold\`: $(v hold_streams) streaming chat completions opened through"
+    echo "switchyard ($dp_threads event loops, \`round_robin\`) to 4 mock workers (\`--tpot-ms 30000\`:"
+    echo "first token at once, the next 30 s later), at most 2,000 new streams/s. Once every"
+    echo "stream has its first token, the dataplane's VmRSS (\`/proc/PID/status\`) and CPU"
+    echo "(utime + stime from \`/proc/PID/stat\`) are read over a ${hold_s} s window in which no"
+    echo "token is due. fd limit of the run: $(v streams_fd_limit) (the dataplane needs two fds per"
+    echo "stream; when the hard limit cannot be raised, the run holds as many streams as fit:"
+    echo "$(v streams_target) of the $streams_wanted wanted)."
+    echo
+    echo "| measure | result | goal |"
+    echo "|---|---|---|"
+    echo "| streams established / requested | $(v hold_established) / $(v hold_streams) ($(v hold_failed) failed) | all |"
+    echo "| time to open them all | $(v hold_ramp_s) s | (reported) |"
+    echo "| dataplane RSS before the streams | $(mb "$(v hold_rss_before_kb)") MB | (reported) |"
+    echo "| dataplane RSS holding them | $(mb "$(v hold_rss_kb)") MB (peak $(mb "$(v hold_hwm_kb)") MB) | ≤ 256 MB at 10k |"
+    echo "| RSS per stream | $(awk -v a="$(v hold_rss_kb)" -v b="$(v hold_rss_before_kb)" -v n="$(v hold_established)" 'BEGIN { if (n + 0 > 0) printf "%.1f", (a - b) / n; else print "n/a" }') kB | (reported) |"
+    echo "| RSS extrapolated to 10,000 streams (before + 10,000 × per stream) | $(awk -v a="$(v hold_rss_kb)" -v b="$(v hold_rss_before_kb)" -v n="$(v hold_established)" 'BEGIN { if (n + 0 > 0) printf "%.1f", (b + (a - b) / n * 10000) / 1024; else print "n/a" }') MB | ≤ 256 MB |"
+    echo "| dataplane CPU between tokens | $(awk -v c="$(v hold_cpu_window_s)" -v w="$(v hold_window_s)" 'BEGIN { if (w + 0 > 0) printf "%.2f", 100 * c / w; else print "n/a" }') % of one core ($(v hold_cpu_window_s) s over $(v hold_window_s) s) | near 0 |"
+    echo
+    echo "## Routing quality (issue: Routing policies)"
+    echo
+    echo "\`build/switchyard-bench run\` replays each workload of"
+    echo "[\`tests/bench/workloads/\`](../tests/bench/workloads/) open-loop (Poisson arrivals, fixed"
+    echo "seed, every request streamed) through switchyard ($dp_threads event loops) to $n_mocks mock"
+    echo "workers: \`${mock_flags[*]}\` — small KV caches, so where a prompt"
+    echo "goes decides whether its prefix is cached, and a cached prefix makes prefill cheap."
+    echo "The router is restarted and the mocks reset before each run. Hit rate = the mocks'"
+    echo "\`prefix_hit_tokens / prefix_query_tokens\` (\`/mock/stats\`); ceiling = the share of"
+    echo "prompt tokens one LRU cache of the whole fleet's capacity ($n_mocks × $kv_blocks blocks) would"
+    echo "serve from cache fed the same requests in order (an ideal router pooling the KV"
+    echo "caches); load max/mean = the busiest worker's time-averaged in-flight count"
+    echo "(\`/mock/stats\` sampled every 100 ms) over the mean; tokens/s = output tokens over"
+    echo "the time to the last completion. consistent_hash keys on \`X-Session-Id\`, sent per"
+    echo "group / conversation. cache_aware_fleet = \`cache_aware\` with \`balance_gate: fleet\`."
+    echo
+    for w in $workloads; do
+        spec=$("$build/switchyard-bench" plan --workload "$here/workloads/$w.yaml" "${quick_flag[@]}" |
+            sed -n 's/^spec //p')
+        echo "### $w"
+        echo
+        echo "Workload ([\`$w.yaml\`](../tests/bench/workloads/$w.yaml)$([ "$mode" = quick ] && echo ", its \`quick:\` values")): \`$spec\`; $(v "route_${w}_round_robin_requests") requests; hit-rate ceiling $(v "route_${w}_round_robin_hit_ceiling")."
+        echo
+        echo "| policy | hit rate | of ceiling | TTFT p50 | TTFT p90 | TTFT p99 | e2e p50 | e2e p99 | output tok/s | load max/mean | failed |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|"
+        for pol in $policies; do
+            p="route_${w}_${pol}"
+            echo "| $pol | $(v "${p}_hit_rate") | $(ratio "$(v "${p}_hit_rate")" "$(v "${p}_hit_ceiling")") | $(v "${p}_ttft_p50_ms") ms | $(v "${p}_ttft_p90_ms") ms | $(v "${p}_ttft_p99_ms") ms | $(v "${p}_e2e_p50_ms") ms | $(v "${p}_e2e_p99_ms") ms | $(v "${p}_output_tok_s") | $(v "${p}_load_max_mean") | $(v "${p}_failed") |"
+        done
+        echo
+        echo "Ratios against round_robin (hit rate and tokens/s: higher is better; TTFT and e2e: lower is better):"
+        echo
+        echo "| policy | hit rate | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | output tok/s |"
+        echo "|---|---|---|---|---|---|---|"
+        for pol in $policies; do
+            [ "$pol" = round_robin ] && continue
+            p="route_${w}_${pol}" r="route_${w}_round_robin"
+            echo -n "| $pol"
+            for k in hit_rate ttft_p50_ms ttft_p99_ms e2e_p50_ms e2e_p99_ms output_tok_s; do
+                echo -n " | $(ratio "$(v "${p}_$k")" "$(v "${r}_$k")")×"
+            done
+            echo " |"
+        done
+        echo
+    done
+    echo "Goals (issue: Benchmarks): shared-prefix hit rate ≥ 95% of the ceiling and ≥ 2×"
+    echo "round_robin throughput; on hot_prefix no worker above 2× mean load while the hit"
+    echo "rate stays ≥ 80%. Measured above for cache_aware: shared_prefix"
+    echo "$(ratio "$(v route_shared_prefix_cache_aware_hit_rate)" "$(v route_shared_prefix_cache_aware_hit_ceiling)") of the ceiling,"
+    echo "$(ratio "$(v route_shared_prefix_cache_aware_output_tok_s)" "$(v route_shared_prefix_round_robin_output_tok_s)")× round_robin tokens/s"
+    echo "(open loop: a router that keeps up serves the offered rate, so the throughput ratio"
+    echo "only exceeds 1 once round_robin's workers saturate); hot_prefix load max/mean"
+    echo "$(v route_hot_prefix_cache_aware_load_max_mean) at hit rate $(v route_hot_prefix_cache_aware_hit_rate)."
+    echo
+    echo "![hit rate](bench-routing-hit.png)"
+    echo
+    echo "![TTFT](bench-routing-ttft.png)"
+    echo
+    echo "![TTFT CDF](bench-ttft-cdf.png)"
+    echo
+    echo "Not benchmarked yet: the prefill-heavy agentic P/D workload (waits for P/D)."
     echo
     echo "## Load counters (shm/load.c)"
     echo
     echo "| measure | result | goal |"
     echo "|---|---|---|"
-    echo "| uncontended increment + decrement (one guard's life) | $(value shm_inc_dec_pair) ns | ≤ 50 ns |"
-    echo "| read the loads of 256 workers (one routing decision) | $(value shm_read_256_loads) µs | ≤ 2 µs |"
+    echo "| uncontended increment + decrement (one guard's life) | $(v shm_inc_dec_pair) ns | ≤ 50 ns |"
+    echo "| read the loads of 256 workers (one routing decision) | $(v shm_read_256_loads) µs | ≤ 2 µs |"
     echo
     echo "Single thread, one dataplane lease, 20 M pairs and 200 k reads"
     echo "(\`tests/bench/micro_shm.c\`)."
@@ -72,27 +512,38 @@ value() { awk -v k="$1" '$1 == k {print $2}' "$results"; }
     echo "## cache_aware decision (dataplane/policy/cache_aware.c)"
     echo
     echo "Hashing, index lookups and recording included; 256 workers; index pre-filled"
-    echo "with 1 M blocks ($(value pix_memory) MiB); prompts of 4 bytes per token sharing one"
+    echo "with 1 M blocks ($(v pix_memory) MiB); prompts of 4 bytes per token sharing one"
     echo "of 64 prefixes (\`tests/bench/micro_policy.c\`, $decisions decisions)."
     echo
     echo "| measure | p50 | p99 | goal |"
     echo "|---|---|---|---|"
-    echo "| 8K-token prompt | $(value cache_aware_8k_p50) µs | $(value cache_aware_8k_p99) µs | p99 ≤ 10 µs |"
-    echo "| 32K-token prompt | $(value cache_aware_32k_p50) µs | $(value cache_aware_32k_p99) µs | (reported) |"
+    echo "| 8K-token prompt | $(v cache_aware_8k_p50) µs | $(v cache_aware_8k_p99) µs | p99 ≤ 10 µs |"
+    echo "| 32K-token prompt | $(v cache_aware_32k_p50) µs | $(v cache_aware_32k_p99) µs | (reported) |"
     echo
     echo "| threads sharing the index | decisions/s (8K tokens) |"
     echo "|---|---|"
     for t in 1 2 4; do
-        echo "| $t | $(value cache_aware_8k_threads_$t) |"
+        echo "| $t | $(v "cache_aware_8k_threads_$t") |"
     done
     echo
     echo "## Mock worker"
     echo
     echo "| measure | result | goal |"
     echo "|---|---|---|"
-    echo "| small non-streaming completions, wrk -t2 -c64, zero latencies | $(value mock_rps) req/s | ≥ 20,000 |"
+    echo "| small non-streaming chat completions, wrk -t2 -c64, zero latencies | $(fmt_int "$(v mock_rps)") req/s | ≥ 20,000 |"
     echo
-    echo "Proxy overhead against nginx and direct, streams and memory, large bodies and"
-    echo "the routing-quality harness are not benchmarked yet (issue: Benchmarks)."
+    echo "## Reproducing"
+    echo
+    echo "\`make deps\` then \`make bench-quick\` (≤ 2 min: 4 mock workers, 3 policies, 1,000"
+    echo "streams) or \`make bench\` (≤ 10 min: 8 mock workers, 5 policies, 10,000 streams,"
+    echo "3 interleaved proxy rounds). The load generator alone:"
+    echo
+    echo '```'
+    echo "build/switchyard-bench run --workload tests/bench/workloads/shared_prefix.yaml --quick \\"
+    echo "    --url http://127.0.0.1:8080 --mock http://127.0.0.1:9001 --mock http://127.0.0.1:9002 \\"
+    echo "    --kv-blocks 512 --json summary.json --csv requests.csv"
+    echo "build/switchyard-bench plan --workload tests/bench/workloads/hot_prefix.yaml --kv-blocks 512 --mocks 4"
+    echo "build/switchyard-bench hold --url http://127.0.0.1:8080 --streams 1000 --pid \$(pidof switchyard-dataplane)"
+    echo '```'
 } >"$out"
-echo "wrote $out" >&2
+echo "wrote $out and docs/bench-*.png in $elapsed s" >&2

@@ -1,0 +1,219 @@
+# Helpers sourced by tests/bench/run.sh: free loopback ports, background
+# processes that are always stopped (bench_cleanup runs from the EXIT trap),
+# readiness polls with deadlines, /proc readings, and the generated configs
+# of the static nginx upstream, the nginx proxy and switchyard.
+# Everything listens on 127.0.0.1 only.
+
+bench_pids=()
+bench_tmp=$(mktemp -d /tmp/switchyard-bench.XXXXXX)
+chmod 755 "$bench_tmp"
+
+bench_cleanup() {
+    local pid
+    for pid in "${bench_pids[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in "${bench_pids[@]}"; do
+        # Give each process 3 s to exit, then kill it.
+        for _ in $(seq 60); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.05
+        done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    bench_pids=()
+    rm -rf "$bench_tmp"
+    rm -f /dev/shm/sy-bench-*-$$ 2>/dev/null || true
+}
+
+# Runs a command in the background, remembers its pid in $last_pid.
+bench_spawn() {
+    local log=$1
+    shift
+    "$@" >"$log" 2>&1 &
+    last_pid=$!
+    bench_pids+=("$last_pid")
+}
+
+# run_fg OUT CMD...: runs CMD with stdout to OUT and waits for it. In the
+# background, so an INT or TERM reaches run.sh's trap at once instead of
+# after CMD ends (bash defers traps while a foreground child runs).
+run_fg() {
+    local out=$1 p rc=0 keep=() q
+    shift
+    "$@" >"$out" &
+    p=$!
+    bench_pids+=("$p")
+    wait "$p" || rc=$?
+    for q in "${bench_pids[@]}"; do
+        [ "$q" = "$p" ] || keep+=("$q")
+    done
+    bench_pids=("${keep[@]}")
+    return $rc
+}
+
+# Stops one process started by bench_spawn (TERM, then KILL after 3 s).
+bench_stop() {
+    local pid=$1 keep=() p
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 60); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    for p in "${bench_pids[@]}"; do
+        [ "$p" = "$pid" ] || keep+=("$p")
+    done
+    bench_pids=("${keep[@]}")
+}
+
+# N distinct free loopback ports, space separated.
+free_ports() {
+    python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+}
+
+# wait_http URL DEADLINE_S [curl args...]: polls until the URL answers 2xx.
+wait_http() {
+    local url=$1 deadline=$(($(date +%s) + $2))
+    shift 2
+    while [ "$(date +%s)" -lt "$deadline" ]; do
+        curl -fs -o /dev/null --max-time 1 "$@" "$url" && return 0
+        sleep 0.05
+    done
+    echo "bench: $url not ready after deadline" >&2
+    return 1
+}
+
+# CPU time (utime + stime) of a process in clock ticks.
+proc_cpu_ticks() {
+    awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
+}
+
+proc_rss_kb() {
+    awk '$1 == "VmRSS:" { print $2 }' "/proc/$1/status"
+}
+
+clk_tck=$(getconf CLK_TCK)
+
+# Static upstream: one nginx serving a fixed chat completion on several ports,
+# plus /health and /v1/models so switchyard's control plane can probe it.
+# static_nginx_start WORKER_PROCESSES PORT...  (pid in $last_pid)
+static_nginx_start() {
+    local procs=$1 dir=$bench_tmp/static p
+    shift
+    mkdir -p "$dir"
+    {
+        echo "worker_processes $procs;"
+        echo "daemon off; pid $dir/nginx.pid; error_log $dir/error.log warn;"
+        [ "$(id -u)" -eq 0 ] && echo "user root root;"
+        echo "events { worker_connections 16384; }"
+        echo "http {"
+        echo "  access_log off; keepalive_requests 10000000; keepalive_timeout 300s;"
+        echo "  client_max_body_size 64m; client_body_temp_path $dir/body;"
+        echo "  proxy_temp_path $dir/proxy; fastcgi_temp_path $dir/fcgi;"
+        echo "  uwsgi_temp_path $dir/uwsgi; scgi_temp_path $dir/scgi;"
+        echo "  server {"
+        for p in "$@"; do echo "    listen 127.0.0.1:$p;"; done
+        echo "    default_type application/json;"
+        echo "    location = /health { return 200 ''; }"
+        echo "    location = /v1/models { return 200 '{\"object\":\"list\",\"data\":[{\"id\":\"mock\",\"object\":\"model\",\"owned_by\":\"static\"}]}'; }"
+        echo "    location / { return 200 '{\"id\":\"chatcmpl-static\",\"object\":\"chat.completion\",\"created\":1764400000,\"model\":\"mock\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"cache hit\"},\"logprobs\":null,\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,\"total_tokens\":5,\"completion_tokens\":2}}'; }"
+        echo "  }"
+        echo "}"
+    } >"$dir/nginx.conf"
+    bench_spawn "$dir/stderr.log" nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log"
+}
+
+# Reverse proxy: round robin over the upstream ports with keep-alive.
+# proxy_nginx_start WORKER_PROCESSES LISTEN_PORT UPSTREAM_PORT...
+proxy_nginx_start() {
+    local procs=$1 listen=$2 dir=$bench_tmp/proxy p
+    shift 2
+    mkdir -p "$dir"
+    {
+        echo "worker_processes $procs;"
+        echo "daemon off; pid $dir/nginx.pid; error_log $dir/error.log warn;"
+        [ "$(id -u)" -eq 0 ] && echo "user root root;"
+        echo "events { worker_connections 16384; }"
+        echo "http {"
+        echo "  access_log off; keepalive_requests 10000000; keepalive_timeout 300s;"
+        echo "  client_max_body_size 64m; client_body_temp_path $dir/body;"
+        echo "  proxy_temp_path $dir/proxy; fastcgi_temp_path $dir/fcgi;"
+        echo "  uwsgi_temp_path $dir/uwsgi; scgi_temp_path $dir/scgi;"
+        echo "  upstream workers {"
+        for p in "$@"; do echo "    server 127.0.0.1:$p;"; done
+        echo "    keepalive 128; keepalive_requests 10000000; keepalive_timeout 300s;"
+        echo "  }"
+        echo "  server {"
+        echo "    listen 127.0.0.1:$listen;"
+        echo "    location / {"
+        echo "      proxy_pass http://workers;"
+        echo "      proxy_http_version 1.1;"
+        echo "      proxy_set_header Connection \"\";"
+        echo "      proxy_buffering off;"
+        echo "    }"
+        echo "  }"
+        echo "}"
+    } >"$dir/nginx.conf"
+    bench_spawn "$dir/stderr.log" nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log"
+}
+
+# switchyard_config FILE NAME THREADS POLICY GATE DP_PORT ADMIN_PORT WORKER_PORT...
+# Writes a config whose workers are 127.0.0.1:PORT (model "mock"), probed
+# every 100 ms.
+switchyard_config() {
+    local file=$1 name=$2 threads=$3 policy=$4 gate=$5 dp=$6 admin=$7 p i=0
+    shift 7
+    {
+        echo "shm:"
+        echo "  name: /sy-bench-$name-$$"
+        echo "controlplane:"
+        echo "  admin_listen: 127.0.0.1:$admin"
+        echo "  admin_socket: $bench_tmp/$name-admin.sock"
+        echo "  health: { path: /health, interval: 100ms, timeout: 1s, failure_threshold: 3, success_threshold: 1 }"
+        echo "dataplane:"
+        echo "  listen: 127.0.0.1:$dp"
+        echo "  threads: $threads"
+        echo "  idle_timeout: 600s"
+        echo "policy:"
+        echo "  name: $policy"
+        echo "  balance_gate: $gate"
+        echo "workers:"
+        for p in "$@"; do
+            i=$((i + 1))
+            echo "  - { url: 'http://127.0.0.1:$p', id: w$i, model: mock }"
+        done
+    } >"$file"
+}
+
+# switchyard_start BUILD CONFIG DP_PORT: starts the control plane and the
+# dataplane, waits until a chat completion goes through. Pids in $cp_pid, $dp_pid.
+switchyard_start() {
+    local build=$1 config=$2 dp=$3 name
+    name=$(basename "$config" .yaml)
+    bench_spawn "$bench_tmp/$name-cp.log" "$build/switchyard-controlplane" --config "$config"
+    cp_pid=$last_pid
+    bench_spawn "$bench_tmp/$name-dp.log" "$build/switchyard-dataplane" --config "$config"
+    dp_pid=$last_pid
+    if ! wait_http "http://127.0.0.1:$dp/v1/chat/completions" 20 -X POST \
+        -H 'Content-Type: application/json' \
+        -d '{"model":"mock","messages":[{"role":"user","content":"ready?"}],"max_tokens":1}'; then
+        tail -5 "$bench_tmp/$name-cp.log" "$bench_tmp/$name-dp.log" >&2
+        return 1
+    fi
+}
+
+switchyard_stop() {
+    bench_stop "$dp_pid"
+    bench_stop "$cp_pid"
+}

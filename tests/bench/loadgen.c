@@ -1,0 +1,438 @@
+/*
+ * HTTP engine of the load generator (see loadgen.h): curl multi in socket
+ * mode on one epoll set. Each transfer keeps a fixed 1 KiB tail of its
+ * body, enough to find the usage event and the closing [DONE] of an SSE
+ * stream without buffering the whole stream.
+ */
+#include "tests/bench/loadgen.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#define LG_TAIL   1024
+#define LG_EVENTS 512
+
+static double lg_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* One transfer; owned by the engine from lg_add until it completes. */
+struct lg_xfer {
+    CURL *easy;
+    struct curl_slist *hdrs;
+    double t0, t_first;
+    bool first;
+    char tail[LG_TAIL];
+    size_t tail_len;
+    size_t idx;
+    struct lg_engine *eng;
+    struct lg_xfer *prev, *next; /* the engine's list of live transfers */
+};
+
+struct lg_engine {
+    CURLM *multi;
+    int epfd;
+    long timeout_ms; /* curl's timer; -1 = none */
+    double timer_set_at;
+    size_t running;
+    unsigned long long bytes;
+    void (*on_first)(struct lg_engine *e, struct lg_xfer *x);
+    void (*on_done)(struct lg_engine *e, struct lg_xfer *x, CURLcode rc);
+    void *user;
+    struct lg_xfer *live;
+};
+
+static int lg_socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
+{
+    (void)easy;
+    (void)socketp;
+    struct lg_engine *e = userp;
+    if (what == CURL_POLL_REMOVE) {
+        epoll_ctl(e->epfd, EPOLL_CTL_DEL, s, NULL);
+        return 0;
+    }
+    struct epoll_event ev = {.data.fd = s};
+    if (what & CURL_POLL_IN)
+        ev.events |= EPOLLIN;
+    if (what & CURL_POLL_OUT)
+        ev.events |= EPOLLOUT;
+    if (epoll_ctl(e->epfd, EPOLL_CTL_MOD, s, &ev) != 0 && errno == ENOENT)
+        epoll_ctl(e->epfd, EPOLL_CTL_ADD, s, &ev);
+    return 0;
+}
+
+static int lg_timer_cb(CURLM *multi, long timeout_ms, void *userp)
+{
+    (void)multi;
+    struct lg_engine *e = userp;
+    e->timeout_ms = timeout_ms;
+    e->timer_set_at = lg_now();
+    return 0;
+}
+
+static size_t lg_write_cb(char *data, size_t size, size_t nmemb, void *userp)
+{
+    struct lg_xfer *x = userp;
+    size_t n = size * nmemb;
+    if (!x->first && n > 0) {
+        x->first = true;
+        x->t_first = lg_now();
+        if (x->eng->on_first != NULL)
+            x->eng->on_first(x->eng, x);
+    }
+    x->eng->bytes += n;
+    if (n >= LG_TAIL) {
+        memcpy(x->tail, data + n - LG_TAIL, LG_TAIL);
+        x->tail_len = LG_TAIL;
+    } else {
+        size_t keep = x->tail_len + n > LG_TAIL ? LG_TAIL - n : x->tail_len;
+        memmove(x->tail, x->tail + x->tail_len - keep, keep);
+        memcpy(x->tail + keep, data, n);
+        x->tail_len = keep + n;
+    }
+    return n;
+}
+
+static int lg_engine_init(struct lg_engine *e)
+{
+    memset(e, 0, sizeof(*e));
+    e->timeout_ms = -1;
+    e->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (e->epfd < 0)
+        return -errno;
+    e->multi = curl_multi_init();
+    if (e->multi == NULL) {
+        close(e->epfd);
+        return -ENOMEM;
+    }
+    curl_multi_setopt(e->multi, CURLMOPT_SOCKETFUNCTION, lg_socket_cb);
+    curl_multi_setopt(e->multi, CURLMOPT_SOCKETDATA, e);
+    curl_multi_setopt(e->multi, CURLMOPT_TIMERFUNCTION, lg_timer_cb);
+    curl_multi_setopt(e->multi, CURLMOPT_TIMERDATA, e);
+    curl_multi_setopt(e->multi, CURLMOPT_MAXCONNECTS, 100000L);
+    return 0;
+}
+
+static void lg_xfer_free(struct lg_engine *e, struct lg_xfer *x)
+{
+    if (x->prev != NULL)
+        x->prev->next = x->next;
+    else
+        e->live = x->next;
+    if (x->next != NULL)
+        x->next->prev = x->prev;
+    curl_multi_remove_handle(e->multi, x->easy);
+    curl_easy_cleanup(x->easy);
+    curl_slist_free_all(x->hdrs);
+    free(x);
+}
+
+static void lg_engine_fini(struct lg_engine *e)
+{
+    /* Abort whatever is still running. */
+    while (e->live != NULL)
+        lg_xfer_free(e, e->live);
+    curl_multi_cleanup(e->multi);
+    close(e->epfd);
+}
+
+/* Starts a POST of body to url; body must outlive the transfer. */
+static int lg_add(struct lg_engine *e, const char *url, const char *body, size_t len,
+                  const char *session, size_t idx)
+{
+    struct lg_xfer *x = calloc(1, sizeof(*x));
+    if (x == NULL)
+        return -ENOMEM;
+    x->eng = e;
+    x->idx = idx;
+    x->easy = curl_easy_init();
+    if (x->easy == NULL) {
+        free(x);
+        return -ENOMEM;
+    }
+    char hdr[64];
+    x->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+    x->hdrs = curl_slist_append(x->hdrs, "Expect:");
+    if (session != NULL) {
+        snprintf(hdr, sizeof(hdr), "X-Session-Id: %s", session);
+        x->hdrs = curl_slist_append(x->hdrs, hdr);
+    }
+    curl_easy_setopt(x->easy, CURLOPT_URL, url);
+    curl_easy_setopt(x->easy, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(x->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, x->hdrs);
+    curl_easy_setopt(x->easy, CURLOPT_WRITEFUNCTION, lg_write_cb);
+    curl_easy_setopt(x->easy, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(x->easy, CURLOPT_PRIVATE, x);
+    curl_easy_setopt(x->easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(x->easy, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+    curl_easy_setopt(x->easy, CURLOPT_TCP_NODELAY, 1L);
+    x->t0 = lg_now();
+    if (curl_multi_add_handle(e->multi, x->easy) != CURLM_OK) {
+        curl_easy_cleanup(x->easy);
+        curl_slist_free_all(x->hdrs);
+        free(x);
+        return -EIO;
+    }
+    e->running++;
+    x->next = e->live;
+    if (e->live != NULL)
+        e->live->prev = x;
+    e->live = x;
+    return 0;
+}
+
+static void lg_reap(struct lg_engine *e)
+{
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(e->multi, &left)) != NULL) {
+        if (m->msg != CURLMSG_DONE)
+            continue;
+        struct lg_xfer *x = NULL;
+        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+        CURLcode rc = m->data.result;
+        if (e->on_done != NULL)
+            e->on_done(e, x, rc);
+        e->running--;
+        lg_xfer_free(e, x);
+    }
+}
+
+/* One pass: waits up to max_wait_ms for socket events or curl's timer. */
+static void lg_step(struct lg_engine *e, long max_wait_ms)
+{
+    long wait = max_wait_ms;
+    if (e->timeout_ms >= 0) {
+        long left = e->timeout_ms - (long)((lg_now() - e->timer_set_at) * 1000.0);
+        if (left < 0)
+            left = 0;
+        if (left < wait)
+            wait = left;
+    }
+    struct epoll_event ev[LG_EVENTS];
+    int n = epoll_wait(e->epfd, ev, LG_EVENTS, (int)wait);
+    int still = 0;
+    for (int i = 0; i < n; i++) {
+        int flags = 0;
+        if (ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP))
+            flags |= CURL_CSELECT_IN;
+        if (ev[i].events & EPOLLOUT)
+            flags |= CURL_CSELECT_OUT;
+        if (ev[i].events & EPOLLERR)
+            flags |= CURL_CSELECT_ERR;
+        curl_multi_socket_action(e->multi, ev[i].data.fd, flags, &still);
+    }
+    if (e->timeout_ms >= 0 && (lg_now() - e->timer_set_at) * 1000.0 >= (double)e->timeout_ms) {
+        e->timeout_ms = -1;
+        curl_multi_socket_action(e->multi, CURL_SOCKET_TIMEOUT, 0, &still);
+    }
+    lg_reap(e);
+}
+
+/* ---- replay ---------------------------------------------------------------- */
+
+struct lg_replay_ctx {
+    struct lg_result *res;
+    double t_start;
+};
+
+static unsigned lg_usage_tokens(const char *tail, size_t len)
+{
+    static const char key[] = "\"completion_tokens\":";
+    unsigned v = 0;
+    for (size_t i = len; i-- > 0;) {
+        if (i + sizeof(key) - 1 <= len && memcmp(tail + i, key, sizeof(key) - 1) == 0) {
+            for (size_t j = i + sizeof(key) - 1; j < len && tail[j] >= '0' && tail[j] <= '9'; j++)
+                v = v * 10 + (unsigned)(tail[j] - '0');
+            break;
+        }
+    }
+    return v;
+}
+
+static bool lg_has_done(const char *tail, size_t len)
+{
+    static const char key[] = "data: [DONE]";
+    for (size_t i = len; i-- > 0;)
+        if (i + sizeof(key) - 1 <= len && memcmp(tail + i, key, sizeof(key) - 1) == 0)
+            return true;
+    return false;
+}
+
+static void lg_replay_done(struct lg_engine *e, struct lg_xfer *x, CURLcode rc)
+{
+    struct lg_replay_ctx *c = e->user;
+    struct lg_result *r = &c->res[x->idx];
+    double now = lg_now();
+    r->start_s = x->t0 - c->t_start;
+    r->ttft_s = x->first ? x->t_first - x->t0 : -1;
+    r->e2e_s = now - x->t0;
+    r->curl_rc = (int)rc;
+    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &r->status);
+    r->output_tokens = lg_usage_tokens(x->tail, x->tail_len);
+    r->ok = rc == CURLE_OK && r->status == 200 && lg_has_done(x->tail, x->tail_len);
+}
+
+int lg_replay(const struct wl_plan *plan, const char *base_url, struct lg_result *results,
+              double *wall_s)
+{
+    struct lg_engine e;
+    int rc = lg_engine_init(&e);
+    if (rc != 0)
+        return rc;
+    struct lg_replay_ctx c = {.res = results, .t_start = lg_now()};
+    e.user = &c;
+    e.on_done = lg_replay_done;
+    char chat_url[256], cmpl_url[256];
+    snprintf(chat_url, sizeof(chat_url), "%s/v1/chat/completions", base_url);
+    snprintf(cmpl_url, sizeof(cmpl_url), "%s/v1/completions", base_url);
+    for (size_t i = 0; i < plan->n; i++) {
+        results[i] = (struct lg_result){.ttft_s = -1, .e2e_s = -1};
+    }
+
+    size_t next = 0;
+    while (next < plan->n || e.running > 0) {
+        double now = lg_now() - c.t_start;
+        while (next < plan->n && plan->req[next].at_s <= now) {
+            const struct wl_request *r = &plan->req[next];
+            if (lg_add(&e, r->chat ? chat_url : cmpl_url, r->body, r->body_len, r->session, next) !=
+                0)
+                results[next].curl_rc = -1;
+            next++;
+        }
+        /* Kick curl for the new handles; then wait for the next event or arrival. */
+        int still = 0;
+        curl_multi_socket_action(e.multi, CURL_SOCKET_TIMEOUT, 0, &still);
+        long wait = 100;
+        if (next < plan->n) {
+            double dt = plan->req[next].at_s - (lg_now() - c.t_start);
+            wait = dt <= 0 ? 0 : (long)(dt * 1000.0) + 1;
+            if (wait > 100)
+                wait = 100;
+        }
+        lg_step(&e, wait);
+    }
+    *wall_s = lg_now() - c.t_start;
+    lg_engine_fini(&e);
+    return 0;
+}
+
+/* ---- hold ------------------------------------------------------------------- */
+
+long lg_proc_kb(pid_t pid, const char *field)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    long v = -1;
+    size_t flen = strlen(field);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, field, flen) == 0 && line[flen] == ':') {
+            v = strtol(line + flen + 1, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return v;
+}
+
+double lg_proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* Fields after the command name (which may hold spaces): state is
+     * field 3, utime 14, stime 15. */
+    char *p = strrchr(buf, ')');
+    if (p == NULL)
+        return -1;
+    unsigned long long ut = 0, st = 0;
+    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+struct lg_hold_ctx {
+    size_t established, failed;
+};
+
+static void lg_hold_first(struct lg_engine *e, struct lg_xfer *x)
+{
+    (void)x;
+    struct lg_hold_ctx *c = e->user;
+    c->established++;
+}
+
+static void lg_hold_done(struct lg_engine *e, struct lg_xfer *x, CURLcode rc)
+{
+    (void)x;
+    (void)rc;
+    struct lg_hold_ctx *c = e->user;
+    c->failed++;
+}
+
+int lg_hold(const char *base_url, size_t n, double ramp_per_s, double hold_s, double deadline_s,
+            pid_t pid, struct lg_hold_stats *st)
+{
+    static const char body[] =
+        "{\"model\":\"mock\",\"messages\":[{\"role\":\"user\",\"content\":\"hold this stream "
+        "open\"}],\"max_tokens\":4,\"stream\":true}";
+    struct lg_engine e;
+    int rc = lg_engine_init(&e);
+    if (rc != 0)
+        return rc;
+    struct lg_hold_ctx c = {0};
+    e.user = &c;
+    e.on_first = lg_hold_first;
+    e.on_done = lg_hold_done;
+    memset(st, 0, sizeof(*st));
+    st->rss_before_kb = lg_proc_kb(pid, "VmRSS");
+    char url[256];
+    snprintf(url, sizeof(url), "%s/v1/chat/completions", base_url);
+
+    double t0 = lg_now();
+    while (c.established + c.failed < n && lg_now() - t0 < deadline_s) {
+        size_t due = (size_t)((lg_now() - t0) * ramp_per_s) + 1;
+        while (st->opened < n && st->opened < due) {
+            if (lg_add(&e, url, body, sizeof(body) - 1, NULL, st->opened) != 0)
+                c.failed++;
+            st->opened++;
+        }
+        int still = 0;
+        curl_multi_socket_action(e.multi, CURL_SOCKET_TIMEOUT, 0, &still);
+        lg_step(&e, 10);
+    }
+    st->ramp_s = lg_now() - t0;
+    st->established = c.established;
+
+    double w0 = lg_now(), cpu0 = lg_proc_cpu_s(pid);
+    unsigned long long b0 = e.bytes;
+    while (lg_now() - w0 < hold_s)
+        lg_step(&e, 50);
+    st->window_s = lg_now() - w0;
+    st->cpu_window_s = lg_proc_cpu_s(pid) - cpu0;
+    st->bytes_in_window = e.bytes - b0;
+    st->rss_kb = lg_proc_kb(pid, "VmRSS");
+    st->hwm_kb = lg_proc_kb(pid, "VmHWM");
+    st->failed = c.failed;
+    lg_engine_fini(&e);
+    return 0;
+}

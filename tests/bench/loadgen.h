@@ -1,0 +1,56 @@
+/*
+ * The load generator's HTTP engine: one libcurl multi handle driven by
+ * curl_multi_socket_action and epoll (so ten thousand open streams cost
+ * nothing between events), on the calling thread only.
+ *
+ * lg_replay sends a plan open-loop (each request at its arrival time,
+ * whatever happened to earlier ones) and records per request the time to
+ * first token (first body byte of the SSE stream), end-to-end latency,
+ * status and output tokens (from the stream's usage event).
+ * lg_hold opens n streams, waits until every one has its first token,
+ * then measures a process (the dataplane) while they sit idle.
+ */
+#ifndef SY_TESTS_BENCH_LOADGEN_H
+#define SY_TESTS_BENCH_LOADGEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "tests/bench/workload.h"
+
+struct lg_result {
+    double start_s; /* when it was sent, seconds after the run's start */
+    double ttft_s;  /* first body byte after start; < 0 if none */
+    double e2e_s;   /* completion after start */
+    long status;    /* HTTP status, 0 if none */
+    int curl_rc;
+    unsigned output_tokens; /* from the usage event; 0 if absent */
+    bool ok;                /* 200, no transport error, stream ended with [DONE] */
+};
+
+/* Sends plan to base_url (http://HOST:PORT) open-loop; results[i] is the
+ * outcome of plan->req[i]. Returns 0 or -errno (setup failure). */
+int lg_replay(const struct wl_plan *plan, const char *base_url, struct lg_result *results,
+              double *wall_s);
+
+struct lg_hold_stats {
+    size_t opened, established, failed;
+    long rss_before_kb, rss_kb, hwm_kb;
+    double cpu_window_s, window_s;
+    double ramp_s;
+    unsigned long long bytes_in_window;
+};
+
+/* Opens n streaming chat completions to base_url (at most ramp_per_s new
+ * ones a second), waits (up to deadline_s) until each has its first byte,
+ * then reads pid's VmRSS and CPU, keeps the streams open for hold_s and
+ * reads them again; then aborts every stream. */
+int lg_hold(const char *base_url, size_t n, double ramp_per_s, double hold_s, double deadline_s,
+            pid_t pid, struct lg_hold_stats *st);
+
+/* /proc readings of a process: VmRSS/VmHWM in kB and utime+stime in s. */
+long lg_proc_kb(pid_t pid, const char *field);
+double lg_proc_cpu_s(pid_t pid);
+
+#endif

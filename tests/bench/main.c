@@ -1,0 +1,332 @@
+/*
+ * build/switchyard-bench — load generator of make bench (see
+ * docs/benchmarks.md and tests/bench/run.sh).
+ *
+ *   switchyard-bench run --workload FILE [--quick] --url http://HOST:PORT
+ *                        [--mock http://HOST:PORT]... [--kv-blocks N] [--block-tokens N]
+ *                        [--json FILE] [--csv FILE] [--label NAME]
+ *   switchyard-bench hold --url http://HOST:PORT --streams N --pid PID
+ *                         [--hold-s S] [--ramp N/s] [--deadline-s S]
+ *   switchyard-bench plan --workload FILE [--quick] [--kv-blocks N] [--block-tokens N] [--mocks N]
+ *
+ * Results go to stdout as "name value" lines (the format of the micro
+ * benches), plus a JSON summary and a per-request CSV on request.
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "tests/bench/loadgen.h"
+#include "tests/bench/mockstats.h"
+#include "tests/bench/workload.h"
+
+struct opts {
+    const char *cmd, *workload, *url, *json, *csv, *label;
+    const char *mocks[MS_MAX_MOCKS];
+    size_t n_mocks;
+    bool quick;
+    unsigned kv_blocks, block_tokens, plan_mocks;
+    size_t streams;
+    long pid;
+    double hold_s, ramp, deadline_s;
+};
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: switchyard-bench run --workload FILE [--quick] --url URL [--mock URL]...\n"
+            "                            [--kv-blocks N] [--block-tokens N] [--json FILE]\n"
+            "                            [--csv FILE] [--label NAME]\n"
+            "       switchyard-bench hold --url URL --streams N --pid PID [--hold-s S]\n"
+            "                             [--ramp N] [--deadline-s S]\n"
+            "       switchyard-bench plan --workload FILE [--quick] [--kv-blocks N]\n"
+            "                             [--block-tokens N] [--mocks N]\n");
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+    *o = (struct opts){.kv_blocks = 4096,
+                       .block_tokens = 16,
+                       .plan_mocks = 1,
+                       .hold_s = 5,
+                       .ramp = 2000,
+                       .deadline_s = 60,
+                       .label = ""};
+    if (argc < 2)
+        return -EINVAL;
+    o->cmd = argv[1];
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--quick") == 0) {
+            o->quick = true;
+            continue;
+        }
+        if (v == NULL) {
+            fprintf(stderr, "switchyard-bench: %s needs a value\n", a);
+            return -EINVAL;
+        }
+        i++;
+        if (strcmp(a, "--workload") == 0)
+            o->workload = v;
+        else if (strcmp(a, "--url") == 0)
+            o->url = v;
+        else if (strcmp(a, "--json") == 0)
+            o->json = v;
+        else if (strcmp(a, "--csv") == 0)
+            o->csv = v;
+        else if (strcmp(a, "--label") == 0)
+            o->label = v;
+        else if (strcmp(a, "--mock") == 0 && o->n_mocks < MS_MAX_MOCKS)
+            o->mocks[o->n_mocks++] = v;
+        else if (strcmp(a, "--kv-blocks") == 0)
+            o->kv_blocks = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--block-tokens") == 0)
+            o->block_tokens = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--mocks") == 0)
+            o->plan_mocks = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--streams") == 0)
+            o->streams = strtoul(v, NULL, 10);
+        else if (strcmp(a, "--pid") == 0)
+            o->pid = strtol(v, NULL, 10);
+        else if (strcmp(a, "--hold-s") == 0)
+            o->hold_s = strtod(v, NULL);
+        else if (strcmp(a, "--ramp") == 0)
+            o->ramp = strtod(v, NULL);
+        else if (strcmp(a, "--deadline-s") == 0)
+            o->deadline_s = strtod(v, NULL);
+        else {
+            fprintf(stderr, "switchyard-bench: unknown option %s\n", a);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile of sorted v[0..n). */
+static double pct(const double *v, size_t n, double p)
+{
+    if (n == 0)
+        return NAN;
+    size_t k = (size_t)ceil(p / 100.0 * (double)n);
+    return v[k == 0 ? 0 : k - 1];
+}
+
+static int load_plan(const struct opts *o, struct wl_spec *spec, struct wl_plan *plan)
+{
+    char err[512];
+    int rc = wl_parse_file(o->workload, o->quick, spec, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "switchyard-bench: %s\n", err);
+        return rc;
+    }
+    rc = wl_plan_build(spec, plan);
+    if (rc != 0)
+        fprintf(stderr, "switchyard-bench: %s: cannot build the plan: %s\n", o->workload,
+                strerror(-rc));
+    return rc;
+}
+
+static int cmd_plan(const struct opts *o)
+{
+    struct wl_spec spec;
+    struct wl_plan plan;
+    if (o->workload == NULL || load_plan(o, &spec, &plan) != 0)
+        return 2;
+    size_t bytes = 0;
+    for (size_t i = 0; i < plan.n; i++)
+        bytes += plan.req[i].text_len;
+    char desc[512];
+    wl_spec_format(&spec, desc, sizeof(desc));
+    printf("spec %s\n", desc);
+    printf("workload %s\nkind %s\nrequests %zu\nduration_s %.2f\nmean_prompt_tokens %.1f\n"
+           "hit_ceiling %.4f\n",
+           spec.name, wl_kind_name(spec.kind), plan.n, plan.req[plan.n - 1].at_s,
+           (double)bytes / 4.0 / (double)plan.n,
+           wl_hit_ceiling(&plan, o->block_tokens, (size_t)o->kv_blocks * o->plan_mocks));
+    wl_plan_fini(&plan);
+    return 0;
+}
+
+static void write_csv(const char *path, const struct wl_plan *plan, const struct lg_result *res)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "switchyard-bench: %s: %s\n", path, strerror(errno));
+        return;
+    }
+    fprintf(f, "index,group,turn,start_s,ttft_ms,e2e_ms,status,curl_rc,output_tokens,ok\n");
+    for (size_t i = 0; i < plan->n; i++) {
+        const struct lg_result *r = &res[i];
+        fprintf(f, "%zu,%u,%u,%.6f,%.3f,%.3f,%ld,%d,%u,%d\n", i, plan->req[i].group,
+                plan->req[i].turn, r->start_s, r->ttft_s * 1e3, r->e2e_s * 1e3, r->status,
+                r->curl_rc, r->output_tokens, r->ok ? 1 : 0);
+    }
+    fclose(f);
+}
+
+static int cmd_run(const struct opts *o)
+{
+    if (o->workload == NULL || o->url == NULL) {
+        usage();
+        return 2;
+    }
+    struct wl_spec spec;
+    struct wl_plan plan;
+    if (load_plan(o, &spec, &plan) != 0)
+        return 2;
+    struct lg_result *res = calloc(plan.n, sizeof(*res));
+    double *ttft = calloc(plan.n, sizeof(*ttft)), *e2e = calloc(plan.n, sizeof(*e2e));
+    struct ms_fleet *fleet = calloc(1, sizeof(*fleet));
+    int status = 1;
+    if (res == NULL || ttft == NULL || e2e == NULL || fleet == NULL)
+        goto out;
+    for (size_t i = 0; i < o->n_mocks; i++)
+        snprintf(fleet->mock[i].url, sizeof(fleet->mock[i].url), "%s", o->mocks[i]);
+    fleet->n = o->n_mocks;
+    if (ms_reset(fleet) != 0) {
+        fprintf(stderr, "switchyard-bench: cannot reset the mock workers\n");
+        goto out;
+    }
+    if (fleet->n > 0 && ms_start(fleet, 100) != 0)
+        goto out;
+    double wall = 0;
+    int rc = lg_replay(&plan, o->url, res, &wall);
+    int ms_rc = ms_stop(fleet);
+    if (rc != 0 || ms_rc != 0) {
+        fprintf(stderr, "switchyard-bench: run failed (%s)\n", strerror(rc != 0 ? -rc : EIO));
+        goto out;
+    }
+
+    size_t ok = 0, failed = 0;
+    unsigned long long out_tokens = 0;
+    double last_end = 0;
+    for (size_t i = 0; i < plan.n; i++) {
+        if (!res[i].ok) {
+            failed++;
+            continue;
+        }
+        ttft[ok] = res[i].ttft_s * 1e3;
+        e2e[ok] = res[i].e2e_s * 1e3;
+        ok++;
+        out_tokens += res[i].output_tokens;
+        if (res[i].start_s + res[i].e2e_s > last_end)
+            last_end = res[i].start_s + res[i].e2e_s;
+    }
+    qsort(ttft, ok, sizeof(*ttft), cmp_double);
+    qsort(e2e, ok, sizeof(*e2e), cmp_double);
+    long long hit = 0, query = 0;
+    double load_max = 0, load_sum = 0;
+    for (size_t i = 0; i < fleet->n; i++) {
+        const struct ms_mock *m = &fleet->mock[i];
+        hit += m->hit_tokens;
+        query += m->query_tokens;
+        double mean = m->samples ? m->inflight_sum / m->samples : 0;
+        load_sum += mean;
+        if (mean > load_max)
+            load_max = mean;
+    }
+    double load_mean = fleet->n ? load_sum / (double)fleet->n : 0;
+    double hit_rate = query > 0 ? (double)hit / (double)query : 0;
+    double ceiling = wl_hit_ceiling(&plan, o->block_tokens, (size_t)o->kv_blocks * fleet->n);
+    double tok_s = last_end > 0 ? (double)out_tokens / last_end : 0;
+
+    printf("requests %zu\nok %zu\nfailed %zu\nwall_s %.3f\n", plan.n, ok, failed, wall);
+    printf("ttft_p50_ms %.2f\nttft_p90_ms %.2f\nttft_p99_ms %.2f\n", pct(ttft, ok, 50),
+           pct(ttft, ok, 90), pct(ttft, ok, 99));
+    printf("e2e_p50_ms %.2f\ne2e_p99_ms %.2f\n", pct(e2e, ok, 50), pct(e2e, ok, 99));
+    printf("output_tok_s %.1f\nhit_rate %.4f\nhit_ceiling %.4f\nload_max_mean %.2f\n", tok_s,
+           hit_rate, ceiling, load_mean > 0 ? load_max / load_mean : 0);
+    for (size_t i = 0; i < fleet->n; i++)
+        printf("worker%zu_requests %lld\n", i + 1, fleet->mock[i].requests);
+
+    if (o->json != NULL) {
+        json_t *workers = json_array();
+        for (size_t i = 0; i < fleet->n; i++) {
+            const struct ms_mock *m = &fleet->mock[i];
+            json_array_append_new(workers,
+                                  json_pack("{s:s,s:I,s:I,s:I,s:f}", "url", m->url, "requests",
+                                            (json_int_t)m->requests, "prefix_hit_tokens",
+                                            (json_int_t)m->hit_tokens, "prefix_query_tokens",
+                                            (json_int_t)m->query_tokens, "mean_inflight",
+                                            m->samples ? m->inflight_sum / m->samples : 0.0));
+        }
+        json_t *j = json_pack(
+            "{s:s,s:s,s:s,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:o}", "workload",
+            spec.name, "kind", wl_kind_name(spec.kind), "label", o->label, "requests",
+            (json_int_t)plan.n, "ok", (json_int_t)ok, "failed", (json_int_t)failed, "rate",
+            spec.rate, "wall_s", wall, "ttft_p50_ms", pct(ttft, ok, 50), "ttft_p90_ms",
+            pct(ttft, ok, 90), "ttft_p99_ms", pct(ttft, ok, 99), "e2e_p50_ms", pct(e2e, ok, 50),
+            "e2e_p99_ms", pct(e2e, ok, 99), "output_tok_s", tok_s, "hit_rate", hit_rate,
+            "hit_ceiling", ceiling, "load_max_mean", load_mean > 0 ? load_max / load_mean : 0.0,
+            "workers", workers);
+        if (j == NULL || json_dump_file(j, o->json, JSON_INDENT(2)) != 0)
+            fprintf(stderr, "switchyard-bench: cannot write %s\n", o->json);
+        json_decref(j);
+    }
+    if (o->csv != NULL)
+        write_csv(o->csv, &plan, res);
+    status = 0;
+out:
+    free(fleet);
+    free(res);
+    free(ttft);
+    free(e2e);
+    wl_plan_fini(&plan);
+    return status;
+}
+
+static int cmd_hold(const struct opts *o)
+{
+    if (o->url == NULL || o->streams == 0 || o->pid <= 0) {
+        usage();
+        return 2;
+    }
+    struct lg_hold_stats st;
+    if (lg_hold(o->url, o->streams, o->ramp, o->hold_s, o->deadline_s, (pid_t)o->pid, &st) != 0)
+        return 1;
+    printf("streams %zu\nestablished %zu\nfailed %zu\nramp_s %.2f\n", o->streams, st.established,
+           st.failed, st.ramp_s);
+    printf("rss_before_kb %ld\nrss_kb %ld\nhwm_kb %ld\n", st.rss_before_kb, st.rss_kb, st.hwm_kb);
+    printf("window_s %.2f\ncpu_window_s %.4f\nbytes_in_window %llu\n", st.window_s, st.cpu_window_s,
+           st.bytes_in_window);
+    return st.established == o->streams ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o;
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        usage();
+        return 0;
+    }
+    if (parse_args(argc, argv, &o) != 0) {
+        usage();
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    int rc = 2;
+    if (strcmp(o.cmd, "run") == 0)
+        rc = cmd_run(&o);
+    else if (strcmp(o.cmd, "hold") == 0)
+        rc = cmd_hold(&o);
+    else if (strcmp(o.cmd, "plan") == 0)
+        rc = cmd_plan(&o);
+    else
+        usage();
+    curl_global_cleanup();
+    return rc;
+}

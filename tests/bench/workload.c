@@ -1,0 +1,609 @@
+/*
+ * Workload files and plans of the routing-quality benchmark (see
+ * workload.h). The YAML is flat: scalar keys at the top level and the same
+ * keys again under `quick:` for make bench-quick. Unknown keys and bad
+ * values are errors naming FILE:LINE:COL, as in the daemons' config.
+ *
+ * Text is made of 4-byte tokens (three letters and a space), so the mock
+ * worker's token count (bytes / 4) is exact. A group's system prompt and a
+ * request's question are drawn from generators seeded by (seed, group) and
+ * (seed, group, index): the same file and seed always give the same bytes.
+ */
+#include "tests/bench/workload.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+#include <yaml.h>
+
+#define WL_MAX_FILE (1u << 20)
+#define WL_MAX_REQS 1000000u
+
+/* ---- random numbers (splitmix64) ------------------------------------------ */
+
+static uint64_t wl_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1]. */
+static double wl_unit(uint64_t *s)
+{
+    return ((double)(wl_next(s) >> 11) + 1.0) / 9007199254740992.0;
+}
+
+static uint64_t wl_seed3(uint64_t seed, uint64_t a, uint64_t b)
+{
+    uint64_t s = seed ^ (a * 0x100000001b3ull) ^ (b * 0xc2b2ae3d27d4eb4full);
+    wl_next(&s);
+    return s;
+}
+
+/* ---- parsing -------------------------------------------------------------- */
+
+const char *wl_kind_name(enum wl_kind kind)
+{
+    switch (kind) {
+    case WL_KIND_SHARED_PREFIX:
+        return "shared_prefix";
+    case WL_KIND_MULTI_TURN:
+        return "multi_turn";
+    case WL_KIND_HOT_PREFIX:
+        return "hot_prefix";
+    case WL_KIND_NONE:
+        break;
+    }
+    return "none";
+}
+
+void wl_spec_format(const struct wl_spec *s, char *buf, size_t len)
+{
+    int n = 0;
+    switch (s->kind) {
+    case WL_KIND_SHARED_PREFIX:
+        n = snprintf(buf, len, "groups=%u prompts_per_group=%u ", s->groups, s->prompts_per_group);
+        break;
+    case WL_KIND_MULTI_TURN:
+        n = snprintf(buf, len, "conversations=%u turns=%u ", s->conversations, s->turns);
+        break;
+    case WL_KIND_HOT_PREFIX:
+        n = snprintf(buf, len, "groups=%u requests=%u hot_share=%g ", s->groups, s->requests,
+                     s->hot_share);
+        break;
+    case WL_KIND_NONE:
+        break;
+    }
+    if (n < 0 || (size_t)n >= len)
+        n = 0;
+    snprintf(buf + n, len - (size_t)n,
+             "system_tokens=%u question_tokens=%u output_tokens=%u rate=%g seed=%llu",
+             s->system_tokens, s->question_tokens, s->output_tokens, s->rate,
+             (unsigned long long)s->seed);
+}
+
+static int wl_fail(char *err, size_t errlen, const char *name, const yaml_node_t *node,
+                   const char *key, const char *what, const char *got)
+{
+    snprintf(err, errlen, "%s:%zu:%zu: %s: %s, got '%s'", name, node->start_mark.line + 1,
+             node->start_mark.column + 1, key, what, got);
+    return -EINVAL;
+}
+
+static int wl_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
+{
+    char *end = NULL;
+    if (*s < '0' || *s > '9')
+        return -EINVAL;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < lo || v > hi)
+        return -EINVAL;
+    *out = (unsigned)v;
+    return 0;
+}
+
+static int wl_double(const char *s, double lo, double hi, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v < lo || v > hi)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+struct wl_ukey {
+    const char *key;
+    size_t off;
+    unsigned lo, hi;
+};
+
+#define WL_U(k, lo, hi)                                                                            \
+    {                                                                                              \
+#k, offsetof(struct wl_spec, k), lo, hi                                                    \
+    }
+static const struct wl_ukey wl_ukeys[] = {
+    WL_U(groups, 1, 100000),          WL_U(prompts_per_group, 1, 100000),
+    WL_U(conversations, 1, 100000),   WL_U(turns, 1, 1000),
+    WL_U(requests, 1, WL_MAX_REQS),   WL_U(system_tokens, 0, 1000000),
+    WL_U(question_tokens, 1, 100000), WL_U(output_tokens, 1, 100000),
+};
+
+static int wl_apply(yaml_document_t *doc, yaml_node_t *map, const char *name, bool top,
+                    yaml_node_t **quick, struct wl_spec *spec, char *err, size_t errlen)
+{
+    if (map->type != YAML_MAPPING_NODE)
+        return wl_fail(err, errlen, name, map, top ? "(top)" : "quick", "expected a mapping", "?");
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
+        yaml_node_t *k = yaml_document_get_node(doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(doc, p->value);
+        if (k == NULL || v == NULL || k->type != YAML_SCALAR_NODE)
+            return wl_fail(err, errlen, name, map, "(key)", "expected a scalar key", "?");
+        const char *key = (const char *)k->data.scalar.value;
+        if (top && strcmp(key, "quick") == 0) {
+            *quick = v;
+            continue;
+        }
+        if (v->type != YAML_SCALAR_NODE)
+            return wl_fail(err, errlen, name, v, key, "expected a scalar", "(collection)");
+        const char *val = (const char *)v->data.scalar.value;
+        int rc = -ENOENT;
+        if (strcmp(key, "name") == 0) {
+            if (strlen(val) == 0 || strlen(val) >= sizeof(spec->name) ||
+                strspn(val, "abcdefghijklmnopqrstuvwxyz0123456789_-") != strlen(val))
+                return wl_fail(err, errlen, name, v, key, "expected [a-z0-9_-]{1,63}", val);
+            snprintf(spec->name, sizeof(spec->name), "%s", val);
+            rc = 0;
+        } else if (strcmp(key, "kind") == 0) {
+            rc = 0;
+            if (strcmp(val, "shared_prefix") == 0)
+                spec->kind = WL_KIND_SHARED_PREFIX;
+            else if (strcmp(val, "multi_turn") == 0)
+                spec->kind = WL_KIND_MULTI_TURN;
+            else if (strcmp(val, "hot_prefix") == 0)
+                spec->kind = WL_KIND_HOT_PREFIX;
+            else
+                return wl_fail(err, errlen, name, v, key,
+                               "expected one of shared_prefix|multi_turn|hot_prefix", val);
+        } else if (strcmp(key, "hot_share") == 0) {
+            if (wl_double(val, 0.0, 1.0, &spec->hot_share) != 0)
+                return wl_fail(err, errlen, name, v, key, "expected a number in 0..1", val);
+            rc = 0;
+        } else if (strcmp(key, "rate") == 0) {
+            if (wl_double(val, 0.001, 1e6, &spec->rate) != 0)
+                return wl_fail(err, errlen, name, v, key, "expected requests/s in 0.001..1e6", val);
+            rc = 0;
+        } else if (strcmp(key, "seed") == 0) {
+            unsigned s = 0;
+            if (wl_uint(val, 0, 4000000000u, &s) != 0)
+                return wl_fail(err, errlen, name, v, key, "expected an integer seed", val);
+            spec->seed = s;
+            rc = 0;
+        } else {
+            for (size_t i = 0; i < sizeof(wl_ukeys) / sizeof(wl_ukeys[0]); i++) {
+                const struct wl_ukey *u = &wl_ukeys[i];
+                if (strcmp(key, u->key) != 0)
+                    continue;
+                char what[64];
+                snprintf(what, sizeof(what), "expected an integer in %u..%u", u->lo, u->hi);
+                if (wl_uint(val, u->lo, u->hi, (unsigned *)((char *)spec + u->off)) != 0)
+                    return wl_fail(err, errlen, name, v, key, what, val);
+                rc = 0;
+            }
+        }
+        if (rc != 0)
+            return wl_fail(err, errlen, name, k, key, "unknown key", key);
+    }
+    return 0;
+}
+
+static int wl_check(const struct wl_spec *s, const char *name, char *err, size_t errlen)
+{
+    const char *missing = NULL;
+    if (s->kind == WL_KIND_NONE)
+        missing = "kind";
+    else if (s->name[0] == '\0')
+        missing = "name";
+    else if (s->rate <= 0)
+        missing = "rate";
+    else if (s->output_tokens == 0)
+        missing = "output_tokens";
+    else if (s->question_tokens == 0)
+        missing = "question_tokens";
+    else if (s->kind == WL_KIND_SHARED_PREFIX && (s->groups == 0 || s->prompts_per_group == 0))
+        missing = "groups/prompts_per_group";
+    else if (s->kind == WL_KIND_MULTI_TURN && (s->conversations == 0 || s->turns == 0))
+        missing = "conversations/turns";
+    else if (s->kind == WL_KIND_HOT_PREFIX && (s->groups < 2 || s->requests == 0))
+        missing = "groups (>= 2)/requests";
+    if (missing != NULL) {
+        snprintf(err, errlen, "%s: missing or invalid %s", name, missing);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int wl_parse_string(const char *yaml, size_t len, const char *name, bool quick,
+                    struct wl_spec *spec, char *err, size_t errlen)
+{
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    int rc = 0;
+
+    memset(spec, 0, sizeof(*spec));
+    spec->hot_share = 0.5;
+    if (!yaml_parser_initialize(&parser))
+        return -ENOMEM;
+    yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
+    if (!yaml_parser_load(&parser, &doc)) {
+        snprintf(err, errlen, "%s:%zu:%zu: %s", name, parser.problem_mark.line + 1,
+                 parser.problem_mark.column + 1, parser.problem ? parser.problem : "bad YAML");
+        rc = -EINVAL;
+        goto out_parser;
+    }
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (root == NULL) {
+        snprintf(err, errlen, "%s: empty workload", name);
+        rc = -EINVAL;
+        goto out_doc;
+    }
+    yaml_node_t *quick_node = NULL;
+    rc = wl_apply(&doc, root, name, true, &quick_node, spec, err, errlen);
+    if (rc == 0 && quick && quick_node != NULL)
+        rc = wl_apply(&doc, quick_node, name, false, NULL, spec, err, errlen);
+    if (rc == 0)
+        rc = wl_check(spec, name, err, errlen);
+out_doc:
+    yaml_document_delete(&doc);
+out_parser:
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
+int wl_parse_file(const char *path, bool quick, struct wl_spec *spec, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -errno;
+    }
+    char *buf = malloc(WL_MAX_FILE);
+    if (buf == NULL) {
+        fclose(f);
+        return -ENOMEM;
+    }
+    size_t n = fread(buf, 1, WL_MAX_FILE, f);
+    fclose(f);
+    int rc = -EFBIG;
+    if (n < WL_MAX_FILE)
+        rc = wl_parse_string(buf, n, path, quick, spec, err, errlen);
+    else
+        snprintf(err, errlen, "%s: larger than %u bytes", path, WL_MAX_FILE);
+    free(buf);
+    return rc;
+}
+
+/* ---- text ------------------------------------------------------------------ */
+
+/* A growable buffer capped at creation (curl's rule). */
+struct wl_buf {
+    char *p;
+    size_t len, cap, max;
+    bool failed;
+};
+
+static void wl_put(struct wl_buf *b, const char *s, size_t n)
+{
+    if (b->failed)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = cap <= b->max ? realloc(b->p, cap) : NULL;
+        if (p == NULL) {
+            b->failed = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void wl_puts(struct wl_buf *b, const char *s)
+{
+    wl_put(b, s, strlen(s));
+}
+
+/* tokens 4-byte words ("abc ") drawn from seed s. */
+static void wl_words(struct wl_buf *b, uint64_t s, unsigned tokens)
+{
+    for (unsigned i = 0; i < tokens; i++) {
+        uint64_t r = wl_next(&s);
+        char w[4] = {(char)('a' + r % 26), (char)('a' + (r >> 8) % 26),
+                     (char)('a' + (r >> 16) % 26), ' '};
+        wl_put(b, w, 4);
+    }
+}
+
+/* ---- plans ------------------------------------------------------------------ */
+
+static int wl_completion(const struct wl_spec *sp, struct wl_request *r, unsigned group,
+                         unsigned index)
+{
+    struct wl_buf text = {.max = 64u << 20}, body = {.max = 64u << 20};
+    wl_words(&text, wl_seed3(sp->seed, group, 0xffffffffu), sp->system_tokens);
+    wl_words(&text, wl_seed3(sp->seed, group, index), sp->question_tokens);
+    char tail[160];
+    snprintf(tail, sizeof(tail),
+             "\",\"max_tokens\":%u,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+             sp->output_tokens);
+    wl_puts(&body, "{\"model\":\"mock\",\"prompt\":\"");
+    wl_put(&body, text.p, text.len);
+    wl_puts(&body, tail);
+    if (text.failed || body.failed) {
+        free(text.p);
+        free(body.p);
+        return -ENOMEM;
+    }
+    r->group = group;
+    r->text = text.p;
+    r->text_len = text.len;
+    r->body = body.p;
+    r->body_len = body.len;
+    r->output_tokens = sp->output_tokens;
+    snprintf(r->session, sizeof(r->session), "g%u", group);
+    return 0;
+}
+
+/* Turn t of conversation c: system prompt, then turns 0..t-1 replayed
+ * (user question, assistant reply of output_tokens words), then question t.
+ * The mock hashes role then content of each message, so turn t's text
+ * extends turn t-1's. */
+static int wl_chat_turn(const struct wl_spec *sp, struct wl_request *r, unsigned c, unsigned t)
+{
+    struct wl_buf text = {.max = 64u << 20}, body = {.max = 64u << 20}, part = {.max = 64u << 20};
+    wl_puts(&body, "{\"model\":\"mock\",\"messages\":[");
+    if (sp->system_tokens > 0) {
+        wl_words(&part, wl_seed3(sp->seed, c, 0xffffffffu), sp->system_tokens);
+        wl_puts(&text, "system");
+        wl_put(&text, part.p, part.len);
+        wl_puts(&body, "{\"role\":\"system\",\"content\":\"");
+        wl_put(&body, part.p, part.len);
+        wl_puts(&body, "\"},");
+    }
+    for (unsigned i = 0; i <= t; i++) {
+        part.len = 0;
+        wl_words(&part, wl_seed3(sp->seed, c, 2 * i), sp->question_tokens);
+        wl_puts(&text, "user");
+        wl_put(&text, part.p, part.len);
+        wl_puts(&body, "{\"role\":\"user\",\"content\":\"");
+        wl_put(&body, part.p, part.len);
+        wl_puts(&body, "\"}");
+        if (i == t)
+            break;
+        part.len = 0;
+        wl_words(&part, wl_seed3(sp->seed, c, 2 * i + 1), sp->output_tokens);
+        wl_puts(&text, "assistant");
+        wl_put(&text, part.p, part.len);
+        wl_puts(&body, ",{\"role\":\"assistant\",\"content\":\"");
+        wl_put(&body, part.p, part.len);
+        wl_puts(&body, "\"},");
+    }
+    char tail[160];
+    snprintf(tail, sizeof(tail),
+             "],\"max_tokens\":%u,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+             sp->output_tokens);
+    wl_puts(&body, tail);
+    free(part.p);
+    if (text.failed || body.failed || part.failed) {
+        free(text.p);
+        free(body.p);
+        return -ENOMEM;
+    }
+    r->group = c;
+    r->turn = t;
+    r->chat = true;
+    r->text = text.p;
+    r->text_len = text.len;
+    r->body = body.p;
+    r->body_len = body.len;
+    r->output_tokens = sp->output_tokens;
+    snprintf(r->session, sizeof(r->session), "c%u", c);
+    return 0;
+}
+
+static size_t wl_count(const struct wl_spec *sp)
+{
+    switch (sp->kind) {
+    case WL_KIND_SHARED_PREFIX:
+        return (size_t)sp->groups * sp->prompts_per_group;
+    case WL_KIND_MULTI_TURN:
+        return (size_t)sp->conversations * sp->turns;
+    case WL_KIND_HOT_PREFIX:
+        return sp->requests;
+    case WL_KIND_NONE:
+        break;
+    }
+    return 0;
+}
+
+int wl_plan_build(const struct wl_spec *sp, struct wl_plan *plan)
+{
+    memset(plan, 0, sizeof(*plan));
+    size_t n = wl_count(sp);
+    if (n == 0 || n > WL_MAX_REQS || sp->rate <= 0)
+        return -EINVAL;
+    plan->req = calloc(n, sizeof(*plan->req));
+    if (plan->req == NULL)
+        return -ENOMEM;
+    uint64_t rng = wl_seed3(sp->seed, 0x5eed, 0);
+    int rc = 0;
+
+    if (sp->kind == WL_KIND_SHARED_PREFIX) {
+        /* Every (group, prompt) once, shuffled (Fisher-Yates), as SGLang's
+         * generated-shared-prefix dataset is. */
+        unsigned *order = malloc(n * sizeof(*order));
+        if (order == NULL) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        for (size_t i = 0; i < n; i++)
+            order[i] = (unsigned)i;
+        for (size_t i = n - 1; i > 0; i--) {
+            size_t j = wl_next(&rng) % (i + 1);
+            unsigned tmp = order[i];
+            order[i] = order[j];
+            order[j] = tmp;
+        }
+        for (size_t i = 0; i < n && rc == 0; i++, plan->n++)
+            rc = wl_completion(sp, &plan->req[i], order[i] / sp->prompts_per_group,
+                               order[i] % sp->prompts_per_group);
+        free(order);
+    } else if (sp->kind == WL_KIND_HOT_PREFIX) {
+        for (size_t i = 0; i < n && rc == 0; i++, plan->n++) {
+            unsigned g = 0;
+            if (wl_unit(&rng) > sp->hot_share)
+                g = 1 + (unsigned)(wl_next(&rng) % (sp->groups - 1));
+            rc = wl_completion(sp, &plan->req[i], g, (unsigned)i);
+        }
+    } else {
+        /* Turn-major: every conversation's turn t before any turn t+1, so
+         * a conversation's turns are conversations/rate seconds apart. */
+        size_t i = 0;
+        for (unsigned t = 0; t < sp->turns && rc == 0; t++)
+            for (unsigned c = 0; c < sp->conversations && rc == 0; c++, i++, plan->n++)
+                rc = wl_chat_turn(sp, &plan->req[i], c, t);
+    }
+    if (rc != 0)
+        goto out;
+
+    /* Open loop: exponential inter-arrival times, first arrival at 0. */
+    double at = 0;
+    for (size_t i = 0; i < plan->n; i++) {
+        plan->req[i].at_s = at;
+        at += -log(wl_unit(&rng)) / sp->rate;
+    }
+out:
+    if (rc != 0)
+        wl_plan_fini(plan);
+    return rc;
+}
+
+void wl_plan_fini(struct wl_plan *plan)
+{
+    for (size_t i = 0; i < plan->n; i++) {
+        free(plan->req[i].body);
+        free(plan->req[i].text);
+    }
+    free(plan->req);
+    memset(plan, 0, sizeof(*plan));
+}
+
+/* ---- hit-rate ceiling --------------------------------------------------------- */
+
+/* One LRU cache: open addressing on the block hash, recency as a tick. */
+struct wl_lru {
+    uint64_t *key; /* 0 = empty (a real hash of 0 is remapped to 1) */
+    uint64_t *tick;
+    size_t cap, used, slots;
+};
+
+static size_t wl_lru_find(const struct wl_lru *c, uint64_t h)
+{
+    size_t i = (size_t)(h % c->slots);
+    while (c->key[i] != 0 && c->key[i] != h)
+        i = (i + 1) % c->slots;
+    return i;
+}
+
+/* Removes slot i, re-inserting the probe chain behind it. */
+static void wl_lru_erase(struct wl_lru *c, size_t i)
+{
+    c->key[i] = 0;
+    c->used--;
+    for (size_t j = (i + 1) % c->slots; c->key[j] != 0; j = (j + 1) % c->slots) {
+        uint64_t k = c->key[j], t = c->tick[j];
+        c->key[j] = 0;
+        size_t to = wl_lru_find(c, k);
+        c->key[to] = k;
+        c->tick[to] = t;
+    }
+}
+
+static void wl_lru_touch(struct wl_lru *c, uint64_t h, uint64_t now)
+{
+    size_t i = wl_lru_find(c, h);
+    if (c->key[i] == h) {
+        c->tick[i] = now;
+        return;
+    }
+    if (c->used == c->cap) {
+        size_t old = 0;
+        uint64_t best = UINT64_MAX;
+        for (size_t j = 0; j < c->slots; j++)
+            if (c->key[j] != 0 && c->tick[j] < best) {
+                best = c->tick[j];
+                old = j;
+            }
+        wl_lru_erase(c, old);
+        i = wl_lru_find(c, h);
+    }
+    c->key[i] = h;
+    c->tick[i] = now;
+    c->used++;
+}
+
+double wl_hit_ceiling(const struct wl_plan *plan, unsigned block_tokens, size_t capacity_blocks)
+{
+    if (plan->n == 0 || block_tokens == 0 || capacity_blocks == 0)
+        return 0;
+    struct wl_lru c = {.cap = capacity_blocks, .slots = capacity_blocks * 2 + 1};
+    c.key = calloc(c.slots, sizeof(*c.key));
+    c.tick = calloc(c.slots, sizeof(*c.tick));
+    size_t max_blocks = 0;
+    for (size_t i = 0; i < plan->n; i++) {
+        size_t b = plan->req[i].text_len / (block_tokens * 4u);
+        if (b > max_blocks)
+            max_blocks = b;
+    }
+    uint64_t *h = malloc((max_blocks + 1) * sizeof(*h));
+    double hits = 0, queries = 0;
+    uint64_t now = 0;
+    if (c.key == NULL || c.tick == NULL || h == NULL)
+        goto out;
+    for (size_t i = 0; i < plan->n; i++) {
+        const struct wl_request *r = &plan->req[i];
+        size_t bytes = block_tokens * 4u, nb = r->text_len / bytes;
+        size_t tokens = (r->text_len + 3) / 4, hit = 0;
+        uint64_t prev = 0;
+        for (size_t b = 0; b < nb; b++) {
+            prev = XXH3_64bits_withSeed(r->text + b * bytes, bytes, prev);
+            h[b] = prev != 0 ? prev : 1;
+        }
+        while (hit < nb && c.key[wl_lru_find(&c, h[hit])] == h[hit])
+            hit++;
+        size_t hit_tokens = hit * block_tokens;
+        hits += (double)(hit_tokens < tokens ? hit_tokens : tokens);
+        queries += (double)tokens;
+        for (size_t b = nb; b-- > 0;)
+            wl_lru_touch(&c, h[b], ++now);
+    }
+out:
+    free(h);
+    free(c.key);
+    free(c.tick);
+    return queries > 0 ? hits / queries : 0;
+}

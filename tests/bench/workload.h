@@ -1,0 +1,81 @@
+/*
+ * Workloads of the routing-quality benchmark (build/switchyard-bench):
+ * parsed from a small YAML file under tests/bench/workloads/ and expanded,
+ * with a fixed seed, into a plan — every request's body, session key and
+ * open-loop arrival time (Poisson process). Also computes the workload's
+ * prefix-cache hit-rate ceiling. Single-threaded; a plan owns its bodies.
+ */
+#ifndef SY_TESTS_BENCH_WORKLOAD_H
+#define SY_TESTS_BENCH_WORKLOAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum wl_kind {
+    WL_KIND_NONE = 0,
+    WL_KIND_SHARED_PREFIX, /* groups x prompts_per_group, one system prompt per group */
+    WL_KIND_MULTI_TURN,    /* conversations x turns; each turn extends its history */
+    WL_KIND_HOT_PREFIX,    /* `requests` over groups; group 0 carries hot_share of them */
+};
+
+/* A workload as written in its YAML file (after the quick overrides). */
+struct wl_spec {
+    char name[64];
+    enum wl_kind kind;
+    unsigned groups;            /* shared/hot prefix: distinct system prompts */
+    unsigned prompts_per_group; /* shared prefix */
+    unsigned conversations;     /* multi-turn */
+    unsigned turns;             /* multi-turn */
+    unsigned requests;          /* hot prefix: total requests */
+    double hot_share;           /* hot prefix: share of group 0 (0..1) */
+    unsigned system_tokens;     /* system prompt length (4 bytes per token) */
+    unsigned question_tokens;   /* per request (multi-turn: per user turn) */
+    unsigned output_tokens;     /* max_tokens (multi-turn: also the replayed reply) */
+    double rate;                /* open-loop arrivals per second */
+    uint64_t seed;
+};
+
+/* One planned request. */
+struct wl_request {
+    double at_s;      /* arrival, seconds after the start */
+    unsigned group;   /* group or conversation */
+    unsigned turn;    /* multi-turn: 0-based turn; else 0 */
+    char session[24]; /* X-Session-Id */
+    char *body;       /* JSON body (owned) */
+    size_t body_len;
+    char *text; /* the prompt text as the mock worker hashes it (owned) */
+    size_t text_len;
+    unsigned output_tokens;
+    bool chat; /* /v1/chat/completions, else /v1/completions */
+};
+
+struct wl_plan {
+    struct wl_request *req;
+    size_t n;
+};
+
+/* Parses FILE into spec; with quick, the mapping under `quick:` overrides
+ * the top-level keys. Returns 0 or -errno with a message naming the file,
+ * line and key in err. */
+int wl_parse_file(const char *path, bool quick, struct wl_spec *spec, char *err, size_t errlen);
+/* Same, from a string (name used in messages). */
+int wl_parse_string(const char *yaml, size_t len, const char *name, bool quick,
+                    struct wl_spec *spec, char *err, size_t errlen);
+
+/* Expands spec into plan (sorted by arrival). Returns 0 or -ENOMEM/-EINVAL. */
+int wl_plan_build(const struct wl_spec *spec, struct wl_plan *plan);
+void wl_plan_fini(struct wl_plan *plan);
+
+/* Hit-rate ceiling: the share of prompt tokens served from cache by one LRU
+ * cache holding capacity_blocks blocks of block_tokens tokens (the whole
+ * fleet's KV capacity, as if an ideal router pooled it), fed the plan in
+ * arrival order with the mock worker's block rules. */
+double wl_hit_ceiling(const struct wl_plan *plan, unsigned block_tokens, size_t capacity_blocks);
+
+const char *wl_kind_name(enum wl_kind kind);
+
+/* The spec's effective values as "key=value ..." (the keys its kind uses). */
+void wl_spec_format(const struct wl_spec *spec, char *buf, size_t len);
+
+#endif
