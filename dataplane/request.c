@@ -14,6 +14,7 @@
 #include <sys/random.h>
 
 #include "common/proc.h"
+#include "dataplane/pd.h"
 
 static enum dp_route route_of(const char *url, const char *method, bool *method_ok)
 {
@@ -76,6 +77,7 @@ void dp_request_unref(struct dp_request *req)
     free(req->reply_body);
     free(req->out);
     curl_slist_free_all(req->up_headers);
+    dp_pd_fini(req);
     req->body = NULL;
     req->reply_body = NULL;
     req->out = NULL;
