@@ -166,12 +166,10 @@ bool dp_pd_applies(struct dp_loop *loop, const struct dp_request *req)
 int dp_pd_begin(struct dp_request *req)
 {
     struct dp_pd_state *pd = &req->pd;
-    int rc = dp_pd_prefill_body(req->body, req->body_len, &pd->prefill_body, &pd->prefill_len);
-    if (rc != 0)
-        return rc;
+    /* In the prefill phase first: a failure here still counts an outcome. */
     pd->phase = DP_PD_PREFILL;
     pd->phase_start_ms = proc_monotonic_ms();
-    return 0;
+    return dp_pd_prefill_body(req->body, req->body_len, &pd->prefill_body, &pd->prefill_len);
 }
 
 bool dp_pd_is_eligible(const struct dp_request *req, const struct shm_worker_info *w)

@@ -53,6 +53,7 @@ struct pd_opts {
     const char *dataplane_extra;
     const char *policy_extra;
     bool prefill_mocks_regular; /* prefill slots run a --role regular mock (no params) */
+    bool decode_dead;           /* decode slots: a port nobody listens on, no mock */
 };
 
 static bool pd_registry_complete(void *arg)
@@ -90,8 +91,15 @@ static void pd_fleet_start(struct pd_fleet *p, const struct pd_opts *o)
         char engine[32], id[32];
         snprintf(engine, sizeof(engine), "eng-p%zu", i + 1);
         snprintf(id, sizeof(id), "w%zu", i + 1);
-        pd_start_mock(f, i, prefill ? (o->prefill_mocks_regular ? "regular" : "prefill") : "decode",
-                      prefill ? engine : NULL, prefill ? o->prefill_args : o->decode_args);
+        if (!prefill && o->decode_dead) {
+            assert_int_equal(h_free_port(&f->mock[i].port), 0);
+            assert_int_equal(h_url(f->mock[i].url, sizeof(f->mock[i].url), f->mock[i].port, NULL),
+                             0);
+        } else {
+            pd_start_mock(f, i,
+                          prefill ? (o->prefill_mocks_regular ? "regular" : "prefill") : "decode",
+                          prefill ? engine : NULL, prefill ? o->prefill_args : o->decode_args);
+        }
         assert_int_equal(h_config_add_worker(&f->cfg, f->mock[i].url, id, H_FLEET_MODEL,
                                              prefill ? "prefill" : "decode"),
                          0);
@@ -559,6 +567,31 @@ static void test_prefill_without_params_is_502(void **state)
     h_fleet_stop(&p.f);
 }
 
+/* A decode that never starts (its only worker refuses connections) holds no prefill load. */
+static void test_unreachable_decode_releases_prefill(void **state)
+{
+    (void)state;
+    struct pd_fleet p;
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1,
+                                         .n_decode = 1,
+                                         .decode_dead = true,
+                                         .dataplane_extra = "retry:\n  backoff: 10ms\n"});
+    char url[128];
+    chat_url(&p, url, sizeof(url));
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_error_body(&r, 502, "upstream_error");
+    assert_non_null(strstr(r.body, "decode worker w2"));
+    h_resp_fini(&r);
+    /* One prefill: decode retries do not prefill again. */
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "requests_total"), 1);
+    struct held prefill = {.p = &p, .i = 0, .want = 0};
+    assert_int_equal(h_wait_until(worker_holds, &prefill, ABORT_MS), 0);
+    assert_int_equal(h_fleet_load(&p.f, 1), 0);
+    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"decode_error\"}"), 1);
+    h_fleet_stop(&p.f);
+}
+
 static void test_prefill_client_error_passed_through(void **state)
 {
     (void)state;
@@ -749,6 +782,7 @@ int main(void)
         H_TEST(test_prefill_503_retried_on_other_prefill),
         H_TEST(test_decode_503_retried_with_same_params),
         H_TEST(test_prefill_without_params_is_502),
+        H_TEST(test_unreachable_decode_releases_prefill),
         H_TEST(test_prefill_client_error_passed_through),
         H_TEST(test_soak_random_aborts_and_faults),
     };
