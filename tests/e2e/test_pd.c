@@ -592,6 +592,43 @@ static void test_unreachable_decode_releases_prefill(void **state)
     h_fleet_stop(&p.f);
 }
 
+/* A silent prefill worker: 504 in OpenAI form, its transfer aborted, no load left. */
+static void test_prefill_timeouts(void **state)
+{
+    (void)state;
+    struct pd_fleet p;
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1,
+                                         .n_decode = 1,
+                                         .dataplane_extra =
+                                             "first_byte_timeout: 400ms\nidle_timeout: 400ms\n"});
+    char url[128];
+    chat_url(&p, url, sizeof(url));
+    /* No headers in time. */
+    assert_int_equal(h_mock_faults(p.f.mock[0].url, "{\"stall_before_headers_ms\":3000}"), 0);
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_error_body(&r, 504, "upstream_timeout");
+    assert_non_null(strstr(r.body, "prefill worker w1"));
+    assert_true(r.elapsed_ms < 2000);
+    h_resp_fini(&r);
+    assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
+    /* Headers, then a body that goes silent while the router collects it. */
+    assert_int_equal(h_mock_faults(p.f.mock[0].url, "{\"stall_before_headers_ms\":0,"
+                                                    "\"fail_status\":400,\"fail_count\":1,"
+                                                    "\"fail_body_hold_ms\":3000}"),
+                     0);
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_error_body(&r, 504, "upstream_timeout");
+    assert_non_null(strstr(r.body, "prefill worker w1 was silent"));
+    assert_true(r.elapsed_ms < 2000);
+    h_resp_fini(&r);
+    assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "requests_total"), 0);
+    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"prefill_error\"}"),
+                     2);
+    h_fleet_stop(&p.f);
+}
+
 static void test_prefill_client_error_passed_through(void **state)
 {
     (void)state;
@@ -783,6 +820,7 @@ int main(void)
         H_TEST(test_decode_503_retried_with_same_params),
         H_TEST(test_prefill_without_params_is_502),
         H_TEST(test_unreachable_decode_releases_prefill),
+        H_TEST(test_prefill_timeouts),
         H_TEST(test_prefill_client_error_passed_through),
         H_TEST(test_soak_random_aborts_and_faults),
     };
