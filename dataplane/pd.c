@@ -54,13 +54,13 @@ int dp_pd_prefill_body(const char *body, size_t len, char **out, size_t *out_len
     json_t *kv =
         json_pack("{s:b, s:b, s:n, s:n, s:n, s:n}", "do_remote_decode", 1, "do_remote_prefill", 0,
                   "remote_engine_id", "remote_block_ids", "remote_host", "remote_port");
-    if (kv == NULL)
+    /* set_new takes kv even when it fails: nothing to free on the error path. */
+    if (kv == NULL || json_object_set_new(root, "kv_transfer_params", kv) != 0)
         goto out_decref;
     if (json_object_set_new(root, "max_tokens", json_integer(1)) != 0 ||
         (json_object_get(root, "max_completion_tokens") != NULL &&
          json_object_set_new(root, "max_completion_tokens", json_integer(1)) != 0) ||
-        json_object_set_new(root, "stream", json_false()) != 0 ||
-        json_object_set_new(root, "kv_transfer_params", kv) != 0)
+        json_object_set_new(root, "stream", json_false()) != 0)
         goto out_decref;
     json_object_del(root, "stream_options");
     rc = pd_dump(root, out, out_len);
