@@ -223,7 +223,10 @@ static void fwd_try(struct dp_request *req)
     const char *decision = NULL;
     int pick = pol_pick(dp_pd_policy(loop, req), &pr, cands, n, &decision);
     req->decision = decision;
-    dp_metrics_decision(&loop->sh->metrics, decision);
+    if (req->pd.phase != DP_PD_NONE)
+        dp_metrics_pd_decision(&loop->sh->metrics, req->pd.phase, decision);
+    else
+        dp_metrics_decision(&loop->sh->metrics, decision);
     if (pick < 0) {
         fwd_reply(req, 503, "no_worker_selected", "the routing policy selected no worker");
         goto out_free;

@@ -91,6 +91,11 @@ int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers)
     hist_init(&m->ttfb);
     for (int o = 0; o < DP_PD_OUT_COUNT; o++)
         atomic_init(&m->pd_outcomes[o], 0);
+    for (int p = 0; p <= DP_PD_DECODE; p++) {
+        m->pd_policy[p] = NULL;
+        for (int d = 0; d < DP_DECISION_LABELS; d++)
+            atomic_init(&m->pd_decisions[p][d], 0);
+    }
     for (int p = 0; p <= DP_PD_DECODE; p++)
         hist_init(&m->pd_phase[p]);
     return 0;
@@ -137,15 +142,25 @@ static const char *const dp_decision_labels[DP_DECISION_LABELS] = {
     "no_match", "fleet_imbalanced",
 };
 
+static int decision_index(const char *decision)
+{
+    for (int d = 1; d < DP_DECISION_LABELS && decision != NULL; d++)
+        if (strcmp(dp_decision_labels[d], decision) == 0)
+            return d;
+    return 0;
+}
+
 void dp_metrics_decision(struct dp_metrics *m, const char *decision)
 {
-    int idx = 0;
-    for (int d = 1; d < DP_DECISION_LABELS && decision != NULL; d++)
-        if (strcmp(dp_decision_labels[d], decision) == 0) {
-            idx = d;
-            break;
-        }
-    atomic_fetch_add_explicit(&m->decisions[idx], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->decisions[decision_index(decision)], 1, memory_order_relaxed);
+}
+
+void dp_metrics_pd_decision(struct dp_metrics *m, enum dp_pd_phase phase, const char *decision)
+{
+    if (phase != DP_PD_PREFILL && phase != DP_PD_DECODE)
+        return;
+    atomic_fetch_add_explicit(&m->pd_decisions[phase][decision_index(decision)], 1,
+                              memory_order_relaxed);
 }
 
 static const char *const dp_pd_outcome_names[DP_PD_OUT_COUNT] = {
@@ -278,6 +293,19 @@ static void render_pd(struct dp_text *t, const struct dp_metrics *m,
         text_add(
             t, "switchyard_pd_requests_total{outcome=\"%s\"} %llu\n", dp_pd_outcome_names[o],
             (unsigned long long)atomic_load_explicit(&m->pd_outcomes[o], memory_order_relaxed));
+    text_add(t, "# HELP switchyard_pd_routing_decisions_total Routing decisions of prefill/decode "
+                "legs by phase, policy and reason.\n"
+                "# TYPE switchyard_pd_routing_decisions_total counter\n");
+    for (int p = DP_PD_PREFILL; p <= DP_PD_DECODE; p++)
+        for (int d = 0; d < DP_DECISION_LABELS; d++) {
+            uint64_t v = atomic_load_explicit(&m->pd_decisions[p][d], memory_order_relaxed);
+            if (v != 0)
+                text_add(t,
+                         "switchyard_pd_routing_decisions_total{phase=\"%s\",policy=\"%s\","
+                         "decision=\"%s\"} %llu\n",
+                         phases[p], m->pd_policy[p] != NULL ? m->pd_policy[p] : "",
+                         dp_decision_labels[d], (unsigned long long)v);
+        }
     text_add(t, "# HELP switchyard_pd_phase_duration_seconds Duration of completed prefill and "
                 "decode phases.\n# TYPE switchyard_pd_phase_duration_seconds histogram\n");
     for (int p = DP_PD_PREFILL; p <= DP_PD_DECODE; p++) {

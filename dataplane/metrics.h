@@ -44,6 +44,8 @@ struct dp_metrics {
     const char *policy; /* policy.name, for the decisions' label */
     _Atomic uint64_t decisions[DP_DECISION_LABELS];
     _Atomic uint64_t pd_outcomes[DP_PD_OUT_COUNT];
+    const char *pd_policy[DP_PD_DECODE + 1]; /* policy.prefill/decode names, by phase */
+    _Atomic uint64_t pd_decisions[DP_PD_DECODE + 1][DP_DECISION_LABELS];
     struct dp_histogram pd_phase[DP_PD_DECODE + 1]; /* by enum dp_pd_phase */
 };
 
@@ -57,6 +59,8 @@ void dp_metrics_retry(struct dp_metrics *m);
 void dp_metrics_disconnect(struct dp_metrics *m, enum dp_phase phase);
 /* Counts one routing decision by its label (a policy's static string). */
 void dp_metrics_decision(struct dp_metrics *m, const char *decision);
+/* Counts one routing decision of a P/D leg (phase PREFILL or DECODE). */
+void dp_metrics_pd_decision(struct dp_metrics *m, enum dp_pd_phase phase, const char *decision);
 /* Counts a P/D request's outcome (pd.h). */
 void dp_metrics_pd_outcome(struct dp_metrics *m, enum dp_pd_outcome outcome);
 /* Observes the duration of a completed P/D phase (prefill or decode). */

@@ -133,6 +133,10 @@ out_answer:
 
 int dp_pd_loop_init(struct dp_loop *loop)
 {
+    /* Main thread, before the loops run: every loop writes the same names. */
+    struct dp_metrics *m = &loop->sh->metrics;
+    m->pd_policy[DP_PD_PREFILL] = cfg_policy_name_str(loop->sh->cfg->policy.prefill.name);
+    m->pd_policy[DP_PD_DECODE] = cfg_policy_name_str(loop->sh->cfg->policy.decode.name);
     struct cfg_policy pc = loop->sh->cfg->policy;
     pc.name = loop->sh->cfg->policy.prefill.name;
     int rc = pol_create(&pc, &loop->pol_prefill);

@@ -305,6 +305,16 @@ static void test_full_flow_plain(void **state)
     assert_string_equal(last_header(&p, 1, "x-request-id", v, sizeof(v)), "pd-plain-1");
     assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
     assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"ok\"}"), 1);
+    /* Each leg decided by its own policy, counted apart from regular decisions. */
+    assert_int_equal(metric_value(&p, "switchyard_pd_routing_decisions_total{phase=\"prefill\","
+                                      "policy=\"cache_aware\",decision=\"no_match\"}"),
+                     1);
+    assert_int_equal(metric_value(&p, "switchyard_pd_routing_decisions_total{phase=\"decode\","
+                                      "policy=\"least_load\",decision=\"least_load\"}"),
+                     1);
+    assert_int_equal(metric_value(&p, "switchyard_routing_decisions_total{policy=\"cache_aware\","
+                                      "decision=\"no_match\"}"),
+                     -1);
     assert_int_equal(
         metric_value(&p, "switchyard_pd_phase_duration_seconds_count{phase=\"decode\"}"), 1);
     h_fleet_stop(&p.f);
