@@ -676,32 +676,41 @@ static void assert_loads_match_mocks(struct pd_fleet *p)
     }
 }
 
-struct decode_held {
+/* Workers [from, to) of the fleet hold `want` requests in total (mock in-flight). */
+struct pool_held {
     struct pd_fleet *p;
+    size_t from, to;
     long long want;
 };
 
-static bool decodes_hold(void *arg)
+static bool pool_holds(void *arg)
 {
-    struct decode_held *d = arg;
+    struct pool_held *h = arg;
     long long sum = 0;
-    for (size_t i = d->p->n_prefill; i < d->p->f.n; i++)
-        sum += h_fleet_mock_stat(&d->p->f, i, "inflight");
-    return sum == d->want;
+    for (size_t i = h->from; i < h->to; i++)
+        sum += h_fleet_mock_stat(&h->p->f, i, "inflight");
+    return sum == h->want;
 }
 
-/* A held point: requests parked on the decode workers, compared, then released by aborts. */
-static void soak_hold_point(struct pd_fleet *p, const char *url)
+/*
+ * A held point: 4 requests parked before response headers on the prefill
+ * workers (odd points) or the decode workers (even points); every worker's
+ * router load must equal its mock's in-flight count; then the clients
+ * leave and everything must drop to 0.
+ */
+static void soak_hold_point(struct pd_fleet *p, const char *url, int point)
 {
-    for (size_t i = p->n_prefill; i < p->f.n; i++)
+    struct pool_held h = {.p = p, .want = 4};
+    h.from = point % 2 ? 0 : p->n_prefill;
+    h.to = point % 2 ? p->n_prefill : p->f.n;
+    for (size_t i = h.from; i < h.to; i++)
         assert_int_equal(h_mock_faults(p->f.mock[i].url, "{\"stall_before_headers_ms\":20000}"), 0);
     struct h_async *held[4];
     for (size_t k = 0; k < 4; k++)
         assert_int_equal(h_async_start(url, CHAT_STREAM, &(struct h_async_opts){0}, &held[k]), 0);
-    struct decode_held d = {.p = p, .want = 4};
-    assert_int_equal(h_wait_until(decodes_hold, &d, H_READY_TIMEOUT_MS), 0);
+    assert_int_equal(h_wait_until(pool_holds, &h, H_READY_TIMEOUT_MS), 0);
     assert_loads_match_mocks(p);
-    for (size_t i = p->n_prefill; i < p->f.n; i++)
+    for (size_t i = h.from; i < h.to; i++)
         assert_int_equal(h_mock_faults(p->f.mock[i].url, "{\"stall_before_headers_ms\":0}"), 0);
     for (size_t k = 0; k < 4; k++)
         h_async_destroy(held[k]);
@@ -748,6 +757,7 @@ static void test_soak_random_aborts_and_faults(void **state)
     struct h_async *win[SOAK_WINDOW] = {0};
     int started = 0;
     long long complete_ok = 0; /* clients that got a whole 200 response */
+    int holds = 0;
     int next_hold = SOAK_REQUESTS / (SOAK_HOLDS + 1);
     while (started < SOAK_REQUESTS) {
         for (size_t k = 0; k < SOAK_WINDOW && started < SOAK_REQUESTS; k++) {
@@ -780,7 +790,7 @@ static void test_soak_random_aborts_and_faults(void **state)
             for (size_t i = 0; i < p.f.n; i++)
                 assert_int_equal(h_mock_reset(p.f.mock[i].url), 0);
             assert_int_equal(h_wait_until(all_idle, &p, H_READY_TIMEOUT_MS), 0);
-            soak_hold_point(&p, url);
+            soak_hold_point(&p, url, holds++);
             next_hold += SOAK_REQUESTS / (SOAK_HOLDS + 1);
         }
         /* Let the window move: wait for the oldest slot rather than spinning. */
@@ -794,6 +804,7 @@ static void test_soak_random_aborts_and_faults(void **state)
         }
     assert_int_equal(h_wait_until(all_idle, &p, H_READY_TIMEOUT_MS), 0);
     assert_loads_match_mocks(&p);
+    assert_int_equal(holds, SOAK_HOLDS);
     long long total = 0;
     const char *outcomes[] = {"ok",           "prefill_error",   "bad_kv_params",
                               "decode_error", "aborted_prefill", "aborted_decode"};
