@@ -382,6 +382,7 @@ static void test_abort_while_prefill_pending(void **state)
     assert_int_equal(h_fleet_load(&p.f, 1), 0);
     assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"aborted_prefill\"}"),
                      1);
+    assert_int_equal(metric_value(&p, "switchyard_load_underflows_total"), 0);
     h_async_destroy(a);
     h_fleet_stop(&p.f);
 }
@@ -410,6 +411,7 @@ static void test_abort_while_decode_pending(void **state)
     assert_int_equal(h_fleet_mock_stat(&p.f, 1, "client_aborts"), 1);
     assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"aborted_decode\"}"),
                      1);
+    assert_int_equal(metric_value(&p, "switchyard_load_underflows_total"), 0);
     h_async_destroy(a);
     h_fleet_stop(&p.f);
 }
@@ -746,11 +748,15 @@ static void test_soak_random_aborts_and_faults(void **state)
     (void)state;
     struct pd_fleet p;
     const char *args[] = {"--prefill-base-us", "2000", "--tpot-ms", "1", NULL};
-    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 2,
-                                         .n_decode = 2,
-                                         .prefill_args = args,
-                                         .decode_args = args,
-                                         .dataplane_extra = "retry:\n  backoff: 5ms\n"});
+    pd_fleet_start(
+        &p, &(struct pd_opts){.n_prefill = 2,
+                              .n_decode = 2,
+                              .prefill_args = args,
+                              .decode_args = args,
+                              /* The mock's reset_after_chunks fault now and then
+                               * releases its request but leaves the connection open
+                               * and silent; the router's idle timeout cuts it. */
+                              .dataplane_extra = "idle_timeout: 2s\nretry:\n  backoff: 5ms\n"});
     char url[128];
     chat_url(&p, url, sizeof(url));
     srand(20261129);
@@ -825,6 +831,8 @@ static void test_soak_random_aborts_and_faults(void **state)
     assert_true(complete_ok >= SOAK_REQUESTS / 4);
     assert_int_equal(metric_value(&p, "switchyard_pd_load{phase=\"prefill\"}"), 0);
     assert_int_equal(metric_value(&p, "switchyard_pd_load{phase=\"decode\"}"), 0);
+    /* Exactly each phase's load was released: never one release too many. */
+    assert_int_equal(metric_value(&p, "switchyard_load_underflows_total"), 0);
     h_fleet_stop(&p.f);
 }
 
