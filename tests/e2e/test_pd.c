@@ -33,7 +33,9 @@
 
 static const char *const CHAT_PLAIN =
     "{\"model\":\"" H_FLEET_MODEL "\",\"max_tokens\":8,\"temperature\":0.5,"
-    "\"messages\":[{\"role\":\"user\",\"content\":\"tell me about disaggregated prefill\"}]}";
+    "\"messages\":[{\"role\":\"user\",\"content\":\"tell me about disaggregated prefill: "
+    "how the prompt is computed on one worker, its KV cache blocks are handed over, and "
+    "another worker generates the answer from them\"}]}"; /* 2 full mock KV blocks + a tail */
 static const char *const CHAT_STREAM =
     "{\"model\":\"" H_FLEET_MODEL "\",\"stream\":true,\"stream_options\":{\"include_usage\":true},"
     "\"max_completion_tokens\":6,"
@@ -235,6 +237,44 @@ static void assert_decode_params(struct pd_fleet *p, json_t *b, size_t pi)
     assert_int_equal(json_int(kv, "tp_size"), 1); /* fields we do not know pass through */
 }
 
+/*
+ * The decode worker (di) got exactly the block ids prefill worker pi issued
+ * for the request. The ids of full blocks are prefill-cache slots: sending
+ * the same prefill body to pi again returns the same ones (now cached);
+ * the tail block's id is a per-worker counter: kv_blocks + 0 for pi's first
+ * prefill, + 1 for this second one.
+ */
+static void assert_block_ids_issued_by_prefill(struct pd_fleet *p, size_t pi, size_t di)
+{
+    json_t *db = last_request(p, di);
+    json_t *got = json_object_get(json_object_get(db, "kv_transfer_params"), "remote_block_ids");
+    json_t *pb = last_request(p, pi);
+    char *prefill_body = json_dumps(pb, JSON_COMPACT);
+    assert_non_null(prefill_body);
+    char url[128];
+    assert_int_equal(h_url(url, sizeof(url), p->f.mock[pi].port, "/v1/chat/completions"), 0);
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, prefill_body, &r), 0);
+    assert_int_equal(r.status, 200);
+    json_t *again = h_resp_json(&r);
+    assert_non_null(again);
+    json_t *want =
+        json_object_get(json_object_get(again, "kv_transfer_params"), "remote_block_ids");
+    size_t n = json_array_size(want);
+    assert_true(n >= 3); /* full blocks and the tail */
+    assert_int_equal(json_array_size(got), n);
+    for (size_t i = 0; i + 1 < n; i++)
+        assert_int_equal(json_integer_value(json_array_get(got, i)),
+                         json_integer_value(json_array_get(want, i)));
+    assert_int_equal(json_integer_value(json_array_get(got, n - 1)), 4096);
+    assert_int_equal(json_integer_value(json_array_get(want, n - 1)), 4097);
+    json_decref(again);
+    h_resp_fini(&r);
+    free(prefill_body);
+    json_decref(pb);
+    json_decref(db);
+}
+
 static long long metric_value(struct pd_fleet *p, const char *series)
 {
     char url[128];
@@ -303,6 +343,8 @@ static void test_full_flow_plain(void **state)
     char v[64];
     assert_string_equal(last_header(&p, 0, "x-request-id", v, sizeof(v)), "pd-plain-1");
     assert_string_equal(last_header(&p, 1, "x-request-id", v, sizeof(v)), "pd-plain-1");
+    /* Last: it sends the prefill mock a request of its own. */
+    assert_block_ids_issued_by_prefill(&p, 0, 1);
     assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
     assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"ok\"}"), 1);
     /* Each leg decided by its own policy, counted apart from regular decisions. */
