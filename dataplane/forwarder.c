@@ -25,6 +25,7 @@
 #include "common/proc.h"
 #include "dataplane/errors.h"
 #include "dataplane/listener.h"
+#include "dataplane/pd.h"
 #include "dataplane/request.h"
 #include "dataplane/upstream.h"
 
@@ -32,13 +33,22 @@
 
 /* ---- replies of our own ---------------------------------------------------- */
 
+/* Answers req with status and body (owned; NULL = out of memory). */
+static void fwd_reply_body(struct dp_request *req, int status, char *body)
+{
+    if (req->reply_status != 0 || req->relay_ready || req->client_gone || req->conn == NULL) {
+        free(body);
+        return;
+    }
+    dp_pd_finish(req, dp_pd_error_outcome(req)); /* P/D hook: an error ends the request */
+    req->reply_status = status;
+    req->reply_body = body;
+    dp_listener_wake(req);
+}
+
 static void fwd_reply(struct dp_request *req, int status, const char *code, const char *msg)
 {
-    if (req->reply_status != 0 || req->relay_ready || req->client_gone || req->conn == NULL)
-        return;
-    req->reply_status = status;
-    req->reply_body = dp_error_body(status, code, msg);
-    dp_listener_wake(req);
+    fwd_reply_body(req, status, dp_error_body(status, code, msg));
 }
 
 /* ---- attempts -------------------------------------------------------------- */
@@ -187,7 +197,7 @@ pick_again:;
     for (int pass = 0; pass < 2 && n == 0; pass++)
         for (size_t i = 0; i < v->n; i++) {
             const struct shm_worker_info *w = &v->w[i];
-            if (!dp_workers_is_eligible(w) || strcmp(w->model, req->model) != 0)
+            if (!dp_pd_is_eligible(req, w) || strcmp(w->model, req->model) != 0)
                 continue;
             if (pass == 0 && fwd_was_tried(req, w->slot))
                 continue;
@@ -202,7 +212,8 @@ pick_again:;
         if (req->attempts == 0) {
             req->retry_after_s = 1;
             char msg[CFG_MODEL_MAX + 64];
-            snprintf(msg, sizeof(msg), "no healthy worker serves model '%s'", req->model);
+            snprintf(msg, sizeof(msg), "no healthy %sworker serves model '%s'",
+                     dp_pd_leg_label(req->pd.phase), req->model);
             fwd_reply(req, 503, "no_healthy_worker", msg);
         } else {
             char msg[DP_CAUSE_MAX + 64];
@@ -225,9 +236,12 @@ pick_again:;
         .header_ctx = req,
     };
     const char *decision = NULL;
-    int pick = pol_pick(&loop->policy, &pr, cands, n, &decision);
+    int pick = pol_pick(dp_pd_policy(loop, req), &pr, cands, n, &decision);
     req->decision = decision;
-    dp_metrics_decision(&loop->sh->metrics, decision);
+    if (req->pd.phase != DP_PD_NONE)
+        dp_metrics_pd_decision(&loop->sh->metrics, req->pd.phase, decision);
+    else
+        dp_metrics_decision(&loop->sh->metrics, decision);
     if (pick < 0) {
         fwd_reply(req, 503, "no_worker_selected", "the routing policy selected no worker");
         goto out_free;
@@ -245,6 +259,8 @@ pick_again:;
     snprintf(a->worker_id, sizeof(a->worker_id), "%s", w->id);
     snprintf(req->worker_id, sizeof(req->worker_id), "%s", w->id);
     a->state = DP_ATT_WAITING;
+    a->leg = req->pd.phase;
+    dp_pd_leg_body(req, &a->body, &a->body_len);
     a->started_ms = proc_monotonic_ms();
     a->deadline_ms = a->started_ms + loop->sh->cfg->dataplane.first_byte_timeout_ms;
     int rc = dp_guard_acquire(&loop->sh->guards, &a->guard, w->slot, w->generation);
@@ -257,7 +273,8 @@ pick_again:;
     }
     if (rc != 0) {
         free(a);
-        snprintf(req->last_cause, sizeof(req->last_cause), "worker %s: %s", w->id, strerror(-rc));
+        snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: %s",
+                 dp_pd_leg_label(req->pd.phase), w->id, strerror(-rc));
         fwd_reply(req, 503, "no_healthy_worker", req->last_cause);
         goto out_free;
     }
@@ -271,8 +288,8 @@ pick_again:;
     req->active = a;
     rc = dp_up_start(a, url);
     if (rc != 0) {
-        snprintf(req->last_cause, sizeof(req->last_cause), "worker %s: cannot start transfer: %s",
-                 a->worker_id, strerror(-rc));
+        snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: cannot start transfer: %s",
+                 dp_pd_leg_label(a->leg), a->worker_id, strerror(-rc));
         attempt_end(a);
         fwd_reply(req, 500, "internal_error", req->last_cause);
     }
@@ -324,6 +341,11 @@ void dp_fwd_begin(struct dp_request *req)
         return;
     }
     if (dp_request_prepare_upstream(req) != 0) {
+        fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
+        return;
+    }
+    /* P/D hook: a model served by prefill and decode workers runs in two legs. */
+    if (dp_pd_applies(loop, req) && dp_pd_begin(req) != 0) {
         fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
         return;
     }
@@ -400,11 +422,17 @@ size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
         a->state = DP_ATT_DRAINING;
         req->active = NULL;
         req->last_status = (int)status;
-        snprintf(req->last_cause, sizeof(req->last_cause), "worker %s answered HTTP %ld",
-                 a->worker_id, status);
+        snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s answered HTTP %ld",
+                 dp_pd_leg_label(a->leg), a->worker_id, status);
         dp_metrics_upstream_error(&loop->sh->metrics, a->slot, DP_UPERR_STATUS);
         log_info("request %s: %s (attempt %u)", req->request_id, req->last_cause, req->attempts);
         fwd_failed(req, 502, "upstream_error");
+        return len;
+    }
+    if (a->leg == DP_PD_PREFILL) {
+        /* P/D hook: the router reads the prefill answer; the client never sees it. */
+        dp_pd_collect_reset(req);
+        a->state = DP_ATT_COLLECTING;
         return len;
     }
     req->out = malloc(DP_OUT_INIT);
@@ -457,6 +485,10 @@ size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
 {
     struct dp_request *req = a->req;
     a->deadline_ms = proc_monotonic_ms() + a->loop->sh->cfg->dataplane.idle_timeout_ms;
+    if (a->state == DP_ATT_COLLECTING && req->active == a) {
+        dp_pd_collect(req, data, len);
+        return len;
+    }
     if (a->state != DP_ATT_RELAYING || req->client_gone || req->out == NULL)
         return len;
     if (fwd_out_reserve(req, len) != 0) {
@@ -476,6 +508,7 @@ size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
 /* Ends a relayed stream abnormally: an SSE error event when it is a stream. */
 static void fwd_cut_stream(struct dp_request *req, int status, const char *code, const char *msg)
 {
+    dp_pd_finish(req, DP_PD_OUT_DECODE_ERROR);
     req->up_done = true;
     req->up_failed = true;
     if (req->sse && req->out != NULL) {
@@ -487,6 +520,49 @@ static void fwd_cut_stream(struct dp_request *req, int status, const char *code,
         }
     }
     dp_listener_wake(req);
+}
+
+/*
+ * P/D: a prefill leg's transfer ended (its guard already released) and a
+ * is still the request's current attempt. A broken transfer is retried
+ * like a connect failure; an error status goes to the client; a 2xx
+ * starts the decode leg with the kv_transfer_params it carries.
+ */
+static void fwd_prefill_done(struct dp_attempt *a, CURLcode result)
+{
+    struct dp_request *req = a->req;
+    struct dp_loop *loop = a->loop;
+    long status = a->status;
+    char worker_id[CFG_ID_MAX];
+    snprintf(worker_id, sizeof(worker_id), "%s", a->worker_id);
+    if (result != CURLE_OK) {
+        dp_metrics_upstream_error(&loop->sh->metrics, a->slot, DP_UPERR_TRANSFER);
+        snprintf(req->last_cause, sizeof(req->last_cause), "prefill worker %s: %s", worker_id,
+                 curl_easy_strerror(result));
+        log_info("request %s: %s (attempt %u)", req->request_id, req->last_cause, req->attempts);
+        attempt_end(a);
+        fwd_failed(req, 502, "upstream_error");
+        return;
+    }
+    attempt_end(a);
+    if (status < 200 || status >= 300) {
+        fwd_reply_body(req, (int)status, dp_pd_error_body(req, (int)status, worker_id));
+        return;
+    }
+    char err[DP_CAUSE_MAX + CFG_ID_MAX];
+    int rc = dp_pd_start_decode(req, worker_id, err, sizeof(err));
+    if (rc == -EPROTO) {
+        log_warn("request %s: %s", req->request_id, err);
+        dp_pd_finish(req, DP_PD_OUT_BAD_KV_PARAMS);
+        fwd_reply(req, 502, "bad_kv_transfer_params", err);
+        return;
+    }
+    if (rc != 0) {
+        fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
+        return;
+    }
+    if (!req->client_gone && req->conn != NULL)
+        fwd_try(req);
 }
 
 void dp_fwd_on_done(struct dp_attempt *a, CURLcode result)
@@ -505,14 +581,22 @@ void dp_fwd_on_done(struct dp_attempt *a, CURLcode result)
             log_info("request %s: stream cut: %s", req->request_id, msg);
             fwd_cut_stream(req, 502, "upstream_error", msg);
         } else {
+            dp_pd_finish(req, DP_PD_OUT_OK);
             req->up_done = true;
             dp_listener_wake(req);
         }
+    } else if (state == DP_ATT_COLLECTING && req->active == a) {
+        req->active = NULL;
+        dp_request_ref(req);
+        fwd_prefill_done(a, result);
+        dp_request_unref(req);
+        return;
     } else if (state == DP_ATT_WAITING && req->active == a) {
         bool connect = result == CURLE_COULDNT_CONNECT || result == CURLE_COULDNT_RESOLVE_HOST ||
                        (result == CURLE_OPERATION_TIMEDOUT);
         dp_metrics_upstream_error(m, a->slot, connect ? DP_UPERR_CONNECT : DP_UPERR_TRANSFER);
-        snprintf(req->last_cause, sizeof(req->last_cause), "worker %s: %s", a->worker_id,
+        snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: %s",
+                 dp_pd_leg_label(a->leg), a->worker_id,
                  curl_easy_strerror(result != CURLE_OK ? result : CURLE_GOT_NOTHING));
         log_info("request %s: %s (attempt %u)", req->request_id, req->last_cause, req->attempts);
         req->active = NULL;
@@ -557,6 +641,7 @@ void dp_fwd_cancel(struct dp_request *req, bool count_disconnect)
     if (req->client_gone)
         return;
     req->client_gone = true;
+    dp_pd_finish(req, dp_pd_abort_outcome(req));
     if (count_disconnect)
         dp_metrics_disconnect(&req->loop->sh->metrics,
                               req->relay_ready ? DP_PHASE_STREAM : DP_PHASE_HEADERS);
@@ -609,9 +694,16 @@ static void fwd_timeout(struct dp_attempt *a)
     dp_metrics_upstream_error(&loop->sh->metrics, a->slot, DP_UPERR_TIMEOUT);
     dp_request_ref(req);
     attempt_end(a);
-    if (active && state == DP_ATT_WAITING) {
+    if (active && state == DP_ATT_COLLECTING) {
         snprintf(req->last_cause, sizeof(req->last_cause),
-                 "worker %s sent no response headers within %llu ms", worker_id,
+                 "prefill worker %s was silent for %llu ms", worker_id,
+                 (unsigned long long)loop->sh->cfg->dataplane.idle_timeout_ms);
+        log_info("request %s: %s", req->request_id, req->last_cause);
+        fwd_reply(req, 504, "upstream_timeout", req->last_cause);
+    } else if (active && state == DP_ATT_WAITING) {
+        snprintf(req->last_cause, sizeof(req->last_cause),
+                 "%sworker %s sent no response headers within %llu ms",
+                 dp_pd_leg_label(req->pd.phase), worker_id,
                  (unsigned long long)loop->sh->cfg->dataplane.first_byte_timeout_ms);
         log_info("request %s: %s", req->request_id, req->last_cause);
         fwd_reply(req, 504, "upstream_timeout", req->last_cause);

@@ -23,6 +23,7 @@
 #include "common/proc.h"
 #include "dataplane/forwarder.h"
 #include "dataplane/listener.h"
+#include "dataplane/pd.h"
 #include "dataplane/upstream.h"
 
 #define DP_EVENTS 128
@@ -44,6 +45,8 @@ int dp_loop_init(struct dp_loop *loop, struct dp_shared *sh, unsigned index)
     if (rc != 0)
         return rc;
     rc = pol_create(&sh->cfg->policy, &loop->policy);
+    if (rc == 0)
+        rc = dp_pd_loop_init(loop);
     if (rc != 0)
         return rc;
     loop->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -227,6 +230,7 @@ void dp_loop_fini(struct dp_loop *loop)
 {
     dp_listener_stop(loop);
     dp_up_fini(loop);
+    dp_pd_loop_fini(loop);
     pol_destroy(&loop->policy);
     dp_workers_fini(&loop->workers);
     if (loop->tickfd >= 0)

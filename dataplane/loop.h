@@ -75,9 +75,10 @@ struct dp_loop {
     int64_t curl_deadline_ms; /* -1 = no curl timer */
     struct dp_workers workers;
     struct pol_policy policy;
-    struct dp_attempt *attempts; /* every live attempt */
-    struct dp_request *retrying; /* requests waiting for their backoff */
-    struct dp_request *requests; /* requests MHD still knows */
+    struct pol_policy pol_prefill, pol_decode; /* P/D legs (pd.h) */
+    struct dp_attempt *attempts;               /* every live attempt */
+    struct dp_request *retrying;               /* requests waiting for their backoff */
+    struct dp_request *requests;               /* requests MHD still knows */
     struct dp_request *graveyard;
     CURL *pool[DP_EASY_POOL];
     size_t n_pool;

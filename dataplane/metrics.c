@@ -89,6 +89,15 @@ int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers)
         atomic_init(&m->disconnects[p], 0);
     hist_init(&m->duration);
     hist_init(&m->ttfb);
+    for (int o = 0; o < DP_PD_OUT_COUNT; o++)
+        atomic_init(&m->pd_outcomes[o], 0);
+    for (int p = 0; p <= DP_PD_DECODE; p++) {
+        m->pd_policy[p] = NULL;
+        for (int d = 0; d < DP_DECISION_LABELS; d++)
+            atomic_init(&m->pd_decisions[p][d], 0);
+    }
+    for (int p = 0; p <= DP_PD_DECODE; p++)
+        hist_init(&m->pd_phase[p]);
     return 0;
 }
 
@@ -133,15 +142,48 @@ static const char *const dp_decision_labels[DP_DECISION_LABELS] = {
     "no_match", "fleet_imbalanced",
 };
 
+static int decision_index(const char *decision)
+{
+    for (int d = 1; d < DP_DECISION_LABELS && decision != NULL; d++)
+        if (strcmp(dp_decision_labels[d], decision) == 0)
+            return d;
+    return 0;
+}
+
 void dp_metrics_decision(struct dp_metrics *m, const char *decision)
 {
-    int idx = 0;
-    for (int d = 1; d < DP_DECISION_LABELS && decision != NULL; d++)
-        if (strcmp(dp_decision_labels[d], decision) == 0) {
-            idx = d;
-            break;
-        }
-    atomic_fetch_add_explicit(&m->decisions[idx], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->decisions[decision_index(decision)], 1, memory_order_relaxed);
+}
+
+void dp_metrics_pd_decision(struct dp_metrics *m, enum dp_pd_phase phase, const char *decision)
+{
+    if (phase != DP_PD_PREFILL && phase != DP_PD_DECODE)
+        return;
+    atomic_fetch_add_explicit(&m->pd_decisions[phase][decision_index(decision)], 1,
+                              memory_order_relaxed);
+}
+
+static const char *const dp_pd_outcome_names[DP_PD_OUT_COUNT] = {
+    [DP_PD_OUT_OK] = "ok",
+    [DP_PD_OUT_PREFILL_ERROR] = "prefill_error",
+    [DP_PD_OUT_BAD_KV_PARAMS] = "bad_kv_params",
+    [DP_PD_OUT_DECODE_ERROR] = "decode_error",
+    [DP_PD_OUT_ABORTED_PREFILL] = "aborted_prefill",
+    [DP_PD_OUT_ABORTED_DECODE] = "aborted_decode",
+};
+
+void dp_metrics_pd_outcome(struct dp_metrics *m, enum dp_pd_outcome outcome)
+{
+    if (outcome <= DP_PD_OUT_UNSET || outcome >= DP_PD_OUT_COUNT)
+        return;
+    atomic_fetch_add_explicit(&m->pd_outcomes[outcome], 1, memory_order_relaxed);
+}
+
+void dp_metrics_pd_phase(struct dp_metrics *m, enum dp_pd_phase phase, uint64_t us)
+{
+    if (phase != DP_PD_PREFILL && phase != DP_PD_DECODE)
+        return;
+    hist_observe(&m->pd_phase[phase], us);
 }
 
 void dp_metrics_disconnect(struct dp_metrics *m, enum dp_phase phase)
@@ -200,6 +242,77 @@ static void render_hist(struct dp_text *t, const char *name, const char *help,
     text_add(t, "%s_sum %.6f\n", name,
              (double)atomic_load_explicit(&h->sum_us, memory_order_relaxed) / 1e6);
     text_add(t, "%s_count %llu\n", name, (unsigned long long)cum);
+}
+
+/* One series of a histogram family whose HELP/TYPE lines are already out. */
+static void render_hist_series(struct dp_text *t, const char *name, const char *label,
+                               const struct dp_histogram *h)
+{
+    uint64_t cum = 0;
+    for (int i = 0; i < DP_HIST_BUCKETS; i++) {
+        cum += atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
+        text_add(t, "%s_bucket{%s,le=\"%g\"} %llu\n", name, label, dp_buckets_s[i],
+                 (unsigned long long)cum);
+    }
+    cum += atomic_load_explicit(&h->bucket[DP_HIST_BUCKETS], memory_order_relaxed);
+    text_add(t, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, label, (unsigned long long)cum);
+    text_add(t, "%s_sum{%s} %.6f\n", name, label,
+             (double)atomic_load_explicit(&h->sum_us, memory_order_relaxed) / 1e6);
+    text_add(t, "%s_count{%s} %llu\n", name, label, (unsigned long long)cum);
+}
+
+/* Per-phase load (every lease) and in-flight (this dataplane), outcomes, durations. */
+static void render_pd(struct dp_text *t, const struct dp_metrics *m,
+                      const struct shm_worker_info *workers, size_t n,
+                      const struct dp_guards *guards)
+{
+    static const char *const phases[] = {[DP_PD_PREFILL] = "prefill", [DP_PD_DECODE] = "decode"};
+    uint64_t load[DP_PD_DECODE + 1] = {0}, inflight[DP_PD_DECODE + 1] = {0};
+    for (size_t i = 0; i < n; i++) {
+        int p = workers[i].role == CFG_ROLE_PREFILL  ? DP_PD_PREFILL
+                : workers[i].role == CFG_ROLE_DECODE ? DP_PD_DECODE
+                                                     : DP_PD_NONE;
+        if (p == DP_PD_NONE)
+            continue;
+        load[p] += shm_load_of(guards->seg, workers[i].slot, workers[i].generation);
+        inflight[p] += dp_guards_live(guards, workers[i].slot, workers[i].generation);
+    }
+    text_add(t, "# HELP switchyard_pd_load In-flight requests on prefill and decode workers, "
+                "summed over every live dataplane lease.\n# TYPE switchyard_pd_load gauge\n");
+    for (int p = DP_PD_PREFILL; p <= DP_PD_DECODE; p++)
+        text_add(t, "switchyard_pd_load{phase=\"%s\"} %llu\n", phases[p],
+                 (unsigned long long)load[p]);
+    text_add(t, "# HELP switchyard_pd_inflight In-flight requests on prefill and decode workers "
+                "counted by this dataplane's live guards.\n# TYPE switchyard_pd_inflight gauge\n");
+    for (int p = DP_PD_PREFILL; p <= DP_PD_DECODE; p++)
+        text_add(t, "switchyard_pd_inflight{phase=\"%s\"} %llu\n", phases[p],
+                 (unsigned long long)inflight[p]);
+    text_add(t, "# HELP switchyard_pd_requests_total Prefill/decode requests by outcome.\n"
+                "# TYPE switchyard_pd_requests_total counter\n");
+    for (int o = DP_PD_OUT_UNSET + 1; o < DP_PD_OUT_COUNT; o++)
+        text_add(
+            t, "switchyard_pd_requests_total{outcome=\"%s\"} %llu\n", dp_pd_outcome_names[o],
+            (unsigned long long)atomic_load_explicit(&m->pd_outcomes[o], memory_order_relaxed));
+    text_add(t, "# HELP switchyard_pd_routing_decisions_total Routing decisions of prefill/decode "
+                "legs by phase, policy and reason.\n"
+                "# TYPE switchyard_pd_routing_decisions_total counter\n");
+    for (int p = DP_PD_PREFILL; p <= DP_PD_DECODE; p++)
+        for (int d = 0; d < DP_DECISION_LABELS; d++) {
+            uint64_t v = atomic_load_explicit(&m->pd_decisions[p][d], memory_order_relaxed);
+            if (v != 0)
+                text_add(t,
+                         "switchyard_pd_routing_decisions_total{phase=\"%s\",policy=\"%s\","
+                         "decision=\"%s\"} %llu\n",
+                         phases[p], m->pd_policy[p] != NULL ? m->pd_policy[p] : "",
+                         dp_decision_labels[d], (unsigned long long)v);
+        }
+    text_add(t, "# HELP switchyard_pd_phase_duration_seconds Duration of completed prefill and "
+                "decode phases.\n# TYPE switchyard_pd_phase_duration_seconds histogram\n");
+    for (int p = DP_PD_PREFILL; p <= DP_PD_DECODE; p++) {
+        char label[32];
+        snprintf(label, sizeof(label), "phase=\"%s\"", phases[p]);
+        render_hist_series(t, "switchyard_pd_phase_duration_seconds", label, &m->pd_phase[p]);
+    }
 }
 
 int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *workers, size_t n,
@@ -286,6 +399,7 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
     render_hist(&t, "switchyard_time_to_first_byte_seconds",
                 "Time from request arrival to the first response body byte from a worker.",
                 &m->ttfb);
+    render_pd(&t, m, workers, n, guards);
     if (t.failed) {
         free(t.buf);
         return -ENOMEM;

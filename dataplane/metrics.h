@@ -3,7 +3,8 @@
  * docs/metrics.md): request counts by route and status, upstream errors by
  * worker and kind, retries, client disconnects by phase, load underflows,
  * per-worker load (what routing sees) and this dataplane's own in-flight,
- * and two latency histograms. Counters are process-wide relaxed atomics
+ * two latency histograms, and the prefill/decode metrics (per-phase load and
+ * durations, outcomes). Counters are process-wide relaxed atomics
  * bumped by every loop; rendering reads them without stopping anyone, so a
  * scrape is a consistent-enough snapshot, as Prometheus expects.
  */
@@ -42,6 +43,10 @@ struct dp_metrics {
     struct dp_histogram ttfb;
     const char *policy; /* policy.name, for the decisions' label */
     _Atomic uint64_t decisions[DP_DECISION_LABELS];
+    _Atomic uint64_t pd_outcomes[DP_PD_OUT_COUNT];
+    const char *pd_policy[DP_PD_DECODE + 1]; /* policy.prefill/decode names, by phase */
+    _Atomic uint64_t pd_decisions[DP_PD_DECODE + 1][DP_DECISION_LABELS];
+    struct dp_histogram pd_phase[DP_PD_DECODE + 1]; /* by enum dp_pd_phase */
 };
 
 int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers);
@@ -54,6 +59,12 @@ void dp_metrics_retry(struct dp_metrics *m);
 void dp_metrics_disconnect(struct dp_metrics *m, enum dp_phase phase);
 /* Counts one routing decision by its label (a policy's static string). */
 void dp_metrics_decision(struct dp_metrics *m, const char *decision);
+/* Counts one routing decision of a P/D leg (phase PREFILL or DECODE). */
+void dp_metrics_pd_decision(struct dp_metrics *m, enum dp_pd_phase phase, const char *decision);
+/* Counts a P/D request's outcome (pd.h). */
+void dp_metrics_pd_outcome(struct dp_metrics *m, enum dp_pd_outcome outcome);
+/* Observes the duration of a completed P/D phase (prefill or decode). */
+void dp_metrics_pd_phase(struct dp_metrics *m, enum dp_pd_phase phase, uint64_t us);
 
 const char *dp_route_label(enum dp_route route);
 

@@ -15,6 +15,7 @@
 
 #include "common/proc.h"
 #include "dataplane/json_skeleton.h"
+#include "dataplane/pd.h"
 
 static uint64_t dp_random64(void);
 
@@ -79,6 +80,7 @@ void dp_request_unref(struct dp_request *req)
     free(req->reply_body);
     free(req->out);
     curl_slist_free_all(req->up_headers);
+    dp_pd_fini(req);
     req->body = NULL;
     req->reply_body = NULL;
     req->out = NULL;

@@ -67,9 +67,47 @@ enum dp_up_error {
 
 enum dp_attempt_state {
     DP_ATT_UNSET = 0,
-    DP_ATT_WAITING,  /* sent; waiting for response headers */
-    DP_ATT_RELAYING, /* its body goes to the client */
-    DP_ATT_DRAINING, /* failed and retried: its body is read and discarded */
+    DP_ATT_WAITING,    /* sent; waiting for response headers */
+    DP_ATT_RELAYING,   /* its body goes to the client */
+    DP_ATT_DRAINING,   /* failed and retried: its body is read and discarded */
+    DP_ATT_COLLECTING, /* a prefill leg's response: kept for the router (pd.h) */
+};
+
+/* The leg of a prefill/decode request (dataplane/pd.h); NONE = a plain request. */
+enum dp_pd_phase {
+    DP_PD_NONE = 0,
+    DP_PD_PREFILL,
+    DP_PD_DECODE,
+};
+
+/* How a P/D request ended; the label of switchyard_pd_requests_total. */
+enum dp_pd_outcome {
+    DP_PD_OUT_UNSET = 0,
+    DP_PD_OUT_OK,              /* the decode body reached its end */
+    DP_PD_OUT_PREFILL_ERROR,   /* no prefill worker, or prefill failed: error answered */
+    DP_PD_OUT_BAD_KV_PARAMS,   /* prefill answered without usable kv_transfer_params */
+    DP_PD_OUT_DECODE_ERROR,    /* no decode worker, decode failed, or its stream was cut */
+    DP_PD_OUT_ABORTED_PREFILL, /* the client left during the prefill phase */
+    DP_PD_OUT_ABORTED_DECODE,  /* the client left during the decode phase */
+    DP_PD_OUT_COUNT,
+};
+
+/*
+ * The P/D part of a request (pd.h). Owned by the request; the bodies live
+ * until the request is freed, so a draining attempt can still send them.
+ */
+struct dp_pd_state {
+    enum dp_pd_phase phase;
+    char *prefill_body; /* owned; the prefill leg's body */
+    size_t prefill_len;
+    char *decode_body; /* owned; the decode leg's body, once prefill answered */
+    size_t decode_len;
+    char *resp; /* owned; the prefill response being collected (bounded) */
+    size_t resp_len, resp_cap;
+    bool resp_overflow;
+    uint64_t phase_start_ms;
+    enum dp_pd_outcome outcome; /* counted once, when first set */
+    char prefill_worker[CFG_ID_MAX];
 };
 
 enum dp_req_phase {
@@ -109,6 +147,9 @@ struct dp_attempt {
     uint32_t generation;
     char worker_id[CFG_ID_MAX];
     long status;
+    enum dp_pd_phase leg; /* DP_PD_NONE for a plain request */
+    const char *body;     /* borrowed from req: what this attempt POSTs */
+    size_t body_len;
     bool paused; /* the write callback returned CURL_WRITEFUNC_PAUSE */
     uint64_t started_ms;
     uint64_t deadline_ms;           /* first byte, then idle; 0 = none */
@@ -180,6 +221,7 @@ struct dp_request {
     struct dp_request *rprev, *rnext; /* loop->retrying while retry_at_ms != 0 */
     struct dp_attempt *attempt_list;  /* live attempts of this request */
     int final_status;                 /* what the client was sent, for metrics */
+    struct dp_pd_state pd;            /* prefill/decode legs (pd.h) */
     struct dp_request *lprev, *lnext; /* loop->requests while MHD knows it */
 
     struct dp_request *dead_next; /* loop->graveyard */

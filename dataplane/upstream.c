@@ -117,8 +117,8 @@ int dp_up_start(struct dp_attempt *a, const char *url)
      * environment (and curl then skips reading it on every transfer). */
     rc |= curl_easy_setopt(e, CURLOPT_PROXY, "");
     rc |= curl_easy_setopt(e, CURLOPT_POST, 1L);
-    rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body != NULL ? req->body : "");
-    rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
+    rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDS, a->body != NULL ? a->body : "");
+    rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)a->body_len);
     rc |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, req->up_headers);
     rc |= curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     rc |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)dc->connect_timeout_ms);

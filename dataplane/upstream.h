@@ -20,7 +20,7 @@
 int dp_up_init(struct dp_loop *loop);
 void dp_up_fini(struct dp_loop *loop);
 
-/* Starts a's POST of its request's body to url. 0 or -errno (nothing started). */
+/* Starts a's POST of a->body (borrowed from its request) to url. 0 or -errno (nothing started). */
 int dp_up_start(struct dp_attempt *a, const char *url);
 
 /* Removes a's transfer from the multi (closing its connection if mid-body)

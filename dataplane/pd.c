@@ -1,0 +1,344 @@
+/*
+ * Prefill/decode legs (see pd.h and docs/pd.md).
+ *
+ * Bodies are rewritten through jansson: parse the client's object, change
+ * the few fields the protocol names, dump it compact. Keys keep their order
+ * (jansson objects preserve insertion order) and values their meaning;
+ * only the spelling of numbers and whitespace may differ from the client's
+ * bytes. A prefill response is collected into a buffer bounded by
+ * DP_PD_RESP_MAX; one that does not fit is treated like one without
+ * kv_transfer_params.
+ */
+#include "dataplane/pd.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/proc.h"
+#include "dataplane/errors.h"
+#include "dataplane/metrics.h"
+
+/* ---- bodies ------------------------------------------------------------------ */
+
+static json_t *pd_load_object(const char *body, size_t len)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(body != NULL ? body : "", len, 0, &jerr);
+    if (root != NULL && !json_is_object(root)) {
+        json_decref(root);
+        root = NULL;
+    }
+    return root;
+}
+
+static int pd_dump(json_t *root, char **out, size_t *out_len)
+{
+    char *text = json_dumps(root, JSON_COMPACT);
+    if (text == NULL)
+        return -ENOMEM;
+    *out = text;
+    *out_len = strlen(text);
+    return 0;
+}
+
+int dp_pd_prefill_body(const char *body, size_t len, char **out, size_t *out_len)
+{
+    json_t *root = pd_load_object(body, len);
+    if (root == NULL)
+        return -EINVAL;
+    int rc = -ENOMEM;
+    json_t *kv =
+        json_pack("{s:b, s:b, s:n, s:n, s:n, s:n}", "do_remote_decode", 1, "do_remote_prefill", 0,
+                  "remote_engine_id", "remote_block_ids", "remote_host", "remote_port");
+    /* set_new takes kv even when it fails: nothing to free on the error path. */
+    if (kv == NULL || json_object_set_new(root, "kv_transfer_params", kv) != 0)
+        goto out_decref;
+    if (json_object_set_new(root, "max_tokens", json_integer(1)) != 0 ||
+        (json_object_get(root, "max_completion_tokens") != NULL &&
+         json_object_set_new(root, "max_completion_tokens", json_integer(1)) != 0) ||
+        json_object_set_new(root, "stream", json_false()) != 0)
+        goto out_decref;
+    json_object_del(root, "stream_options");
+    rc = pd_dump(root, out, out_len);
+out_decref:
+    json_decref(root);
+    return rc;
+}
+
+__attribute__((format(printf, 3, 4))) static int pd_bad(char *err, size_t err_len, const char *fmt,
+                                                        ...)
+{
+    if (err != NULL && err_len > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return -EPROTO;
+}
+
+/* The NixlConnector fields a decode worker needs (vLLM's
+ * NixlConnectorMetadata); extra fields (tp_size, ...) pass through. */
+static int pd_check_params(const json_t *kv, char *err, size_t err_len)
+{
+    if (kv == NULL || json_is_null(kv))
+        return pd_bad(err, err_len, "the prefill response has no kv_transfer_params");
+    if (!json_is_object(kv))
+        return pd_bad(err, err_len, "the prefill response's kv_transfer_params is not an object");
+    if (!json_is_true(json_object_get(kv, "do_remote_prefill")))
+        return pd_bad(err, err_len, "kv_transfer_params.do_remote_prefill is not true");
+    if (!json_is_string(json_object_get(kv, "remote_engine_id")))
+        return pd_bad(err, err_len, "kv_transfer_params.remote_engine_id is not a string");
+    const json_t *ids = json_object_get(kv, "remote_block_ids");
+    if (!json_is_array(ids))
+        return pd_bad(err, err_len, "kv_transfer_params.remote_block_ids is not an array");
+    for (size_t i = 0; i < json_array_size(ids); i++)
+        if (!json_is_integer(json_array_get(ids, i)))
+            return pd_bad(err, err_len, "kv_transfer_params.remote_block_ids holds a non-integer");
+    if (!json_is_string(json_object_get(kv, "remote_host")))
+        return pd_bad(err, err_len, "kv_transfer_params.remote_host is not a string");
+    if (!json_is_integer(json_object_get(kv, "remote_port")))
+        return pd_bad(err, err_len, "kv_transfer_params.remote_port is not an integer");
+    return 0;
+}
+
+int dp_pd_decode_body(const char *body, size_t len, const char *resp, size_t resp_len, char **out,
+                      size_t *out_len, char *err, size_t err_len)
+{
+    json_t *answer = pd_load_object(resp, resp_len);
+    if (answer == NULL)
+        return pd_bad(err, err_len, "the prefill response is not a JSON object");
+    json_t *kv = json_object_get(answer, "kv_transfer_params");
+    int rc = pd_check_params(kv, err, err_len);
+    if (rc != 0)
+        goto out_answer;
+    json_t *root = pd_load_object(body, len);
+    if (root == NULL) {
+        rc = -EINVAL;
+        goto out_answer;
+    }
+    rc = json_object_set(root, "kv_transfer_params", kv) == 0 ? pd_dump(root, out, out_len)
+                                                              : -ENOMEM;
+    json_decref(root);
+out_answer:
+    json_decref(answer);
+    return rc;
+}
+
+/* ---- legs ------------------------------------------------------------------- */
+
+int dp_pd_loop_init(struct dp_loop *loop)
+{
+    /* Main thread, before the loops run: every loop writes the same names. */
+    struct dp_metrics *m = &loop->sh->metrics;
+    m->pd_policy[DP_PD_PREFILL] = cfg_policy_name_str(loop->sh->cfg->policy.prefill.name);
+    m->pd_policy[DP_PD_DECODE] = cfg_policy_name_str(loop->sh->cfg->policy.decode.name);
+    struct cfg_policy pc = loop->sh->cfg->policy;
+    pc.name = loop->sh->cfg->policy.prefill.name;
+    int rc = pol_create(&pc, &loop->pol_prefill);
+    if (rc != 0)
+        return rc;
+    pc.name = loop->sh->cfg->policy.decode.name;
+    return pol_create(&pc, &loop->pol_decode);
+}
+
+void dp_pd_loop_fini(struct dp_loop *loop)
+{
+    pol_destroy(&loop->pol_prefill);
+    pol_destroy(&loop->pol_decode);
+}
+
+bool dp_pd_applies(struct dp_loop *loop, const struct dp_request *req)
+{
+    if (req->route != DP_ROUTE_CHAT && req->route != DP_ROUTE_COMPLETIONS)
+        return false;
+    const struct dp_workers *v = &loop->workers;
+    bool prefill = false, decode = false;
+    for (size_t i = 0; i < v->n && !(prefill && decode); i++) {
+        if (strcmp(v->w[i].model, req->model) != 0)
+            continue;
+        prefill = prefill || v->w[i].role == CFG_ROLE_PREFILL;
+        decode = decode || v->w[i].role == CFG_ROLE_DECODE;
+    }
+    return prefill && decode;
+}
+
+int dp_pd_begin(struct dp_request *req)
+{
+    struct dp_pd_state *pd = &req->pd;
+    /* In the prefill phase first: a failure here still counts an outcome. */
+    pd->phase = DP_PD_PREFILL;
+    pd->phase_start_ms = proc_monotonic_ms();
+    return dp_pd_prefill_body(req->body, req->body_len, &pd->prefill_body, &pd->prefill_len);
+}
+
+bool dp_pd_is_eligible(const struct dp_request *req, const struct shm_worker_info *w)
+{
+    switch (req->pd.phase) {
+    case DP_PD_PREFILL:
+        return w->healthy && !w->draining && w->role == CFG_ROLE_PREFILL;
+    case DP_PD_DECODE:
+        return w->healthy && !w->draining && w->role == CFG_ROLE_DECODE;
+    default:
+        return dp_workers_is_eligible(w);
+    }
+}
+
+struct pol_policy *dp_pd_policy(struct dp_loop *loop, const struct dp_request *req)
+{
+    switch (req->pd.phase) {
+    case DP_PD_PREFILL:
+        return &loop->pol_prefill;
+    case DP_PD_DECODE:
+        return &loop->pol_decode;
+    default:
+        return &loop->policy;
+    }
+}
+
+void dp_pd_leg_body(const struct dp_request *req, const char **body, size_t *len)
+{
+    switch (req->pd.phase) {
+    case DP_PD_PREFILL:
+        *body = req->pd.prefill_body;
+        *len = req->pd.prefill_len;
+        return;
+    case DP_PD_DECODE:
+        *body = req->pd.decode_body;
+        *len = req->pd.decode_len;
+        return;
+    default:
+        *body = req->body != NULL ? req->body : "";
+        *len = req->body_len;
+    }
+}
+
+const char *dp_pd_leg_label(enum dp_pd_phase leg)
+{
+    switch (leg) {
+    case DP_PD_PREFILL:
+        return "prefill ";
+    case DP_PD_DECODE:
+        return "decode ";
+    default:
+        return "";
+    }
+}
+
+void dp_pd_collect_reset(struct dp_request *req)
+{
+    req->pd.resp_len = 0;
+    req->pd.resp_overflow = false;
+}
+
+void dp_pd_collect(struct dp_request *req, const char *data, size_t len)
+{
+    struct dp_pd_state *pd = &req->pd;
+    if (pd->resp_overflow || len == 0)
+        return;
+    if (pd->resp_len + len > DP_PD_RESP_MAX) {
+        pd->resp_overflow = true;
+        return;
+    }
+    if (pd->resp_len + len + 1 > pd->resp_cap) {
+        size_t cap = pd->resp_cap ? pd->resp_cap : 4096;
+        while (cap < pd->resp_len + len + 1)
+            cap *= 2;
+        char *nb = realloc(pd->resp, cap);
+        if (nb == NULL) {
+            pd->resp_overflow = true; /* treated as unusable: a 502, not a crash */
+            return;
+        }
+        pd->resp = nb;
+        pd->resp_cap = cap;
+    }
+    memcpy(pd->resp + pd->resp_len, data, len);
+    pd->resp_len += len;
+    pd->resp[pd->resp_len] = '\0';
+}
+
+int dp_pd_start_decode(struct dp_request *req, const char *prefill_worker, char *err,
+                       size_t err_len)
+{
+    struct dp_pd_state *pd = &req->pd;
+    char why[DP_CAUSE_MAX];
+    int rc;
+    if (pd->resp_overflow) {
+        snprintf(why, sizeof(why), "the prefill response is over %u bytes", DP_PD_RESP_MAX);
+        rc = -EPROTO;
+    } else {
+        rc = dp_pd_decode_body(req->body, req->body_len, pd->resp, pd->resp_len, &pd->decode_body,
+                               &pd->decode_len, why, sizeof(why));
+    }
+    if (rc == -EPROTO || rc == -EINVAL) {
+        snprintf(err, err_len, "prefill worker %s: %s", prefill_worker,
+                 rc == -EINVAL ? "the request body is not a JSON object" : why);
+        return -EPROTO;
+    }
+    if (rc != 0)
+        return rc;
+    uint64_t now = proc_monotonic_ms();
+    struct dp_loop *loop = req->loop;
+    dp_metrics_pd_phase(&loop->sh->metrics, DP_PD_PREFILL, (now - pd->phase_start_ms) * 1000);
+    snprintf(pd->prefill_worker, sizeof(pd->prefill_worker), "%s", prefill_worker);
+    pd->phase = DP_PD_DECODE;
+    pd->phase_start_ms = now;
+    free(pd->resp);
+    pd->resp = NULL;
+    pd->resp_len = pd->resp_cap = 0;
+    /* The decode leg has its own attempts, workers and backoff. */
+    req->attempts = 0;
+    req->n_tried = 0;
+    req->backoff_ms = loop->sh->cfg->dataplane.retry.backoff_ms;
+    req->last_status = 0;
+    req->last_cause[0] = '\0';
+    return 0;
+}
+
+char *dp_pd_error_body(const struct dp_request *req, int status, const char *worker_id)
+{
+    const struct dp_pd_state *pd = &req->pd;
+    json_t *answer = pd->resp_overflow ? NULL : pd_load_object(pd->resp, pd->resp_len);
+    bool openai = json_is_object(json_object_get(answer, "error"));
+    json_decref(answer);
+    if (openai)
+        return strdup(pd->resp);
+    char msg[CFG_ID_MAX + 64];
+    snprintf(msg, sizeof(msg), "prefill worker %s answered HTTP %d", worker_id, status);
+    return dp_error_body(status, "upstream_error", msg);
+}
+
+void dp_pd_finish(struct dp_request *req, enum dp_pd_outcome outcome)
+{
+    struct dp_pd_state *pd = &req->pd;
+    if (pd->phase == DP_PD_NONE || pd->outcome != DP_PD_OUT_UNSET)
+        return;
+    pd->outcome = outcome;
+    struct dp_metrics *m = &req->loop->sh->metrics;
+    dp_metrics_pd_outcome(m, outcome);
+    if (outcome == DP_PD_OUT_OK && pd->phase == DP_PD_DECODE)
+        dp_metrics_pd_phase(m, DP_PD_DECODE, (proc_monotonic_ms() - pd->phase_start_ms) * 1000);
+}
+
+enum dp_pd_outcome dp_pd_error_outcome(const struct dp_request *req)
+{
+    return req->pd.phase == DP_PD_DECODE ? DP_PD_OUT_DECODE_ERROR : DP_PD_OUT_PREFILL_ERROR;
+}
+
+enum dp_pd_outcome dp_pd_abort_outcome(const struct dp_request *req)
+{
+    return req->pd.phase == DP_PD_DECODE ? DP_PD_OUT_ABORTED_DECODE : DP_PD_OUT_ABORTED_PREFILL;
+}
+
+void dp_pd_fini(struct dp_request *req)
+{
+    struct dp_pd_state *pd = &req->pd;
+    free(pd->prefill_body);
+    free(pd->decode_body);
+    free(pd->resp);
+    pd->prefill_body = pd->decode_body = pd->resp = NULL;
+}

@@ -1,0 +1,216 @@
+/*
+ * Unit tests of the prefill/decode body rewriting (dataplane/pd.h,
+ * docs/pd.md): the prefill leg's fields, what is left alone, the decode
+ * leg's kv_transfer_params taken verbatim from the prefill answer, and
+ * every kind of unusable prefill answer refused with a message.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dataplane/pd.h"
+
+static json_t *prefill_of(const char *body)
+{
+    char *out = NULL;
+    size_t len = 0;
+    assert_int_equal(dp_pd_prefill_body(body, strlen(body), &out, &len), 0);
+    assert_int_equal(strlen(out), len);
+    json_t *j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    free(out);
+    return j;
+}
+
+static void assert_prefill_params(json_t *j)
+{
+    json_t *kv = json_object_get(j, "kv_transfer_params");
+    assert_true(json_is_object(kv));
+    assert_int_equal(json_object_size(kv), 6);
+    assert_true(json_is_true(json_object_get(kv, "do_remote_decode")));
+    assert_true(json_is_false(json_object_get(kv, "do_remote_prefill")));
+    assert_true(json_is_null(json_object_get(kv, "remote_engine_id")));
+    assert_true(json_is_null(json_object_get(kv, "remote_block_ids")));
+    assert_true(json_is_null(json_object_get(kv, "remote_host")));
+    assert_true(json_is_null(json_object_get(kv, "remote_port")));
+}
+
+static void test_prefill_chat_stream(void **state)
+{
+    (void)state;
+    json_t *j = prefill_of("{\"model\":\"m\",\"stream\":true,\"stream_options\":"
+                           "{\"include_usage\":true},\"max_tokens\":50,"
+                           "\"max_completion_tokens\":40,\"temperature\":0.25,\"user\":\"u\","
+                           "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    assert_int_equal(json_integer_value(json_object_get(j, "max_tokens")), 1);
+    assert_int_equal(json_integer_value(json_object_get(j, "max_completion_tokens")), 1);
+    assert_true(json_is_false(json_object_get(j, "stream")));
+    assert_null(json_object_get(j, "stream_options"));
+    assert_prefill_params(j);
+    /* Everything else unchanged. */
+    assert_string_equal(json_string_value(json_object_get(j, "model")), "m");
+    assert_string_equal(json_string_value(json_object_get(j, "user")), "u");
+    assert_true(json_real_value(json_object_get(j, "temperature")) == 0.25);
+    assert_int_equal(json_array_size(json_object_get(j, "messages")), 1);
+    /* Keys keep the client's order; the new ones come last. */
+    const char *order[] = {"model",       "stream", "max_tokens", "max_completion_tokens",
+                           "temperature", "user",   "messages",   "kv_transfer_params"};
+    size_t i = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(j, k, v)
+    {
+        assert_true(i < 8);
+        assert_string_equal(k, order[i]);
+        i++;
+    }
+    assert_int_equal(i, 8);
+    json_decref(j);
+}
+
+static void test_prefill_completions_minimal(void **state)
+{
+    (void)state;
+    /* No max_tokens: added. No max_completion_tokens: not added. No stream: false. */
+    json_t *j = prefill_of("{\"prompt\":\"once\"}");
+    assert_int_equal(json_integer_value(json_object_get(j, "max_tokens")), 1);
+    assert_null(json_object_get(j, "max_completion_tokens"));
+    assert_true(json_is_false(json_object_get(j, "stream")));
+    assert_prefill_params(j);
+    json_decref(j);
+}
+
+static void test_prefill_replaces_client_params(void **state)
+{
+    (void)state;
+    json_t *j = prefill_of("{\"prompt\":\"x\",\"kv_transfer_params\":{\"do_remote_prefill\":true,"
+                           "\"remote_engine_id\":\"evil\"},\"stream\":null}");
+    assert_prefill_params(j);
+    assert_true(json_is_false(json_object_get(j, "stream")));
+    json_decref(j);
+}
+
+static void test_prefill_rejects_non_objects(void **state)
+{
+    (void)state;
+    char *out = NULL;
+    size_t len = 0;
+    assert_int_equal(dp_pd_prefill_body("[1]", 3, &out, &len), -EINVAL);
+    assert_int_equal(dp_pd_prefill_body("{bad", 4, &out, &len), -EINVAL);
+    assert_int_equal(dp_pd_prefill_body(NULL, 0, &out, &len), -EINVAL);
+    assert_null(out);
+}
+
+static const char *const GOOD_RESP =
+    "{\"id\":\"cmpl-1\",\"choices\":[{\"text\":\"a\"}],\"kv_transfer_params\":{"
+    "\"do_remote_prefill\":true,\"do_remote_decode\":false,\"remote_engine_id\":\"e1\","
+    "\"remote_block_ids\":[3,2,1],\"remote_host\":\"10.0.0.7\",\"remote_port\":5600,"
+    "\"tp_size\":2}}";
+
+static void test_decode_body_adds_params_verbatim(void **state)
+{
+    (void)state;
+    const char *body = "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":"
+                       "true},\"max_tokens\":50,\"messages\":[]}";
+    char *out = NULL;
+    size_t len = 0;
+    char err[128] = "";
+    assert_int_equal(dp_pd_decode_body(body, strlen(body), GOOD_RESP, strlen(GOOD_RESP), &out, &len,
+                                       err, sizeof(err)),
+                     0);
+    json_t *j = json_loads(out, 0, NULL);
+    free(out);
+    assert_non_null(j);
+    /* The client's body as it was... */
+    assert_true(json_is_true(json_object_get(j, "stream")));
+    assert_true(json_is_object(json_object_get(j, "stream_options")));
+    assert_int_equal(json_integer_value(json_object_get(j, "max_tokens")), 50);
+    /* ...plus exactly the prefill's params, unknown fields included. */
+    json_t *resp = json_loads(GOOD_RESP, 0, NULL);
+    assert_non_null(resp);
+    assert_true(json_equal(json_object_get(j, "kv_transfer_params"),
+                           json_object_get(resp, "kv_transfer_params")));
+    json_decref(resp);
+    json_decref(j);
+}
+
+static void test_decode_body_replaces_client_params(void **state)
+{
+    (void)state;
+    const char *body = "{\"prompt\":\"p\",\"kv_transfer_params\":{\"x\":1}}";
+    char *out = NULL;
+    size_t len = 0;
+    char err[128];
+    assert_int_equal(dp_pd_decode_body(body, strlen(body), GOOD_RESP, strlen(GOOD_RESP), &out, &len,
+                                       err, sizeof(err)),
+                     0);
+    json_t *j = json_loads(out, 0, NULL);
+    free(out);
+    json_t *kv = json_object_get(j, "kv_transfer_params");
+    assert_null(json_object_get(kv, "x"));
+    assert_string_equal(json_string_value(json_object_get(kv, "remote_engine_id")), "e1");
+    json_decref(j);
+}
+
+static void expect_unusable(const char *resp, const char *words)
+{
+    const char *body = "{\"prompt\":\"p\"}";
+    char *out = NULL;
+    size_t len = 0;
+    char err[160] = "";
+    assert_int_equal(
+        dp_pd_decode_body(body, strlen(body), resp, strlen(resp), &out, &len, err, sizeof(err)),
+        -EPROTO);
+    assert_null(out);
+    if (strstr(err, words) == NULL)
+        fail_msg("'%s' does not say '%s'", err, words);
+}
+
+static void test_decode_refuses_unusable_params(void **state)
+{
+    (void)state;
+    expect_unusable("not json", "not a JSON object");
+    expect_unusable("{\"id\":\"x\"}", "no kv_transfer_params");
+    expect_unusable("{\"kv_transfer_params\":null}", "no kv_transfer_params");
+    expect_unusable("{\"kv_transfer_params\":[1]}", "not an object");
+    expect_unusable("{\"kv_transfer_params\":{\"do_remote_prefill\":false,\"remote_engine_id\":"
+                    "\"e\",\"remote_block_ids\":[],\"remote_host\":\"h\",\"remote_port\":1}}",
+                    "do_remote_prefill");
+    expect_unusable("{\"kv_transfer_params\":{\"do_remote_prefill\":true,"
+                    "\"remote_block_ids\":[],\"remote_host\":\"h\",\"remote_port\":1}}",
+                    "remote_engine_id");
+    expect_unusable("{\"kv_transfer_params\":{\"do_remote_prefill\":true,\"remote_engine_id\":"
+                    "\"e\",\"remote_block_ids\":null,\"remote_host\":\"h\",\"remote_port\":1}}",
+                    "remote_block_ids");
+    expect_unusable("{\"kv_transfer_params\":{\"do_remote_prefill\":true,\"remote_engine_id\":"
+                    "\"e\",\"remote_block_ids\":[1,\"2\"],\"remote_host\":\"h\","
+                    "\"remote_port\":1}}",
+                    "non-integer");
+    expect_unusable("{\"kv_transfer_params\":{\"do_remote_prefill\":true,\"remote_engine_id\":"
+                    "\"e\",\"remote_block_ids\":[1],\"remote_port\":1}}",
+                    "remote_host");
+    expect_unusable("{\"kv_transfer_params\":{\"do_remote_prefill\":true,\"remote_engine_id\":"
+                    "\"e\",\"remote_block_ids\":[1],\"remote_host\":\"h\",\"remote_port\":\"1\"}}",
+                    "remote_port");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prefill_chat_stream),
+        cmocka_unit_test(test_prefill_completions_minimal),
+        cmocka_unit_test(test_prefill_replaces_client_params),
+        cmocka_unit_test(test_prefill_rejects_non_objects),
+        cmocka_unit_test(test_decode_body_adds_params_verbatim),
+        cmocka_unit_test(test_decode_body_replaces_client_params),
+        cmocka_unit_test(test_decode_refuses_unusable_params),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
