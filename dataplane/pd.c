@@ -1,11 +1,13 @@
 /*
  * Prefill/decode legs (see pd.h and docs/pd.md).
  *
- * Bodies are rewritten through jansson: parse the client's object, change
- * the few fields the protocol names, dump it compact. Keys keep their order
- * (jansson objects preserve insertion order) and values their meaning;
- * only the spelling of numbers and whitespace may differ from the client's
- * bytes. A prefill response is collected into a buffer bounded by
+ * Bodies are rewritten through jansson on the body's skeleton
+ * (json_skeleton.h): parse the structure, change the few fields the
+ * protocol names, dump it compact and put the long strings back as the
+ * client sent them. Keys keep their order (jansson objects preserve
+ * insertion order) and values their meaning; only the spelling of numbers,
+ * short strings and whitespace may differ from the client's bytes, and a
+ * 400 KB prompt is never decoded. A prefill response is collected into a buffer bounded by
  * DP_PD_RESP_MAX; one that does not fit is treated like one without
  * kv_transfer_params.
  */
@@ -20,7 +22,9 @@
 
 #include "common/proc.h"
 #include "dataplane/errors.h"
+#include "dataplane/json_skeleton.h"
 #include "dataplane/metrics.h"
+#include "dataplane/request.h"
 
 /* ---- bodies ------------------------------------------------------------------ */
 
@@ -35,22 +39,50 @@ static json_t *pd_load_object(const char *body, size_t len)
     return root;
 }
 
-static int pd_dump(json_t *root, char **out, size_t *out_len)
+/* The client's body, parsed as its skeleton. */
+struct pd_body {
+    const char *body;
+    struct dp_skel skel;
+    json_t *root;
+};
+
+static int pd_body_open(struct pd_body *b, const char *body, size_t len)
 {
-    char *text = json_dumps(root, JSON_COMPACT);
-    if (text == NULL)
+    b->body = body != NULL ? body : "";
+    if (dp_skel_build(&b->skel, b->body, body != NULL ? len : 0, DP_SKEL_MIN_STRING,
+                      dp_random64()) != 0)
         return -ENOMEM;
-    *out = text;
-    *out_len = strlen(text);
+    b->root = pd_load_object(b->skel.text, b->skel.len);
+    if (b->root == NULL) {
+        dp_skel_fini(&b->skel);
+        return -EINVAL;
+    }
     return 0;
+}
+
+/* Dumps the (modified) skeleton with the long strings put back, and frees b. */
+static int pd_body_close(struct pd_body *b, char **out, size_t *out_len)
+{
+    int rc = -ENOMEM;
+    char *text = out != NULL ? json_dumps(b->root, JSON_COMPACT) : NULL;
+    if (text != NULL) {
+        *out = dp_skel_splice(&b->skel, b->body, text, strlen(text), out_len);
+        rc = *out != NULL ? 0 : -ENOMEM;
+        free(text);
+    }
+    json_decref(b->root);
+    dp_skel_fini(&b->skel);
+    return rc;
 }
 
 int dp_pd_prefill_body(const char *body, size_t len, char **out, size_t *out_len)
 {
-    json_t *root = pd_load_object(body, len);
-    if (root == NULL)
-        return -EINVAL;
-    int rc = -ENOMEM;
+    struct pd_body b;
+    int rc = pd_body_open(&b, body, len);
+    if (rc != 0)
+        return rc;
+    json_t *root = b.root;
+    rc = -ENOMEM;
     json_t *kv =
         json_pack("{s:b, s:b, s:n, s:n, s:n, s:n}", "do_remote_decode", 1, "do_remote_prefill", 0,
                   "remote_engine_id", "remote_block_ids", "remote_host", "remote_port");
@@ -63,9 +95,9 @@ int dp_pd_prefill_body(const char *body, size_t len, char **out, size_t *out_len
         json_object_set_new(root, "stream", json_false()) != 0)
         goto out_decref;
     json_object_del(root, "stream_options");
-    rc = pd_dump(root, out, out_len);
+    return pd_body_close(&b, out, out_len);
 out_decref:
-    json_decref(root);
+    pd_body_close(&b, NULL, NULL);
     return rc;
 }
 
@@ -116,14 +148,16 @@ int dp_pd_decode_body(const char *body, size_t len, const char *resp, size_t res
     int rc = pd_check_params(kv, err, err_len);
     if (rc != 0)
         goto out_answer;
-    json_t *root = pd_load_object(body, len);
-    if (root == NULL) {
-        rc = -EINVAL;
+    struct pd_body b;
+    rc = pd_body_open(&b, body, len);
+    if (rc != 0)
         goto out_answer;
+    if (json_object_set(b.root, "kv_transfer_params", kv) == 0) {
+        rc = pd_body_close(&b, out, out_len);
+    } else {
+        pd_body_close(&b, NULL, NULL);
+        rc = -ENOMEM;
     }
-    rc = json_object_set(root, "kv_transfer_params", kv) == 0 ? pd_dump(root, out, out_len)
-                                                              : -ENOMEM;
-    json_decref(root);
 out_answer:
     json_decref(answer);
     return rc;

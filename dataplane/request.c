@@ -17,8 +17,6 @@
 #include "dataplane/json_skeleton.h"
 #include "dataplane/pd.h"
 
-static uint64_t dp_random64(void);
-
 static enum dp_route route_of(const char *url, const char *method, bool *method_ok)
 {
     static const struct {
@@ -314,7 +312,7 @@ static bool request_id_is_valid(const char *id)
  * measurable part of a small request's cost). Unique and unguessable by
  * clients, who never see the state; not for secrets.
  */
-static uint64_t dp_random64(void)
+uint64_t dp_random64(void)
 {
     static _Thread_local uint64_t state;
     static _Thread_local bool seeded;

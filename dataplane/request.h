@@ -43,6 +43,10 @@ enum dp_parse_result dp_request_parse(struct dp_request *req);
  * upstream header list. 0 or -ENOMEM. */
 int dp_request_prepare_upstream(struct dp_request *req);
 
+/* A per-thread pseudo-random number (request ids, skeleton nonces): unique
+ * and not guessable by clients; not for secrets. */
+uint64_t dp_random64(void);
+
 /* True for headers that must not cross a proxy (RFC 9110 7.6.1) or that
  * the dataplane sets itself. */
 bool dp_header_is_hop_by_hop(const char *name, size_t len);

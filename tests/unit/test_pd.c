@@ -201,10 +201,51 @@ static void test_decode_refuses_unusable_params(void **state)
                     "remote_port");
 }
 
+/* A long prompt reaches both legs byte for byte, escapes included: the
+ * rewrite never decodes it (dataplane/json_skeleton.h). */
+static void test_long_prompt_kept_byte_for_byte(void **state)
+{
+    (void)state;
+    size_t n = 300 * 1024;
+    char *prompt = malloc(n + 1);
+    /* Whole units of raw JSON text: letters, an escaped newline, an escaped e-acute, escaped
+     * quotes. */
+    size_t k = 0;
+    static const char unit[] = "ab\\n\\u00e9 \\\"q\\\" ";
+    while (k + sizeof(unit) - 1 <= n) {
+        memcpy(prompt + k, unit, sizeof(unit) - 1);
+        k += sizeof(unit) - 1;
+    }
+    prompt[k] = '\0';
+    size_t cap = k + 256;
+    char *body = malloc(cap);
+    snprintf(body, cap, "{\"model\":\"m\",\"prompt\":\"%s\",\"max_tokens\":50}", prompt);
+    char *out = NULL;
+    size_t len = 0;
+    assert_int_equal(dp_pd_prefill_body(body, strlen(body), &out, &len), 0);
+    assert_non_null(memmem(out, len, prompt, k));
+    char *dec = NULL;
+    size_t dec_len = 0;
+    char err[256];
+    assert_int_equal(dp_pd_decode_body(body, strlen(body), GOOD_RESP, strlen(GOOD_RESP), &dec,
+                                       &dec_len, err, sizeof(err)),
+                     0);
+    assert_non_null(memmem(dec, dec_len, prompt, k));
+    json_t *j = json_loadb(out, len, 0, NULL);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "max_tokens")), 1);
+    json_decref(j);
+    free(dec);
+    free(out);
+    free(body);
+    free(prompt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prefill_chat_stream),
+        cmocka_unit_test(test_long_prompt_kept_byte_for_byte),
         cmocka_unit_test(test_prefill_completions_minimal),
         cmocka_unit_test(test_prefill_replaces_client_params),
         cmocka_unit_test(test_prefill_rejects_non_objects),
