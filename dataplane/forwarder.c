@@ -93,6 +93,14 @@ static void attempt_end(struct dp_attempt *a)
     dp_request_unref(req);
 }
 
+/* Sets a's deadline, keeping the loop's floor a lower bound of all of them. */
+static void fwd_set_deadline(struct dp_attempt *a, uint64_t deadline_ms)
+{
+    a->deadline_ms = deadline_ms;
+    if (deadline_ms < a->loop->deadline_floor_ms)
+        a->loop->deadline_floor_ms = deadline_ms;
+}
+
 static bool fwd_was_tried(const struct dp_request *req, uint32_t slot)
 {
     for (size_t i = 0; i < req->n_tried; i++)
@@ -262,7 +270,7 @@ pick_again:;
     a->leg = req->pd.phase;
     dp_pd_leg_body(req, &a->body, &a->body_len);
     a->started_ms = proc_monotonic_ms();
-    a->deadline_ms = a->started_ms + loop->sh->cfg->dataplane.first_byte_timeout_ms;
+    fwd_set_deadline(a, a->started_ms + loop->sh->cfg->dataplane.first_byte_timeout_ms);
     int rc = dp_guard_acquire(&loop->sh->guards, &a->guard, w->slot, w->generation);
     if (rc == -EBUSY || rc == -ESTALE) {
         /* The worker started draining (a reset_load) or left the registry
@@ -413,7 +421,7 @@ size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
     a->status = status;
     struct dp_loop *loop = a->loop;
     uint64_t now = proc_monotonic_ms();
-    a->deadline_ms = now + loop->sh->cfg->dataplane.idle_timeout_ms;
+    fwd_set_deadline(a, now + loop->sh->cfg->dataplane.idle_timeout_ms);
     if (req->client_gone || req->conn == NULL || req->active != a) {
         a->state = DP_ATT_DRAINING;
         return len;
@@ -484,6 +492,7 @@ static int fwd_out_reserve(struct dp_request *req, size_t n)
 size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
 {
     struct dp_request *req = a->req;
+    /* Only ever later than before: the floor stays a lower bound. */
     a->deadline_ms = proc_monotonic_ms() + a->loop->sh->cfg->dataplane.idle_timeout_ms;
     if (a->state == DP_ATT_COLLECTING && req->active == a) {
         dp_pd_collect(req, data, len);
@@ -719,12 +728,21 @@ static void fwd_timeout(struct dp_attempt *a)
 
 void dp_fwd_tick(struct dp_loop *loop, uint64_t now_ms)
 {
-    struct dp_attempt *a = loop->attempts;
-    while (a != NULL) {
-        struct dp_attempt *next = a->next;
-        if (a->deadline_ms != 0 && now_ms >= a->deadline_ms)
-            fwd_timeout(a);
-        a = next;
+    if (now_ms >= loop->deadline_floor_ms) {
+        /* Deadlines set during the walk (a timeout's retry) lower it. */
+        loop->deadline_floor_ms = UINT64_MAX;
+        uint64_t floor = UINT64_MAX;
+        struct dp_attempt *a = loop->attempts;
+        while (a != NULL) {
+            struct dp_attempt *next = a->next;
+            if (a->deadline_ms != 0 && now_ms >= a->deadline_ms)
+                fwd_timeout(a);
+            else if (a->deadline_ms != 0 && a->deadline_ms < floor)
+                floor = a->deadline_ms;
+            a = next;
+        }
+        if (floor < loop->deadline_floor_ms)
+            loop->deadline_floor_ms = floor;
     }
     /* fwd_timeout ends only `a`, so the saved next stays valid. */
     struct dp_request *r = loop->retrying;

@@ -73,6 +73,11 @@ struct dp_loop {
     struct dp_conn *conns; /* every open client connection */
     CURLM *multi;
     int64_t curl_deadline_ms; /* -1 = no curl timer */
+    /* No attempt's deadline is earlier than this (0 = unknown, scan): the
+     * tick skips its walk over every attempt until then, so thousands of
+     * idle streams cost nothing between tokens. Lowered by every deadline
+     * set earlier; recomputed by each walk. */
+    uint64_t deadline_floor_ms;
     struct dp_workers workers;
     struct pol_policy policy;
     struct pol_policy pol_prefill, pol_decode; /* P/D legs (pd.h) */
