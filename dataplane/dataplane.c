@@ -13,6 +13,7 @@
 #include "dataplane/dataplane.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -55,6 +56,7 @@ struct dp_daemon {
     int pred_fd;      /* our predecessor, still draining; -1 when gone */
     pid_t pred_pid;
     bool draining;
+    unsigned ticks;
 };
 
 /* The segment exists; its control plane may still be writing the
@@ -119,6 +121,8 @@ static uint64_t dp_inflight_for_admin(void *arg, uint32_t slot, uint32_t generat
 }
 
 /* Returns false when the lease was taken from us. */
+#define DP_TRIM_EVERY_TICKS 10u
+
 static bool dp_tick(struct dp_daemon *d)
 {
     evfd_timer_read(d->tickfd);
@@ -131,6 +135,12 @@ static bool dp_tick(struct dp_daemon *d)
         return false;
     }
     shm_lease_heartbeat(&d->lease);
+    /* Hand free memory in the middle of malloc's arenas back to the kernel
+     * about once a second: a burst of requests leaves freed buffers between
+     * the long-lived ones of held streams, resident for nothing (measured:
+     * 1,000 held streams cost 43 KB each without, see docs/benchmarks.md). */
+    if (++d->ticks % DP_TRIM_EVERY_TICKS == 0)
+        malloc_trim(0);
     return true;
 }
 

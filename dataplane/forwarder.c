@@ -454,6 +454,10 @@ size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
     a->state = DP_ATT_RELAYING;
     req->relay_status = status;
     req->relay_ready = true;
+    /* No attempt is chosen after relaying starts: the routing text is done. */
+    free(req->routing_text);
+    req->routing_text = NULL;
+    req->routing_text_len = req->routing_text_cap = 0;
     dp_listener_wake(req);
     return len;
 }

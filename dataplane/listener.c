@@ -38,7 +38,7 @@
  * request headers; larger ones are answered 431 by MHD. */
 #define DP_CONN_MEMORY    (16u * 1024u)
 #define DP_CONN_TIMEOUT_S 300u
-#define DP_RELAY_BLOCK    (4u * 1024u) /* MHD zeroes a block per response */
+#define DP_RELAY_BLOCK    (2u * 1024u) /* MHD zeroes a block per response; SSE events fit */
 
 static void lst_watch(struct dp_request *req)
 {

@@ -203,6 +203,15 @@ static void extract_routing_text(struct dp_request *req, const struct dp_skel *s
 
 enum dp_parse_result dp_request_parse(struct dp_request *req)
 {
+    /* The body is complete: give back the growth slack, which a held stream
+     * would otherwise keep for its whole life. */
+    if (req->body != NULL && req->body_cap > req->body_len + 1) {
+        char *fit = realloc(req->body, req->body_len + 1);
+        if (fit != NULL) {
+            req->body = fit;
+            req->body_cap = req->body_len + 1;
+        }
+    }
     /* jansson parses only the structure; long strings stay in the body. */
     struct dp_skel skel;
     if (dp_skel_build(&skel, req->body != NULL ? req->body : "", req->body_len, DP_SKEL_MIN_STRING,

@@ -26,9 +26,10 @@
 #include "shm/registry.h"
 #include "shm/segment.h"
 
-#define DP_OUT_CAP          (64u * 1024u) /* per-request relay buffer toward the client, at most */
-#define DP_OUT_INIT         (4u * 1024u)  /* ... and at first: most responses and SSE events fit */
-#define DP_RESP_HDRS_CAP    4096u         /* upstream response headers kept for the client */
+#define DP_OUT_CAP  (64u * 1024u) /* per-request relay buffer toward the client, at most */
+#define DP_OUT_INIT (1u * 1024u)  /* ... and at first: SSE events and small answers fit */
+#define DP_RESP_HDRS_CAP                                                                           \
+    1024u /* upstream response headers kept for the client (more are dropped) */
 #define DP_REQUEST_ID_MAX   128u
 #define DP_ROUTING_TEXT_MAX (1u << 20) /* routing text kept for cache_aware (1 MiB) */
 #define DP_USER_MAX         128u

@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Inlined: a library call per block would cost as much as the hash. */
 #define XXH_INLINE_ALL
@@ -44,12 +45,16 @@ struct pix_index *pix_create(size_t capacity_blocks)
     struct pix_index *ix = calloc(1, sizeof(*ix));
     if (ix == NULL)
         return NULL;
-    ix->buckets = aligned_alloc(64, n * sizeof(struct pix_bucket));
-    if (ix->buckets == NULL) {
+    /* Anonymous pages read as zero and become resident only when a bucket
+     * is first written: an index that routing barely uses costs no memory
+     * (a memset would make all 16 MiB resident at start). */
+    void *mem = mmap(NULL, n * sizeof(struct pix_bucket), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
         free(ix);
         return NULL;
     }
-    memset(ix->buckets, 0, n * sizeof(struct pix_bucket));
+    ix->buckets = mem;
     ix->n_buckets = n;
     return ix;
 }
@@ -58,7 +63,7 @@ void pix_destroy(struct pix_index *ix)
 {
     if (ix == NULL)
         return;
-    free(ix->buckets);
+    munmap(ix->buckets, ix->n_buckets * sizeof(struct pix_bucket));
     free(ix);
 }
 
