@@ -644,6 +644,7 @@ ssize_t dp_fwd_read(struct dp_request *req, char *buf, size_t max)
     if (req->up_done)
         return req->up_failed ? MHD_CONTENT_READER_END_WITH_ERROR
                               : MHD_CONTENT_READER_END_OF_STREAM;
+    dp_listener_watch_soon(req);
     MHD_suspend_connection(req->conn);
     req->suspended = true;
     return 0;

@@ -57,8 +57,45 @@ static void lst_watch(struct dp_request *req)
     req->watching = true;
 }
 
+static void lst_dequeue_watch(struct dp_request *req)
+{
+    if (!req->watch_queued)
+        return;
+    if (req->wprev != NULL)
+        req->wprev->wnext = req->wnext;
+    else
+        req->loop->watch_queue = req->wnext;
+    if (req->wnext != NULL)
+        req->wnext->wprev = req->wprev;
+    req->wprev = req->wnext = NULL;
+    req->watch_queued = false;
+}
+
+void dp_listener_watch_soon(struct dp_request *req)
+{
+    if (req->watching || req->watch_queued || req->conn == NULL)
+        return;
+    req->wprev = NULL;
+    req->wnext = req->loop->watch_queue;
+    if (req->wnext != NULL)
+        req->wnext->wprev = req;
+    req->loop->watch_queue = req;
+    req->watch_queued = true;
+}
+
+void dp_listener_watch_queued(struct dp_loop *loop)
+{
+    while (loop->watch_queue != NULL) {
+        struct dp_request *req = loop->watch_queue;
+        lst_dequeue_watch(req);
+        if (req->suspended && !req->client_gone)
+            lst_watch(req);
+    }
+}
+
 static void lst_unwatch(struct dp_request *req)
 {
+    lst_dequeue_watch(req);
     if (!req->watching)
         return;
     epoll_ctl(req->loop->epfd, EPOLL_CTL_DEL, req->client_fd, NULL);
@@ -284,7 +321,7 @@ static enum MHD_Result lst_handler(void *cls, struct MHD_Connection *conn, const
     if (req->relay_ready)
         return lst_queue_relay(req);
     /* Still waiting on a worker (or a backoff): park until something happens. */
-    lst_watch(req);
+    dp_listener_watch_soon(req);
     MHD_suspend_connection(conn);
     req->suspended = true;
     return MHD_YES;

@@ -27,6 +27,17 @@ void dp_listener_close_idle(struct dp_loop *loop);
 /* Lets MHD process req again (resume) if it is suspended. */
 void dp_listener_wake(struct dp_request *req);
 
+/*
+ * A parked request's client fd is watched for a hang-up (libmicrohttpd does
+ * not notice one on a suspended connection) from the loop's next tick on,
+ * not at once: a request answered within a tick never pays for the watch.
+ * Detection of a disconnect is late by at most a tick (DP_TICK_MS).
+ */
+void dp_listener_watch_soon(struct dp_request *req);
+
+/* The tick: starts watching every queued request still parked. */
+void dp_listener_watch_queued(struct dp_loop *loop);
+
 /* epoll reported EPOLLRDHUP/HUP/ERR on req's client fd. */
 void dp_listener_client_event(struct dp_request *req, uint32_t events);
 

@@ -162,6 +162,7 @@ static void *loop_main(void *arg)
             } else if (tag == DP_TAG_TICK) {
                 evfd_timer_read(loop->tickfd);
                 dp_fwd_tick(loop, proc_monotonic_ms());
+                dp_listener_watch_queued(loop);
                 if (loop->draining)
                     dp_listener_close_idle(loop);
             } else if ((tag & (0xffull << 56)) == DP_TAG_CURL) {

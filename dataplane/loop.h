@@ -84,6 +84,7 @@ struct dp_loop {
     struct dp_attempt *attempts;               /* every live attempt */
     struct dp_request *retrying;               /* requests waiting for their backoff */
     struct dp_request *requests;               /* requests MHD still knows */
+    struct dp_request *watch_queue;            /* parked, not yet watched */
     struct dp_request *graveyard;
     CURL *pool[DP_EASY_POOL];
     size_t n_pool;

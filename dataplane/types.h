@@ -175,6 +175,10 @@ struct dp_request {
     bool client_gone;
     int client_fd; /* watched with EPOLLRDHUP while >= 0 and watching */
     bool watching;
+    /* Parked, to be watched at the loop's next tick (dp_listener_watch_soon):
+     * most requests are answered before it and never cost the epoll_ctl pair. */
+    bool watch_queued;
+    struct dp_request *wprev, *wnext; /* the loop's watch queue */
     uint64_t start_ms;
     uint64_t first_byte_ms; /* 0 until the first body byte reached the client buffer */
 
