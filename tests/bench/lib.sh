@@ -170,7 +170,7 @@ proxy_nginx_start() {
 
 # switchyard_config FILE NAME THREADS POLICY GATE DP_PORT ADMIN_PORT WORKER_PORT...
 # Writes a config whose workers are 127.0.0.1:PORT (model "mock"), probed
-# every 100 ms.
+# every 100 ms. $balance_abs, when set, is policy.balance_abs_threshold.
 switchyard_config() {
     local file=$1 name=$2 threads=$3 policy=$4 gate=$5 dp=$6 admin=$7 p i=0
     shift 7
@@ -188,6 +188,7 @@ switchyard_config() {
         echo "policy:"
         echo "  name: $policy"
         echo "  balance_gate: $gate"
+        if [ -n "${balance_abs:-}" ]; then echo "  balance_abs_threshold: $balance_abs"; fi
         echo "workers:"
         for p in "$@"; do
             i=$((i + 1))
