@@ -187,18 +187,32 @@ static void fwd_try(struct dp_request *req)
     struct dp_loop *loop = req->loop;
     struct dp_workers *v = &loop->workers;
     dp_workers_refresh(v);
-    struct pol_candidate *cands = malloc(sizeof(*cands) * (v->n ? v->n : 1));
-    uint32_t *slots = malloc(sizeof(*slots) * (v->n ? v->n : 1) * 2);
-    uint64_t *loads = malloc(sizeof(*loads) * (v->n ? v->n : 1));
+    size_t cap = v->cap ? v->cap : 1; /* v->n never exceeds it */
+    if (loop->pick_cands == NULL) {
+        loop->pick_cands = malloc(sizeof(*loop->pick_cands) * cap);
+        loop->pick_slots = malloc(sizeof(*loop->pick_slots) * cap * 2);
+        loop->pick_loads = malloc(sizeof(*loop->pick_loads) * cap);
+        loop->pick_refused = malloc(sizeof(*loop->pick_refused) * cap);
+    }
+    struct pol_candidate *cands = loop->pick_cands;
+    uint32_t *slots = loop->pick_slots;
+    uint64_t *loads = loop->pick_loads;
     /* Workers that refused a guard in this call (draining since the snapshot
      * was taken, or removed): never picked again by this call. */
-    uint32_t *refused = malloc(sizeof(*refused) * (v->n ? v->n : 1));
+    uint32_t *refused = loop->pick_refused;
     size_t n_refused = 0;
     if (cands == NULL || slots == NULL || loads == NULL || refused == NULL) {
+        free(cands);
+        free(slots);
+        free(loads);
+        free(refused);
+        loop->pick_cands = NULL;
+        loop->pick_slots = loop->pick_refused = NULL;
+        loop->pick_loads = NULL;
         fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
-        goto out_free;
+        return;
     }
-    uint32_t *gens = slots + (v->n ? v->n : 1);
+    uint32_t *gens = slots + cap;
 pick_again:;
     size_t n = 0;
     /* Untried workers first; a worker already tried only when none is left. */
@@ -302,10 +316,7 @@ pick_again:;
         fwd_reply(req, 500, "internal_error", req->last_cause);
     }
 out_free:
-    free(refused);
-    free(cands);
-    free(slots);
-    free(loads);
+    return;
 }
 
 /* ---- the request's start --------------------------------------------------- */

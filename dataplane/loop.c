@@ -234,6 +234,13 @@ void dp_loop_fini(struct dp_loop *loop)
     dp_pd_loop_fini(loop);
     pol_destroy(&loop->policy);
     dp_workers_fini(&loop->workers);
+    free(loop->pick_cands);
+    free(loop->pick_slots);
+    free(loop->pick_loads);
+    free(loop->pick_refused);
+    loop->pick_cands = NULL;
+    loop->pick_slots = loop->pick_refused = NULL;
+    loop->pick_loads = NULL;
     if (loop->tickfd >= 0)
         close(loop->tickfd);
     if (loop->evfd >= 0)

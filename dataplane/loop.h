@@ -85,6 +85,12 @@ struct dp_loop {
     struct dp_request *retrying;               /* requests waiting for their backoff */
     struct dp_request *requests;               /* requests MHD still knows */
     struct dp_request *watch_queue;            /* parked, not yet watched */
+    /* fwd_try's working arrays, max_workers long, allocated at first use:
+     * a routing decision allocates nothing. */
+    struct pol_candidate *pick_cands;
+    uint32_t *pick_slots; /* slots, then generations */
+    uint64_t *pick_loads;
+    uint32_t *pick_refused;
     struct dp_request *graveyard;
     CURL *pool[DP_EASY_POOL];
     size_t n_pool;
