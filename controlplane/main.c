@@ -5,13 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include <curl/curl.h>
-
 #include "common/config.h"
-#include "common/log.h"
-#include "common/version.h"
+#include "common/daemon.h"
 #include "controlplane/controlplane.h"
-#include "shm/layout.h"
 
 static void usage(FILE *out)
 {
@@ -23,6 +19,12 @@ static void usage(FILE *out)
                  "  -c, --config FILE   YAML configuration (see docs/configuration.md)\n"
                  "  -h, --help          this text\n"
                  "  -V, --version       versions of the binary and the segment layout\n");
+}
+
+static int run(struct cfg *cfg, void *arg)
+{
+    (void)arg;
+    return cp_run(cfg);
 }
 
 int main(int argc, char **argv)
@@ -44,8 +46,7 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         case 'V':
-            printf("switchyard-controlplane %s (shm layout version %u)\n", SY_VERSION,
-                   SHM_LAYOUT_VERSION);
+            daemon_print_version("controlplane");
             return 0;
         default:
             usage(stderr);
@@ -56,17 +57,5 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    log_init("controlplane");
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    struct cfg cfg;
-    cfg_init_defaults(&cfg);
-    char err[1024];
-    if (cfg_load_file(&cfg, config_path, err, sizeof(err)) != 0) {
-        fprintf(stderr, "switchyard-controlplane: %s\n", err);
-        return 2;
-    }
-    int code = cp_run(&cfg);
-    cfg_fini(&cfg);
-    curl_global_cleanup();
-    return code;
+    return daemon_main("controlplane", config_path, run, NULL);
 }

@@ -5,13 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include <curl/curl.h>
-
 #include "common/config.h"
-#include "common/log.h"
-#include "common/version.h"
+#include "common/daemon.h"
 #include "dataplane/dataplane.h"
-#include "shm/layout.h"
 
 static void usage(FILE *out)
 {
@@ -29,6 +25,11 @@ static void usage(FILE *out)
                  "                            then let it drain (docs/operations.md)\n"
                  "  -h, --help                this text\n"
                  "  -V, --version             versions of the binary and the segment layout\n");
+}
+
+static int run(struct cfg *cfg, void *arg)
+{
+    return dp_run(cfg, arg);
 }
 
 int main(int argc, char **argv)
@@ -66,8 +67,7 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         case 'V':
-            printf("switchyard-dataplane %s (shm layout version %u)\n", SY_VERSION,
-                   SHM_LAYOUT_VERSION);
+            daemon_print_version("dataplane");
             return 0;
         default:
             usage(stderr);
@@ -78,17 +78,5 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    log_init("dataplane");
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    struct cfg cfg;
-    cfg_init_defaults(&cfg);
-    char err[1024];
-    if (cfg_load_file(&cfg, config_path, err, sizeof(err)) != 0) {
-        fprintf(stderr, "switchyard-dataplane: %s\n", err);
-        return 2;
-    }
-    int code = dp_run(&cfg, &dopts);
-    cfg_fini(&cfg);
-    curl_global_cleanup();
-    return code;
+    return daemon_main("dataplane", config_path, run, &dopts);
 }
