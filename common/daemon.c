@@ -16,8 +16,8 @@ void daemon_print_version(const char *name)
     printf("switchyard-%s %s (shm layout version %u)\n", name, SY_VERSION, SHM_LAYOUT_VERSION);
 }
 
-int daemon_main(const char *name, const char *config_path,
-                int (*run)(struct cfg *cfg, void *arg), void *arg)
+int daemon_main(const char *name, const char *config_path, int (*run)(struct cfg *cfg, void *arg),
+                void *arg)
 {
     log_init(name);
     curl_global_init(CURL_GLOBAL_DEFAULT);

@@ -17,7 +17,7 @@ void daemon_print_version(const char *name);
  * error on stderr and exit code 2 when it does not load), then run(cfg,
  * arg); returns run's exit code after cleaning up.
  */
-int daemon_main(const char *name, const char *config_path,
-                int (*run)(struct cfg *cfg, void *arg), void *arg);
+int daemon_main(const char *name, const char *config_path, int (*run)(struct cfg *cfg, void *arg),
+                void *arg);
 
 #endif

@@ -90,16 +90,23 @@ int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model
             max_load = cands[i].load;
     }
 
-    uint32_t matched_slot = 0;
-    size_t matched =
-        n_blocks > 0 ? pix_longest_match(ix, hashes, n_blocks, &candidates, &matched_slot) : 0;
+    uint32_t holders[PIX_REFS];
+    size_t n_holders = 0;
+    size_t matched = n_blocks > 0
+                         ? pix_longest_match(ix, hashes, n_blocks, &candidates, holders, &n_holders)
+                         : 0;
     pix_slots_clear(&candidates, slots, n_slots);
-    size_t matched_idx = 0;
-    if (matched > 0)
-        while (matched_idx < n_slots && cands[matched_idx].slot != matched_slot)
-            matched_idx++;
+    /* Every holder has the whole matched prefix: the least loaded of them is
+     * the preferred worker (the most recent one among equals), which spreads
+     * a hot prefix over the workers that already cache it. */
+    size_t matched_idx = n_slots;
+    for (size_t h = 0; h < n_holders; h++)
+        for (size_t i = 0; i < n_slots; i++)
+            if (cands[i].slot == holders[h] &&
+                (matched_idx == n_slots || cands[i].load < cands[matched_idx].load))
+                matched_idx = i;
     if (matched_idx == n_slots)
-        matched = 0; /* cannot happen: the slot came from the candidate set */
+        matched = 0; /* cannot happen: holders come from the candidate set */
     long prefer = matched > 0 ? (long)matched_idx : -1;
     bool enough =
         n_blocks > 0 && (double)matched >= p->cache_threshold * (double)n_blocks && matched > 0;

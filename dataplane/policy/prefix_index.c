@@ -181,13 +181,14 @@ static void pix_prefetch(struct pix_index *ix, uint64_t h)
 }
 
 size_t pix_longest_match(struct pix_index *ix, const uint64_t *hashes, size_t n,
-                         const struct pix_slot_set *candidates, uint32_t *best_slot)
+                         const struct pix_slot_set *candidates, uint32_t holders[PIX_REFS],
+                         size_t *n_holders)
 {
     /* Find the last position whose block some candidate holds. Chained
      * hashes make "held at i" imply "held at every j < i" unless something
      * was evicted, so presence is close enough to monotone to bisect. */
-    size_t lo = 0, hi = n; /* answer m in [lo, hi] */
-    uint32_t found = 0;    /* slot + 1 */
+    size_t lo = 0, hi = n;   /* answer m in [lo, hi] */
+    uint64_t found_meta = 0; /* the entry of block lo - 1 */
     while (lo < hi) {
         size_t mid = lo + (hi - lo + 1) / 2; /* try a match of length mid */
         /* Both possible next probes go to memory while this one is judged. */
@@ -197,18 +198,19 @@ size_t pix_longest_match(struct pix_index *ix, const uint64_t *hashes, size_t n,
         if (down > lo && down < mid)
             pix_prefetch(ix, hashes[down - 1]);
         uint64_t meta;
-        uint32_t c = 0;
-        if (pix_lookup(ix, hashes[mid - 1], &meta))
-            c = pix_best_candidate(meta, candidates);
-        if (c != 0) {
+        if (pix_lookup(ix, hashes[mid - 1], &meta) && pix_best_candidate(meta, candidates) != 0) {
             lo = mid;
-            found = c;
+            found_meta = meta;
         } else {
             hi = mid - 1;
         }
     }
-    if (lo > 0)
-        *best_slot = found - 1;
+    *n_holders = 0;
+    for (unsigned r = 0; lo > 0 && r < PIX_REFS; r++) {
+        uint16_t ref = pix_ref(found_meta, r);
+        if (ref != 0 && pix_slots_has(candidates, (uint32_t)ref - 1))
+            holders[(*n_holders)++] = (uint32_t)ref - 1;
+    }
     return lo;
 }
 

@@ -78,11 +78,12 @@ void pix_slots_clear(struct pix_slot_set *set, const uint32_t *slots, size_t n);
  * Longest matched prefix over the candidate slots: the largest m such that
  * block m-1 was recorded for one of the candidates (0 when none). Binary
  * search over block positions, so a match costs O(log n) lookups. When m >
- * 0, *best_slot is the matched candidate's slot (the most recent one if
- * several).
+ * 0, holders[0..*n_holders) are the candidates that hold block m-1 (up to
+ * PIX_REFS, most recent first): each has the whole matched prefix.
  */
 size_t pix_longest_match(struct pix_index *ix, const uint64_t *hashes, size_t n,
-                         const struct pix_slot_set *candidates, uint32_t *best_slot);
+                         const struct pix_slot_set *candidates, uint32_t holders[PIX_REFS],
+                         size_t *n_holders);
 
 /* Whether block hash h was recorded for slot (for tests and metrics). */
 bool pix_has(struct pix_index *ix, uint64_t h, uint32_t slot);

@@ -90,8 +90,10 @@ static void test_preferred_worker_overloaded_falls_back(void **state)
     assert_int_equal(ch.index, 1);
     assert_int_equal(ch.decision, CA_DECISION_OVERLOADED_FALLBACK);
 
-    /* The fallback recorded the prefix for slot 2 too (most recent first):
-     * make slot 1 the most recent holder again. */
+    /* The fallback recorded the prefix for slot 2 too: start over with slot
+     * 1 as the only holder. */
+    pix_destroy(ix);
+    ix = ix_new();
     prime(ix, "m", text, 1);
     /* Only the relative factor exceeded (100 vs 70: +30 <= 32): stays. */
     struct ca_candidate abs_ok[2] = {{.slot = 1, .load = 100}, {.slot = 2, .load = 70}};
@@ -103,6 +105,33 @@ static void test_preferred_worker_overloaded_falls_back(void **state)
     struct ca_candidate rel_ok[2] = {{.slot = 1, .load = 200}, {.slot = 2, .load = 150}};
     assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), rel_ok, 2, &ch), 0);
     assert_int_equal(ch.index, 0);
+    free(text);
+    pix_destroy(ix);
+}
+
+/* Several workers hold the whole matched prefix (a hot prefix that spilled
+ * over before): the least loaded of them is preferred, the most recent one
+ * among equals, so a hot prefix spreads over the workers that cache it. */
+static void test_least_loaded_holder_of_the_prefix_wins(void **state)
+{
+    (void)state;
+    struct pix_index *ix = ix_new();
+    char *text = make_text(2048, 0, 0);
+    prime(ix, "m", text, 1);
+    prime(ix, "m", text, 2); /* slot 2 is now the most recent holder */
+    struct ca_choice ch;
+    struct ca_candidate c[3] = {
+        {.slot = 1, .load = 3}, {.slot = 2, .load = 9}, {.slot = 3, .load = 0}};
+    assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), c, 3, &ch), 0);
+    assert_int_equal(ch.index, 0); /* slot 1: holds it, less loaded than slot 2 */
+    assert_int_equal(ch.decision, CA_DECISION_AFFINITY);
+    assert_int_equal(ch.matched_blocks, ch.total_blocks);
+    /* Equal loads: the most recent holder. */
+    prime(ix, "m", text, 2);
+    struct ca_candidate eq[3] = {
+        {.slot = 1, .load = 4}, {.slot = 2, .load = 4}, {.slot = 3, .load = 0}};
+    assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), eq, 3, &ch), 0);
+    assert_int_equal(ch.index, 1);
     free(text);
     pix_destroy(ix);
 }
@@ -273,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_multi_turn_chat_sticks_to_its_worker),
         cmocka_unit_test(test_index_memory_is_bounded),
         cmocka_unit_test(test_refs_keep_three_most_recent_workers),
+        cmocka_unit_test(test_least_loaded_holder_of_the_prefix_wins),
     };
     return cmocka_run_group_tests_name("cache_aware", tests, NULL, NULL);
 }
