@@ -101,10 +101,13 @@ int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model
      * a hot prefix over the workers that already cache it. */
     size_t matched_idx = n_slots;
     for (size_t h = 0; h < n_holders; h++)
-        for (size_t i = 0; i < n_slots; i++)
-            if (cands[i].slot == holders[h] &&
-                (matched_idx == n_slots || cands[i].load < cands[matched_idx].load))
+        for (size_t i = 0; i < n_slots; i++) {
+            if (cands[i].slot != holders[h])
+                continue;
+            if (matched_idx == n_slots || cands[i].load < cands[matched_idx].load)
                 matched_idx = i;
+            break; /* a slot is one candidate */
+        }
     if (matched_idx == n_slots)
         matched = 0; /* cannot happen: holders come from the candidate set */
     long prefer = matched > 0 ? (long)matched_idx : -1;
