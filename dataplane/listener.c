@@ -235,6 +235,8 @@ static enum MHD_Result lst_queue_relay(struct dp_request *req)
         MHD_add_response_header(resp, "x-switchyard-worker", req->worker_id);
         if (req->decision != NULL)
             MHD_add_response_header(resp, "x-switchyard-decision", req->decision);
+        if (req->pd.prefill_worker[0] != '\0')
+            MHD_add_response_header(resp, "x-switchyard-prefill-worker", req->pd.prefill_worker);
     }
     enum MHD_Result ret = MHD_queue_response(req->conn, (unsigned)req->relay_status, resp);
     MHD_destroy_response(resp);

@@ -312,7 +312,9 @@ static void test_full_flow_plain(void **state)
 {
     (void)state;
     struct pd_fleet p;
-    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1, .n_decode = 1});
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1,
+                                         .n_decode = 1,
+                                         .dataplane_extra = "debug_headers: true\n"});
     char url[128];
     chat_url(&p, url, sizeof(url));
     const char *hdrs[] = {"X-Request-Id: pd-plain-1", NULL};
@@ -327,6 +329,12 @@ static void test_full_flow_plain(void **state)
     assert_string_equal(json_string_value(json_object_get(j, "id")), "chatcmpl-pd-plain-1");
     assert_null(json_object_get(j, "kv_transfer_params"));
     json_decref(j);
+    /* Debug headers name both legs' workers (w1 prefills, w2 decodes). */
+    char dbg[64];
+    assert_int_equal(h_resp_header(&r, "x-switchyard-worker", dbg, sizeof(dbg)), 0);
+    assert_string_equal(dbg, "w2");
+    assert_int_equal(h_resp_header(&r, "x-switchyard-prefill-worker", dbg, sizeof(dbg)), 0);
+    assert_string_equal(dbg, "w1");
     h_resp_fini(&r);
 
     json_t *pb = last_request(&p, 0);
