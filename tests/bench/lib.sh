@@ -197,6 +197,40 @@ switchyard_config() {
     } >"$file"
 }
 
+# switchyard_pd_config FILE NAME THREADS PREFILL_POLICY GATE DP_PORT ADMIN_PORT N_PREFILL PORT...
+# A prefill/decode config: the first N_PREFILL ports are `prefill` workers,
+# the rest `decode` workers (model "mock"); policy.prefill is PREFILL_POLICY,
+# policy.decode least_load. GATE and $balance_abs apply to cache_aware as in
+# switchyard_config (the prefill policy takes the policy.* tuning keys).
+switchyard_pd_config() {
+    local file=$1 name=$2 threads=$3 policy=$4 gate=$5 dp=$6 admin=$7 n_prefill=$8 p i=0 role
+    shift 8
+    {
+        echo "shm:"
+        echo "  name: /sy-bench-$name-$$"
+        echo "controlplane:"
+        echo "  admin_listen: 127.0.0.1:$admin"
+        echo "  admin_socket: $bench_tmp/$name-admin.sock"
+        echo "  health: { path: /health, interval: 100ms, timeout: 1s, failure_threshold: 3, success_threshold: 1 }"
+        echo "dataplane:"
+        echo "  listen: 127.0.0.1:$dp"
+        echo "  threads: $threads"
+        echo "  idle_timeout: 600s"
+        echo "policy:"
+        echo "  balance_gate: $gate"
+        if [ -n "${balance_abs:-}" ]; then echo "  balance_abs_threshold: $balance_abs"; fi
+        echo "  prefill: { name: $policy }"
+        echo "  decode: { name: least_load }"
+        echo "workers:"
+        for p in "$@"; do
+            i=$((i + 1))
+            role=decode
+            [ "$i" -le "$n_prefill" ] && role=prefill
+            echo "  - { url: 'http://127.0.0.1:$p', id: ${role:0:1}$i, model: mock, role: $role }"
+        done
+    } >"$file"
+}
+
 # switchyard_start BUILD CONFIG DP_PORT: starts the control plane and the
 # dataplane, waits until a chat completion goes through. Pids in $cp_pid, $dp_pid.
 switchyard_start() {

@@ -4,10 +4,13 @@
  *
  *   switchyard-bench run --workload FILE [--quick] --url http://HOST:PORT
  *                        [--mock http://HOST:PORT]... [--kv-blocks N] [--block-tokens N]
- *                        [--json FILE] [--csv FILE] [--label NAME]
+ *                        [--json FILE] [--csv FILE] [--label NAME] [--rate R]
  *   switchyard-bench hold --url http://HOST:PORT --streams N --pid PID
  *                         [--hold-s S] [--ramp N/s] [--deadline-s S]
  *   switchyard-bench plan --workload FILE [--quick] [--kv-blocks N] [--block-tokens N] [--mocks N]
+ *                         [--rate R]
+ *
+ * --rate R replaces the workload's arrival rate (requests/s).
  *
  * Results go to stdout as "name value" lines (the format of the micro
  * benches), plus a JSON summary and a per-request CSV on request.
@@ -35,6 +38,7 @@ struct opts {
     size_t streams;
     long pid;
     double hold_s, ramp, deadline_s;
+    double rate; /* > 0: overrides the workload's rate */
 };
 
 static void usage(void)
@@ -42,11 +46,11 @@ static void usage(void)
     fprintf(stderr,
             "usage: switchyard-bench run --workload FILE [--quick] --url URL [--mock URL]...\n"
             "                            [--kv-blocks N] [--block-tokens N] [--json FILE]\n"
-            "                            [--csv FILE] [--label NAME]\n"
+            "                            [--csv FILE] [--label NAME] [--rate R]\n"
             "       switchyard-bench hold --url URL --streams N --pid PID [--hold-s S]\n"
             "                             [--ramp N] [--deadline-s S]\n"
             "       switchyard-bench plan --workload FILE [--quick] [--kv-blocks N]\n"
-            "                             [--block-tokens N] [--mocks N]\n");
+            "                             [--block-tokens N] [--mocks N] [--rate R]\n");
 }
 
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -89,7 +93,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->kv_blocks = (unsigned)strtoul(v, NULL, 10);
         else if (strcmp(a, "--block-tokens") == 0)
             o->block_tokens = (unsigned)strtoul(v, NULL, 10);
-        else if (strcmp(a, "--mocks") == 0)
+        else if (strcmp(a, "--rate") == 0) {
+            char *end;
+            o->rate = strtod(v, &end);
+            if (*end != '\0' || !(o->rate > 0 && o->rate <= 1e6)) {
+                fprintf(stderr, "switchyard-bench: --rate: expected 0 < R <= 1e6, got '%s'\n", v);
+                return -EINVAL;
+            }
+        } else if (strcmp(a, "--mocks") == 0)
             o->plan_mocks = (unsigned)strtoul(v, NULL, 10);
         else if (strcmp(a, "--streams") == 0)
             o->streams = strtoul(v, NULL, 10);
@@ -132,6 +143,8 @@ static int load_plan(const struct opts *o, struct wl_spec *spec, struct wl_plan 
         fprintf(stderr, "switchyard-bench: %s\n", err);
         return rc;
     }
+    if (o->rate > 0)
+        spec->rate = o->rate;
     rc = wl_plan_build(spec, plan);
     if (rc != 0)
         fprintf(stderr, "switchyard-bench: %s: cannot build the plan: %s\n", o->workload,

@@ -260,6 +260,78 @@ for w in $workloads; do
         switchyard_stop
     done
 done
+for p in "${bench_pids[@]}"; do bench_stop "$p"; done
+
+# ---- prefill/decode: the agentic workload ---------------------------------------
+# 4 prefill + 6 decode mock workers; switchyard routes each request in two
+# legs (docs/pd.md), policy.decode least_load, policy.prefill under test:
+# cache_aware with the per-request gate, cache_aware with balance_gate: fleet,
+# round_robin — each at several arrival rates (--rate), up to and past what
+# round_robin's prefill workers serve. Prefill mocks: the routing runs' flags
+# (512-block caches, 200 µs per uncached prompt token, 2 sequences at once);
+# decode mocks: tpot 2 ms, 16 sequences, so decode is never the bottleneck.
+# The generator resets and reads the prefill mocks (hit rate, load); the
+# decode mocks are reset here. Decisions that abandoned affinity come from
+# the dataplane's /metrics, scraped before and after each run.
+pd_n_prefill=4 pd_n_decode=6
+pd_policies="cache_aware cache_aware_fleet round_robin"
+if [ "$mode" = quick ]; then pd_rates="40 80"; else pd_rates="16 40 64"; fi
+echo "== P/D ($pd_n_prefill prefill + $pd_n_decode decode mocks: $pd_policies at $pd_rates req/s)" >&2
+pd_prefill_flags=(--model mock --role prefill --threads 1 --kv-blocks "$kv_blocks" --block-tokens 16
+    --prefill-base-us 1000 --prefill-us-per-token 200 --tpot-ms 2 --max-num-seqs 2)
+pd_decode_flags=(--model mock --role decode --threads 1 --kv-blocks 4096 --block-tokens 16
+    --prefill-base-us 1000 --prefill-us-per-token 200 --tpot-ms 2 --max-num-seqs 16)
+pd_n=$((pd_n_prefill + pd_n_decode))
+read -r -a pports <<<"$(free_ports $((pd_n + 2)))"
+pdp=${pports[$pd_n]} padm=${pports[$((pd_n + 1))]}
+pd_mock_args=()
+for ((i = 0; i < pd_n; i++)); do
+    if [ "$i" -lt "$pd_n_prefill" ]; then
+        bench_spawn "$bench_tmp/pmock-$i.log" "$build/switchyard-mockworker" \
+            --listen "127.0.0.1:${pports[$i]}" "${pd_prefill_flags[@]}"
+        pd_mock_args+=(--mock "http://127.0.0.1:${pports[$i]}")
+    else
+        bench_spawn "$bench_tmp/dmock-$i.log" "$build/switchyard-mockworker" \
+            --listen "127.0.0.1:${pports[$i]}" "${pd_decode_flags[@]}"
+    fi
+done
+for ((i = 0; i < pd_n; i++)); do wait_http "http://127.0.0.1:${pports[$i]}/health" 10; done
+# pd_decisions: "ALL ABANDONED" prefill decisions counted by the dataplane so far.
+pd_decisions() {
+    curl -fs --max-time 5 "http://127.0.0.1:$pdp/metrics" | awk '
+        /^switchyard_pd_routing_decisions_total\{/ && /phase="prefill"/ {
+            all += $NF
+            if (/decision="overloaded_fallback"/ || /decision="fleet_imbalanced"/) ab += $NF
+        }
+        END { printf "%d %d\n", all, ab }'
+}
+for rate in $pd_rates; do
+    for pol in $pd_policies; do
+        name=$pol gate=per_request
+        [ "$pol" = cache_aware_fleet ] && name=cache_aware gate=fleet
+        balance_abs=6 switchyard_pd_config "$bench_tmp/pd.yaml" pd "$dp_threads" "$name" "$gate" \
+            "$pdp" "$padm" "$pd_n_prefill" "${pports[@]:0:$pd_n}"
+        switchyard_start "$build" "$bench_tmp/pd.yaml" "$pdp"
+        echo "-- pd_agentic / $pol / $rate req/s" >&2
+        for ((i = pd_n_prefill; i < pd_n; i++)); do
+            curl -fs -o /dev/null --max-time 5 -X POST "http://127.0.0.1:${pports[$i]}/mock/reset" || true
+        done
+        read -r all0 ab0 <<<"$(pd_decisions || echo "n/a n/a")"
+        f=$bench_tmp/pd-$pol-$rate
+        run_fg "$f.txt" "$build/switchyard-bench" run --workload "$here/workloads/pd_agentic.yaml" \
+            "${quick_flag[@]}" --rate "$rate" --url "http://127.0.0.1:$pdp" "${pd_mock_args[@]}" \
+            --kv-blocks "$kv_blocks" --block-tokens 16 --label "$pol" --json "$f.json" --csv "$f.csv" ||
+            echo "bench: pd_agentic / $pol / $rate: the load generator failed" >&2
+        read -r all1 ab1 <<<"$(pd_decisions || echo "n/a n/a")"
+        awk -v a0="$all0" -v a1="$all1" -v b0="$ab0" -v b1="$ab1" 'BEGIN {
+            if (a0 == "n/a" || a1 == "n/a" || a1 - a0 <= 0) { print "decisions n/a"; print "abandoned n/a"; print "abandoned_share n/a" }
+            else { print "decisions", a1 - a0; print "abandoned", b1 - b0; printf "abandoned_share %.4f\n", (b1 - b0) / (a1 - a0) } }' >>"$f.txt"
+        tr '\n' ' ' <"$f.txt" >&2
+        echo >&2
+        while read -r k v; do put "pd_${pol}_${rate}_$k" "$v"; done <"$f.txt"
+        switchyard_stop
+    done
+done
 elapsed=$(($(date +%s) - started))
 
 # ---- plots ------------------------------------------------------------------------
@@ -341,6 +413,40 @@ for pol in $policies; do
     sep=","
 done
 gnuplot <<<"$cdf_plot"
+# P/D: tokens/s, TTFT p99 and prefill hit rate against the arrival rate.
+for k in output_tok_s ttft_p99_ms hit_rate; do
+    {
+        echo "rate $pd_policies"
+        for rate in $pd_rates; do
+            echo -n "$rate"
+            for pol in $pd_policies; do echo -n " $(value "pd_${pol}_${rate}_$k")"; done
+            echo
+        done
+    } >"$bench_tmp/pd-$k.dat"
+done
+pd_ncol=$(wc -w <<<"$pd_policies")
+gnuplot <<GP
+set terminal pngcairo size 1500,420 font ",10" noenhanced
+set output "docs/bench-pd.png"
+set multiplot layout 1,3 title "P/D agentic workload, $pd_n_prefill prefill + $pd_n_decode decode mocks ($target, commit $commit)"
+set grid
+set key top left
+set xlabel "arrival rate (requests/s)"
+set datafile missing "n/a"
+set title "output tokens/s"
+set yrange [0:*]
+plot for [i=2:$((pd_ncol + 1))] "$bench_tmp/pd-output_tok_s.dat" using 1:i with linespoints lw 2 title columnheader(i)
+set title "TTFT p99 (ms, log)"
+set logscale y
+set yrange [*:*]
+plot for [i=2:$((pd_ncol + 1))] "$bench_tmp/pd-ttft_p99_ms.dat" using 1:i with linespoints lw 2 title columnheader(i)
+unset logscale y
+set key bottom left
+set title "prefill prefix hit rate"
+set yrange [0:1]
+plot for [i=2:$((pd_ncol + 1))] "$bench_tmp/pd-hit_rate.dat" using 1:i with linespoints lw 2 title columnheader(i)
+unset multiplot
+GP
 
 # ---- report ------------------------------------------------------------------------
 v() { value "$1"; }
@@ -502,7 +608,91 @@ mb() { awk -v x="$1" 'BEGIN { if (x == "n/a" || x == "") print "n/a"; else print
     echo
     echo "![TTFT CDF](bench-ttft-cdf.png)"
     echo
-    echo "Not benchmarked yet: the prefill-heavy agentic P/D workload (waits for P/D)."
+    echo "## Prefill/decode: agentic workload (issue: P/D, section Numbers)"
+    echo
+    pd_spec=$("$build/switchyard-bench" plan --workload "$here/workloads/pd_agentic.yaml" "${quick_flag[@]}" |
+        sed -n 's/^spec //; s/ rate=[^ ]*//p')
+    echo "Workload [\`pd_agentic.yaml\`](../tests/bench/workloads/pd_agentic.yaml)$([ "$mode" = quick ] && echo " (its \`quick:\` values)"):"
+    echo "\`$pd_spec\` — agents with a long context of their own, each turn replaying the"
+    echo "agent's history plus a short new tool result, short answers; $(v "pd_round_robin_${pd_rates%% *}_requests")"
+    echo "requests, replayed open-loop at each rate (\`switchyard-bench run --rate R\`). Every request"
+    echo "runs as P/D ([pd.md](pd.md)): a prefill leg on one of $pd_n_prefill \`--role prefill\` mocks"
+    echo "(\`${pd_prefill_flags[*]}\`, the routing runs' cost settings) chosen by \`policy.prefill\`, then"
+    echo "a decode leg on one of $pd_n_decode \`--role decode\` mocks (\`${pd_decode_flags[*]}\`: the"
+    echo "\`kv_transfer_params\` spare them the prefill, and 16 sequences keep decode out of the way)"
+    echo "chosen by \`policy.decode: { name: least_load }\`. Contenders for \`policy.prefill\`:"
+    echo "**cache_aware** (per-request gate), **cache_aware_fleet** (\`balance_gate: fleet\`) and"
+    echo "**round_robin**; both cache_aware variants with \`balance_abs_threshold: 6\` (3 × the"
+    echo "prefill mocks' \`--max-num-seqs 2\`, as in the routing runs above). Router restarted and all"
+    echo "mocks reset before each run."
+    echo
+    echo "Hit rate = the prefill mocks' \`prefix_hit_tokens / prefix_query_tokens\`; ceiling = one"
+    echo "LRU cache of the prefill fleet's capacity ($pd_n_prefill × $kv_blocks blocks) fed the same"
+    echo "requests: $(v "pd_round_robin_${pd_rates%% *}_hit_ceiling"). TTFT = the client's time to"
+    echo "first token (prefill leg + decode's first token). Abandoned = the share of prefill"
+    echo "decisions (dataplane \`/metrics\`, \`switchyard_pd_routing_decisions_total{phase=\"prefill\"}\`,"
+    echo "scraped before and after the run) that were \`overloaded_fallback\` or"
+    echo "\`fleet_imbalanced\`. Load max/mean = the busiest prefill mock's time-averaged in-flight"
+    echo "count over the mean. One run per cell: the runs are short and, near saturation,"
+    echo "noisy."
+    echo
+    echo "| rate | policy | hit rate | of ceiling | TTFT p50 | TTFT p99 | output tok/s | abandoned affinity | prefill load max/mean | failed |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+    for rate in $pd_rates; do
+        for pol in $pd_policies; do
+            p="pd_${pol}_${rate}"
+            echo "| $rate/s | $pol | $(v "${p}_hit_rate") | $(ratio "$(v "${p}_hit_rate")" "$(v "${p}_hit_ceiling")") | $(v "${p}_ttft_p50_ms") ms | $(v "${p}_ttft_p99_ms") ms | $(v "${p}_output_tok_s") | $(v "${p}_abandoned_share") ($(v "${p}_abandoned") of $(v "${p}_decisions")) | $(v "${p}_load_max_mean") | $(v "${p}_failed") |"
+        done
+    done
+    echo
+    echo "Ratios against round_robin at the same rate (hit rate and tokens/s: higher is better; TTFT: lower is better):"
+    echo
+    echo "| rate | policy | hit rate | TTFT p50 | TTFT p99 | output tok/s |"
+    echo "|---|---|---|---|---|---|"
+    for rate in $pd_rates; do
+        for pol in $pd_policies; do
+            [ "$pol" = round_robin ] && continue
+            p="pd_${pol}_${rate}" r="pd_round_robin_${rate}"
+            echo -n "| $rate/s | $pol"
+            for k in hit_rate ttft_p50_ms ttft_p99_ms output_tok_s; do
+                echo -n " | $(ratio "$(v "${p}_$k")" "$(v "${r}_$k")")×"
+            done
+            echo " |"
+        done
+    done
+    echo
+    echo "Goals (issue: P/D): the per-request gate at least matches the fleet gate in hit rate"
+    echo "and TTFT p99 at every rate and beats it wherever load is uneven; at saturation it"
+    echo "serves ≥ 2.5× round_robin's throughput. Judged mechanically from the runs above:"
+    echo "*matches* = hit rate at most 0.01 below the fleet gate's and TTFT p99 at most 5% above"
+    echo "it; *load uneven* = the fleet gate abandoned affinity at least once in its run (the"
+    echo "fleet's load spread crossed the threshold); *beats* = higher hit rate and lower TTFT p99."
+    echo
+    echo "| rate | per-request − fleet hit rate | per-request / fleet TTFT p99 | per-request / fleet tok/s | load uneven | verdict |"
+    echo "|---|---|---|---|---|---|"
+    for rate in $pd_rates; do
+        a="pd_cache_aware_${rate}" b="pd_cache_aware_fleet_${rate}"
+        awk -v rate="$rate" -v ha="$(v "${a}_hit_rate")" -v hb="$(v "${b}_hit_rate")" \
+            -v pa="$(v "${a}_ttft_p99_ms")" -v pb="$(v "${b}_ttft_p99_ms")" \
+            -v ta="$(v "${a}_output_tok_s")" -v tb="$(v "${b}_output_tok_s")" -v ab="$(v "${b}_abandoned")" 'BEGIN {
+            if (ha == "n/a" || hb == "n/a" || pa == "n/a" || pb == "n/a" || pb + 0 == 0 || tb + 0 == 0) {
+                printf "| %s/s | n/a | n/a | n/a | n/a | n/a |\n", rate; exit }
+            uneven = (ab != "n/a" && ab + 0 > 0)
+            matches = (ha >= hb - 0.01 && pa <= 1.05 * pb)
+            beats = (ha > hb && pa < pb)
+            if (uneven) verdict = beats ? "beats (goal met)" : (matches ? "matches, does not beat (goal not met)" : "worse (goal not met)")
+            else verdict = matches ? "matches (goal met)" : "worse (goal not met)"
+            printf "| %s/s | %+.4f | %.2f× | %.2f× | %s | %s |\n", rate, ha - hb, pa / pb, ta / tb, uneven ? "yes" : "no", verdict }'
+    done
+    top=${pd_rates##* }
+    echo
+    echo "Saturation (the highest rate, $top/s): cache_aware (per-request) serves"
+    echo "$(ratio "$(v "pd_cache_aware_${top}_output_tok_s")" "$(v "pd_round_robin_${top}_output_tok_s")")× round_robin's output tokens/s (goal ≥ 2.5×); the fleet gate"
+    echo "$(ratio "$(v "pd_cache_aware_fleet_${top}_output_tok_s")" "$(v "pd_round_robin_${top}_output_tok_s")")×. Open loop: a policy that keeps up serves the offered rate, so"
+    echo "the ratio is about the offered rate over round_robin's capacity until cache_aware itself"
+    echo "saturates."
+    echo
+    echo "![P/D](bench-pd.png)"
     echo
     echo "## Load counters (shm/load.c)"
     echo
@@ -540,14 +730,15 @@ mb() { awk -v x="$1" 'BEGIN { if (x == "n/a" || x == "") print "n/a"; else print
     echo "## Reproducing"
     echo
     echo "\`make deps\` then \`make bench-quick\` (≤ 2 min: 4 mock workers, 3 policies, 1,000"
-    echo "streams) or \`make bench\` (≤ 10 min: 8 mock workers, 5 policies, 10,000 streams,"
-    echo "3 interleaved proxy rounds). The load generator alone:"
+    echo "streams, P/D at 2 rates) or \`make bench\` (≤ 10 min: 8 mock workers, 5 policies, 10,000"
+    echo "streams, 3 interleaved proxy rounds, P/D at 3 rates). The load generator alone:"
     echo
     echo '```'
     echo "build/switchyard-bench run --workload tests/bench/workloads/shared_prefix.yaml --quick \\"
     echo "    --url http://127.0.0.1:8080 --mock http://127.0.0.1:9001 --mock http://127.0.0.1:9002 \\"
     echo "    --kv-blocks 512 --json summary.json --csv requests.csv"
     echo "build/switchyard-bench plan --workload tests/bench/workloads/hot_prefix.yaml --kv-blocks 512 --mocks 4"
+    echo "build/switchyard-bench plan --workload tests/bench/workloads/pd_agentic.yaml --rate 40 --kv-blocks 512 --mocks 4"
     echo "build/switchyard-bench hold --url http://127.0.0.1:8080 --streams 1000 --pid \$(pidof switchyard-dataplane)"
     echo '```'
 } >"$out"
