@@ -348,6 +348,10 @@ int h_async_wait(struct h_async *a, int timeout_ms);
 /* Waits until the response headers are complete (or the request is done). */
 int h_async_wait_headers(struct h_async *a, int timeout_ms);
 
+/* Waits until at least `bytes` body bytes arrived (or the request is done).
+ * 0 or -ETIMEDOUT. */
+int h_async_wait_body(struct h_async *a, size_t bytes, int timeout_ms);
+
 /* After done: moves the response (status, body, headers) into resp. */
 int h_async_take_resp(struct h_async *a, struct h_resp *resp);
 

@@ -656,6 +656,25 @@ int h_async_wait_headers(struct h_async *a, int timeout_ms)
     return h_async_wait_for(a, true, timeout_ms);
 }
 
+struct h_body_wait {
+    struct h_async *a;
+    size_t bytes;
+};
+
+static bool h_async_has_body(void *arg)
+{
+    struct h_body_wait *w = arg;
+    struct h_async_state st;
+    h_async_get_state(w->a, &st);
+    return st.body_bytes >= w->bytes || st.done;
+}
+
+int h_async_wait_body(struct h_async *a, size_t bytes, int timeout_ms)
+{
+    struct h_body_wait w = {.a = a, .bytes = bytes};
+    return h_wait_until(h_async_has_body, &w, timeout_ms);
+}
+
 int h_async_take_resp(struct h_async *a, struct h_resp *resp)
 {
     memset(resp, 0, sizeof(*resp));

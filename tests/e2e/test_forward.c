@@ -70,19 +70,6 @@ static bool load_is_zero(void *arg)
     return h_fleet_load(s->f, s->i) == 0;
 }
 
-struct body_cond {
-    struct h_async *a;
-    size_t bytes;
-};
-
-static bool has_body(void *arg)
-{
-    struct body_cond *c = arg;
-    struct h_async_state st;
-    h_async_get_state(c->a, &st);
-    return st.body_bytes >= c->bytes || st.done;
-}
-
 /* ---- helpers for bodies ------------------------------------------------------- */
 
 /* Removes the per-request fields ("id":"...", "created":N) the mock randomizes. */
@@ -214,8 +201,7 @@ static void disconnect_case(const char *faults, const char *const *mock_args, bo
     struct settle s = {.f = &f, .i = 0, .aborts = 1};
     assert_int_equal(h_wait_until(load_is_one, &s, H_READY_TIMEOUT_MS), 0);
     if (wait_body) {
-        struct body_cond bc = {.a = a, .bytes = 1};
-        assert_int_equal(h_wait_until(has_body, &bc, H_READY_TIMEOUT_MS), 0);
+        assert_int_equal(h_async_wait_body(a, 1, H_READY_TIMEOUT_MS), 0);
         struct h_async_state st;
         h_async_get_state(a, &st);
         assert_false(st.done);

@@ -158,19 +158,6 @@ static bool async_done(void *arg)
     return st.done;
 }
 
-struct body_cond {
-    struct h_async *a;
-    size_t bytes;
-};
-
-static bool has_body(void *arg)
-{
-    struct body_cond *c = arg;
-    struct h_async_state st;
-    h_async_get_state(c->a, &st);
-    return st.body_bytes >= c->bytes || st.done;
-}
-
 /* ---- helpers ------------------------------------------------------------------- */
 
 static json_t *last_request(struct pd_fleet *p, size_t i)
@@ -526,8 +513,7 @@ static void test_decode_stall_client_leaves(void **state)
     chat_url(&p, url, sizeof(url));
     struct h_async *a;
     assert_int_equal(h_async_start(url, CHAT_STREAM, &(struct h_async_opts){0}, &a), 0);
-    struct body_cond bc = {.a = a, .bytes = 1};
-    assert_int_equal(h_wait_until(has_body, &bc, H_READY_TIMEOUT_MS), 0);
+    assert_int_equal(h_async_wait_body(a, 1, H_READY_TIMEOUT_MS), 0);
     struct held decode = {.p = &p, .i = 1, .want = 1};
     assert_int_equal(h_wait_until(worker_holds, &decode, H_READY_TIMEOUT_MS), 0);
     struct h_async_state st;
