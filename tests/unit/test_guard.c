@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -113,7 +114,9 @@ static void test_stale_generation_refused(void **state)
 
 /* ---- reset_load against concurrent requests ------------------------------- */
 
-#define RESET_ROUNDS 50000
+#define RESET_ROUNDS     50000
+#define RESET_ROUNDS_MAX 20000000 /* a bound, should the threads never overlap */
+#define RACE_OUTCOMES    100      /* of each kind, so the race really ran */
 
 struct race {
     struct fixture *f;
@@ -157,7 +160,13 @@ static void *race_resets(void *arg)
     struct race *r = arg;
     struct fixture *f = r->f;
     unsigned x = 777;
-    for (int i = 0; i < RESET_ROUNDS; i++) {
+    /* Start once the request loop runs (on a loaded machine it may get the
+     * CPU late), and go on until both outcomes were seen often enough. */
+    while (atomic_load_explicit(&r->guards_taken, memory_order_relaxed) == 0)
+        sched_yield();
+    for (long i = 0; i < RESET_ROUNDS_MAX && (i < RESET_ROUNDS || r->resets_done < RACE_OUTCOMES ||
+                                              r->resets_refused < RACE_OUTCOMES);
+         i++) {
         x = x * 1103515245u + 12345u;
         shm_registry_set_draining(&f->seg, f->w.slot, true);
         spin((x >> 16) % 64); /* the admin channel's round trip */
@@ -190,8 +199,8 @@ static void test_reset_never_discards_a_live_guard(void **state)
                   r.resets_done, r.resets_refused);
     /* The race was really run: both outcomes happened and requests got in. */
     assert_true(atomic_load(&r.guards_taken) > 0);
-    assert_true(r.resets_done > 0);
-    assert_true(r.resets_refused > 0);
+    assert_true(r.resets_done >= RACE_OUTCOMES);
+    assert_true(r.resets_refused >= RACE_OUTCOMES);
     assert_int_equal(shm_load_underflows(&f->seg), 0);
     assert_int_equal(shm_load_of(&f->seg, f->w.slot, f->w.generation), 0);
     assert_int_equal(dp_guards_live(&f->guards, f->w.slot, f->w.generation), 0);
