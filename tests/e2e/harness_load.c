@@ -8,6 +8,7 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 
 #define H_LOAD_MAX_CONC 256
 #define H_LOAD_TAIL     16
+#define H_LOAD_BODY_CAP (64u * 1024u) /* a non-streamed answer kept to be checked */
 
 struct h_load_xfer {
     CURL *easy;
@@ -25,6 +27,10 @@ struct h_load_xfer {
     char body[512];
     bool stream;
     bool done_marker; /* "[DONE]" seen (streams) */
+    bool error_event; /* an "error" object seen (streams) */
+    char *resp;       /* a non-streamed answer, up to H_LOAD_BODY_CAP */
+    size_t resp_len;
+    bool resp_overflow;
     char tail[H_LOAD_TAIL];
     size_t tail_len;
     size_t bytes;
@@ -54,25 +60,58 @@ static uint32_t h_load_rand(struct h_load *l)
     return (uint32_t)(l->rng >> 33);
 }
 
+/* Whether needle occurs in tail (the previous chunk's last bytes) + data. */
+static bool h_load_seen(const struct h_load_xfer *x, const char *data, size_t len,
+                        const char *needle)
+{
+    size_t nlen = strlen(needle);
+    char buf[2 * H_LOAD_TAIL];
+    size_t head = len < H_LOAD_TAIL ? len : H_LOAD_TAIL;
+    memcpy(buf, x->tail, x->tail_len);
+    memcpy(buf + x->tail_len, data, head);
+    return memmem(buf, x->tail_len + head, needle, nlen) != NULL ||
+           memmem(data, len, needle, nlen) != NULL;
+}
+
 static size_t h_load_on_body(char *data, size_t size, size_t n, void *arg)
 {
     struct h_load_xfer *x = arg;
     size_t len = size * n;
     x->bytes += len;
-    if (x->stream && !x->done_marker) {
-        /* Look for the marker across the chunk boundary too. */
-        char buf[H_LOAD_TAIL + 64];
-        size_t head = len < 64 ? len : 64;
-        memcpy(buf, x->tail, x->tail_len);
-        memcpy(buf + x->tail_len, data + len - head, head);
-        if (memmem(buf, x->tail_len + head, "[DONE]", 6) != NULL ||
-            memmem(data, len, "[DONE]", 6) != NULL)
-            x->done_marker = true;
+    if (x->stream) {
+        x->done_marker = x->done_marker || h_load_seen(x, data, len, "[DONE]");
+        x->error_event = x->error_event || h_load_seen(x, data, len, "\"error\"");
         size_t keep = len < H_LOAD_TAIL ? len : H_LOAD_TAIL;
         memcpy(x->tail, data + len - keep, keep);
         x->tail_len = keep;
+        return len;
     }
+    if (x->resp_len + len > H_LOAD_BODY_CAP) {
+        x->resp_overflow = true;
+        return len;
+    }
+    char *nr = realloc(x->resp, x->resp_len + len + 1);
+    if (nr == NULL) {
+        x->resp_overflow = true;
+        return len;
+    }
+    x->resp = nr;
+    memcpy(x->resp + x->resp_len, data, len);
+    x->resp_len += len;
+    x->resp[x->resp_len] = '\0';
     return len;
+}
+
+/* A non-streamed 200 is whole: a JSON object with one choice. */
+static bool h_load_plain_is_whole(const struct h_load_xfer *x)
+{
+    if (x->resp == NULL || x->resp_overflow)
+        return false;
+    json_error_t jerr;
+    json_t *j = json_loadb(x->resp, x->resp_len, 0, &jerr);
+    bool whole = j != NULL && json_array_size(json_object_get(j, "choices")) == 1;
+    json_decref(j);
+    return whole;
 }
 
 static void h_load_fail(struct h_load *l, const char *what)
@@ -137,6 +176,7 @@ static void h_load_free_xfer(struct h_load *l, int i)
     curl_multi_remove_handle(l->multi, x->easy);
     curl_easy_cleanup(x->easy);
     curl_slist_free_all(x->headers);
+    free(x->resp);
     free(x);
     l->slot[i] = NULL;
 }
@@ -161,10 +201,15 @@ static void h_load_finish(struct h_load *l, int i, CURLcode code)
             l->r.status_5xx[status - 500]++;
         snprintf(what, sizeof(what), "status %ld: %.120s", status, x->body);
         h_load_fail(l, what);
-    } else if (x->stream && !x->done_marker) {
+    } else if (x->stream && (!x->done_marker || x->error_event)) {
         l->r.truncated++;
-        snprintf(what, sizeof(what), "stream without [DONE] after %zu bytes: %.120s", x->bytes,
-                 x->body);
+        snprintf(what, sizeof(what), "stream %s after %zu bytes: %.120s",
+                 x->error_event ? "with an error event" : "without [DONE]", x->bytes, x->body);
+        h_load_fail(l, what);
+    } else if (!x->stream && !h_load_plain_is_whole(x)) {
+        l->r.truncated++;
+        snprintf(what, sizeof(what), "answer truncated or not JSON: %.120s",
+                 x->resp != NULL ? x->resp : "");
         h_load_fail(l, what);
     } else {
         l->r.ok++;

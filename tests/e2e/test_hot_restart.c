@@ -44,206 +44,71 @@
 #include "shm/segment.h"
 #include "tests/e2e/harness.h"
 #include "tests/e2e/harness_fleet.h"
+#include "tests/e2e/harness_load.h"
 
-#define N_CLIENTS   64
-#define N_RESTARTS  5
-#define WAIT_MS     20000
-#define BODY_CAP    (256u * 1024u)
-#define MAX_REPORTS 8
+#define N_CLIENTS  64
+#define N_RESTARTS 5
+#define WAIT_MS    20000
 
 /* Mock workers with a realistic shape: a few ms of prefill, 2 ms per token. */
 static const char *const MOCK_ARGS[] = {
     "--prefill-base-us", "3000", "--prefill-us-per-token", "20", "--tpot-ms", "2", NULL};
 
-static const char *const CHAT_STREAM =
-    "{\"model\":\"" H_FLEET_MODEL "\",\"stream\":true,\"max_tokens\":16,"
-    "\"messages\":[{\"role\":\"user\",\"content\":\"tell me a story about routers\"}]}";
-static const char *const CHAT_PLAIN =
-    "{\"model\":\"" H_FLEET_MODEL "\",\"max_tokens\":12,"
-    "\"messages\":[{\"role\":\"user\",\"content\":\"tell me a story about routers\"}]}";
+/* ---- the load: 64 clients, half of them streaming (harness_load.h) -------------- */
 
-/* ---- the load: 64 clients on one curl multi handle ------------------------------ */
-
-struct client {
-    CURL *easy;
-    bool stream;
-    char body[BODY_CAP];
-    size_t len;
-    bool overflow;
-};
-
-struct load {
-    char url[128];
-    pthread_t thread;
-    bool started;
-    atomic_bool stop;
-    atomic_long ok;
-    atomic_long failed;
-    pthread_mutex_t mu;
-    char reports[MAX_REPORTS][256]; /* the first failures, for the test's message */
-    int n_reports;
-    struct client clients[N_CLIENTS];
-};
-
-static size_t load_write(char *data, size_t size, size_t n, void *arg)
+static struct h_load *load_start(const struct h_fleet *f)
 {
-    struct client *c = arg;
-    size_t len = size * n;
-    if (c->len + len >= BODY_CAP) {
-        c->overflow = true;
-        return len;
-    }
-    memcpy(c->body + c->len, data, len);
-    c->len += len;
-    c->body[c->len] = '\0';
-    return len;
-}
-
-static void load_start_one(struct client *c, CURLM *multi)
-{
-    c->len = 0;
-    c->body[0] = '\0';
-    c->overflow = false;
-    curl_easy_setopt(c->easy, CURLOPT_POSTFIELDS, c->stream ? CHAT_STREAM : CHAT_PLAIN);
-    curl_multi_add_handle(multi, c->easy);
-}
-
-/* A complete, untruncated answer: a stream ends with [DONE] and carries no
- * error event; a plain answer is a whole JSON object with choices. */
-static bool load_check(const struct client *c, CURLcode cc, long status, char *why, size_t len)
-{
-    if (cc != CURLE_OK) {
-        snprintf(why, len, "%s: curl: %s", c->stream ? "stream" : "plain", curl_easy_strerror(cc));
-        return false;
-    }
-    if (status != 200 || c->overflow) {
-        snprintf(why, len, "%s: HTTP %ld: %.150s", c->stream ? "stream" : "plain", status, c->body);
-        return false;
-    }
-    if (c->stream) {
-        size_t tail = strlen("data: [DONE]\n\n");
-        if (c->len < tail || strcmp(c->body + c->len - tail, "data: [DONE]\n\n") != 0 ||
-            strstr(c->body, "\"error\"") != NULL) {
-            snprintf(why, len, "stream truncated or failed: ...%.150s",
-                     c->len > 150 ? c->body + c->len - 150 : c->body);
-            return false;
-        }
-        return true;
-    }
-    json_error_t jerr;
-    json_t *j = json_loadb(c->body, c->len, 0, &jerr);
-    bool good = j != NULL && json_array_size(json_object_get(j, "choices")) == 1;
-    json_decref(j);
-    if (!good)
-        snprintf(why, len, "plain answer truncated or not JSON: %.150s", c->body);
-    return good;
-}
-
-static void *load_main(void *arg)
-{
-    struct load *l = arg;
-    CURLM *multi = curl_multi_init();
-    struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-    hdrs = curl_slist_append(hdrs, "Expect:");
-    for (int i = 0; i < N_CLIENTS; i++) {
-        struct client *c = &l->clients[i];
-        c->easy = curl_easy_init();
-        c->stream = i % 2 == 0;
-        curl_easy_setopt(c->easy, CURLOPT_URL, l->url);
-        curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, hdrs);
-        curl_easy_setopt(c->easy, CURLOPT_WRITEFUNCTION, load_write);
-        curl_easy_setopt(c->easy, CURLOPT_WRITEDATA, c);
-        curl_easy_setopt(c->easy, CURLOPT_PRIVATE, c);
-        curl_easy_setopt(c->easy, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(c->easy, CURLOPT_TIMEOUT_MS, 15000L);
-        load_start_one(c, multi);
-    }
-    int running = N_CLIENTS;
-    while (running > 0) {
-        curl_multi_perform(multi, &running);
-        CURLMsg *m;
-        int left;
-        while ((m = curl_multi_info_read(multi, &left)) != NULL) {
-            if (m->msg != CURLMSG_DONE)
-                continue;
-            struct client *c = NULL;
-            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&c);
-            long status = 0;
-            curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &status);
-            CURLcode cc = m->data.result;
-            curl_multi_remove_handle(multi, m->easy_handle);
-            char why[256];
-            if (load_check(c, cc, status, why, sizeof(why))) {
-                atomic_fetch_add(&l->ok, 1);
-            } else {
-                atomic_fetch_add(&l->failed, 1);
-                pthread_mutex_lock(&l->mu);
-                if (l->n_reports < MAX_REPORTS)
-                    snprintf(l->reports[l->n_reports++], sizeof(l->reports[0]), "%s", why);
-                pthread_mutex_unlock(&l->mu);
-            }
-            if (!atomic_load(&l->stop)) {
-                load_start_one(c, multi);
-                running++;
-            }
-        }
-        if (running > 0)
-            curl_multi_poll(multi, NULL, 0, 50, NULL);
-    }
-    for (int i = 0; i < N_CLIENTS; i++)
-        curl_easy_cleanup(l->clients[i].easy);
-    curl_multi_cleanup(multi);
-    curl_slist_free_all(hdrs);
-    return NULL;
-}
-
-static struct load *load_start(const struct h_fleet *f)
-{
-    struct load *l = calloc(1, sizeof(*l));
-    assert_non_null(l);
-    snprintf(l->url, sizeof(l->url), "%s/v1/chat/completions", f->base);
-    pthread_mutex_init(&l->mu, NULL);
-    assert_int_equal(pthread_create(&l->thread, NULL, load_main, l), 0);
-    l->started = true;
+    struct h_load *l = NULL;
+    assert_int_equal(h_load_start(&(struct h_load_opts){.base = f->base,
+                                                        .model = H_FLEET_MODEL,
+                                                        .concurrency = N_CLIENTS,
+                                                        .stream_percent = 50,
+                                                        .max_tokens = 16,
+                                                        .request_timeout_ms = 15000,
+                                                        .seed = 8},
+                                  &l),
+                     0);
     return l;
 }
 
-/* Stops the clients (each finishes its request) and frees; NULL is a no-op. */
-static void load_stop(struct load *l)
+/* Requests that did not get a whole answer (aborts are not used here). */
+static long load_failed(const struct h_load_result *r)
 {
-    if (l == NULL)
-        return;
-    atomic_store(&l->stop, true);
-    if (l->started)
-        pthread_join(l->thread, NULL);
-    pthread_mutex_destroy(&l->mu);
-    free(l);
-}
-
-static void load_print_reports(struct load *l)
-{
-    pthread_mutex_lock(&l->mu);
-    for (int i = 0; i < l->n_reports; i++)
-        fprintf(stderr, "load failure %d: %s\n", i + 1, l->reports[i]);
-    pthread_mutex_unlock(&l->mu);
+    return r->http_error + r->truncated + r->transport;
 }
 
 struct ok_cond {
-    struct load *l;
+    struct h_load *l;
     long want;
 };
 
 static bool load_ok_reached(void *arg)
 {
     struct ok_cond *c = arg;
-    return atomic_load(&c->l->ok) >= c->want;
+    struct h_load_result r;
+    h_load_peek(c->l, &r);
+    return r.ok >= c->want;
 }
 
 /* Waits until `more` further requests succeeded. */
-static void load_wait_more(struct load *l, long more)
+static void load_wait_more(struct h_load *l, long more)
 {
-    struct ok_cond c = {.l = l, .want = atomic_load(&l->ok) + more};
+    struct h_load_result r;
+    h_load_peek(l, &r);
+    struct ok_cond c = {.l = l, .want = r.ok + more};
     assert_int_equal(h_wait_until(load_ok_reached, &c, WAIT_MS), 0);
+}
+
+/* Stops the clients (each finishes its request); the final counts in *r
+ * (may be NULL), the first failure printed for the test's message. */
+static void load_stop(struct h_load *l, struct h_load_result *r)
+{
+    struct h_load_result mine;
+    h_load_stop(l, false, &mine);
+    if (mine.first_failure[0] != '\0')
+        fprintf(stderr, "load: first failure: %s\n", mine.first_failure);
+    if (r != NULL)
+        *r = mine;
 }
 
 /* ---- processes and the segment --------------------------------------------------- */
@@ -380,7 +245,7 @@ static void test_five_hot_restarts_under_load(void **state)
     size_t n_before = registry_snapshot(&f, before, 8);
     assert_int_equal(n_before, 3);
 
-    struct load *l = load_start(&f);
+    struct h_load *l = load_start(&f);
     load_wait_more(l, 200);
     struct h_proc *old = f.dp;
     for (int i = 0; i < N_RESTARTS; i++) {
@@ -397,12 +262,9 @@ static void test_five_hot_restarts_under_load(void **state)
     }
     f.dp = old;
     load_wait_more(l, 150);
-    atomic_store(&l->stop, true);
-    pthread_join(l->thread, NULL);
-    l->started = false;
-    long ok = atomic_load(&l->ok), failed = atomic_load(&l->failed);
-    load_print_reports(l);
-    load_stop(l);
+    struct h_load_result lr;
+    load_stop(l, &lr);
+    long ok = lr.ok, failed = load_failed(&lr);
     fprintf(stderr, "hot restarts under load: %ld requests ok, %ld failed\n", ok, failed);
     assert_int_equal(failed, 0);
     assert_true(ok >= 200 + N_RESTARTS * 150);
@@ -486,7 +348,7 @@ static void test_broken_config_is_refused_old_keeps_serving(void **state)
     (void)state;
     struct h_fleet f;
     h_fleet_start(&f, &(struct h_fleet_opts){.n = 2, .mock_args = MOCK_ARGS});
-    struct load *l = load_start(&f);
+    struct h_load *l = load_start(&f);
     load_wait_more(l, 100);
 
     /* An unknown key: the new process names the file and exits 2. */
@@ -526,12 +388,9 @@ static void test_broken_config_is_refused_old_keeps_serving(void **state)
     /* The old one never noticed: it serves on, nothing failed. */
     load_wait_more(l, 100);
     assert_true(h_proc_is_running(f.dp));
-    atomic_store(&l->stop, true);
-    pthread_join(l->thread, NULL);
-    l->started = false;
-    long failed = atomic_load(&l->failed);
-    load_print_reports(l);
-    load_stop(l);
+    struct h_load_result lr;
+    load_stop(l, &lr);
+    long failed = load_failed(&lr);
     assert_int_equal(failed, 0);
     assert_int_equal(active_leases(&f), 1);
     h_fleet_stop(&f);
@@ -695,17 +554,14 @@ static void test_second_sigterm_under_load_exits_cleanly(void **state)
             assert_int_equal(h_start_dataplane(f.cfg.path, &f.dp), 0);
             assert_int_equal(h_wait_http_ok(health, WAIT_MS), 0);
         }
-        struct load *l = load_start(&f);
+        struct h_load *l = load_start(&f);
         load_wait_more(l, 100);
         assert_int_equal(h_proc_signal(f.dp, SIGTERM), 0);
         struct log_cond lc = {.p = f.dp, .needle = "draining"};
         assert_int_equal(h_wait_until(log_cond, &lc, WAIT_MS), 0);
         assert_int_equal(h_proc_signal(f.dp, SIGTERM), 0);
         int st = wait_exit(f.dp, WAIT_MS);
-        atomic_store(&l->stop, true);
-        pthread_join(l->thread, NULL);
-        l->started = false;
-        load_stop(l);
+        load_stop(l, NULL);
         assert_true(WIFEXITED(st));
         assert_int_equal(WEXITSTATUS(st), 0);
     }
