@@ -177,6 +177,7 @@ void cfg_init_defaults(struct cfg *cfg)
     copy_str(cfg->dataplane.listen, sizeof(cfg->dataplane.listen), "127.0.0.1:8080");
     cfg->dataplane.threads = 0;
     cfg->dataplane.max_body = 32u << 20;
+    cfg->dataplane.max_header_size = 6u << 10;
     cfg->dataplane.connect_timeout_ms = 2000;
     cfg->dataplane.first_byte_timeout_ms = 600000;
     cfg->dataplane.idle_timeout_ms = 120000;
@@ -705,6 +706,8 @@ static const struct key_def dataplane_keys[] = {
     KEY_RANGE("threads", KIND_U32, struct cfg_dataplane, threads, 0, 256),
     KEY_RANGE("max_body", KIND_SIZE, struct cfg_dataplane, max_body, UINT64_C(1) << 10,
               UINT64_C(1) << 30),
+    KEY_RANGE("max_header_size", KIND_SIZE, struct cfg_dataplane, max_header_size,
+              UINT64_C(1) << 10, UINT64_C(1) << 20),
     KEY_RANGE("connect_timeout", KIND_DURATION, struct cfg_dataplane, connect_timeout_ms, 1,
               MS_HOUR),
     KEY_RANGE("first_byte_timeout", KIND_DURATION, struct cfg_dataplane, first_byte_timeout_ms, 1,

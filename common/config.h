@@ -87,6 +87,7 @@ struct cfg_dataplane {
     char listen[CFG_ADDR_MAX]; /* HOST:PORT */
     uint32_t threads;          /* 0 = one event loop per core */
     uint64_t max_body;         /* bytes */
+    uint64_t max_header_size;  /* bytes: request line plus headers */
     uint64_t connect_timeout_ms;
     uint64_t first_byte_timeout_ms;
     uint64_t idle_timeout_ms;

@@ -401,7 +401,9 @@ static void fwd_keep_header(struct dp_request *req, const char *line, size_t len
         }
         req->sse = vl >= 17 && strncasecmp(v, "text/event-stream", 17) == 0;
     }
-    if (req->resp_hdrs_len + len + 2 > sizeof(req->resp_hdrs))
+    if (req->resp_hdrs == NULL && (req->resp_hdrs = malloc(DP_RESP_HDRS_CAP)) == NULL)
+        return; /* out of memory: the client gets the body without them */
+    if (req->resp_hdrs_len + len + 2 > DP_RESP_HDRS_CAP)
         return; /* bounded: drop what does not fit */
     memcpy(req->resp_hdrs + req->resp_hdrs_len, line, len);
     req->resp_hdrs_len += len;
@@ -417,7 +419,8 @@ size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
     if (len >= 5 && strncmp(line, "HTTP/", 5) == 0) {
         /* A new response (after a 100 Continue, say): forget earlier headers. */
         req->resp_hdrs_len = 0;
-        req->resp_hdrs[0] = '\0';
+        if (req->resp_hdrs != NULL)
+            req->resp_hdrs[0] = '\0';
         req->sse = false;
         return len;
     }

@@ -31,14 +31,20 @@
 #include "dataplane/routes.h"
 
 #define DP_MAX_CONNECTIONS 16384u
-/* Each connection's libmicrohttpd pool (request headers, read and write
- * buffers). MHD zeroes the pool after every request, so its size is paid
- * per request (the 32 KiB default was a quarter of a small request's
- * instructions) and per idle stream in memory. 16 KiB still holds 8 KiB of
- * request headers; larger ones are answered 431 by MHD. */
-#define DP_CONN_MEMORY    (16u * 1024u)
-#define DP_CONN_TIMEOUT_S 300u
-#define DP_RELAY_BLOCK    (2u * 1024u) /* MHD zeroes a block per response; SSE events fit */
+/* Each connection's libmicrohttpd pool holds its request line and headers
+ * plus the response's headers and write buffer. MHD zeroes the pool after
+ * every request, so its size is paid per request (the 32 KiB default was a
+ * quarter of a small request's instructions) and, in touched pages, per held
+ * stream: dataplane.max_header_size plus this much, rounded up to a page.
+ * The handler answers 431 itself above max_header_size, while the pool
+ * still has room for the answer. */
+#define DP_CONN_RESPONSE_ROOM (2u * 1024u)
+#define DP_CONN_TIMEOUT_S     300u
+/* The block MHD allocates (zeroed) with each relayed response. A chunked
+ * response (every HTTP/1.1 client) is read straight into the connection's
+ * pool, so the block only paces HTTP/1.0 clients; small, it keeps a held
+ * stream's memory down. */
+#define DP_RELAY_BLOCK 512u
 
 static void lst_watch(struct dp_request *req)
 {
@@ -200,6 +206,8 @@ static ssize_t lst_reader(void *cls, uint64_t pos, char *buf, size_t max)
 static void lst_add_relayed_headers(struct dp_request *req, struct MHD_Response *resp)
 {
     char *line = req->resp_hdrs;
+    if (line == NULL)
+        return;
     while (*line != '\0') {
         char *eol = strchr(line, '\n');
         if (eol == NULL)
@@ -228,6 +236,9 @@ static enum MHD_Result lst_queue_relay(struct dp_request *req)
         return MHD_NO;
     }
     lst_add_relayed_headers(req, resp);
+    free(req->resp_hdrs);
+    req->resp_hdrs = NULL;
+    req->resp_hdrs_len = 0;
     lst_common_headers(req, resp);
     /* From the request, not the attempt: a non-streamed body may have ended
      * (and its attempt with it) before the response is queued. */
@@ -258,6 +269,24 @@ static enum MHD_Result lst_answer_local(struct dp_request *req)
     return ret;
 }
 
+static enum MHD_Result lst_count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                        const char *value)
+{
+    (void)kind;
+    size_t *n = cls;
+    *n += (key != NULL ? strlen(key) : 0) + (value != NULL ? strlen(value) : 0) + 4; /* ": " CRLF */
+    return MHD_YES;
+}
+
+/* The request line and headers as the client sent them, near enough. */
+static size_t lst_header_bytes(struct MHD_Connection *conn, const char *url, const char *method,
+                               const char *version)
+{
+    size_t n = strlen(method) + 1 + strlen(url) + 1 + strlen(version) + 2;
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, lst_count_header, &n);
+    return n;
+}
+
 static enum MHD_Result lst_begin(struct dp_request *req)
 {
     if (req->route == DP_ROUTE_OTHER)
@@ -280,7 +309,6 @@ static enum MHD_Result lst_handler(void *cls, struct MHD_Connection *conn, const
                                    const char *method, const char *version, const char *upload_data,
                                    size_t *upload_data_size, void **con_cls)
 {
-    (void)version;
     struct dp_loop *loop = cls;
     struct dp_request *req = *con_cls;
     if (req == NULL) {
@@ -291,6 +319,17 @@ static enum MHD_Result lst_handler(void *cls, struct MHD_Connection *conn, const
         struct dp_conn *dc = lst_conn_of(conn);
         if (dc != NULL)
             dc->req = req;
+        /* Answered at once (the connection then closes, its body unread):
+         * MHD's own limit is the pool, and just below it there is no room
+         * left for any answer. */
+        uint64_t limit = loop->sh->cfg->dataplane.max_header_size;
+        if (lst_header_bytes(conn, url, method, version) > limit) {
+            char msg[128];
+            snprintf(msg, sizeof(msg),
+                     "request line and headers exceed dataplane.max_header_size (%llu bytes)",
+                     (unsigned long long)limit);
+            return lst_queue_error(req, 431, "request_header_fields_too_large", msg);
+        }
         return MHD_YES;
     }
     if (*upload_data_size != 0) {
@@ -398,19 +437,21 @@ int dp_listener_start(struct dp_loop *loop)
 {
     const struct dp_shared *sh = loop->sh;
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    size_t pool = (size_t)sh->cfg->dataplane.max_header_size + DP_CONN_RESPONSE_ROOM;
+    pool = (pool + 4095u) & ~(size_t)4095u;
     if (sh->listen_addr.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     /* Loop i serves the predecessor's socket i after a hot restart, so the
      * connections waiting in its accept queue are not lost. */
     int inherited = loop->index < sh->n_inherited ? sh->inherited[loop->index] : -1;
     if (inherited >= 0)
-        loop->mhd = MHD_start_daemon(
-            flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_LISTEN_SOCKET,
-            (MHD_socket)inherited, MHD_OPTION_NOTIFY_COMPLETED, lst_completed, loop,
-            MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop, MHD_OPTION_CONNECTION_LIMIT,
-            (unsigned int)DP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-            (unsigned int)DP_CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-            (size_t)DP_CONN_MEMORY, MHD_OPTION_END);
+        loop->mhd =
+            MHD_start_daemon(flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_LISTEN_SOCKET,
+                             (MHD_socket)inherited, MHD_OPTION_NOTIFY_COMPLETED, lst_completed,
+                             loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
+                             MHD_OPTION_CONNECTION_LIMIT, (unsigned int)DP_MAX_CONNECTIONS,
+                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
+                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
     else
         loop->mhd = MHD_start_daemon(
             flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_SOCK_ADDR, &sh->listen_addr,
@@ -418,7 +459,7 @@ int dp_listener_start(struct dp_loop *loop)
             lst_completed, loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
             MHD_OPTION_CONNECTION_LIMIT, (unsigned int)DP_MAX_CONNECTIONS,
             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
-            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)DP_CONN_MEMORY, MHD_OPTION_END);
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
     if (loop->mhd == NULL)
         return -EADDRINUSE;
     const union MHD_DaemonInfo *li = MHD_get_daemon_info(loop->mhd, MHD_DAEMON_INFO_LISTEN_FD);

@@ -206,7 +206,9 @@ struct dp_request {
     /* relaying */
     struct dp_attempt *active; /* the attempt whose body the client gets */
     long relay_status;
-    char resp_hdrs[DP_RESP_HDRS_CAP]; /* "Name: value\n" lines from the worker */
+    /* "Name: value\n" lines from the worker (DP_RESP_HDRS_CAP bytes), kept
+     * until MHD has its copy: a held stream does not pay for them. */
+    char *resp_hdrs;
     size_t resp_hdrs_len;
     bool relay_ready;   /* headers known, waiting for the handler to queue them */
     unsigned char *out; /* DP_OUT_CAP bytes, allocated when relaying starts */

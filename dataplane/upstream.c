@@ -116,9 +116,10 @@ int dp_up_start(struct dp_attempt *a, const char *url)
     /* Workers are reached directly, never through an http_proxy from the
      * environment (and curl then skips reading it on every transfer). */
     rc |= curl_easy_setopt(e, CURLOPT_PROXY, "");
-    /* curl's receive buffer lives as long as the transfer: 4 KiB instead of
-     * 16 for every held stream (SSE events are a few hundred bytes). */
-    rc |= curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 4096L);
+    /* curl's receive buffer lives as long as the transfer: for a stream,
+     * whose SSE events are a few hundred bytes, 1 KiB (curl's least) keeps
+     * a held stream small; a whole answer is read in 4 KiB pieces. */
+    rc |= curl_easy_setopt(e, CURLOPT_BUFFERSIZE, req->stream ? 1024L : 4096L);
     rc |= curl_easy_setopt(e, CURLOPT_POST, 1L);
     rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDS, a->body != NULL ? a->body : "");
     rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)a->body_len);

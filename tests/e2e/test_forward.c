@@ -467,7 +467,7 @@ static void test_bad_inputs(void **state)
     assert_int_equal(h_config_add_worker(&f.cfg, dead_url, "w2", "dead-model", NULL), 0);
     assert_int_equal(h_config_add_worker(&f.cfg, "http://127.0.0.1:9", "w3", "pd-model", "prefill"),
                      0);
-    f.cfg.dataplane_extra = "max_body: 1KiB\nretry:\n  backoff: 10ms\n";
+    f.cfg.dataplane_extra = "max_body: 1KiB\nmax_header_size: 2KiB\nretry:\n  backoff: 10ms\n";
     assert_int_equal(h_config_write(&f.cfg, NULL), 0);
     assert_int_equal(h_start_controlplane(f.cfg.path, &f.cp), 0);
     assert_int_equal(h_wait_until(h_fleet_attach, &f, H_READY_TIMEOUT_MS), 0);
@@ -489,6 +489,22 @@ static void test_bad_inputs(void **state)
     memcpy(big, "{\"model\":\"", 10);
     strcpy(big + sizeof(big) - 3, "\"}");
     post_expect(&f, NULL, chat, big, 413, "request_too_large");
+    /* Headers over max_header_size (2 KiB here): 431, and just under it the
+     * request goes through. */
+    static char big_header[2600];
+    memcpy(big_header, "X-Big: ", 7);
+    memset(big_header + 7, 'h', sizeof(big_header) - 8);
+    const char *const too_big[] = {big_header, NULL};
+    route_url(&f, chat, url, sizeof(url));
+    struct h_req hreq = {.url = url, .body = CHAT_PLAIN, .headers = too_big};
+    struct h_resp hr;
+    assert_int_equal(h_http(&hreq, &hr), 0);
+    assert_error_body(&hr, 431, "request_header_fields_too_large");
+    h_resp_fini(&hr);
+    big_header[1700] = '\0';
+    assert_int_equal(h_http(&hreq, &hr), 0);
+    assert_int_equal(hr.status, 200);
+    h_resp_fini(&hr);
     post_expect(&f, "GET", chat, NULL, 405, "method_not_allowed");
     post_expect(&f, "POST", "/v1/models", "{}", 405, "method_not_allowed");
     post_expect(&f, NULL, "/v2/nothing", "{}", 404, "not_found");

@@ -36,6 +36,7 @@ static void assert_defaults(const struct cfg *cfg)
     assert_string_equal(cfg->dataplane.listen, "127.0.0.1:8080");
     assert_int_equal(cfg->dataplane.threads, 0);
     assert_int_equal(cfg->dataplane.max_body, 32 * 1024 * 1024);
+    assert_int_equal(cfg->dataplane.max_header_size, 6 * 1024);
     assert_int_equal(cfg->dataplane.connect_timeout_ms, 2000);
     assert_int_equal(cfg->dataplane.first_byte_timeout_ms, 600000);
     assert_int_equal(cfg->dataplane.idle_timeout_ms, 120000);
@@ -137,6 +138,7 @@ static void test_full_file_round_trip(void **state)
     assert_string_equal(cfg.dataplane.listen, "0.0.0.0:18080");
     assert_int_equal(cfg.dataplane.threads, 4);
     assert_int_equal(cfg.dataplane.max_body, 64 * 1024);
+    assert_int_equal(cfg.dataplane.max_header_size, 16 * 1024);
     assert_int_equal(cfg.dataplane.connect_timeout_ms, 1000);
     assert_int_equal(cfg.dataplane.first_byte_timeout_ms, 120000);
     assert_int_equal(cfg.dataplane.idle_timeout_ms, 3600000);
@@ -161,18 +163,18 @@ static void test_full_file_round_trip(void **state)
     assert_string_equal(cfg.workers[0].url, "http://127.0.0.1:9001");
     assert_string_equal(cfg.workers[0].model, "mock");
     assert_int_equal(cfg.workers[0].role, CFG_ROLE_PREFILL);
-    assert_int_equal(cfg.workers[0].line, 40);
+    assert_int_equal(cfg.workers[0].line, 41);
     /* Canonical url (lower-case host, no slash) and the id derived from it. */
     assert_string_equal(cfg.workers[1].id, "worker-b.example:8443");
     assert_string_equal(cfg.workers[1].url, "https://worker-b.example:8443");
     assert_string_equal(cfg.workers[1].model, "meta-llama/Llama-3.1-8B");
     assert_int_equal(cfg.workers[1].role, CFG_ROLE_DECODE);
-    assert_int_equal(cfg.workers[1].line, 44);
+    assert_int_equal(cfg.workers[1].line, 45);
     assert_string_equal(cfg.workers[2].id, "::1:9003");
     assert_string_equal(cfg.workers[2].url, "http://[::1]:9003");
     assert_string_equal(cfg.workers[2].model, "");
     assert_int_equal(cfg.workers[2].role, CFG_ROLE_REGULAR);
-    assert_int_equal(cfg.workers[2].line, 47);
+    assert_int_equal(cfg.workers[2].line, 48);
     cfg_fini(&cfg);
     assert_defaults(&cfg);
 }
@@ -220,7 +222,8 @@ static const char long_listen[] =
 static const struct bad_case bad_cases[] = {
     {"dataplane:\n  lisen: 127.0.0.1:8080\n",
      "t.yaml:2:3: dataplane.lisen: unknown key (expected one of listen|threads|max_body|"
-     "connect_timeout|first_byte_timeout|idle_timeout|drain_timeout|debug_headers|retry)"},
+     "max_header_size|connect_timeout|first_byte_timeout|idle_timeout|drain_timeout|debug_headers|"
+     "retry)"},
     {"workers:\n  - url: http://127.0.0.1:9001\n    weight: 2\n",
      "t.yaml:3:5: workers[0].weight: unknown key (expected one of url|id|model|role)"},
     {"shmm:\n  name: /x\n",
@@ -258,6 +261,9 @@ static const struct bad_case bad_cases[] = {
     {"dataplane:\n  max_body: 32mb\n",
      "t.yaml:2:13: dataplane.max_body: expected a size (bytes, KiB|MiB|GiB or KB|MB|GB) in "
      "1KiB..1GiB, got '32mb'"},
+    {"dataplane:\n  max_header_size: 512\n",
+     "t.yaml:2:20: dataplane.max_header_size: expected a size (bytes, KiB|MiB|GiB or KB|MB|GB) "
+     "in 1KiB..1MiB, got '512'"},
     {"dataplane: {max_body: 99999999999999999999GiB}\n",
      "t.yaml:1:23: dataplane.max_body: expected a size (bytes, KiB|MiB|GiB or KB|MB|GB) in "
      "1KiB..1GiB, got '99999999999999999999GiB'"},
