@@ -467,12 +467,14 @@ size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
     }
     a->state = DP_ATT_RELAYING;
     req->relay_status = status;
-    req->relay_ready = true;
+    req->buffering = !req->sse;
+    req->relay_ready = !req->buffering;
     /* No attempt is chosen after relaying starts: the routing text is done. */
     free(req->routing_text);
     req->routing_text = NULL;
     req->routing_text_len = req->routing_text_cap = 0;
-    dp_listener_wake(req);
+    if (req->relay_ready)
+        dp_listener_wake(req);
     return len;
 }
 
@@ -519,6 +521,12 @@ size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
     if (a->state != DP_ATT_RELAYING || req->client_gone || req->out == NULL)
         return len;
     if (fwd_out_reserve(req, len) != 0) {
+        if (req->buffering) {
+            /* Too large to send in one piece: relay it as it comes. */
+            req->buffering = false;
+            req->relay_ready = true;
+            dp_listener_wake(req);
+        }
         a->paused = true;
         return CURL_WRITEFUNC_PAUSE;
     }
@@ -528,7 +536,8 @@ size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
         req->first_byte_ms = proc_monotonic_ms();
         dp_metrics_ttfb(&a->loop->sh->metrics, (req->first_byte_ms - req->start_ms) * 1000);
     }
-    dp_listener_wake(req);
+    if (!req->buffering)
+        dp_listener_wake(req);
     return len;
 }
 
@@ -536,6 +545,12 @@ size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
 static void fwd_cut_stream(struct dp_request *req, int status, const char *code, const char *msg)
 {
     dp_pd_finish(req, DP_PD_OUT_DECODE_ERROR);
+    if (req->buffering) {
+        /* Nothing reached the client yet: an error answer, not a cut body. */
+        req->buffering = false;
+        fwd_reply(req, status, code, msg);
+        return;
+    }
     req->up_done = true;
     req->up_failed = true;
     if (req->sse && req->out != NULL) {
@@ -610,6 +625,7 @@ void dp_fwd_on_done(struct dp_attempt *a, CURLcode result)
         } else {
             dp_pd_finish(req, DP_PD_OUT_OK);
             req->up_done = true;
+            req->relay_ready = true; /* a buffered answer is whole now */
             dp_listener_wake(req);
         }
     } else if (state == DP_ATT_COLLECTING && req->active == a) {
@@ -671,8 +687,9 @@ void dp_fwd_cancel(struct dp_request *req, bool count_disconnect)
     req->client_gone = true;
     dp_pd_finish(req, dp_pd_abort_outcome(req));
     if (count_disconnect)
-        dp_metrics_disconnect(&req->loop->sh->metrics,
-                              req->relay_ready ? DP_PHASE_STREAM : DP_PHASE_HEADERS);
+        dp_metrics_disconnect(&req->loop->sh->metrics, req->relay_ready || req->buffering
+                                                           ? DP_PHASE_STREAM
+                                                           : DP_PHASE_HEADERS);
     fwd_unschedule_retry(req);
     dp_request_ref(req);
     while (req->attempt_list != NULL)

@@ -229,8 +229,19 @@ static void lst_add_relayed_headers(struct dp_request *req, struct MHD_Response 
 
 static enum MHD_Result lst_queue_relay(struct dp_request *req)
 {
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, DP_RELAY_BLOCK, lst_reader, req, NULL);
+    struct MHD_Response *resp;
+    if (req->buffering) {
+        /* The whole answer: one write of headers and body. MHD frees it.
+         * Nothing was read from it yet, so it starts at out_head 0. */
+        resp = MHD_create_response_from_buffer_with_free_callback(req->out_tail, req->out, free);
+        if (resp != NULL) {
+            req->out = NULL;
+            req->out_head = req->out_tail = req->out_cap = 0;
+        }
+    } else {
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, DP_RELAY_BLOCK, lst_reader, req,
+                                                 NULL);
+    }
     if (resp == NULL) {
         dp_fwd_cancel(req, false);
         return MHD_NO;

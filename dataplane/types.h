@@ -210,7 +210,11 @@ struct dp_request {
      * until MHD has its copy: a held stream does not pay for them. */
     char *resp_hdrs;
     size_t resp_hdrs_len;
-    bool relay_ready;   /* headers known, waiting for the handler to queue them */
+    bool relay_ready; /* headers known, waiting for the handler to queue them */
+    /* A whole answer (not SSE) collected in out before anything is sent, so
+     * it leaves in one write with a Content-Length; past DP_OUT_CAP it is
+     * relayed like a stream. */
+    bool buffering;
     unsigned char *out; /* DP_OUT_CAP bytes, allocated when relaying starts */
     size_t out_head, out_tail, out_cap;
     bool up_done;   /* the worker's body ended (or was cut) */

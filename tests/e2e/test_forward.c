@@ -588,6 +588,56 @@ static void test_sigterm_releases_everything(void **state)
     h_fleet_stop(&f);
 }
 
+/*
+ * A whole answer (not SSE) leaves in one piece with a Content-Length; one
+ * larger than the relay buffer (64 KiB) is relayed as it comes, still byte
+ * for byte; one cut before its end is an error answer, not a short body.
+ */
+static void test_whole_answers(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    const char *const mock_args[] = {"--embedding-dim", "20000", NULL};
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1,
+                                             .mock_args = mock_args,
+                                             .dataplane_extra = "idle_timeout: 400ms\n"});
+    char url[128], direct[128], len[32];
+    route_url(&f, "/v1/chat/completions", url, sizeof(url));
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(h_resp_header(&r, "Content-Length", len, sizeof(len)), 0);
+    assert_int_equal(strtoul(len, NULL, 10), r.body_len);
+    h_resp_fini(&r);
+
+    const char *emb = "{\"model\":\"" H_FLEET_MODEL "\",\"input\":\"embed me\"}";
+    route_url(&f, "/v1/embeddings", url, sizeof(url));
+    assert_int_equal(h_url(direct, sizeof(direct), f.mock[0].port, "/v1/embeddings"), 0);
+    struct h_resp a, b;
+    assert_int_equal(h_http_post_json(direct, emb, &a), 0);
+    assert_int_equal(h_http_post_json(url, emb, &b), 0);
+    assert_int_equal(b.status, 200);
+    assert_true(a.body_len > 64 * 1024);
+    assert_int_equal(h_resp_header(&b, "Content-Length", len, sizeof(len)), -ENOENT);
+    normalize(a.body);
+    normalize(b.body);
+    assert_string_equal(a.body, b.body);
+    h_resp_fini(&a);
+    h_resp_fini(&b);
+
+    /* Headers and half the body, then silence past idle_timeout. */
+    assert_int_equal(
+        h_mock_faults(f.mock[0].url, "{\"fail_status\":400,\"fail_body_hold_ms\":3000}"), 0);
+    route_url(&f, "/v1/chat/completions", url, sizeof(url));
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_error_body(&r, 504, "upstream_timeout");
+    assert_true(r.elapsed_ms < 2000);
+    h_resp_fini(&r);
+    struct settle z = {.f = &f, .i = 0};
+    assert_int_equal(h_wait_until(load_is_zero, &z, ABORT_MS), 0);
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -600,6 +650,7 @@ int main(void)
         H_TEST(test_retried_attempt_counted_until_its_body_ends),
         H_TEST(test_worker_reset_mid_stream),
         H_TEST(test_timeouts),
+        H_TEST(test_whole_answers),
         H_TEST(test_bad_inputs),
         H_TEST(test_single_model_is_default),
         H_TEST(test_sigterm_releases_everything),
