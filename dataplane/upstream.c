@@ -2,9 +2,9 @@
  * curl multi_socket glue (see upstream.h). The socket callback mirrors
  * curl's wishes into the loop's epoll set, tagging each socket with
  * DP_TAG_CURL | fd; the timer callback sets loop->curl_deadline_ms, which
- * the loop turns into its epoll_wait timeout. Easy handles are pooled and
- * curl_easy_reset between attempts: building one is a measurable part of a
- * request's cost.
+ * the loop turns into its epoll_wait timeout. Easy handles are pooled with
+ * their fixed options set: building or resetting one is a measurable part
+ * of a request's cost.
  */
 #include "dataplane/upstream.h"
 
@@ -84,14 +84,38 @@ static size_t up_write_cb(char *data, size_t size, size_t nmemb, void *userp)
     return dp_fwd_on_body(userp, data, size * nmemb);
 }
 
+/* The options every transfer shares, set once per handle: a pooled handle
+ * keeps them (no curl_easy_reset between transfers, which was a measurable
+ * part of a small request's cost), and dp_up_start sets everything that
+ * varies on every transfer. */
+static CURL *up_easy_new(const struct cfg_dataplane *dc)
+{
+    CURL *e = curl_easy_init();
+    if (e == NULL)
+        return NULL;
+    CURLcode rc = CURLE_OK;
+    rc |= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    /* Workers are reached directly, never through an http_proxy from the
+     * environment (and curl then skips reading it on every transfer). */
+    rc |= curl_easy_setopt(e, CURLOPT_PROXY, "");
+    rc |= curl_easy_setopt(e, CURLOPT_POST, 1L);
+    rc |= curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    rc |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)dc->connect_timeout_ms);
+    rc |= curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    rc |= curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, up_header_cb);
+    rc |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, up_write_cb);
+    if (rc != CURLE_OK) {
+        curl_easy_cleanup(e);
+        return NULL;
+    }
+    return e;
+}
+
 static CURL *up_easy_get(struct dp_loop *loop)
 {
-    if (loop->n_pool > 0) {
-        CURL *e = loop->pool[--loop->n_pool];
-        curl_easy_reset(e);
-        return e;
-    }
-    return curl_easy_init();
+    if (loop->n_pool > 0)
+        return loop->pool[--loop->n_pool];
+    return up_easy_new(&loop->sh->cfg->dataplane);
 }
 
 static void up_easy_put(struct dp_loop *loop, CURL *e)
@@ -105,31 +129,20 @@ static void up_easy_put(struct dp_loop *loop, CURL *e)
 int dp_up_start(struct dp_attempt *a, const char *url)
 {
     struct dp_loop *loop = a->loop;
-    const struct cfg_dataplane *dc = &loop->sh->cfg->dataplane;
     const struct dp_request *req = a->req;
     CURL *e = up_easy_get(loop);
     if (e == NULL)
         return -ENOMEM;
     CURLcode rc = CURLE_OK;
     rc |= curl_easy_setopt(e, CURLOPT_URL, url);
-    rc |= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    /* Workers are reached directly, never through an http_proxy from the
-     * environment (and curl then skips reading it on every transfer). */
-    rc |= curl_easy_setopt(e, CURLOPT_PROXY, "");
     /* curl's receive buffer lives as long as the transfer: for a stream,
      * whose SSE events are a few hundred bytes, 1 KiB (curl's least) keeps
      * a held stream small; a whole answer is read in 4 KiB pieces. */
     rc |= curl_easy_setopt(e, CURLOPT_BUFFERSIZE, req->stream ? 1024L : 4096L);
-    rc |= curl_easy_setopt(e, CURLOPT_POST, 1L);
     rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDS, a->body != NULL ? a->body : "");
     rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)a->body_len);
     rc |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, req->up_headers);
-    rc |= curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-    rc |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)dc->connect_timeout_ms);
-    rc |= curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-    rc |= curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, up_header_cb);
     rc |= curl_easy_setopt(e, CURLOPT_HEADERDATA, a);
-    rc |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, up_write_cb);
     rc |= curl_easy_setopt(e, CURLOPT_WRITEDATA, a);
     rc |= curl_easy_setopt(e, CURLOPT_PRIVATE, a);
     if (rc != CURLE_OK) {
@@ -149,7 +162,12 @@ void dp_up_detach(struct dp_attempt *a)
     if (a->easy == NULL)
         return;
     curl_multi_remove_handle(a->loop->multi, a->easy);
-    up_easy_put(a->loop, a->easy);
+    /* A handle removed while paused may keep its pause with its options:
+     * not worth pooling (rare: a slow client that left). */
+    if (a->paused)
+        curl_easy_cleanup(a->easy);
+    else
+        up_easy_put(a->loop, a->easy);
     a->easy = NULL;
     a->paused = false;
 }
