@@ -411,6 +411,29 @@ static void fwd_keep_header(struct dp_request *req, const char *line, size_t len
     req->resp_hdrs[req->resp_hdrs_len] = '\0';
 }
 
+/*
+ * Relaying has begun, so no attempt will be made again: the routing text
+ * goes, and so do the request's bodies (the client's and the P/D legs')
+ * once curl has sent all of this attempt's. A held stream then costs the
+ * same whatever the size of its prompt.
+ */
+static void fwd_drop_request_copies(struct dp_request *req, struct dp_attempt *a)
+{
+    free(req->routing_text);
+    req->routing_text = NULL;
+    req->routing_text_len = req->routing_text_cap = 0;
+    curl_off_t sent = -1;
+    if (curl_easy_getinfo(a->easy, CURLINFO_SIZE_UPLOAD_T, &sent) != CURLE_OK ||
+        sent != (curl_off_t)a->body_len)
+        return; /* the worker answered before reading it all: curl may still send */
+    a->body = NULL;
+    a->body_len = 0;
+    free(req->body);
+    req->body = NULL;
+    req->body_len = req->body_cap = 0;
+    dp_pd_fini(req);
+}
+
 size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
 {
     struct dp_request *req = a->req;
@@ -469,10 +492,7 @@ size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
     req->relay_status = status;
     req->buffering = !req->sse;
     req->relay_ready = !req->buffering;
-    /* No attempt is chosen after relaying starts: the routing text is done. */
-    free(req->routing_text);
-    req->routing_text = NULL;
-    req->routing_text_len = req->routing_text_cap = 0;
+    fwd_drop_request_copies(req, a);
     if (req->relay_ready)
         dp_listener_wake(req);
     return len;
