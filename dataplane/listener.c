@@ -35,7 +35,7 @@
  * plus the response's headers and write buffer. MHD zeroes the pool after
  * every request, so its size is paid per request (the 32 KiB default was a
  * quarter of a small request's instructions) and, in touched pages, per held
- * stream: dataplane.max_header_size plus this much, rounded up to a page.
+ * stream: dataplane.max_header_size plus this much.
  * The handler answers 431 itself above max_header_size, while the pool
  * still has room for the answer. */
 #define DP_CONN_RESPONSE_ROOM (2u * 1024u)
@@ -449,7 +449,6 @@ int dp_listener_start(struct dp_loop *loop)
     const struct dp_shared *sh = loop->sh;
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     size_t pool = (size_t)sh->cfg->dataplane.max_header_size + DP_CONN_RESPONSE_ROOM;
-    pool = (pool + 4095u) & ~(size_t)4095u;
     if (sh->listen_addr.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     /* Loop i serves the predecessor's socket i after a hot restart, so the
