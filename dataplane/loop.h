@@ -73,6 +73,10 @@ struct dp_loop {
     struct dp_conn *conns; /* every open client connection */
     CURLM *multi;
     int64_t curl_deadline_ms; /* -1 = no curl timer */
+    /* Per fd number: what this loop's epoll set holds for a curl socket
+     * (upstream.c), grown on demand; 0 = nothing. */
+    uint32_t *curl_fds;
+    size_t n_curl_fds;
     /* No attempt's deadline is earlier than this (0 = unknown, scan): the
      * tick skips its walk over every attempt until then, so thousands of
      * idle streams cost nothing between tokens. Lowered by every deadline

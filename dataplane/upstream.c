@@ -9,8 +9,11 @@
 #include "dataplane/upstream.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 
 #include "common/log.h"
 #include "common/proc.h"
@@ -18,27 +21,103 @@
 
 #define DP_MAXCONNECTS 1024L
 
+/*
+ * A kept-alive upstream connection stays in the epoll set between
+ * transfers. curl removes a transfer's socket when the transfer ends and
+ * asks for it again when the next one starts on the same connection, which
+ * cost an epoll_ctl pair per request: a socket curl lets go is parked
+ * instead (still registered, with its last events), and wanting the same
+ * events again costs nothing. An event on a parked socket (the worker
+ * closed the idle connection) unregisters it; curl itself notices the dead
+ * connection before reusing it. The opensocket and closesocket callbacks
+ * forget the fd, so a number reused for a new connection is always
+ * registered anew (a closed fd leaves the epoll set by itself).
+ */
+#define UP_FD_REGISTERED 0x80000000u
+#define UP_FD_PARKED     0x40000000u
+#define UP_FD_EVENTS     0x0000ffffu
+
+/* The state word of fd, or NULL (bad fd or out of memory: no parking then). */
+static uint32_t *up_fd_state(struct dp_loop *loop, int fd)
+{
+    if (fd < 0)
+        return NULL;
+    if ((size_t)fd >= loop->n_curl_fds) {
+        size_t n = loop->n_curl_fds ? loop->n_curl_fds : 256;
+        while (n <= (size_t)fd)
+            n *= 2;
+        uint32_t *grown = realloc(loop->curl_fds, n * sizeof(*grown));
+        if (grown == NULL)
+            return NULL;
+        memset(grown + loop->n_curl_fds, 0, (n - loop->n_curl_fds) * sizeof(*grown));
+        loop->curl_fds = grown;
+        loop->n_curl_fds = n;
+    }
+    return &loop->curl_fds[fd];
+}
+
+static void up_unregister(struct dp_loop *loop, int fd, uint32_t *st)
+{
+    epoll_ctl(loop->epfd, EPOLL_CTL_DEL, fd, NULL);
+    if (st != NULL)
+        *st = 0;
+}
+
 static int up_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
     (void)easy;
+    (void)socketp;
     struct dp_loop *loop = userp;
-    struct epoll_event ev = {.data.u64 = DP_TAG_CURL | (uint64_t)(uint32_t)fd};
+    uint32_t *st = up_fd_state(loop, fd);
     if (what == CURL_POLL_REMOVE) {
-        epoll_ctl(loop->epfd, EPOLL_CTL_DEL, fd, NULL);
         curl_multi_assign(loop->multi, fd, NULL);
+        if (st != NULL && (*st & UP_FD_REGISTERED))
+            *st |= UP_FD_PARKED;
+        else
+            up_unregister(loop, fd, st);
         return 0;
     }
-    ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u);
-    int op = socketp != NULL ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-    if (epoll_ctl(loop->epfd, op, fd, &ev) != 0) {
-        /* ADD on a reused fd curl never told us was removed, or MOD on an unknown one. */
-        op = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-        if (epoll_ctl(loop->epfd, op, fd, &ev) != 0)
-            log_warn("epoll_ctl on upstream socket %d: %s", (int)fd, strerror(errno));
-    }
-    /* Any non-NULL marker: "already in the set". */
+    uint32_t want = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u);
     curl_multi_assign(loop->multi, fd, loop);
+    if (st != NULL && (*st & UP_FD_REGISTERED) && (*st & UP_FD_EVENTS) == want) {
+        *st &= ~UP_FD_PARKED;
+        return 0;
+    }
+    struct epoll_event ev = {.events = want, .data.u64 = DP_TAG_CURL | (uint64_t)(uint32_t)fd};
+    int op = st != NULL && (*st & UP_FD_REGISTERED) ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (epoll_ctl(loop->epfd, op, fd, &ev) != 0) {
+        /* A state word out of step with the set (it could not be kept). */
+        op = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+        if (epoll_ctl(loop->epfd, op, fd, &ev) != 0) {
+            log_warn("epoll_ctl on upstream socket %d: %s", (int)fd, strerror(errno));
+            if (st != NULL)
+                *st = 0;
+            return 0;
+        }
+    }
+    if (st != NULL)
+        *st = UP_FD_REGISTERED | want;
     return 0;
+}
+
+/* A new socket is in no epoll set yet, whatever its number held before
+ * (curl may have closed that one some other way). */
+static curl_socket_t up_open_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *addr)
+{
+    (void)purpose;
+    struct dp_loop *loop = clientp;
+    curl_socket_t fd = socket(addr->family, addr->socktype, addr->protocol);
+    if (fd >= 0 && (size_t)fd < loop->n_curl_fds)
+        loop->curl_fds[fd] = 0;
+    return fd >= 0 ? fd : CURL_SOCKET_BAD;
+}
+
+static int up_close_cb(void *clientp, curl_socket_t fd)
+{
+    struct dp_loop *loop = clientp;
+    if (fd >= 0 && (size_t)fd < loop->n_curl_fds)
+        loop->curl_fds[fd] = 0;
+    return close(fd);
 }
 
 static int up_timer_cb(CURLM *multi, long timeout_ms, void *userp)
@@ -72,6 +151,9 @@ void dp_up_fini(struct dp_loop *loop)
     if (loop->multi != NULL)
         curl_multi_cleanup(loop->multi);
     loop->multi = NULL;
+    free(loop->curl_fds);
+    loop->curl_fds = NULL;
+    loop->n_curl_fds = 0;
 }
 
 static size_t up_header_cb(char *data, size_t size, size_t nmemb, void *userp)
@@ -88,8 +170,9 @@ static size_t up_write_cb(char *data, size_t size, size_t nmemb, void *userp)
  * keeps them (no curl_easy_reset between transfers, which was a measurable
  * part of a small request's cost), and dp_up_start sets everything that
  * varies on every transfer. */
-static CURL *up_easy_new(const struct cfg_dataplane *dc)
+static CURL *up_easy_new(struct dp_loop *loop)
 {
+    const struct cfg_dataplane *dc = &loop->sh->cfg->dataplane;
     CURL *e = curl_easy_init();
     if (e == NULL)
         return NULL;
@@ -104,6 +187,10 @@ static CURL *up_easy_new(const struct cfg_dataplane *dc)
     rc |= curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     rc |= curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, up_header_cb);
     rc |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, up_write_cb);
+    rc |= curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, up_open_cb);
+    rc |= curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, loop);
+    rc |= curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, up_close_cb);
+    rc |= curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, loop);
     if (rc != CURLE_OK) {
         curl_easy_cleanup(e);
         return NULL;
@@ -115,7 +202,7 @@ static CURL *up_easy_get(struct dp_loop *loop)
 {
     if (loop->n_pool > 0)
         return loop->pool[--loop->n_pool];
-    return up_easy_new(&loop->sh->cfg->dataplane);
+    return up_easy_new(loop);
 }
 
 static void up_easy_put(struct dp_loop *loop, CURL *e)
@@ -182,6 +269,10 @@ void dp_up_unpause(struct dp_attempt *a)
 
 void dp_up_socket_event(struct dp_loop *loop, int fd, uint32_t events)
 {
+    if (fd >= 0 && (size_t)fd < loop->n_curl_fds && (loop->curl_fds[fd] & UP_FD_PARKED)) {
+        up_unregister(loop, fd, &loop->curl_fds[fd]);
+        return;
+    }
     int mask = 0;
     if (events & (EPOLLIN | EPOLLHUP))
         mask |= CURL_CSELECT_IN;

@@ -10,6 +10,7 @@
  * from its /mock/stats. Every wait has a deadline; nothing sleeps blindly.
  */
 #include <errno.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -638,6 +639,79 @@ static void test_whole_answers(void **state)
     h_fleet_stop(&f);
 }
 
+static double proc_cpu_s(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    unsigned long ut = 0, st = 0;
+    /* Fields 14 and 15; the command name (field 2) has no spaces here. */
+    int n = fscanf(f, "%*d %*s %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st);
+    fclose(f);
+    return n == 2 ? (double)(ut + st) / (double)sysconf(_SC_CLK_TCK) : -1;
+}
+
+static bool chat_ok(void *arg)
+{
+    struct h_resp r;
+    bool ok = h_http_post_json(arg, CHAT_PLAIN, &r) == 0 && r.status == 200;
+    h_resp_fini(&r);
+    return ok;
+}
+
+/*
+ * Kept-alive upstream connections stay in the dataplane's epoll set between
+ * requests. When the worker goes away, each idle one reports its end: the
+ * dataplane must drop it (not spin on it), and once the worker is back,
+ * requests go through on new connections (whose fd numbers may be the old
+ * ones).
+ */
+static void test_idle_upstream_connections_closed_by_the_worker(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .health_interval = "100ms"});
+    char url[128];
+    route_url(&f, "/v1/chat/completions", url, sizeof(url));
+    /* Several connections at once, so several sit idle afterwards. */
+    struct h_async *a[8];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 8; i++)
+            assert_int_equal(h_async_start(url, CHAT_PLAIN, &(struct h_async_opts){0}, &a[i]), 0);
+        for (int i = 0; i < 8; i++) {
+            assert_int_equal(h_async_wait(a[i], H_READY_TIMEOUT_MS), 0);
+            struct h_resp r;
+            assert_int_equal(h_async_take_resp(a[i], &r), 0);
+            assert_int_equal(r.status, 200);
+            h_resp_fini(&r);
+            h_async_destroy(a[i]);
+        }
+    }
+    f.mock[0].proc->expected = true;
+    assert_int_equal(h_proc_stop(f.mock[0].proc, 5000), 0);
+    /* Every idle connection now reads as ended: a loop that kept polling
+     * them would burn a core. */
+    double cpu0 = proc_cpu_s(f.dp->pid);
+    poll(NULL, 0, 1000); /* a measurement window, not a wait for a condition */
+    double cpu = proc_cpu_s(f.dp->pid) - cpu0;
+    struct h_resp r;
+    print_message("dataplane CPU while the worker was away: %.2f s in 1 s\n", cpu);
+    assert_true(cpu >= 0 && cpu < 0.5);
+    const char *const args[] = {"--model", H_FLEET_MODEL, NULL};
+    assert_int_equal(h_start_mockworker(f.mock[0].port, args, &f.mock[0].proc), 0);
+    assert_int_equal(h_wait_until(chat_ok, url, 15000), 0);
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+        assert_int_equal(r.status, 200);
+        h_resp_fini(&r);
+    }
+    struct settle z = {.f = &f, .i = 0};
+    assert_int_equal(h_wait_until(load_is_zero, &z, ABORT_MS), 0);
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -651,6 +725,7 @@ int main(void)
         H_TEST(test_worker_reset_mid_stream),
         H_TEST(test_timeouts),
         H_TEST(test_whole_answers),
+        H_TEST(test_idle_upstream_connections_closed_by_the_worker),
         H_TEST(test_bad_inputs),
         H_TEST(test_single_model_is_default),
         H_TEST(test_sigterm_releases_everything),
