@@ -1,7 +1,8 @@
 /*
  * libcurl glue of one loop: the CURLM driven by curl_multi_socket_action
- * (its sockets in the loop's epoll set, its timer as the loop's deadline),
- * a pool of reset easy handles, and starting / detaching one attempt's
+ * (its sockets in the loop's epoll set, kept there while their connection
+ * is idle; its timer as the loop's deadline), a pool of easy handles with
+ * their fixed options set, and starting / detaching one attempt's
  * transfer. Connections stay in the multi's cache between attempts, so
  * requests to a worker reuse keep-alive connections; a transfer detached
  * mid-body closes its connection, which is how the worker learns of a
