@@ -142,6 +142,21 @@ static double pct(const double *v, size_t n, double p)
     return v[k == 0 ? 0 : k - 1];
 }
 
+/* A figure for JSON: null when there is none (no request measured). */
+static json_t *jnum(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+/* "name value" with value "n/a" when there is none. */
+static void put_ms(const char *name, double v)
+{
+    if (isfinite(v))
+        printf("%s %.2f\n", name, v);
+    else
+        printf("%s n/a\n", name);
+}
+
 static int load_plan(const struct opts *o, struct wl_spec *spec, struct wl_plan *plan)
 {
     char err[512];
@@ -304,9 +319,11 @@ static int cmd_run(const struct opts *o)
     if (seq)
         printf("sent %zu\nunsent %zu\nconversations %zu\nwindow_s %.3f\nmeasured %zu\n", sent,
                unsent, conversations, window, measured);
-    printf("ttft_p50_ms %.2f\nttft_p90_ms %.2f\nttft_p99_ms %.2f\n", pct(ttft, measured, 50),
-           pct(ttft, measured, 90), pct(ttft, measured, 99));
-    printf("e2e_p50_ms %.2f\ne2e_p99_ms %.2f\n", pct(e2e, measured, 50), pct(e2e, measured, 99));
+    put_ms("ttft_p50_ms", pct(ttft, measured, 50));
+    put_ms("ttft_p90_ms", pct(ttft, measured, 90));
+    put_ms("ttft_p99_ms", pct(ttft, measured, 99));
+    put_ms("e2e_p50_ms", pct(e2e, measured, 50));
+    put_ms("e2e_p99_ms", pct(e2e, measured, 99));
     printf("output_tok_s %.1f\nhit_rate %.4f\nhit_ceiling %.4f\nload_max_mean %.2f\n", tok_s,
            hit_rate, ceiling, load_mean > 0 ? load_max / load_mean : 0);
     for (size_t i = 0; i < fleet->n; i++)
@@ -324,13 +341,13 @@ static int cmd_run(const struct opts *o)
                                             m->samples ? m->inflight_sum / m->samples : 0.0));
         }
         json_t *j = json_pack(
-            "{s:s,s:s,s:s,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:o}", "workload",
+            "{s:s,s:s,s:s,s:I,s:I,s:I,s:f,s:f,s:o,s:o,s:o,s:o,s:o,s:f,s:f,s:f,s:f,s:o}", "workload",
             spec.name, "kind", wl_kind_name(spec.kind), "label", o->label, "requests",
             (json_int_t)plan.n, "ok", (json_int_t)ok, "failed", (json_int_t)failed, "rate",
-            spec.rate, "wall_s", wall, "ttft_p50_ms", pct(ttft, measured, 50), "ttft_p90_ms",
-            pct(ttft, measured, 90), "ttft_p99_ms", pct(ttft, measured, 99), "e2e_p50_ms",
-            pct(e2e, measured, 50), "e2e_p99_ms", pct(e2e, measured, 99), "output_tok_s", tok_s,
-            "hit_rate", hit_rate, "hit_ceiling", ceiling, "load_max_mean",
+            spec.rate, "wall_s", wall, "ttft_p50_ms", jnum(pct(ttft, measured, 50)), "ttft_p90_ms",
+            jnum(pct(ttft, measured, 90)), "ttft_p99_ms", jnum(pct(ttft, measured, 99)),
+            "e2e_p50_ms", jnum(pct(e2e, measured, 50)), "e2e_p99_ms", jnum(pct(e2e, measured, 99)),
+            "output_tok_s", tok_s, "hit_rate", hit_rate, "hit_ceiling", ceiling, "load_max_mean",
             load_mean > 0 ? load_max / load_mean : 0.0, "workers", workers);
         json_t *more =
             seq ? json_pack("{s:I,s:I,s:I,s:f,s:I}", "sent", (json_int_t)sent, "unsent",
