@@ -536,7 +536,7 @@ pd_report() {
     echo "Figures are taken over the window [$warm s, $dur s], once the agents are busy: TTFT"
     echo "percentiles over the requests sent in it, tokens/s = output tokens of the requests that"
     echo "completed in it over its length. (The earlier version of this benchmark replayed every"
-    echo "turn at a Poisson arrival time of its own: past about 64 req/s an agent's next turn"
+    echo "turn at a Poisson arrival time of its own: at high rates an agent's next turn"
     echo "arrived before its previous turn's prefill was done, 154 of 171 times at 96 req/s, so"
     echo "no cache could hold its prefix yet and affinity could not help.)"
     echo
