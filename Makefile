@@ -66,7 +66,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/u
 E2E_TESTS := $(patsubst tests/e2e/%.c,$(BUILD)/tests/e2e/%,$(wildcard tests/e2e/test_*.c))
 MICRO_BENCHES := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(wildcard tests/bench/micro_*.c))
 
-.PHONY: all deps test check check-deploy test-asan build-asan format format-check run bench bench-quick clean
+.PHONY: all deps test check check-deploy test-asan build-asan format format-check run bench bench-quick bench-pd bench-pd-quick clean
 .DEFAULT_GOAL := all
 # Keep generated sources (protobuf-c) instead of deleting them as intermediates.
 .SECONDARY:
@@ -157,6 +157,16 @@ bench: deps
 bench-quick: deps
 	@$(MAKE) --no-print-directory all $(MICRO_BENCHES)
 	@tests/bench/run.sh $(BUILD) quick
+
+# The prefill/decode section of make bench alone (rewrites only its part of
+# docs/benchmarks.md and docs/bench-pd.png).
+bench-pd: deps
+	@$(MAKE) --no-print-directory all
+	@tests/bench/run.sh $(BUILD) full pd
+
+bench-pd-quick: deps
+	@$(MAKE) --no-print-directory all
+	@tests/bench/run.sh $(BUILD) quick pd
 
 clean:
 	rm -rf build

@@ -245,6 +245,13 @@ static void lg_step(struct lg_engine *e, long max_wait_ms)
 struct lg_replay_ctx {
     struct lg_result *res;
     double t_start;
+    const struct wl_plan *plan;
+    /* Sequential plans: per conversation, when its next turn is due (< 0:
+     * none is: not started, a turn in flight, or finished) and which turn
+     * that is; conversations started and not finished. */
+    double *ready_at;
+    unsigned *next_turn;
+    size_t active;
 };
 
 static unsigned lg_usage_tokens(const char *tail, size_t len)
@@ -270,6 +277,21 @@ static bool lg_has_done(const char *tail, size_t len)
     return false;
 }
 
+/* Sequential plans: request idx ended at now (run time); its conversation's
+ * next turn is due after its think time, or the conversation is over. A
+ * failed turn does not stop the conversation: the next prompt is planned. */
+static void lg_turn_ended(struct lg_replay_ctx *c, size_t idx, double now)
+{
+    const struct wl_plan *p = c->plan;
+    size_t conv = idx / p->turns;
+    if (idx % p->turns + 1 < p->turns) {
+        c->ready_at[conv] = now + p->req[idx + 1].think_s;
+    } else {
+        c->ready_at[conv] = -1;
+        c->active--;
+    }
+}
+
 static void lg_replay_done(struct lg_engine *e, struct lg_xfer *x, CURLcode rc)
 {
     struct lg_replay_ctx *c = e->user;
@@ -282,6 +304,93 @@ static void lg_replay_done(struct lg_engine *e, struct lg_xfer *x, CURLcode rc)
     curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &r->status);
     r->output_tokens = lg_usage_tokens(x->tail, x->tail_len);
     r->ok = rc == CURLE_OK && r->status == 200 && lg_has_done(x->tail, x->tail_len);
+    if (c->plan->sequential)
+        lg_turn_ended(c, x->idx, now - c->t_start);
+}
+
+/* Sends every request of an open-loop plan at its arrival time. */
+static void lg_replay_open(struct lg_engine *e, struct lg_replay_ctx *c, const char *chat_url,
+                           const char *cmpl_url)
+{
+    const struct wl_plan *plan = c->plan;
+    size_t next = 0;
+    while (next < plan->n || e->running > 0) {
+        double now = lg_now() - c->t_start;
+        while (next < plan->n && plan->req[next].at_s <= now) {
+            const struct wl_request *r = &plan->req[next];
+            c->res[next].sent = true;
+            if (lg_add(e, r->chat ? chat_url : cmpl_url, r->body, r->body_len, r->session, next) !=
+                0)
+                c->res[next].curl_rc = -1;
+            next++;
+        }
+        /* Kick curl for the new handles; then wait for the next event or arrival. */
+        int still = 0;
+        curl_multi_socket_action(e->multi, CURL_SOCKET_TIMEOUT, 0, &still);
+        long wait = 100;
+        if (next < plan->n) {
+            double dt = plan->req[next].at_s - (lg_now() - c->t_start);
+            wait = dt <= 0 ? 0 : (long)(dt * 1000.0) + 1;
+            if (wait > 100)
+                wait = 100;
+        }
+        lg_step(e, wait);
+    }
+}
+
+/* Milliseconds until run time `at` (now is run time), in 0..cap. */
+static long lg_wait_ms(double at, double now, long cap)
+{
+    double dt = at - now;
+    if (dt <= 0)
+        return 0;
+    return dt * 1000.0 + 1 < (double)cap ? (long)(dt * 1000.0) + 1 : cap;
+}
+
+/* Runs a sequential plan: conversations start open-loop (at most
+ * max_concurrency at once), each turn after the previous one ended. */
+static void lg_replay_sequential(struct lg_engine *e, struct lg_replay_ctx *c, const char *chat_url)
+{
+    const struct wl_plan *plan = c->plan;
+    size_t n_conv = plan->n / plan->turns, started = 0;
+    for (;;) {
+        double now = lg_now() - c->t_start;
+        bool open = now < plan->stop_s;
+        while (open && started < n_conv && plan->req[started * plan->turns].at_s <= now &&
+               (plan->max_concurrency == 0 || c->active < plan->max_concurrency)) {
+            c->ready_at[started++] = now;
+            c->active++;
+        }
+        long wait = 100;
+        for (size_t conv = 0; open && conv < started; conv++) {
+            if (c->ready_at[conv] < 0)
+                continue;
+            if (c->ready_at[conv] > now) {
+                wait = lg_wait_ms(c->ready_at[conv], now, wait);
+                continue;
+            }
+            size_t idx = conv * plan->turns + c->next_turn[conv]++;
+            const struct wl_request *r = &plan->req[idx];
+            c->ready_at[conv] = -1;
+            c->res[idx].sent = true;
+            if (lg_add(e, chat_url, r->body, r->body_len, r->session, idx) != 0) {
+                c->res[idx].curl_rc = -1;
+                lg_turn_ended(c, idx, now);
+                wait = 0;
+            }
+        }
+        bool done = started == n_conv && c->active == 0;
+        if ((!open || done) && e->running == 0)
+            break;
+        if (open && started < n_conv &&
+            (plan->max_concurrency == 0 || c->active < plan->max_concurrency))
+            wait = lg_wait_ms(plan->req[started * plan->turns].at_s, now, wait);
+        if (open)
+            wait = lg_wait_ms(plan->stop_s, now, wait);
+        int still = 0;
+        curl_multi_socket_action(e->multi, CURL_SOCKET_TIMEOUT, 0, &still);
+        lg_step(e, wait);
+    }
 }
 
 int lg_replay(const struct wl_plan *plan, const char *base_url, struct lg_result *results,
@@ -291,41 +400,36 @@ int lg_replay(const struct wl_plan *plan, const char *base_url, struct lg_result
     int rc = lg_engine_init(&e);
     if (rc != 0)
         return rc;
-    struct lg_replay_ctx c = {.res = results, .t_start = lg_now()};
+    size_t n_conv = plan->sequential && plan->turns > 0 ? plan->n / plan->turns : 0;
+    struct lg_replay_ctx c = {.res = results, .plan = plan};
+    if (plan->sequential) {
+        c.ready_at = malloc((n_conv + 1) * sizeof(*c.ready_at));
+        c.next_turn = calloc(n_conv + 1, sizeof(*c.next_turn));
+        if (c.ready_at == NULL || c.next_turn == NULL) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        for (size_t i = 0; i < n_conv; i++)
+            c.ready_at[i] = -1;
+    }
     e.user = &c;
     e.on_done = lg_replay_done;
     char chat_url[256], cmpl_url[256];
     snprintf(chat_url, sizeof(chat_url), "%s/v1/chat/completions", base_url);
     snprintf(cmpl_url, sizeof(cmpl_url), "%s/v1/completions", base_url);
-    for (size_t i = 0; i < plan->n; i++) {
+    for (size_t i = 0; i < plan->n; i++)
         results[i] = (struct lg_result){.ttft_s = -1, .e2e_s = -1};
-    }
-
-    size_t next = 0;
-    while (next < plan->n || e.running > 0) {
-        double now = lg_now() - c.t_start;
-        while (next < plan->n && plan->req[next].at_s <= now) {
-            const struct wl_request *r = &plan->req[next];
-            if (lg_add(&e, r->chat ? chat_url : cmpl_url, r->body, r->body_len, r->session, next) !=
-                0)
-                results[next].curl_rc = -1;
-            next++;
-        }
-        /* Kick curl for the new handles; then wait for the next event or arrival. */
-        int still = 0;
-        curl_multi_socket_action(e.multi, CURL_SOCKET_TIMEOUT, 0, &still);
-        long wait = 100;
-        if (next < plan->n) {
-            double dt = plan->req[next].at_s - (lg_now() - c.t_start);
-            wait = dt <= 0 ? 0 : (long)(dt * 1000.0) + 1;
-            if (wait > 100)
-                wait = 100;
-        }
-        lg_step(&e, wait);
-    }
+    c.t_start = lg_now();
+    if (plan->sequential)
+        lg_replay_sequential(&e, &c, chat_url);
+    else
+        lg_replay_open(&e, &c, chat_url, cmpl_url);
     *wall_s = lg_now() - c.t_start;
+out:
+    free(c.ready_at);
+    free(c.next_turn);
     lg_engine_fini(&e);
-    return 0;
+    return rc;
 }
 
 /* ---- hold ------------------------------------------------------------------- */

@@ -6,7 +6,12 @@
  * lg_replay sends a plan open-loop (each request at its arrival time,
  * whatever happened to earlier ones) and records per request the time to
  * first token (first body byte of the SSE stream), end-to-end latency,
- * status and output tokens (from the stream's usage event).
+ * status and output tokens (from the stream's usage event). A sequential
+ * plan (workload.h) is open-loop per conversation only: a conversation
+ * starts at its arrival time (or, with max_concurrency running, when one
+ * ends) and sends turn t+1 once turn t completed and its think time
+ * passed; after the plan's stop_s nothing more is sent and what is in
+ * flight completes.
  * lg_hold opens n streams, waits until every one has its first token,
  * then measures a process (the dataplane) while they sit idle.
  */
@@ -26,6 +31,7 @@ struct lg_result {
     long status;    /* HTTP status, 0 if none */
     int curl_rc;
     unsigned output_tokens; /* from the usage event; 0 if absent */
+    bool sent;              /* a sequential plan leaves what is due after stop_s unsent */
     bool ok;                /* 200, no transport error, stream ended with [DONE] */
 };
 

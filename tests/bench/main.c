@@ -10,7 +10,14 @@
  *   switchyard-bench plan --workload FILE [--quick] [--kv-blocks N] [--block-tokens N] [--mocks N]
  *                         [--rate R]
  *
- * --rate R replaces the workload's arrival rate (requests/s).
+ * --rate R replaces the workload's arrival rate (requests/s; with
+ * sequential_turns the offered load: conversations start at R / turns per
+ * second).
+ *
+ * A sequential workload's figures (workload.h) are taken over its window
+ * [warmup_s, duration_s]: latencies of the requests sent in it, tokens/s
+ * of the requests that completed in it; its hit-rate ceiling follows the
+ * order in which the run sent the requests.
  *
  * Results go to stdout as "name value" lines (the format of the micro
  * benches), plus a JSON summary and a per-request CSV on request.
@@ -135,6 +142,21 @@ static double pct(const double *v, size_t n, double p)
     return v[k == 0 ? 0 : k - 1];
 }
 
+/* A figure for JSON: null when there is none (no request measured). */
+static json_t *jnum(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+/* "name value" with value "n/a" when there is none. */
+static void put_ms(const char *name, double v)
+{
+    if (isfinite(v))
+        printf("%s %.2f\n", name, v);
+    else
+        printf("%s n/a\n", name);
+}
+
 static int load_plan(const struct opts *o, struct wl_spec *spec, struct wl_plan *plan)
 {
     char err[512];
@@ -168,7 +190,11 @@ static int cmd_plan(const struct opts *o)
            "hit_ceiling %.4f\n",
            spec.name, wl_kind_name(spec.kind), plan.n, plan.req[plan.n - 1].at_s,
            (double)bytes / 4.0 / (double)plan.n,
-           wl_hit_ceiling(&plan, o->block_tokens, (size_t)o->kv_blocks * o->plan_mocks));
+           wl_hit_ceiling(&plan, NULL, 0, o->block_tokens, (size_t)o->kv_blocks * o->plan_mocks));
+    /* Sequential: the ceiling above feeds whole conversations one after
+     * another (a run's own ceiling follows the order it sent them in). */
+    if (plan.sequential)
+        printf("conversations %zu\n", plan.n / plan.turns);
     wl_plan_fini(&plan);
     return 0;
 }
@@ -180,12 +206,12 @@ static void write_csv(const char *path, const struct wl_plan *plan, const struct
         fprintf(stderr, "switchyard-bench: %s: %s\n", path, strerror(errno));
         return;
     }
-    fprintf(f, "index,group,turn,start_s,ttft_ms,e2e_ms,status,curl_rc,output_tokens,ok\n");
+    fprintf(f, "index,group,turn,start_s,ttft_ms,e2e_ms,status,curl_rc,output_tokens,ok,sent\n");
     for (size_t i = 0; i < plan->n; i++) {
         const struct lg_result *r = &res[i];
-        fprintf(f, "%zu,%u,%u,%.6f,%.3f,%.3f,%ld,%d,%u,%d\n", i, plan->req[i].group,
+        fprintf(f, "%zu,%u,%u,%.6f,%.3f,%.3f,%ld,%d,%u,%d,%d\n", i, plan->req[i].group,
                 plan->req[i].turn, r->start_s, r->ttft_s * 1e3, r->e2e_s * 1e3, r->status,
-                r->curl_rc, r->output_tokens, r->ok ? 1 : 0);
+                r->curl_rc, r->output_tokens, r->ok ? 1 : 0, r->sent ? 1 : 0);
     }
     fclose(f);
 }
@@ -223,23 +249,53 @@ static int cmd_run(const struct opts *o)
         goto out;
     }
 
-    size_t ok = 0, failed = 0;
+    /* Sequential plans: figures over the window [warmup_s, duration_s]
+     * (cut at the last completion if everything ended before it). */
+    bool seq = plan.sequential;
+    size_t ok = 0, failed = 0, unsent = 0, sent = 0, measured = 0, conversations = 0;
     unsigned long long out_tokens = 0;
     double last_end = 0;
+    size_t *order = calloc(plan.n, sizeof(*order));
+    if (order == NULL)
+        goto out;
     for (size_t i = 0; i < plan.n; i++) {
+        if (!res[i].sent) {
+            unsent++;
+            continue;
+        }
+        order[sent++] = i;
+        conversations += seq && plan.req[i].turn == 0;
         if (!res[i].ok) {
             failed++;
             continue;
         }
-        ttft[ok] = res[i].ttft_s * 1e3;
-        e2e[ok] = res[i].e2e_s * 1e3;
         ok++;
-        out_tokens += res[i].output_tokens;
         if (res[i].start_s + res[i].e2e_s > last_end)
             last_end = res[i].start_s + res[i].e2e_s;
     }
-    qsort(ttft, ok, sizeof(*ttft), cmp_double);
-    qsort(e2e, ok, sizeof(*e2e), cmp_double);
+    double w0 = seq ? plan.warmup_s : 0,
+           w1 = seq && plan.stop_s < last_end ? plan.stop_s : last_end;
+    for (size_t i = 0; i < plan.n; i++) {
+        if (!res[i].ok)
+            continue;
+        double end = res[i].start_s + res[i].e2e_s;
+        if (!seq || (end >= w0 && end <= w1))
+            out_tokens += res[i].output_tokens;
+        if (seq && (res[i].start_s < w0 || res[i].start_s >= w1))
+            continue;
+        ttft[measured] = res[i].ttft_s * 1e3;
+        e2e[measured] = res[i].e2e_s * 1e3;
+        measured++;
+    }
+    /* Requests in the order they were sent (a stable sort by send time). */
+    for (size_t i = 1; i < sent; i++) {
+        size_t k = order[i], j = i;
+        for (; j > 0 && res[order[j - 1]].start_s > res[k].start_s; j--)
+            order[j] = order[j - 1];
+        order[j] = k;
+    }
+    qsort(ttft, measured, sizeof(*ttft), cmp_double);
+    qsort(e2e, measured, sizeof(*e2e), cmp_double);
     long long hit = 0, query = 0;
     double load_max = 0, load_sum = 0;
     for (size_t i = 0; i < fleet->n; i++) {
@@ -253,13 +309,21 @@ static int cmd_run(const struct opts *o)
     }
     double load_mean = fleet->n ? load_sum / (double)fleet->n : 0;
     double hit_rate = query > 0 ? (double)hit / (double)query : 0;
-    double ceiling = wl_hit_ceiling(&plan, o->block_tokens, (size_t)o->kv_blocks * fleet->n);
-    double tok_s = last_end > 0 ? (double)out_tokens / last_end : 0;
+    double ceiling =
+        wl_hit_ceiling(&plan, order, sent, o->block_tokens, (size_t)o->kv_blocks * fleet->n);
+    free(order);
+    double window = w1 - w0;
+    double tok_s = window > 0 ? (double)out_tokens / window : 0;
 
     printf("requests %zu\nok %zu\nfailed %zu\nwall_s %.3f\n", plan.n, ok, failed, wall);
-    printf("ttft_p50_ms %.2f\nttft_p90_ms %.2f\nttft_p99_ms %.2f\n", pct(ttft, ok, 50),
-           pct(ttft, ok, 90), pct(ttft, ok, 99));
-    printf("e2e_p50_ms %.2f\ne2e_p99_ms %.2f\n", pct(e2e, ok, 50), pct(e2e, ok, 99));
+    if (seq)
+        printf("sent %zu\nunsent %zu\nconversations %zu\nwindow_s %.3f\nmeasured %zu\n", sent,
+               unsent, conversations, window, measured);
+    put_ms("ttft_p50_ms", pct(ttft, measured, 50));
+    put_ms("ttft_p90_ms", pct(ttft, measured, 90));
+    put_ms("ttft_p99_ms", pct(ttft, measured, 99));
+    put_ms("e2e_p50_ms", pct(e2e, measured, 50));
+    put_ms("e2e_p99_ms", pct(e2e, measured, 99));
     printf("output_tok_s %.1f\nhit_rate %.4f\nhit_ceiling %.4f\nload_max_mean %.2f\n", tok_s,
            hit_rate, ceiling, load_mean > 0 ? load_max / load_mean : 0);
     for (size_t i = 0; i < fleet->n; i++)
@@ -277,14 +341,22 @@ static int cmd_run(const struct opts *o)
                                             m->samples ? m->inflight_sum / m->samples : 0.0));
         }
         json_t *j = json_pack(
-            "{s:s,s:s,s:s,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:o}", "workload",
+            "{s:s,s:s,s:s,s:I,s:I,s:I,s:f,s:f,s:o,s:o,s:o,s:o,s:o,s:f,s:f,s:f,s:f,s:o}", "workload",
             spec.name, "kind", wl_kind_name(spec.kind), "label", o->label, "requests",
             (json_int_t)plan.n, "ok", (json_int_t)ok, "failed", (json_int_t)failed, "rate",
-            spec.rate, "wall_s", wall, "ttft_p50_ms", pct(ttft, ok, 50), "ttft_p90_ms",
-            pct(ttft, ok, 90), "ttft_p99_ms", pct(ttft, ok, 99), "e2e_p50_ms", pct(e2e, ok, 50),
-            "e2e_p99_ms", pct(e2e, ok, 99), "output_tok_s", tok_s, "hit_rate", hit_rate,
-            "hit_ceiling", ceiling, "load_max_mean", load_mean > 0 ? load_max / load_mean : 0.0,
-            "workers", workers);
+            spec.rate, "wall_s", wall, "ttft_p50_ms", jnum(pct(ttft, measured, 50)), "ttft_p90_ms",
+            jnum(pct(ttft, measured, 90)), "ttft_p99_ms", jnum(pct(ttft, measured, 99)),
+            "e2e_p50_ms", jnum(pct(e2e, measured, 50)), "e2e_p99_ms", jnum(pct(e2e, measured, 99)),
+            "output_tok_s", tok_s, "hit_rate", hit_rate, "hit_ceiling", ceiling, "load_max_mean",
+            load_mean > 0 ? load_max / load_mean : 0.0, "workers", workers);
+        json_t *more =
+            seq ? json_pack("{s:I,s:I,s:I,s:f,s:I}", "sent", (json_int_t)sent, "unsent",
+                            (json_int_t)unsent, "conversations", (json_int_t)conversations,
+                            "window_s", window, "measured", (json_int_t)measured)
+                : NULL;
+        if (j != NULL && more != NULL)
+            json_object_update(j, more);
+        json_decref(more);
         if (j == NULL || json_dump_file(j, o->json, JSON_INDENT(2)) != 0)
             fprintf(stderr, "switchyard-bench: cannot write %s\n", o->json);
         json_decref(j);

@@ -71,7 +71,13 @@ void wl_spec_format(const struct wl_spec *s, char *buf, size_t len)
         n = snprintf(buf, len, "groups=%u prompts_per_group=%u ", s->groups, s->prompts_per_group);
         break;
     case WL_KIND_MULTI_TURN:
-        n = snprintf(buf, len, "conversations=%u turns=%u ", s->conversations, s->turns);
+        if (s->sequential_turns)
+            n = snprintf(buf, len,
+                         "sequential_turns=true turns=%u think_ms=%g max_concurrency=%u "
+                         "duration_s=%g warmup_s=%g ",
+                         s->turns, s->think_ms, s->max_concurrency, s->duration_s, s->warmup_s);
+        else
+            n = snprintf(buf, len, "conversations=%u turns=%u ", s->conversations, s->turns);
         break;
     case WL_KIND_HOT_PREFIX:
         n = snprintf(buf, len, "groups=%u requests=%u hot_share=%g ", s->groups, s->requests,
@@ -135,6 +141,26 @@ static const struct wl_ukey wl_ukeys[] = {
     WL_U(conversations, 1, 100000),   WL_U(turns, 1, 1000),
     WL_U(requests, 1, WL_MAX_REQS),   WL_U(system_tokens, 0, 1000000),
     WL_U(question_tokens, 1, 100000), WL_U(output_tokens, 1, 100000),
+    WL_U(max_concurrency, 0, 100000),
+};
+
+struct wl_dkey {
+    const char *key;
+    size_t off;
+    double lo, hi;
+    const char *what;
+};
+
+#define WL_D(k, lo, hi, what)                                                                      \
+    {                                                                                              \
+#k, offsetof(struct wl_spec, k), lo, hi, what                                              \
+    }
+static const struct wl_dkey wl_dkeys[] = {
+    WL_D(hot_share, 0.0, 1.0, "expected a number in 0..1"),
+    WL_D(rate, 0.001, 1e6, "expected requests/s in 0.001..1e6"),
+    WL_D(think_ms, 0.0, 3600000.0, "expected milliseconds in 0..3600000"),
+    WL_D(duration_s, 0.1, 86400.0, "expected seconds in 0.1..86400"),
+    WL_D(warmup_s, 0.0, 86400.0, "expected seconds in 0..86400"),
 };
 
 static int wl_apply(yaml_document_t *doc, yaml_node_t *map, const char *name, bool top,
@@ -174,13 +200,13 @@ static int wl_apply(yaml_document_t *doc, yaml_node_t *map, const char *name, bo
             else
                 return wl_fail(err, errlen, name, v, key,
                                "expected one of shared_prefix|multi_turn|hot_prefix", val);
-        } else if (strcmp(key, "hot_share") == 0) {
-            if (wl_double(val, 0.0, 1.0, &spec->hot_share) != 0)
-                return wl_fail(err, errlen, name, v, key, "expected a number in 0..1", val);
-            rc = 0;
-        } else if (strcmp(key, "rate") == 0) {
-            if (wl_double(val, 0.001, 1e6, &spec->rate) != 0)
-                return wl_fail(err, errlen, name, v, key, "expected requests/s in 0.001..1e6", val);
+        } else if (strcmp(key, "sequential_turns") == 0) {
+            if (strcmp(val, "true") == 0)
+                spec->sequential_turns = true;
+            else if (strcmp(val, "false") == 0)
+                spec->sequential_turns = false;
+            else
+                return wl_fail(err, errlen, name, v, key, "expected true or false", val);
             rc = 0;
         } else if (strcmp(key, "seed") == 0) {
             unsigned s = 0;
@@ -197,6 +223,14 @@ static int wl_apply(yaml_document_t *doc, yaml_node_t *map, const char *name, bo
                 snprintf(what, sizeof(what), "expected an integer in %u..%u", u->lo, u->hi);
                 if (wl_uint(val, u->lo, u->hi, (unsigned *)((char *)spec + u->off)) != 0)
                     return wl_fail(err, errlen, name, v, key, what, val);
+                rc = 0;
+            }
+            for (size_t i = 0; i < sizeof(wl_dkeys) / sizeof(wl_dkeys[0]); i++) {
+                const struct wl_dkey *d = &wl_dkeys[i];
+                if (strcmp(key, d->key) != 0)
+                    continue;
+                if (wl_double(val, d->lo, d->hi, (double *)((char *)spec + d->off)) != 0)
+                    return wl_fail(err, errlen, name, v, key, d->what, val);
                 rc = 0;
             }
         }
@@ -221,13 +255,40 @@ static int wl_check(const struct wl_spec *s, const char *name, char *err, size_t
         missing = "question_tokens";
     else if (s->kind == WL_KIND_SHARED_PREFIX && (s->groups == 0 || s->prompts_per_group == 0))
         missing = "groups/prompts_per_group";
-    else if (s->kind == WL_KIND_MULTI_TURN && (s->conversations == 0 || s->turns == 0))
+    else if (s->kind == WL_KIND_MULTI_TURN && !s->sequential_turns &&
+             (s->conversations == 0 || s->turns == 0))
         missing = "conversations/turns";
+    else if (s->sequential_turns && (s->turns == 0 || s->duration_s <= 0))
+        missing = "turns/duration_s";
     else if (s->kind == WL_KIND_HOT_PREFIX && (s->groups < 2 || s->requests == 0))
         missing = "groups (>= 2)/requests";
     if (missing != NULL) {
         snprintf(err, errlen, "%s: missing or invalid %s", name, missing);
         return -EINVAL;
+    }
+    /* The keys of the sequential model mean nothing without it. */
+    struct {
+        bool broken;
+        const char *key, *why;
+    } rules[] = {
+        {s->sequential_turns && s->kind != WL_KIND_MULTI_TURN, "sequential_turns",
+         "only for kind multi_turn"},
+        {s->sequential_turns && s->conversations != 0, "conversations",
+         "not used with sequential_turns (conversations start during duration_s)"},
+        {s->sequential_turns && s->warmup_s >= s->duration_s, "warmup_s",
+         "must be below duration_s"},
+        {!s->sequential_turns && s->think_ms != 0, "think_ms", "only with sequential_turns: true"},
+        {!s->sequential_turns && s->max_concurrency != 0, "max_concurrency",
+         "only with sequential_turns: true"},
+        {!s->sequential_turns && s->duration_s != 0, "duration_s",
+         "only with sequential_turns: true"},
+        {!s->sequential_turns && s->warmup_s != 0, "warmup_s", "only with sequential_turns: true"},
+    };
+    for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
+        if (rules[i].broken) {
+            snprintf(err, errlen, "%s: %s: %s", name, rules[i].key, rules[i].why);
+            return -EINVAL;
+        }
     }
     return 0;
 }
@@ -440,16 +501,84 @@ static size_t wl_count(const struct wl_spec *sp)
     return 0;
 }
 
+/* Sequential model: conversation starts of a Poisson process at
+ * rate / turns per second during [0, duration_s), first one at 0; their
+ * count in *n (capped so the plan stays under WL_MAX_REQS). */
+static double *wl_conversation_starts(const struct wl_spec *sp, uint64_t *rng, size_t *n)
+{
+    size_t cap = 64, max = WL_MAX_REQS / sp->turns;
+    double *at = malloc(cap * sizeof(*at)), t = 0;
+    *n = 0;
+    while (at != NULL && t < sp->duration_s && *n < max) {
+        if (*n == cap) {
+            double *p = realloc(at, 2 * cap * sizeof(*at));
+            if (p == NULL) {
+                free(at);
+                return NULL;
+            }
+            at = p;
+            cap *= 2;
+        }
+        at[(*n)++] = t;
+        t += -log(wl_unit(rng)) * (double)sp->turns / sp->rate;
+    }
+    return at;
+}
+
+static int wl_plan_sequential(const struct wl_spec *sp, struct wl_plan *plan, uint64_t *rng)
+{
+    size_t conversations = 0;
+    double *start = wl_conversation_starts(sp, rng, &conversations);
+    if (start == NULL)
+        return -ENOMEM;
+    int rc = 0;
+    plan->req = calloc(conversations * sp->turns, sizeof(*plan->req));
+    if (plan->req == NULL) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    plan->sequential = true;
+    plan->turns = sp->turns;
+    plan->max_concurrency = sp->max_concurrency;
+    plan->stop_s = sp->duration_s;
+    plan->warmup_s = sp->warmup_s;
+    for (size_t c = 0; c < conversations && rc == 0; c++) {
+        /* Think times from their own generator: the same (seed, c, t)
+         * always waits as long, whatever the rate. */
+        uint64_t think = wl_seed3(sp->seed, 0x7417c, c);
+        for (unsigned t = 0; t < sp->turns && rc == 0; t++, plan->n++) {
+            struct wl_request *r = &plan->req[plan->n];
+            rc = wl_chat_turn(sp, r, (unsigned)c, t);
+            r->at_s = start[c];
+            double u = wl_unit(&think);
+            r->think_s = t > 0 ? -log(u) * sp->think_ms / 1000.0 : 0;
+        }
+    }
+out:
+    free(start);
+    return rc;
+}
+
 int wl_plan_build(const struct wl_spec *sp, struct wl_plan *plan)
 {
     memset(plan, 0, sizeof(*plan));
+    uint64_t rng = wl_seed3(sp->seed, 0x5eed, 0);
+    if (sp->rate <= 0)
+        return -EINVAL;
+    if (sp->sequential_turns) {
+        if (sp->kind != WL_KIND_MULTI_TURN || sp->turns == 0 || sp->duration_s <= 0)
+            return -EINVAL;
+        int rc = wl_plan_sequential(sp, plan, &rng);
+        if (rc != 0)
+            wl_plan_fini(plan);
+        return rc;
+    }
     size_t n = wl_count(sp);
-    if (n == 0 || n > WL_MAX_REQS || sp->rate <= 0)
+    if (n == 0 || n > WL_MAX_REQS)
         return -EINVAL;
     plan->req = calloc(n, sizeof(*plan->req));
     if (plan->req == NULL)
         return -ENOMEM;
-    uint64_t rng = wl_seed3(sp->seed, 0x5eed, 0);
     int rc = 0;
 
     if (sp->kind == WL_KIND_SHARED_PREFIX) {
@@ -566,9 +695,12 @@ static void wl_lru_touch(struct wl_lru *c, uint64_t h, uint64_t now)
     c->used++;
 }
 
-double wl_hit_ceiling(const struct wl_plan *plan, unsigned block_tokens, size_t capacity_blocks)
+double wl_hit_ceiling(const struct wl_plan *plan, const size_t *order, size_t n,
+                      unsigned block_tokens, size_t capacity_blocks)
 {
-    if (plan->n == 0 || block_tokens == 0 || capacity_blocks == 0)
+    if (order == NULL)
+        n = plan->n;
+    if (n == 0 || block_tokens == 0 || capacity_blocks == 0)
         return 0;
     struct wl_lru c = {.cap = capacity_blocks, .slots = capacity_blocks * 2 + 1};
     c.key = calloc(c.slots, sizeof(*c.key));
@@ -584,8 +716,8 @@ double wl_hit_ceiling(const struct wl_plan *plan, unsigned block_tokens, size_t 
     uint64_t now = 0;
     if (c.key == NULL || c.tick == NULL || h == NULL)
         goto out;
-    for (size_t i = 0; i < plan->n; i++) {
-        const struct wl_request *r = &plan->req[i];
+    for (size_t i = 0; i < n; i++) {
+        const struct wl_request *r = &plan->req[order != NULL ? order[i] : i];
         size_t bytes = block_tokens * 4u, nb = r->text_len / bytes;
         size_t tokens = (r->text_len + 3) / 4, hit = 0;
         uint64_t prev = 0;

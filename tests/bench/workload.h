@@ -4,6 +4,18 @@
  * with a fixed seed, into a plan — every request's body, session key and
  * open-loop arrival time (Poisson process). Also computes the workload's
  * prefix-cache hit-rate ceiling. Single-threaded; a plan owns its bodies.
+ *
+ * Two arrival models. By default every request is an arrival of its own
+ * (at_s), sent whatever happened to earlier ones. A multi_turn workload
+ * with `sequential_turns: true` models agents instead: the open-loop
+ * Poisson process starts conversations (at rate / turns per second, so the
+ * offered load is still `rate` requests/s), and a conversation sends turn
+ * t+1 only once turn t has completed, after a think time (exponential,
+ * mean think_ms). At most max_concurrency conversations run at once (0 =
+ * no limit): a conversation due while that many run starts when one ends.
+ * Conversations start during the first duration_s seconds; the run sends
+ * nothing after that (what is in flight completes), and its throughput
+ * and latencies are taken over [warmup_s, duration_s].
  */
 #ifndef SY_TESTS_BENCH_WORKLOAD_H
 #define SY_TESTS_BENCH_WORKLOAD_H
@@ -32,13 +44,19 @@ struct wl_spec {
     unsigned system_tokens;     /* system prompt length (4 bytes per token) */
     unsigned question_tokens;   /* per request (multi-turn: per user turn) */
     unsigned output_tokens;     /* max_tokens (multi-turn: also the replayed reply) */
-    double rate;                /* open-loop arrivals per second */
+    double rate;                /* open-loop arrivals per second (sequential: offered requests/s) */
     uint64_t seed;
+    bool sequential_turns;    /* multi-turn: turn t+1 after turn t completed */
+    double think_ms;          /* sequential: mean think time before turns 1.. */
+    unsigned max_concurrency; /* sequential: conversations at once; 0 = unlimited */
+    double duration_s;        /* sequential: conversations start (and requests go) until then */
+    double warmup_s;          /* sequential: measurement window starts then */
 };
 
 /* One planned request. */
 struct wl_request {
-    double at_s;      /* arrival, seconds after the start */
+    double at_s;      /* arrival, seconds after the start (sequential: its conversation's start) */
+    double think_s;   /* sequential: wait after the previous turn completed; else 0 */
     unsigned group;   /* group or conversation */
     unsigned turn;    /* multi-turn: 0-based turn; else 0 */
     char session[24]; /* X-Session-Id */
@@ -50,9 +68,16 @@ struct wl_request {
     bool chat; /* /v1/chat/completions, else /v1/completions */
 };
 
+/* Sequential plans hold conversation-major requests: conversation c's turn
+ * t is req[c * turns + t], conversations sorted by start. */
 struct wl_plan {
     struct wl_request *req;
     size_t n;
+    bool sequential;
+    unsigned turns;           /* sequential: requests per conversation */
+    unsigned max_concurrency; /* sequential: 0 = unlimited */
+    double stop_s;            /* sequential: nothing is sent after this; else 0 */
+    double warmup_s;          /* sequential: start of the measurement window */
 };
 
 /* Parses FILE into spec; with quick, the mapping under `quick:` overrides
@@ -69,9 +94,12 @@ void wl_plan_fini(struct wl_plan *plan);
 
 /* Hit-rate ceiling: the share of prompt tokens served from cache by one LRU
  * cache holding capacity_blocks blocks of block_tokens tokens (the whole
- * fleet's KV capacity, as if an ideal router pooled it), fed the plan in
- * arrival order with the mock worker's block rules. */
-double wl_hit_ceiling(const struct wl_plan *plan, unsigned block_tokens, size_t capacity_blocks);
+ * fleet's KV capacity, as if an ideal router pooled it), fed the plan's
+ * requests with the mock worker's block rules: order[0..n) (indices into
+ * plan->req, e.g. the order a run sent them in), or with order NULL every
+ * request in plan order. */
+double wl_hit_ceiling(const struct wl_plan *plan, const size_t *order, size_t n,
+                      unsigned block_tokens, size_t capacity_blocks);
 
 const char *wl_kind_name(enum wl_kind kind);
 

@@ -3,7 +3,9 @@
  * the YAML parser (quick overrides, errors with FILE:LINE:COL), plan
  * expansion (every shared-prefix prompt once, multi-turn prefixes that
  * extend, the hot group's share), the Poisson arrival process (fixed seed,
- * mean inter-arrival 1/rate) and the hit-rate ceiling.
+ * mean inter-arrival 1/rate), the sequential-turns model (its keys, its
+ * errors, conversations starting at rate / turns per second, think times)
+ * and the hit-rate ceiling (in plan order or a given order).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -115,14 +117,15 @@ static void test_shared_prefix_plan(void **state)
     }
     wl_plan_fini(&q);
     /* Ceiling: 4 blocks of system prompt shared, the question block never. */
-    assert_true(fabs(wl_hit_ceiling(&p, 16, 1000) - (6.0 * 64) / (8.0 * 80)) < 1e-9);
+    assert_true(fabs(wl_hit_ceiling(&p, NULL, 0, 16, 1000) - (6.0 * 64) / (8.0 * 80)) < 1e-9);
     /* One block of room: it holds the last request's first block (a prefix's
      * head is inserted last), so only a request right after one of its own
      * group hits, and only that block. */
     size_t follows = 0;
     for (size_t i = 1; i < p.n; i++)
         follows += p.req[i].group == p.req[i - 1].group;
-    assert_true(fabs(wl_hit_ceiling(&p, 16, 1) - (double)follows * 16 / (8.0 * 80)) < 1e-9);
+    assert_true(fabs(wl_hit_ceiling(&p, NULL, 0, 16, 1) - (double)follows * 16 / (8.0 * 80)) <
+                1e-9);
     wl_plan_fini(&p);
 }
 
@@ -188,12 +191,187 @@ static void test_multi_turn_extends(void **state)
     wl_plan_fini(&p);
 }
 
+static const char seq_yaml[] = "name: ag\n"
+                               "kind: multi_turn\n"
+                               "sequential_turns: true\n"
+                               "turns: 5\n"
+                               "think_ms: 40\n"
+                               "max_concurrency: 3\n"
+                               "duration_s: 200\n"
+                               "warmup_s: 2.5\n"
+                               "system_tokens: 32\n"
+                               "question_tokens: 4\n"
+                               "output_tokens: 4\n"
+                               "rate: 10\n"
+                               "seed: 3\n"
+                               "quick:\n"
+                               "  duration_s: 20\n";
+
+static void test_sequential_parse(void **state)
+{
+    (void)state;
+    struct wl_spec s;
+    char err[256] = "";
+    assert_int_equal(parse(seq_yaml, false, &s, err, sizeof(err)), 0);
+    assert_true(s.sequential_turns);
+    assert_int_equal(s.turns, 5);
+    assert_true(s.think_ms == 40.0);
+    assert_int_equal(s.max_concurrency, 3);
+    assert_true(s.duration_s == 200.0);
+    assert_true(s.warmup_s == 2.5);
+    assert_int_equal(parse(seq_yaml, true, &s, err, sizeof(err)), 0);
+    assert_true(s.duration_s == 20.0);
+    char desc[512];
+    wl_spec_format(&s, desc, sizeof(desc));
+    assert_non_null(strstr(desc, "sequential_turns=true turns=5 think_ms=40 max_concurrency=3"));
+    /* Without the key, a multi_turn workload is the turn-major open loop. */
+    assert_int_equal(parse("name: a\nkind: multi_turn\nconversations: 2\nturns: 2\n"
+                           "question_tokens: 4\noutput_tokens: 4\nrate: 5\n",
+                           false, &s, err, sizeof(err)),
+                     0);
+    assert_false(s.sequential_turns);
+}
+
+static void test_sequential_errors(void **state)
+{
+    (void)state;
+    struct wl_spec s;
+    char err[256] = "";
+    static const char base[] = "name: a\nquestion_tokens: 4\noutput_tokens: 4\nrate: 5\n";
+    static const struct {
+        const char *extra, *want;
+    } cases[] = {
+        {"kind: multi_turn\nsequential_turns: yes\n",
+         "w.yaml:6:19: sequential_turns: expected true or false, got 'yes'"},
+        {"kind: multi_turn\nsequential_turns: true\nturns: 2\nduration_s: 5\nthink_ms: -1\n",
+         "w.yaml:9:11: think_ms: expected milliseconds in 0..3600000, got '-1'"},
+        {"kind: multi_turn\nsequential_turns: true\nturns: 2\nduration_s: 0\n",
+         "w.yaml:8:13: duration_s: expected seconds in 0.1..86400, got '0'"},
+        {"kind: multi_turn\nsequential_turns: true\nturns: 2\nduration_s: 5\n"
+         "max_concurrency: x\n",
+         "w.yaml:9:18: max_concurrency: expected an integer in 0..100000, got 'x'"},
+        {"kind: multi_turn\nsequential_turns: true\nturns: 2\n",
+         "w.yaml: missing or invalid turns/duration_s"},
+        {"kind: shared_prefix\ngroups: 2\nprompts_per_group: 2\nsequential_turns: true\n"
+         "turns: 2\nduration_s: 5\n",
+         "w.yaml: sequential_turns: only for kind multi_turn"},
+        {"kind: multi_turn\nsequential_turns: true\nturns: 2\nduration_s: 5\n"
+         "conversations: 3\n",
+         "w.yaml: conversations: not used with sequential_turns"},
+        {"kind: multi_turn\nsequential_turns: true\nturns: 2\nduration_s: 5\nwarmup_s: 5\n",
+         "w.yaml: warmup_s: must be below duration_s"},
+        {"kind: multi_turn\nconversations: 2\nturns: 2\nthink_ms: 5\n",
+         "w.yaml: think_ms: only with sequential_turns: true"},
+        {"kind: multi_turn\nconversations: 2\nturns: 2\nmax_concurrency: 5\n",
+         "w.yaml: max_concurrency: only with sequential_turns: true"},
+        {"kind: multi_turn\nconversations: 2\nturns: 2\nduration_s: 5\n",
+         "w.yaml: duration_s: only with sequential_turns: true"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char yaml[512];
+        snprintf(yaml, sizeof(yaml), "%s%s", base, cases[i].extra);
+        err[0] = '\0';
+        assert_int_equal(parse(yaml, false, &s, err, sizeof(err)), -EINVAL);
+        if (strstr(err, cases[i].want) == NULL)
+            fail_msg("case %zu: got '%s', want '%s'", i, err, cases[i].want);
+    }
+}
+
+static void test_sequential_plan(void **state)
+{
+    (void)state;
+    struct wl_spec s;
+    struct wl_plan p, q;
+    char err[256];
+    assert_int_equal(parse(seq_yaml, false, &s, err, sizeof(err)), 0);
+    assert_int_equal(wl_plan_build(&s, &p), 0);
+    assert_true(p.sequential);
+    assert_int_equal(p.turns, 5);
+    assert_int_equal(p.max_concurrency, 3);
+    assert_true(p.stop_s == 200.0);
+    assert_true(p.warmup_s == 2.5);
+    assert_int_equal(p.n % 5, 0);
+    size_t conv = p.n / 5;
+    /* Conversations start at rate / turns = 2 per second over 200 s. */
+    assert_true(conv > 340 && conv < 460);
+    double think_sum = 0;
+    size_t thinks = 0;
+    for (size_t c = 0; c < conv; c++) {
+        const struct wl_request *first = &p.req[c * 5];
+        assert_true(first->at_s < 200.0);
+        if (c == 0)
+            assert_true(first->at_s == 0);
+        else
+            assert_true(first->at_s >= p.req[(c - 1) * 5].at_s);
+        assert_true(first->think_s == 0);
+        for (unsigned t = 0; t < 5; t++) {
+            const struct wl_request *r = &p.req[c * 5 + t];
+            assert_int_equal(r->group, c);
+            assert_int_equal(r->turn, t);
+            assert_true(r->chat);
+            assert_true(r->at_s == first->at_s);
+            if (t > 0) {
+                const struct wl_request *prev = r - 1;
+                assert_memory_equal(r->text, prev->text, prev->text_len);
+                assert_true(r->think_s >= 0);
+                think_sum += r->think_s;
+                thinks++;
+            }
+        }
+    }
+    /* Mean gap between starts turns / rate = 0.5 s; think times mean 40 ms. */
+    double gap = p.req[(conv - 1) * 5].at_s / (double)(conv - 1);
+    assert_true(fabs(gap - 0.5) < 0.06);
+    assert_true(fabs(think_sum / (double)thinks - 0.040) < 0.004);
+    /* The same file gives the same plan; think times do not depend on the rate. */
+    s.rate = 20;
+    assert_int_equal(wl_plan_build(&s, &q), 0);
+    assert_true(q.n > p.n);
+    for (size_t i = 0; i < p.n; i++) {
+        assert_true(q.req[i].think_s == p.req[i].think_s);
+        assert_string_equal(q.req[i].body, p.req[i].body);
+    }
+    wl_plan_fini(&q);
+    wl_plan_fini(&p);
+}
+
+static void test_ceiling_order(void **state)
+{
+    (void)state;
+    struct wl_spec s;
+    struct wl_plan p;
+    char err[256];
+    /* Two conversations of 2 turns, 64-token system prompts (4 blocks),
+     * 16-token questions and replies: turn 1 holds 6 full blocks. */
+    assert_int_equal(parse("name: c\nkind: multi_turn\nsequential_turns: true\nturns: 2\n"
+                           "duration_s: 1\nsystem_tokens: 64\nquestion_tokens: 16\n"
+                           "output_tokens: 16\nrate: 0.004\nseed: 1\n",
+                           false, &s, err, sizeof(err)),
+                     0);
+    assert_int_equal(wl_plan_build(&s, &p), 0);
+    assert_int_equal(p.n, 2); /* one conversation starts in 1 s at 0.002/s: at 0 */
+    /* The order given is the order fed: turn 1 after turn 0 finds its
+     * blocks; turn 1 alone finds nothing, and again after itself finds all
+     * of its full blocks. */
+    size_t fwd[] = {0, 1}, again[] = {1, 1};
+    double in_order = wl_hit_ceiling(&p, fwd, 2, 16, 100);
+    assert_true(in_order > 0);
+    assert_true(in_order == wl_hit_ceiling(&p, NULL, 0, 16, 100));
+    assert_true(wl_hit_ceiling(&p, again, 1, 16, 100) == 0);
+    size_t blocks = p.req[1].text_len / 64, tokens = (p.req[1].text_len + 3) / 4;
+    assert_true(fabs(wl_hit_ceiling(&p, again, 2, 16, 100) -
+                     (double)(blocks * 16) / (2.0 * (double)tokens)) < 1e-9);
+    wl_plan_fini(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_and_quick),    cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_shared_prefix_plan), cmocka_unit_test(test_poisson_arrivals),
-        cmocka_unit_test(test_multi_turn_extends),
+        cmocka_unit_test(test_multi_turn_extends), cmocka_unit_test(test_sequential_parse),
+        cmocka_unit_test(test_sequential_errors),  cmocka_unit_test(test_sequential_plan),
+        cmocka_unit_test(test_ceiling_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
