@@ -171,8 +171,21 @@ static bool rss_below(void *arg)
     return w->last_kb > 0 && w->last_kb < w->limit_kb;
 }
 
+/* AddressSanitizer keeps freed memory in its quarantine, resident: a freed
+ * body still counts in RSS there, so the bound is only checked without it. */
+#if defined(__SANITIZE_ADDRESS__)
+#define RSS_REFLECTS_FREE false
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RSS_REFLECTS_FREE false
+#endif
+#endif
+#ifndef RSS_REFLECTS_FREE
+#define RSS_REFLECTS_FREE true
+#endif
+
 #define BIG_STREAMS      16
-#define BIG_PROMPT_BYTES (400 * 1000)
+#define BIG_PROMPT_BYTES (1000 * 1000)
 
 static void test_held_streams_do_not_keep_their_prompts(void **state)
 {
@@ -208,13 +221,15 @@ static void test_held_streams_do_not_keep_their_prompts(void **state)
     for (int i = 0; i < BIG_STREAMS; i++)
         assert_int_equal(h_async_wait_body(a[i], 64, 20000), 0);
     assert_int_equal(h_fleet_load(&f, 0), BIG_STREAMS);
-    /* 16 prompts of 400 KB are 6.4 MB: the dataplane holds far less (about
-     * 2 MB here, most of it curl's upload buffer of each transfer). */
-    struct rss_watch w = {.pid = f.dp->pid, .limit_kb = before + 4 * 1024};
+    /* 16 prompts of 1 MB are 16 MB: the dataplane holds far less (2-4 MB
+     * here, most of it curl's upload buffer of each transfer). */
+    struct rss_watch w = {.pid = f.dp->pid, .limit_kb = before + 8 * 1024};
     int rc = h_wait_until(rss_below, &w, 5000);
-    print_message("dataplane RSS %ld kB before, %ld kB holding %d streams of %d-byte prompts\n",
-                  before, w.last_kb, BIG_STREAMS, BIG_PROMPT_BYTES);
-    assert_int_equal(rc, 0);
+    print_message("dataplane RSS %ld kB before, %ld kB holding %d streams of %d-byte prompts%s\n",
+                  before, w.last_kb, BIG_STREAMS, BIG_PROMPT_BYTES,
+                  RSS_REFLECTS_FREE ? "" : " (not checked under AddressSanitizer)");
+    if (RSS_REFLECTS_FREE)
+        assert_int_equal(rc, 0);
     for (int i = 0; i < BIG_STREAMS; i++)
         assert_int_equal(h_async_abort(a[i]), 0);
     assert_int_equal(h_wait_until(load_is_zero, &f, 1000), 0);
