@@ -62,6 +62,8 @@ struct dp_shared {
 };
 
 /* One event loop. Created by the main thread, then touched only by its own thread. */
+struct dp_up_url;
+
 struct dp_loop {
     struct dp_shared *sh; /* borrowed */
     unsigned index;
@@ -77,6 +79,10 @@ struct dp_loop {
      * (upstream.c), grown on demand; 0 = nothing. */
     uint32_t *curl_fds;
     size_t n_curl_fds;
+    /* Worker URLs parsed once for curl (upstream.c): an open-addressing
+     * table of url_slots entries (a power of two), n_urls of them used. */
+    struct dp_up_url *urls;
+    size_t n_urls, url_slots;
     /* No attempt's deadline is earlier than this (0 = unknown, scan): the
      * tick skips its walk over every attempt until then, so thousands of
      * idle streams cost nothing between tokens. Lowered by every deadline

@@ -9,6 +9,7 @@
 #include "dataplane/upstream.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "dataplane/forwarder.h"
+#include "dataplane/upstream_url.h"
 
 #define DP_MAXCONNECTS 1024L
 
@@ -154,6 +156,7 @@ void dp_up_fini(struct dp_loop *loop)
     free(loop->curl_fds);
     loop->curl_fds = NULL;
     loop->n_curl_fds = 0;
+    dp_up_urls_fini(loop);
 }
 
 static size_t up_header_cb(char *data, size_t size, size_t nmemb, void *userp)
@@ -221,7 +224,12 @@ int dp_up_start(struct dp_attempt *a, const char *url)
     if (e == NULL)
         return -ENOMEM;
     CURLcode rc = CURLE_OK;
-    rc |= curl_easy_setopt(e, CURLOPT_URL, url);
+    CURLU *parsed = dp_up_url_parsed(loop, url);
+    /* A pooled handle keeps its options: the one not used is cleared. */
+    if (parsed != NULL)
+        rc |= curl_easy_setopt(e, CURLOPT_CURLU, parsed);
+    else
+        rc |= curl_easy_setopt(e, CURLOPT_CURLU, NULL) | curl_easy_setopt(e, CURLOPT_URL, url);
     /* curl's receive buffer lives as long as the transfer: for a stream,
      * whose SSE events are a few hundred bytes, 1 KiB (curl's least) keeps
      * a held stream small; a whole answer is read in 4 KiB pieces. */
