@@ -55,7 +55,8 @@ CURLU *dp_up_url_parsed(struct dp_loop *loop, const char *url)
         return NULL;
     CURLU *parsed = curl_url();
     char *copy = strdup(url);
-    if (parsed == NULL || copy == NULL || curl_url_set(parsed, CURLUPART_URL, url, 0) != CURLUE_OK) {
+    if (parsed == NULL || copy == NULL ||
+        curl_url_set(parsed, CURLUPART_URL, url, 0) != CURLUE_OK) {
         curl_url_cleanup(parsed);
         free(copy);
         return NULL;
