@@ -7,8 +7,9 @@
 # bench-pd-quick); its text replaces that section of the existing
 # docs/benchmarks.md (with its own command, date and commit) and its plot
 # docs/bench-pd.png; the other sections are left as they were. PD_RATES
-# and PD_REPS, when set, replace the P/D section's rates and repetitions
-# (for calibration; the report says which were used).
+# (pd_agentic), PD_SHARED_RATES (pd_agentic_shared), PD_REPS and
+# PD_WORKLOADS, when set, replace the P/D section's rates, repetitions and
+# workloads (for calibration; the report says which were used).
 #
 # Every comparison runs its contenders in this same run, on this machine,
 # and is reported as a ratio. Every server listens on 127.0.0.1 on a free
@@ -280,30 +281,40 @@ for p in "${bench_pids[@]}"; do bench_stop "$p"; done
 
 fi # sections = all
 
-# ---- prefill/decode: the agentic workload ---------------------------------------
+# ---- prefill/decode: the agentic workloads ----------------------------------------
 # 4 prefill + 6 decode mock workers; switchyard routes each request in two
 # legs (docs/pd.md), policy.decode least_load, policy.prefill under test:
 # cache_aware with the per-request gate, cache_aware with balance_gate: fleet,
 # round_robin — each at several arrival rates (--rate, the offered requests/s:
 # agents' conversations start open-loop at rate / turns per second and each
 # sends its next turn once the last one is answered, see pd_agentic.yaml), up
-# to and past what round_robin's prefill workers serve. Prefill mocks: the
-# routing runs' flags (512-block caches, 200 µs per uncached prompt token, 2
-# sequences at once); decode mocks: tpot 2 ms, 16 sequences, so decode is
-# never the bottleneck. The generator resets and reads the prefill mocks (hit
-# rate, load); the decode mocks are reset here. Decisions that abandoned
-# affinity come from the dataplane's /metrics, scraped before and after each
-# run. Each (rate, policy) cell runs pd_reps times (the policies interleaved
-# within each repetition) and reports the median of each figure.
+# to and past what round_robin's prefill workers serve. Two workloads, under
+# identical conditions: pd_agentic (every agent a context of its own) and
+# pd_agentic_shared (agents of one framework: a long common head, then a
+# short context of their own — where affinity makes load uneven). Prefill
+# mocks: the routing runs' flags (512-block caches, 200 µs per uncached
+# prompt token, 2 sequences at once); decode mocks: tpot 2 ms, 16 sequences,
+# so decode is never the bottleneck. The generator resets and reads the
+# prefill mocks (hit rate, load); the decode mocks are reset here. Decisions
+# that abandoned affinity come from the dataplane's /metrics, scraped before
+# and after each run. Each (workload, rate, policy) cell runs pd_reps times
+# (the policies interleaved within each repetition) and reports the median
+# of each figure. Keys: pd_WORKLOAD_POLICY_RATE_FIGURE.
 pd_n_prefill=4 pd_n_decode=6
 pd_policies="cache_aware cache_aware_fleet round_robin"
+pd_workloads="pd_agentic pd_agentic_shared"
 if [ "$mode" = quick ]; then
-    pd_rates="16 192" pd_reps=1
+    pd_rates_pd_agentic="16 192" pd_rates_pd_agentic_shared="48 192" pd_reps=1
 else
-    pd_rates="16 48 192" pd_reps=3
+    pd_rates_pd_agentic="16 48 192" pd_rates_pd_agentic_shared="48 96 192" pd_reps=3
 fi
-pd_rates=${PD_RATES:-$pd_rates} pd_reps=${PD_REPS:-$pd_reps}
-echo "== P/D ($pd_n_prefill prefill + $pd_n_decode decode mocks: $pd_policies at $pd_rates req/s, $pd_reps run(s) each)" >&2
+# PD_RATES / PD_SHARED_RATES / PD_REPS / PD_WORKLOADS override (calibration).
+pd_rates_pd_agentic=${PD_RATES:-$pd_rates_pd_agentic}
+pd_rates_pd_agentic_shared=${PD_SHARED_RATES:-$pd_rates_pd_agentic_shared}
+pd_reps=${PD_REPS:-$pd_reps} pd_workloads=${PD_WORKLOADS:-$pd_workloads}
+# pd_rates WORKLOAD: its rates.
+pd_rates() { local r=pd_rates_$1; echo "${!r}"; }
+echo "== P/D ($pd_n_prefill prefill + $pd_n_decode decode mocks: $pd_policies; $(for w in $pd_workloads; do echo -n "$w at $(pd_rates "$w") req/s; "; done)$pd_reps run(s) each)" >&2
 pd_started=$(date +%s)
 pd_prefill_flags=(--model mock --role prefill --threads 1 --kv-blocks "$kv_blocks" --block-tokens 16
     --prefill-base-us 1000 --prefill-us-per-token 200 --tpot-ms 2 --max-num-seqs 2)
@@ -333,7 +344,8 @@ pd_decisions() {
         }
         END { printf "%d %d\n", all, ab }'
 }
-for rate in $pd_rates; do
+for wl in $pd_workloads; do
+for rate in $(pd_rates "$wl"); do
     for rep in $(seq "$pd_reps"); do
         for pol in $pd_policies; do
             name=$pol gate=per_request
@@ -341,37 +353,40 @@ for rate in $pd_rates; do
             balance_abs=6 switchyard_pd_config "$bench_tmp/pd.yaml" pd "$dp_threads" "$name" "$gate" \
                 "$pdp" "$padm" "$pd_n_prefill" "${pports[@]:0:$pd_n}"
             switchyard_start "$build" "$bench_tmp/pd.yaml" "$pdp"
-            echo "-- pd_agentic / $pol / $rate req/s / run $rep" >&2
+            echo "-- $wl / $pol / $rate req/s / run $rep" >&2
             for ((i = pd_n_prefill; i < pd_n; i++)); do
                 curl -fs -o /dev/null --max-time 5 -X POST "http://127.0.0.1:${pports[$i]}/mock/reset" || true
             done
             read -r all0 ab0 <<<"$(pd_decisions || echo "n/a n/a")"
-            f=$bench_tmp/pd-$pol-$rate-$rep
-            run_fg "$f.txt" "$build/switchyard-bench" run --workload "$here/workloads/pd_agentic.yaml" \
+            f=$bench_tmp/pd-$wl-$pol-$rate-$rep
+            run_fg "$f.txt" "$build/switchyard-bench" run --workload "$here/workloads/$wl.yaml" \
                 "${quick_flag[@]}" --rate "$rate" --url "http://127.0.0.1:$pdp" "${pd_mock_args[@]}" \
                 --kv-blocks "$kv_blocks" --block-tokens 16 --label "$pol" --json "$f.json" --csv "$f.csv" ||
-                echo "bench: pd_agentic / $pol / $rate / run $rep: the load generator failed" >&2
+                echo "bench: $wl / $pol / $rate / run $rep: the load generator failed" >&2
             read -r all1 ab1 <<<"$(pd_decisions || echo "n/a n/a")"
             awk -v a0="$all0" -v a1="$all1" -v b0="$ab0" -v b1="$ab1" 'BEGIN {
                 if (a0 == "n/a" || a1 == "n/a" || a1 - a0 <= 0) { print "decisions n/a"; print "abandoned n/a"; print "abandoned_share n/a" }
                 else { print "decisions", a1 - a0; print "abandoned", b1 - b0; printf "abandoned_share %.4f\n", (b1 - b0) / (a1 - a0) } }' >>"$f.txt"
             tr '\n' ' ' <"$f.txt" >&2
             echo >&2
-            while read -r k v; do put "pd_${pol}_${rate}_r${rep}_$k" "$v"; done <"$f.txt"
+            while read -r k v; do put "pd_${wl}_${pol}_${rate}_r${rep}_$k" "$v"; done <"$f.txt"
             switchyard_stop
         done
     done
-    # The cell's figures: each the median of its runs; tokens/s also its range.
+    # The cell's figures: each the median of its runs; tokens/s also its range,
+    # abandoned decisions also their largest count.
     for pol in $pd_policies; do
-        keys=$(awk -v p="pd_${pol}_${rate}_r1_" 'index($1, p) == 1 {print substr($1, length(p) + 1)}' "$results" | sort -u)
+        c="pd_${wl}_${pol}_${rate}"
+        keys=$(awk -v p="${c}_r1_" 'index($1, p) == 1 {print substr($1, length(p) + 1)}' "$results" | sort -u)
         for k in $keys; do
-            put "pd_${pol}_${rate}_$k" "$(for rep in $(seq "$pd_reps"); do value "pd_${pol}_${rate}_r${rep}_$k"; done | median)"
+            put "${c}_$k" "$(for rep in $(seq "$pd_reps"); do value "${c}_r${rep}_$k"; done | median)"
         done
-        put "pd_${pol}_${rate}_abandoned_max" "$(for rep in $(seq "$pd_reps"); do value "pd_${pol}_${rate}_r${rep}_abandoned"; done |
+        put "${c}_abandoned_max" "$(for rep in $(seq "$pd_reps"); do value "${c}_r${rep}_abandoned"; done |
             awk '$1 != "n/a" {if (n++ == 0 || $1 + 0 > m) m = $1 + 0} END {print (n ? m : "n/a")}')"
-        put "pd_${pol}_${rate}_tok_s_range" "$(for rep in $(seq "$pd_reps"); do value "pd_${pol}_${rate}_r${rep}_output_tok_s"; done |
+        put "${c}_tok_s_range" "$(for rep in $(seq "$pd_reps"); do value "${c}_r${rep}_output_tok_s"; done |
             awk '$1 != "n/a" {v = $1 + 0; if (n++ == 0 || v < lo) lo = v; if (v > hi) hi = v} END {if (n) printf "%.0f–%.0f\n", lo, hi; else print "n/a"}')"
     done
+done
 done
 pd_elapsed=$(($(date +%s) - pd_started))
 elapsed=$(($(date +%s) - started))
@@ -457,50 +472,198 @@ for pol in $policies; do
 done
 gnuplot <<<"$cdf_plot"
 fi # sections = all
-# P/D: tokens/s, TTFT p99 and prefill hit rate against the arrival rate.
-for k in output_tok_s ttft_p99_ms hit_rate; do
-    {
-        echo "rate $pd_policies"
-        for rate in $pd_rates; do
-            echo -n "$rate"
-            for pol in $pd_policies; do echo -n " $(value "pd_${pol}_${rate}_$k")"; done
-            echo
-        done
-    } >"$bench_tmp/pd-$k.dat"
-done
-pd_ncol=$(wc -w <<<"$pd_policies")
-gnuplot <<GP
-set terminal pngcairo size 1500,420 font ",10" noenhanced
-set output "docs/bench-pd.png"
-set multiplot layout 1,3 title "P/D agentic workload, $pd_n_prefill prefill + $pd_n_decode decode mocks ($target, commit $commit)"
+# P/D: tokens/s, TTFT p99 and prefill hit rate against the arrival rate, one
+# row per workload.
+pd_plot="set terminal pngcairo size 1500,$((400 * $(wc -w <<<"$pd_workloads") + 40)) font \",10\" noenhanced
+set output \"docs/bench-pd.png\"
+set multiplot layout $(wc -w <<<"$pd_workloads"),3 title \"P/D agentic workloads, $pd_n_prefill prefill + $pd_n_decode decode mocks ($target, commit $commit)\"
 set grid
-set key top left
-set xlabel "arrival rate (requests/s)"
-set datafile missing "n/a"
-set title "output tokens/s"
+set xlabel \"arrival rate (requests/s)\"
+set datafile missing \"n/a\"
+"
+pd_ncol=$(wc -w <<<"$pd_policies")
+for wl in $pd_workloads; do
+    for k in output_tok_s ttft_p99_ms hit_rate; do
+        {
+            echo "rate $pd_policies"
+            for rate in $(pd_rates "$wl"); do
+                echo -n "$rate"
+                for pol in $pd_policies; do echo -n " $(value "pd_${wl}_${pol}_${rate}_$k")"; done
+                echo
+            done
+        } >"$bench_tmp/pd-$wl-$k.dat"
+    done
+    pd_plot+="set key top left
+set title \"$wl: output tokens/s\"
 set yrange [0:*]
-plot for [i=2:$((pd_ncol + 1))] "$bench_tmp/pd-output_tok_s.dat" using 1:i with linespoints lw 2 title columnheader(i)
-set title "TTFT p99 (ms, log)"
+plot for [i=2:$((pd_ncol + 1))] \"$bench_tmp/pd-$wl-output_tok_s.dat\" using 1:i with linespoints lw 2 title columnheader(i)
+set title \"$wl: TTFT p99 (ms, log)\"
 set logscale y
 set yrange [*:*]
-plot for [i=2:$((pd_ncol + 1))] "$bench_tmp/pd-ttft_p99_ms.dat" using 1:i with linespoints lw 2 title columnheader(i)
+plot for [i=2:$((pd_ncol + 1))] \"$bench_tmp/pd-$wl-ttft_p99_ms.dat\" using 1:i with linespoints lw 2 title columnheader(i)
 unset logscale y
 set key bottom left
-set title "prefill prefix hit rate"
+set title \"$wl: prefill prefix hit rate\"
 set yrange [0:1]
-plot for [i=2:$((pd_ncol + 1))] "$bench_tmp/pd-hit_rate.dat" using 1:i with linespoints lw 2 title columnheader(i)
-unset multiplot
-GP
+plot for [i=2:$((pd_ncol + 1))] \"$bench_tmp/pd-$wl-hit_rate.dat\" using 1:i with linespoints lw 2 title columnheader(i)
+"
+done
+gnuplot <<<"$pd_plot
+unset multiplot"
 
 # ---- report ------------------------------------------------------------------------
 v() { value "$1"; }
 fmt_int() { awk -v x="$1" 'BEGIN { if (x == "n/a") print x; else printf "%.0f\n", x }'; }
 mb() { awk -v x="$1" 'BEGIN { if (x == "n/a" || x == "") print "n/a"; else printf "%.1f\n", x / 1024 }'; }
+# pd_spec WORKLOAD: its effective keys ("key=value ...", without the rate).
+pd_spec() {
+    "$build/switchyard-bench" plan --workload "$here/workloads/$1.yaml" "${quick_flag[@]}" |
+        sed -n 's/^spec //; s/ rate=[^ ]*//p'
+}
+# pd_spec_val WORKLOAD KEY: KEY's value in the workload's spec.
+pd_spec_val() { pd_spec "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k {print $2}'; }
+# thousands N: N with thousands separators (1536 -> 1,536).
+thousands() { sed ':a; s/\B[0-9]\{3\}\>/,&/; ta' <<<"$1"; }
+# pd_workload_text WORKLOAD: what the workload is and why (the part of the
+# report that differs between the two).
+pd_workload_text() {
+    local wl=$1 cap
+    cap=$(pd_spec_val "$wl" max_concurrency)
+    case $wl in
+    pd_agentic)
+        echo "Agents with a long context of their own (2,048 tokens of system prompt and tool"
+        echo "definitions), each turn replaying the agent's history plus a short new tool result,"
+        echo "short answers: almost all of a request's cost is prefill, and almost all of its prompt"
+        echo "is the agent's previous prompt. $cap agents' contexts (128–210 blocks each) fit in the"
+        echo "prefill fleet's pooled cache ($pd_n_prefill × $kv_blocks blocks) but not in one worker's. A first"
+        echo "turn prefills 2,100 uncached tokens (about 420 ms), which sets every policy's p99"
+        echo "unless queueing adds to it. (The earlier version of this benchmark replayed every turn"
+        echo "at a Poisson arrival time of its own: at high rates an agent's next turn arrived before"
+        echo "its previous turn's prefill was done, 154 of 171 times at 96 req/s, so no cache could"
+        echo "hold its prefix yet and affinity could not help.)"
+        ;;
+    pd_agentic_shared)
+        echo "Agents built on one framework, the case where cache affinity makes load uneven: every"
+        echo "agent's prompt starts with the same $(thousands "$(pd_spec_val "$wl" shared_system_tokens)")-token head (the framework's system prompt and"
+        echo "tool definitions), then $(pd_spec_val "$wl" system_tokens) tokens of its own (its task), then its history as in"
+        echo "pd_agentic. A new agent's first turn matches the shared head (over 80% of its prompt), so"
+        echo "cache_aware sends it to the least loaded of the (up to 3) prefill workers known to hold"
+        echo "the head, and every later turn follows the agent's own history to the same worker: agents"
+        echo "pile onto the holders of the head until a balance gate moves some. Up to $cap agents at"
+        echo "once; their own parts (19–80 blocks each) plus one copy of the 96-block head per worker"
+        echo "fit in the pooled cache ($pd_n_prefill × $kv_blocks blocks) but not in the holders' caches alone. A"
+        echo "first turn prefills about 300 uncached tokens (about 60 ms) on a holder of the head,"
+        echo "1,840 (about 370 ms) elsewhere."
+        ;;
+    esac
+}
+# pd_workload_report WORKLOAD: its subsection (tables, goals judged).
+pd_workload_report() {
+    local wl=$1 rates top low cap dur planned k p r title verdicts=$bench_tmp/pd-$wl-verdicts
+    rates=$(pd_rates "$wl") top=${rates##* } low=${rates%% *} cap=$(pd_spec_val "$wl" max_concurrency)
+    dur=$(pd_spec_val "$wl" duration_s)
+    title="agents with contexts of their own"
+    [ "$wl" = pd_agentic_shared ] && title="agents sharing one framework's prompt"
+    echo "### $wl: $title"
+    echo
+    echo "Workload [\`$wl.yaml\`](../tests/bench/workloads/$wl.yaml)$([ "$mode" = quick ] && echo " (its \`quick:\` values)"):"
+    echo "\`$(pd_spec "$wl")\`. Rates: $rates req/s."
+    pd_workload_text "$wl"
+    echo
+    echo "Hit-rate ceiling of these runs (each fed the requests it sent, in the order it sent them):"
+    for rate in $rates; do for pol in $pd_policies; do v "pd_${wl}_${pol}_${rate}_hit_ceiling"; done; done |
+        awk '$1 != "n/a" {v = $1 + 0; if (n++ == 0 || v < lo) lo = v; if (v > hi) hi = v} END {if (n) printf "%.2f–%.2f.\n", lo, hi; else print "n/a."}'
+    echo
+    echo "| rate | policy | hit rate | of ceiling | TTFT p50 | TTFT p99 | output tok/s (range) | abandoned affinity | prefill load max/mean | conversations | measured | failed |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    for rate in $rates; do
+        for pol in $pd_policies; do
+            p="pd_${wl}_${pol}_${rate}"
+            echo "| $rate/s | $pol | $(v "${p}_hit_rate") | $(ratio "$(v "${p}_hit_rate")" "$(v "${p}_hit_ceiling")") | $(v "${p}_ttft_p50_ms") ms | $(v "${p}_ttft_p99_ms") ms | $(v "${p}_output_tok_s") ($(v "${p}_tok_s_range")) | $(v "${p}_abandoned_share") ($(v "${p}_abandoned") of $(v "${p}_decisions")) | $(v "${p}_load_max_mean") | $(v "${p}_conversations") | $(v "${p}_measured") | $(v "${p}_failed") |"
+        done
+    done
+    echo
+    echo "Ratios against round_robin at the same rate (hit rate and tokens/s: higher is better; TTFT: lower is better):"
+    echo
+    echo "| rate | policy | hit rate | TTFT p50 | TTFT p99 | output tok/s |"
+    echo "|---|---|---|---|---|---|"
+    for rate in $rates; do
+        for pol in $pd_policies; do
+            [ "$pol" = round_robin ] && continue
+            p="pd_${wl}_${pol}_${rate}" r="pd_${wl}_round_robin_${rate}"
+            echo -n "| $rate/s | $pol"
+            for k in hit_rate ttft_p50_ms ttft_p99_ms output_tok_s; do
+                echo -n " | $(ratio "$(v "${p}_$k")" "$(v "${r}_$k")")×"
+            done
+            echo " |"
+        done
+    done
+    echo
+    echo "Per-request gate against the fleet gate. Evidence of uneven load: the abandoned-affinity"
+    echo "share (median of runs) and the most decisions abandoned in one run, for each gate, and"
+    echo "the busiest prefill mock's load over the mean. *gate fired* = either gate abandoned"
+    echo "affinity at least once (some worker's load crossed the thresholds); a high load"
+    echo "max/mean without it means the load was skewed but no worker was overloaded by the"
+    echo "thresholds' measure (at most 6 requests in flight above the least-loaded worker), so"
+    echo "both gates kept affinity and took the same decisions."
+    echo
+    echo "| rate | per-request − fleet hit rate (of ceiling) | per-request / fleet TTFT p99 | per-request / fleet tok/s | abandoned: per-request / fleet (most in a run) | load max/mean: per-request / fleet | gate fired (load uneven) | verdict |"
+    echo "|---|---|---|---|---|---|---|---|"
+    : >"$verdicts"
+    for rate in $rates; do
+        a="pd_${wl}_cache_aware_${rate}" b="pd_${wl}_cache_aware_fleet_${rate}"
+        awk -v rate="$rate" -v out="$verdicts" -v ha="$(v "${a}_hit_rate")" -v hb="$(v "${b}_hit_rate")" \
+            -v ca="$(v "${a}_hit_ceiling")" -v cb="$(v "${b}_hit_ceiling")" \
+            -v pa="$(v "${a}_ttft_p99_ms")" -v pb="$(v "${b}_ttft_p99_ms")" \
+            -v ta="$(v "${a}_output_tok_s")" -v tb="$(v "${b}_output_tok_s")" \
+            -v sa="$(v "${a}_abandoned_share")" -v sb="$(v "${b}_abandoned_share")" \
+            -v la="$(v "${a}_load_max_mean")" -v lb="$(v "${b}_load_max_mean")" \
+            -v aa="$(v "${a}_abandoned_max")" -v ab="$(v "${b}_abandoned_max")" 'BEGIN {
+            if (ha == "n/a" || hb == "n/a" || ca + 0 == 0 || cb + 0 == 0 || pa == "n/a" || pb == "n/a" || pb + 0 == 0 || tb + 0 == 0) {
+                printf "| %s/s | n/a | n/a | n/a | n/a | n/a | n/a | n/a |\n", rate; print "na" >> out; exit }
+            ra = ha / ca; rb = hb / cb
+            uneven = ((aa != "n/a" && aa + 0 > 0) || (ab != "n/a" && ab + 0 > 0))
+            matches = (ra >= rb - 0.01 && pa <= 1.05 * pb)
+            beats = (ra > rb && pa < pb)
+            if (uneven) { code = beats ? "beats" : (matches ? "matches" : "worse")
+                verdict = beats ? "beats (goal met)" : (matches ? "matches, does not beat (goal not met)" : "worse (goal not met)") }
+            else if (matches) { code = "matches"; verdict = "matches (goal met)" }
+            else { code = "noise"; verdict = "same decisions (neither gate fired): per-request behind on " (ra < rb - 0.01 ? "hit rate" : "") (ra < rb - 0.01 && pa > 1.05 * pb ? " and " : "") (pa > 1.05 * pb ? "TTFT p99" : "") " here, which is noise" }
+            print code, (uneven ? "uneven" : "even") >> out
+            printf "| %s/s | %+.4f (%+.4f) | %.2f× | %.2f× | %s (%s) / %s (%s) | %s / %s | %s | %s |\n", rate, ha - hb, ra - rb, pa / pb, ta / tb, sa, aa, sb, ab, la, lb, uneven ? "yes" : "no", verdict }'
+    done
+    local sat
+    sat=$(ratio "$(v "pd_${wl}_cache_aware_${top}_output_tok_s")" "$(v "pd_${wl}_round_robin_${top}_output_tok_s")")
+    echo
+    planned=$("$build/switchyard-bench" plan --workload "$here/workloads/$wl.yaml" "${quick_flag[@]}" \
+        --rate "$top" | awk '$1 == "conversations" {print $2}')
+    echo "Saturation (the highest rate, $top/s): cache_aware (per-request) serves ${sat}× round_robin's"
+    echo "output tokens/s (goal ≥ 2.5×); the fleet gate"
+    echo "$(ratio "$(v "pd_${wl}_cache_aware_fleet_${top}_output_tok_s")" "$(v "pd_${wl}_round_robin_${top}_output_tok_s")")×. The rate's plan starts $planned conversations in"
+    echo "${dur} s; cache_aware started $(v "pd_${wl}_cache_aware_${top}_conversations"), the fleet gate $(v "pd_${wl}_cache_aware_fleet_${top}_conversations"), round_robin"
+    echo "$(v "pd_${wl}_round_robin_${top}_conversations") (medians): a policy that starts fewer than planned did not keep up (all $cap agent"
+    echo "slots busy), one that starts them all served what was offered, and then the ratio is"
+    echo "bounded by the offered load rather than by what that policy could serve."
+    [ "$low" != "$top" ] && [ "$low" -le 16 ] &&
+        echo "At $low/s (light load) the window holds only a few conversations: its tokens/s says when their turns happened to complete, not what a policy can serve; what that rate shows is latency and hit rate."
+    echo
+    awk -v wl="$wl" -v sat="$sat" '
+        { n++; if ($1 == "na") na++; if ($1 == "worse") worse++
+          if ($1 == "noise") noise++; if ($2 == "uneven") { un++; if ($1 == "beats") beat++ } }
+        END {
+            m = (na == 0 && worse == 0)
+            printf "**Goals on %s:** per-request gate at least matches the fleet gate at every rate: **%s**", wl, na ? "n/a" : (m ? "met" : "not met")
+            if (m && noise) printf " (%d of %d rates differ only by run-to-run noise, both gates having taken the same decisions)", noise, n
+            printf "; beats it wherever load is uneven: **%s**", un == 0 ? "not exercised (load never uneven enough for either gate to fire)" : (beat == un ? "met" : sprintf("not met (beats at %d of the %d rates where load was uneven)", beat, un))
+            printf "; ≥ 2.5× round_robin at saturation: **%s** (%s×).\n", sat == "n/a" ? "n/a" : (sat + 0 >= 2.5 ? "met" : "not met"), sat
+        }' "$verdicts"
+    echo
+}
 # pd_report: the P/D section of docs/benchmarks.md (also spliced alone into
 # the existing page by `run.sh BUILD MODE pd`).
 pd_report() {
-    local wl=$here/workloads/pd_agentic.yaml turns cap dur warm think top low
-    echo "## Prefill/decode: agentic workload (issue: P/D, section Numbers)"
+    local wl think turns
+    echo "## Prefill/decode: agentic workloads (issue: P/D, section Numbers)"
     echo
     if [ "$sections" = pd ]; then
         echo "Measured alone by \`make $target\` (\`tests/bench/run.sh $build $mode pd\`, ${pd_elapsed} s) on"
@@ -511,34 +674,25 @@ pd_report() {
         echo "\`make bench-pd-quick\`); it took ${pd_elapsed} s of this run."
     fi
     echo
-    pd_spec=$("$build/switchyard-bench" plan --workload "$wl" "${quick_flag[@]}" |
-        sed -n 's/^spec //; s/ rate=[^ ]*//p')
-    # spec_val KEY: KEY's value in the workload's "key=value ..." line.
-    spec_val() { tr ' ' '\n' <<<"$pd_spec" | awk -F= -v k="$1" '$1 == k {print $2}'; }
-    turns=$(spec_val turns) cap=$(spec_val max_concurrency) think=$(spec_val think_ms)
-    dur=$(spec_val duration_s) warm=$(spec_val warmup_s)
-    echo "Workload [\`pd_agentic.yaml\`](../tests/bench/workloads/pd_agentic.yaml)$([ "$mode" = quick ] && echo " (its \`quick:\` values)"):"
-    echo "\`$pd_spec\` — agents with a long context of their own (2,048 tokens of system prompt and"
-    echo "tool definitions), each turn replaying the agent's history plus a short new tool result,"
-    echo "short answers: almost all of a request's cost is prefill, and almost all of its prompt is"
-    echo "the agent's previous prompt."
+    echo "Two prefill-heavy agentic workloads, run under identical conditions: **pd_agentic**"
+    echo "(every agent has a long context of its own) and **pd_agentic_shared** (agents of one"
+    echo "framework share a long head, then a short context of their own — where cache affinity"
+    echo "makes load uneven)."
     echo
+    wl=${pd_workloads%% *}
+    think=$(pd_spec_val "$wl" think_ms) turns=$(pd_spec_val "$wl" turns)
     echo "**Arrival model.** Agents behave as agents: a conversation sends turn t+1 only once turn"
     echo "t is answered (the answer is part of the next prompt), after a think time (exponential,"
     echo "mean $think ms: the tool call). The open-loop Poisson process starts conversations of"
-    echo "$turns turns at *rate* / $turns per second, so each *rate* below is the offered load in"
-    echo "requests/s (\`switchyard-bench run --rate R\`). At most $cap conversations run at once (the"
-    echo "agent platform's slots; one due while all are busy starts when one ends), so past"
-    echo "saturation a run is a steady state of $cap busy agents instead of a queue that grows for"
-    echo "as long as the run lasts. $cap agents' contexts (128–210 blocks each) fit in the prefill"
-    echo "fleet's pooled cache ($pd_n_prefill × $kv_blocks blocks) but not in one worker's. Conversations start"
-    echo "during the first $dur s; after that nothing is sent and what is in flight completes."
-    echo "Figures are taken over the window [$warm s, $dur s], once the agents are busy: TTFT"
-    echo "percentiles over the requests sent in it, tokens/s = output tokens of the requests that"
-    echo "completed in it over its length. (The earlier version of this benchmark replayed every"
-    echo "turn at a Poisson arrival time of its own: at high rates an agent's next turn"
-    echo "arrived before its previous turn's prefill was done, 154 of 171 times at 96 req/s, so"
-    echo "no cache could hold its prefix yet and affinity could not help.)"
+    echo "*turns* turns at *rate* / *turns* per second, so each *rate* below is the offered load"
+    echo "in requests/s (\`switchyard-bench run --rate R\`). At most *max_concurrency*"
+    echo "conversations run at once (the agent platform's slots; one due while all are busy starts"
+    echo "when one ends), so past saturation a run is a steady state of that many busy agents"
+    echo "instead of a queue that grows for as long as the run lasts. Conversations start during"
+    echo "the first *duration_s*; after that nothing is sent and what is in flight completes."
+    echo "Figures are taken over the window [*warmup_s*, *duration_s*], once the agents are busy:"
+    echo "TTFT percentiles over the requests sent in it, tokens/s = output tokens of the requests"
+    echo "that completed in it over its length."
     echo
     echo "Every request runs as P/D ([pd.md](pd.md)): a prefill leg on one of $pd_n_prefill \`--role prefill\` mocks"
     echo "(\`${pd_prefill_flags[*]}\`, the routing runs' cost settings) chosen by \`policy.prefill\`, then"
@@ -547,98 +701,38 @@ pd_report() {
     echo "chosen by \`policy.decode: { name: least_load }\`. Contenders for \`policy.prefill\`:"
     echo "**cache_aware** (per-request gate), **cache_aware_fleet** (\`balance_gate: fleet\`) and"
     echo "**round_robin**; both cache_aware variants with \`balance_abs_threshold: 6\` (3 × the"
-    echo "prefill mocks' \`--max-num-seqs 2\`, as in the routing runs above). Router restarted and all"
-    echo "mocks reset before each run. Rates: $pd_rates req/s; each (rate, policy) cell ran $pd_reps"
-    echo "time(s), the policies interleaved within each repetition, and every figure below is the"
-    echo "median of its runs (tokens/s also with its range)."
+    echo "prefill mocks' \`--max-num-seqs 2\`, as in the routing runs above) and the default"
+    echo "\`balance_rel_threshold: 1.5\`, \`cache_threshold: 0.5\`. Router restarted and all mocks"
+    echo "reset before each run. Each (workload, rate, policy) cell ran $pd_reps time(s), the policies"
+    echo "interleaved within each repetition, and every figure below is the median of its runs"
+    echo "(tokens/s also with its range)."
     echo
     echo "Hit rate = the prefill mocks' \`prefix_hit_tokens / prefix_query_tokens\` over the whole"
     echo "run; ceiling = one LRU cache of the prefill fleet's capacity ($pd_n_prefill × $kv_blocks blocks) fed the"
-    echo "requests the run sent, in the order it sent them (an ideal router pooling the caches):"
-    for rate in $pd_rates; do for pol in $pd_policies; do v "pd_${pol}_${rate}_hit_ceiling"; done; done |
-        awk '$1 != "n/a" {v = $1 + 0; if (n++ == 0 || v < lo) lo = v; if (v > hi) hi = v} END {if (n) printf "%.2f–%.2f\n", lo, hi; else print "n/a"}'
-    echo "in these runs, every conversation's first turn being a miss. TTFT = the client's"
-    echo "time to first token (prefill leg + decode's first token); a first turn prefills 2,100"
-    echo "uncached tokens (about 420 ms), which sets every policy's p99 unless queueing adds to"
-    echo "it. Abandoned = the share of prefill decisions (dataplane \`/metrics\`,"
-    echo "\`switchyard_pd_routing_decisions_total{phase=\"prefill\"}\`, scraped before and after the"
-    echo "run) that were \`overloaded_fallback\` or \`fleet_imbalanced\`. Load max/mean = the busiest"
-    echo "prefill mock's time-averaged in-flight count over the mean. Conversations = started in"
-    echo "the run; measured = requests in the window."
-    echo
-    echo "| rate | policy | hit rate | of ceiling | TTFT p50 | TTFT p99 | output tok/s (range) | abandoned affinity | prefill load max/mean | conversations | measured | failed |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
-    for rate in $pd_rates; do
-        for pol in $pd_policies; do
-            p="pd_${pol}_${rate}"
-            echo "| $rate/s | $pol | $(v "${p}_hit_rate") | $(ratio "$(v "${p}_hit_rate")" "$(v "${p}_hit_ceiling")") | $(v "${p}_ttft_p50_ms") ms | $(v "${p}_ttft_p99_ms") ms | $(v "${p}_output_tok_s") ($(v "${p}_tok_s_range")) | $(v "${p}_abandoned_share") ($(v "${p}_abandoned") of $(v "${p}_decisions")) | $(v "${p}_load_max_mean") | $(v "${p}_conversations") | $(v "${p}_measured") | $(v "${p}_failed") |"
-        done
-    done
-    echo
-    echo "Ratios against round_robin at the same rate (hit rate and tokens/s: higher is better; TTFT: lower is better):"
-    echo
-    echo "| rate | policy | hit rate | TTFT p50 | TTFT p99 | output tok/s |"
-    echo "|---|---|---|---|---|---|"
-    for rate in $pd_rates; do
-        for pol in $pd_policies; do
-            [ "$pol" = round_robin ] && continue
-            p="pd_${pol}_${rate}" r="pd_round_robin_${rate}"
-            echo -n "| $rate/s | $pol"
-            for k in hit_rate ttft_p50_ms ttft_p99_ms output_tok_s; do
-                echo -n " | $(ratio "$(v "${p}_$k")" "$(v "${r}_$k")")×"
-            done
-            echo " |"
-        done
-    done
+    echo "requests the run sent, in the order it sent them (an ideal router pooling the caches;"
+    echo "every conversation's first turn misses at least its own part). TTFT = the client's time"
+    echo "to first token (prefill leg + decode's first token). Abandoned = the share of prefill"
+    echo "decisions (dataplane \`/metrics\`, \`switchyard_pd_routing_decisions_total{phase=\"prefill\"}\`,"
+    echo "scraped before and after the run) that were \`overloaded_fallback\` (per-request gate) or"
+    echo "\`fleet_imbalanced\` (fleet gate): affinity given up because load was uneven. Load max/mean"
+    echo "= the busiest prefill mock's time-averaged in-flight count over the mean. Conversations ="
+    echo "started in the run; measured = requests in the window."
     echo
     echo "Goals (issue: P/D): the per-request gate at least matches the fleet gate in hit rate"
     echo "and TTFT p99 at every rate and beats it wherever load is uneven; at saturation it"
-    echo "serves ≥ 2.5× round_robin's throughput. Judged mechanically from the medians above."
-    echo "Hit rates are compared as shares of each run's own ceiling: a policy that serves its"
-    echo "agents faster starts more conversations in the same time, and every first turn is a"
-    echo "miss, so raw hit rates of different request mixes do not compare. *matches* = hit rate"
-    echo "of ceiling at most 0.01 below the fleet gate's and TTFT p99 at most 5% above it; *load"
-    echo "uneven* = the fleet gate abandoned affinity at least once in one of its runs (the"
-    echo "fleet's load spread crossed the threshold); *beats* = higher hit rate of ceiling and"
-    echo "lower TTFT p99. When neither gate abandoned affinity in any run, the two took the same"
+    echo "serves ≥ 2.5× round_robin's throughput. Judged mechanically from the medians, per"
+    echo "workload. Hit rates are compared as shares of each run's own ceiling: a policy that"
+    echo "serves its agents faster starts more conversations in the same time, and every first"
+    echo "turn is a miss, so raw hit rates of different request mixes do not compare. *matches* ="
+    echo "hit rate of ceiling at most 0.01 below the fleet gate's and TTFT p99 at most 5% above it;"
+    echo "*load uneven* = either gate abandoned affinity at least once in one of its runs (a"
+    echo "worker's load crossed the thresholds: the goal's \"wherever load is uneven\" is judged"
+    echo "where a gate had something to decide); *beats* = higher hit rate of ceiling and lower"
+    echo "TTFT p99. When neither gate abandoned affinity in any run, the two took the same"
     echo "decision for every request they were given (with no threshold crossed, both run the"
     echo "same code path): their differences are run-to-run noise and the row says so."
     echo
-    echo "| rate | per-request − fleet hit rate (of ceiling) | per-request / fleet TTFT p99 | per-request / fleet tok/s | load uneven | verdict |"
-    echo "|---|---|---|---|---|---|"
-    for rate in $pd_rates; do
-        a="pd_cache_aware_${rate}" b="pd_cache_aware_fleet_${rate}"
-        awk -v rate="$rate" -v ha="$(v "${a}_hit_rate")" -v hb="$(v "${b}_hit_rate")" \
-            -v ca="$(v "${a}_hit_ceiling")" -v cb="$(v "${b}_hit_ceiling")" \
-            -v pa="$(v "${a}_ttft_p99_ms")" -v pb="$(v "${b}_ttft_p99_ms")" \
-            -v ta="$(v "${a}_output_tok_s")" -v tb="$(v "${b}_output_tok_s")" \
-            -v aa="$(v "${a}_abandoned_max")" -v ab="$(v "${b}_abandoned_max")" 'BEGIN {
-            if (ha == "n/a" || hb == "n/a" || ca + 0 == 0 || cb + 0 == 0 || pa == "n/a" || pb == "n/a" || pb + 0 == 0 || tb + 0 == 0) {
-                printf "| %s/s | n/a | n/a | n/a | n/a | n/a |\n", rate; exit }
-            ra = ha / ca; rb = hb / cb
-            uneven = (ab != "n/a" && ab + 0 > 0)
-            same = (aa == "0" && ab == "0")
-            matches = (ra >= rb - 0.01 && pa <= 1.05 * pb)
-            beats = (ra > rb && pa < pb)
-            if (uneven) verdict = beats ? "beats (goal met)" : (matches ? "matches, does not beat (goal not met)" : "worse (goal not met)")
-            else if (matches) verdict = "matches (goal met)"
-            else if (same) verdict = "same decisions (neither gate fired): per-request behind on " (ra < rb - 0.01 ? "hit rate" : "") (ra < rb - 0.01 && pa > 1.05 * pb ? " and " : "") (pa > 1.05 * pb ? "TTFT p99" : "") " here, which is noise"
-            else verdict = "worse (goal not met)"
-            printf "| %s/s | %+.4f (%+.4f) | %.2f× | %.2f× | %s | %s |\n", rate, ha - hb, ra - rb, pa / pb, ta / tb, uneven ? "yes" : "no", verdict }'
-    done
-    top=${pd_rates##* } low=${pd_rates%% *}
-    echo
-    echo "Saturation (the highest rate, $top/s, offered past what either policy serves with"
-    echo "$cap agents): cache_aware (per-request) serves"
-    echo "$(ratio "$(v "pd_cache_aware_${top}_output_tok_s")" "$(v "pd_round_robin_${top}_output_tok_s")")× round_robin's output tokens/s (goal ≥ 2.5×); the fleet gate"
-    echo "$(ratio "$(v "pd_cache_aware_fleet_${top}_output_tok_s")" "$(v "pd_round_robin_${top}_output_tok_s")")×. There the ratio is that of what $cap busy agents get done per second"
-    echo "under each policy, and it depends on how many agents' contexts the prefill caches must"
-    echo "hold: with more agents than the pooled cache holds, no router can keep them cached and"
-    echo "the hit ceiling itself falls. At $low/s (light load) the window holds only a few"
-    echo "conversations (columns *conversations* and *measured*): its tokens/s says when their"
-    echo "turns happened to complete, not what a policy can serve, and its p99 is close to its"
-    echo "maximum; what that rate shows is latency and hit rate."
-    echo
+    for wl in $pd_workloads; do pd_workload_report "$wl"; done
     echo "![P/D](bench-pd.png)"
     echo
 }
@@ -849,11 +943,13 @@ fi
     echo "## Reproducing"
     echo
     echo "\`make deps\` then \`make bench-quick\` (≤ 2 min: 4 mock workers, 3 policies, 1,000"
-    echo "streams, P/D at 2 rates once) or \`make bench\` (≤ 12 min: 8 mock workers, 5 policies, 10,000"
-    echo "streams, 3 interleaved proxy rounds, P/D at 3 rates × 3 runs). The P/D section alone:"
-    echo "\`make bench-pd\` / \`make bench-pd-quick\` (\`tests/bench/run.sh BUILD full|quick pd\`, about"
-    echo "3 min / 40 s), which rewrites only that section of this page and its plot; \`PD_RATES\` and"
-    echo "\`PD_REPS\` override its rates and repetitions. The load generator alone:"
+    echo "streams, P/D: two workloads at 2 rates once) or \`make bench\` (≤ 14 min: 8 mock workers, 5"
+    echo "policies, 10,000 streams, 3 interleaved proxy rounds, P/D: pd_agentic at 3 rates and"
+    echo "pd_agentic_shared at 2, × 3 runs). The P/D section alone: \`make bench-pd\` /"
+    echo "\`make bench-pd-quick\` (\`tests/bench/run.sh BUILD full|quick pd\`, about 5 min / 80 s),"
+    echo "which rewrites only that section of this page and its plot; \`PD_RATES\`,"
+    echo "\`PD_SHARED_RATES\`, \`PD_REPS\` and \`PD_WORKLOADS\` override its rates, repetitions and"
+    echo "workloads. The load generator alone:"
     echo
     echo '```'
     echo "build/switchyard-bench run --workload tests/bench/workloads/shared_prefix.yaml --quick \\"

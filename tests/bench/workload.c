@@ -8,6 +8,8 @@
  * worker's token count (bytes / 4) is exact. A group's system prompt and a
  * request's question are drawn from generators seeded by (seed, group) and
  * (seed, group, index): the same file and seed always give the same bytes.
+ * A multi_turn workload's shared head (shared_system_tokens) comes from a
+ * generator of its own, seeded by the workload's seed alone.
  */
 #include "tests/bench/workload.h"
 
@@ -86,6 +88,11 @@ void wl_spec_format(const struct wl_spec *s, char *buf, size_t len)
     case WL_KIND_NONE:
         break;
     }
+    if (n >= 0 && (size_t)n < len && s->shared_system_tokens > 0) {
+        int m =
+            snprintf(buf + n, len - (size_t)n, "shared_system_tokens=%u ", s->shared_system_tokens);
+        n = m < 0 ? -1 : n + m;
+    }
     if (n < 0 || (size_t)n >= len)
         n = 0;
     snprintf(buf + n, len - (size_t)n,
@@ -141,7 +148,7 @@ static const struct wl_ukey wl_ukeys[] = {
     WL_U(conversations, 1, 100000),   WL_U(turns, 1, 1000),
     WL_U(requests, 1, WL_MAX_REQS),   WL_U(system_tokens, 0, 1000000),
     WL_U(question_tokens, 1, 100000), WL_U(output_tokens, 1, 100000),
-    WL_U(max_concurrency, 0, 100000),
+    WL_U(max_concurrency, 0, 100000), WL_U(shared_system_tokens, 0, 1000000),
 };
 
 struct wl_dkey {
@@ -283,6 +290,8 @@ static int wl_check(const struct wl_spec *s, const char *name, char *err, size_t
         {!s->sequential_turns && s->duration_s != 0, "duration_s",
          "only with sequential_turns: true"},
         {!s->sequential_turns && s->warmup_s != 0, "warmup_s", "only with sequential_turns: true"},
+        {s->shared_system_tokens != 0 && s->kind != WL_KIND_MULTI_TURN, "shared_system_tokens",
+         "only for kind multi_turn"},
     };
     for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
         if (rules[i].broken) {
@@ -429,15 +438,23 @@ static int wl_completion(const struct wl_spec *sp, struct wl_request *r, unsigne
     return 0;
 }
 
-/* Turn t of conversation c: system prompt, then turns 0..t-1 replayed
- * (user question, assistant reply of output_tokens words), then question t.
- * The mock hashes role then content of each message, so turn t's text
- * extends turn t-1's. */
+/* The generator of the shared head: the group index 0xffffffff is no
+ * conversation's (a plan holds fewer than WL_MAX_REQS). */
+#define WL_SHARED_GROUP 0xffffffffu
+#define WL_SHARED_INDEX 0x5a4edu
+
+/* Turn t of conversation c: system prompt (the workload's shared head, then
+ * the conversation's own), then turns 0..t-1 replayed (user question,
+ * assistant reply of output_tokens words), then question t. The mock
+ * hashes role then content of each message, so turn t's text extends turn
+ * t-1's, and every conversation's text starts with the same shared head. */
 static int wl_chat_turn(const struct wl_spec *sp, struct wl_request *r, unsigned c, unsigned t)
 {
     struct wl_buf text = {.max = 64u << 20}, body = {.max = 64u << 20}, part = {.max = 64u << 20};
     wl_puts(&body, "{\"model\":\"mock\",\"messages\":[");
-    if (sp->system_tokens > 0) {
+    if (sp->shared_system_tokens > 0 || sp->system_tokens > 0) {
+        wl_words(&part, wl_seed3(sp->seed, WL_SHARED_GROUP, WL_SHARED_INDEX),
+                 sp->shared_system_tokens);
         wl_words(&part, wl_seed3(sp->seed, c, 0xffffffffu), sp->system_tokens);
         wl_puts(&text, "system");
         wl_put(&text, part.p, part.len);

@@ -16,6 +16,12 @@
  * Conversations start during the first duration_s seconds; the run sends
  * nothing after that (what is in flight completes), and its throughput
  * and latencies are taken over [warmup_s, duration_s].
+ *
+ * A multi_turn workload may give every conversation's system prompt a
+ * common head: `shared_system_tokens: N` puts the same N tokens (system
+ * prompt and tool definitions of one agent framework) before each
+ * conversation's own system_tokens. Without the key (or with 0) every
+ * request is byte for byte what it was before the key existed.
  */
 #ifndef SY_TESTS_BENCH_WORKLOAD_H
 #define SY_TESTS_BENCH_WORKLOAD_H
@@ -35,16 +41,17 @@ enum wl_kind {
 struct wl_spec {
     char name[64];
     enum wl_kind kind;
-    unsigned groups;            /* shared/hot prefix: distinct system prompts */
-    unsigned prompts_per_group; /* shared prefix */
-    unsigned conversations;     /* multi-turn */
-    unsigned turns;             /* multi-turn */
-    unsigned requests;          /* hot prefix: total requests */
-    double hot_share;           /* hot prefix: share of group 0 (0..1) */
-    unsigned system_tokens;     /* system prompt length (4 bytes per token) */
-    unsigned question_tokens;   /* per request (multi-turn: per user turn) */
-    unsigned output_tokens;     /* max_tokens (multi-turn: also the replayed reply) */
-    double rate;                /* open-loop arrivals per second (sequential: offered requests/s) */
+    unsigned groups;               /* shared/hot prefix: distinct system prompts */
+    unsigned prompts_per_group;    /* shared prefix */
+    unsigned conversations;        /* multi-turn */
+    unsigned turns;                /* multi-turn */
+    unsigned requests;             /* hot prefix: total requests */
+    double hot_share;              /* hot prefix: share of group 0 (0..1) */
+    unsigned system_tokens;        /* system prompt length (4 bytes per token) */
+    unsigned shared_system_tokens; /* multi-turn: common head of every system prompt; 0 = none */
+    unsigned question_tokens;      /* per request (multi-turn: per user turn) */
+    unsigned output_tokens;        /* max_tokens (multi-turn: also the replayed reply) */
+    double rate; /* open-loop arrivals per second (sequential: offered requests/s) */
     uint64_t seed;
     bool sequential_turns;    /* multi-turn: turn t+1 after turn t completed */
     double think_ms;          /* sequential: mean think time before turns 1.. */

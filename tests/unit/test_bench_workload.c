@@ -4,8 +4,10 @@
  * expansion (every shared-prefix prompt once, multi-turn prefixes that
  * extend, the hot group's share), the Poisson arrival process (fixed seed,
  * mean inter-arrival 1/rate), the sequential-turns model (its keys, its
- * errors, conversations starting at rate / turns per second, think times)
- * and the hit-rate ceiling (in plan order or a given order).
+ * errors, conversations starting at rate / turns per second, think times),
+ * the shared head of multi-turn system prompts (shared_system_tokens: its
+ * errors, every conversation starting with the same bytes, plans without
+ * it unchanged) and the hit-rate ceiling (in plan order or a given order).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -364,14 +366,171 @@ static void test_ceiling_order(void **state)
     wl_plan_fini(&p);
 }
 
+/* The requests' bytes (bodies, texts, sessions) as one hash. */
+static uint64_t plan_bytes_hash(const struct wl_plan *p)
+{
+    uint64_t h = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        const struct wl_request *r = &p->req[i];
+        h = XXH3_64bits_withSeed(r->body, r->body_len, h);
+        h = XXH3_64bits_withSeed(r->text, r->text_len, h);
+        h = XXH3_64bits_withSeed(r->session, strlen(r->session), h);
+    }
+    return h;
+}
+
+static const char shared_seq_yaml[] = "name: sh\n"
+                                      "kind: multi_turn\n"
+                                      "sequential_turns: true\n"
+                                      "turns: 3\n"
+                                      "duration_s: 20\n"
+                                      "shared_system_tokens: 64\n"
+                                      "system_tokens: 32\n"
+                                      "question_tokens: 4\n"
+                                      "output_tokens: 4\n"
+                                      "rate: 3\n"
+                                      "seed: 6\n"
+                                      "quick:\n"
+                                      "  shared_system_tokens: 16\n";
+
+static void test_shared_system_parse(void **state)
+{
+    (void)state;
+    struct wl_spec s;
+    char err[256] = "";
+    assert_int_equal(parse(shared_seq_yaml, false, &s, err, sizeof(err)), 0);
+    assert_int_equal(s.shared_system_tokens, 64);
+    assert_int_equal(s.system_tokens, 32);
+    char desc[512];
+    wl_spec_format(&s, desc, sizeof(desc));
+    assert_non_null(strstr(desc, "warmup_s=0 shared_system_tokens=64 system_tokens=32"));
+    assert_int_equal(parse(shared_seq_yaml, true, &s, err, sizeof(err)), 0);
+    assert_int_equal(s.shared_system_tokens, 16);
+    /* Without the key: 0, and the description does not name it. */
+    assert_int_equal(parse(seq_yaml, false, &s, err, sizeof(err)), 0);
+    assert_int_equal(s.shared_system_tokens, 0);
+    wl_spec_format(&s, desc, sizeof(desc));
+    assert_null(strstr(desc, "shared_system_tokens"));
+
+    static const char base[] = "name: a\nquestion_tokens: 4\noutput_tokens: 4\nrate: 5\n";
+    static const struct {
+        const char *extra, *want;
+    } cases[] = {
+        {"kind: multi_turn\nconversations: 2\nturns: 2\nshared_system_tokens: -3\n",
+         "w.yaml:8:23: shared_system_tokens: expected an integer in 0..1000000, got '-3'"},
+        {"kind: multi_turn\nconversations: 2\nturns: 2\nshared_system_tokens: 2000000\n",
+         "w.yaml:8:23: shared_system_tokens: expected an integer in 0..1000000, got '2000000'"},
+        {"kind: multi_turn\nconversations: 2\nturns: 2\nshared_system_tokens: many\n",
+         "shared_system_tokens: expected an integer"},
+        {"kind: shared_prefix\ngroups: 2\nprompts_per_group: 2\nshared_system_tokens: 8\n",
+         "w.yaml: shared_system_tokens: only for kind multi_turn"},
+        {"kind: hot_prefix\ngroups: 2\nrequests: 4\nshared_system_tokens: 8\n",
+         "w.yaml: shared_system_tokens: only for kind multi_turn"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char yaml[512];
+        snprintf(yaml, sizeof(yaml), "%s%s", base, cases[i].extra);
+        err[0] = '\0';
+        assert_int_equal(parse(yaml, false, &s, err, sizeof(err)), -EINVAL);
+        if (strstr(err, cases[i].want) == NULL)
+            fail_msg("case %zu: got '%s', want '%s'", i, err, cases[i].want);
+    }
+    /* 0 is allowed anywhere: it is the default. */
+    assert_int_equal(parse("name: a\nkind: shared_prefix\ngroups: 2\nprompts_per_group: 2\n"
+                           "shared_system_tokens: 0\nquestion_tokens: 4\noutput_tokens: 4\n"
+                           "rate: 5\n",
+                           false, &s, err, sizeof(err)),
+                     0);
+}
+
+static void test_shared_system_plan(void **state)
+{
+    (void)state;
+    struct wl_spec s;
+    struct wl_plan p, own;
+    char err[256];
+    assert_int_equal(parse(shared_seq_yaml, false, &s, err, sizeof(err)), 0);
+    assert_int_equal(wl_plan_build(&s, &p), 0);
+    assert_true(p.n >= 6 * 3);
+    size_t conv = p.n / 3;
+    /* The routing text: "system", 64 shared tokens, 32 own, then turns. */
+    size_t head = 6 + 64 * 4, sys = head + 32 * 4;
+    for (size_t i = 0; i < p.n; i++) {
+        const struct wl_request *r = &p.req[i];
+        assert_true(r->text_len > sys);
+        assert_memory_equal(r->text, "system", 6);
+        /* Every request starts with the same shared head... */
+        assert_memory_equal(r->text, p.req[0].text, head);
+        /* ...in its system message, before its own context. */
+        assert_non_null(strstr(r->body, "{\"role\":\"system\",\"content\":\""));
+        assert_non_null(memmem(r->body, r->body_len, p.req[0].text + 6, 64 * 4));
+        if (r->turn > 0)
+            assert_memory_equal(r->text, r[-1].text, r[-1].text_len);
+    }
+    /* ...then each conversation's own context, different across conversations. */
+    for (size_t a = 0; a < conv; a++)
+        for (size_t b = a + 1; b < conv; b++)
+            assert_true(memcmp(p.req[a * 3].text + head, p.req[b * 3].text + head, sys - head) !=
+                        0);
+    /* The own context is what the same workload without a shared head has. */
+    s.shared_system_tokens = 0;
+    assert_int_equal(wl_plan_build(&s, &own), 0);
+    assert_int_equal(own.n, p.n);
+    for (size_t i = 0; i < p.n; i++) {
+        assert_int_equal(own.req[i].text_len + 64 * 4, p.req[i].text_len);
+        assert_memory_equal(own.req[i].text + 6, p.req[i].text + head, own.req[i].text_len - 6);
+    }
+    wl_plan_fini(&own);
+
+    /* Ceiling: another conversation's first turn after conversation 0's
+     * finds the full blocks of the shared head (262 bytes: 4 blocks of 64),
+     * not one more; either alone finds nothing. Fed in the order given. */
+    size_t first_two[] = {0, 3}, alone[] = {3};
+    double tokens = (double)((p.req[0].text_len + 3) / 4 + (p.req[3].text_len + 3) / 4);
+    assert_true(wl_hit_ceiling(&p, alone, 1, 16, 1000) == 0);
+    assert_true(fabs(wl_hit_ceiling(&p, first_two, 2, 16, 1000) - 4.0 * 16 / tokens) < 1e-9);
+    wl_plan_fini(&p);
+}
+
+/* Plans of workloads that do not use shared_system_tokens are byte for byte
+ * those of the generator before the key existed (hashes taken then). */
+static void test_plans_without_shared_head_unchanged(void **state)
+{
+    (void)state;
+    struct wl_spec s;
+    struct wl_plan p;
+    char err[256];
+    assert_int_equal(parse(seq_yaml, true, &s, err, sizeof(err)), 0);
+    assert_int_equal(wl_plan_build(&s, &p), 0);
+    assert_int_equal(p.n, 255);
+    assert_true(plan_bytes_hash(&p) == 0xdf16663ecb585b72ull);
+    wl_plan_fini(&p);
+    assert_int_equal(parse("name: mt\nkind: multi_turn\nconversations: 3\nturns: 4\n"
+                           "system_tokens: 8\nquestion_tokens: 5\noutput_tokens: 6\n"
+                           "rate: 10\nseed: 1\nshared_system_tokens: 0\n",
+                           false, &s, err, sizeof(err)),
+                     0);
+    assert_int_equal(wl_plan_build(&s, &p), 0);
+    assert_int_equal(p.n, 12);
+    assert_true(plan_bytes_hash(&p) == 0x70c6bba09481067bull);
+    wl_plan_fini(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_and_quick),    cmocka_unit_test(test_parse_errors),
-        cmocka_unit_test(test_shared_prefix_plan), cmocka_unit_test(test_poisson_arrivals),
-        cmocka_unit_test(test_multi_turn_extends), cmocka_unit_test(test_sequential_parse),
-        cmocka_unit_test(test_sequential_errors),  cmocka_unit_test(test_sequential_plan),
+        cmocka_unit_test(test_parse_and_quick),
+        cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_shared_prefix_plan),
+        cmocka_unit_test(test_poisson_arrivals),
+        cmocka_unit_test(test_multi_turn_extends),
+        cmocka_unit_test(test_sequential_parse),
+        cmocka_unit_test(test_sequential_errors),
+        cmocka_unit_test(test_sequential_plan),
         cmocka_unit_test(test_ceiling_order),
+        cmocka_unit_test(test_shared_system_parse),
+        cmocka_unit_test(test_shared_system_plan),
+        cmocka_unit_test(test_plans_without_shared_head_unchanged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
