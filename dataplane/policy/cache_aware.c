@@ -6,7 +6,6 @@
 #include "dataplane/policy/cache_aware.h"
 
 #include <errno.h>
-#include <stdint.h>
 #include <stdbool.h>
 
 #include <xxhash.h>
@@ -67,46 +66,6 @@ static size_t ca_least_loaded(const struct ca_candidate *cands, size_t n, long p
     return 0;
 }
 
-/*
- * The matched worker is overloaded. The longest match among the workers
- * that are not is the next best choice (one holding a shorter prefix, an
- * agent framework's shared system prompt say, still saves that much
- * prefill); with none matching anything, the least loaded. *has is how
- * many of the request's blocks the chosen worker holds.
- */
-static size_t ca_fallback(struct pix_index *ix, const struct ca_params *p, const uint64_t *hashes,
-                          size_t n_blocks, const struct ca_candidate *cands, size_t n,
-                          size_t n_slots, uint64_t min_load, uint64_t spread, size_t *has)
-{
-    static _Thread_local struct pix_slot_set calm;
-    uint32_t slots[CA_MAX_CANDIDATES];
-    size_t n_calm = 0;
-    for (size_t i = 0; i < n_slots; i++)
-        if (!ca_is_overloaded(p, cands[i].load, min_load)) {
-            slots[n_calm++] = cands[i].slot;
-            pix_slots_add(&calm, cands[i].slot);
-        }
-    uint32_t holders[PIX_REFS];
-    size_t n_holders = 0;
-    size_t matched = pix_longest_match(ix, hashes, n_blocks, &calm, holders, &n_holders);
-    pix_slots_clear(&calm, slots, n_calm);
-    size_t best = n_slots;
-    for (size_t h = 0; h < n_holders; h++)
-        for (size_t i = 0; i < n_slots; i++) {
-            if (cands[i].slot != holders[h])
-                continue;
-            if (best == n_slots || cands[i].load < cands[best].load)
-                best = i;
-            break;
-        }
-    if (matched > 0 && best < n_slots) {
-        *has = matched;
-        return best;
-    }
-    *has = 0;
-    return ca_least_loaded(cands, n, -1, spread);
-}
-
 int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model, const char *text,
               size_t len, const struct ca_candidate *cands, size_t n, struct ca_choice *out)
 {
@@ -158,7 +117,6 @@ int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model
     /* Deterministic per text, different across texts. */
     uint64_t spread = n_blocks > 0 ? hashes[0] : XXH3_64bits(text, len);
     size_t chosen;
-    size_t has = SIZE_MAX; /* blocks the chosen worker holds; SIZE_MAX: see below */
     enum ca_decision decision;
     if (p->balance_gate == CFG_BALANCE_GATE_FLEET && ca_is_overloaded(p, max_load, min_load)) {
         chosen = ca_least_loaded(cands, n, prefer, spread);
@@ -167,18 +125,16 @@ int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model
         chosen = ca_least_loaded(cands, n, prefer, spread);
         decision = CA_DECISION_NO_MATCH;
     } else if (ca_is_overloaded(p, cands[matched_idx].load, min_load)) {
-        chosen = ca_fallback(ix, p, hashes, n_blocks, cands, n, n_slots, min_load, spread, &has);
+        chosen = ca_least_loaded(cands, n, -1, spread);
         decision = CA_DECISION_OVERLOADED_FALLBACK;
     } else {
         chosen = matched_idx;
         decision = CA_DECISION_AFFINITY;
     }
-    /* The matched worker holds the matched blocks, any other none. */
-    if (has == SIZE_MAX)
-        has = (prefer >= 0 && chosen == (size_t)prefer) ? matched : 0;
 
-    /* Record only what the chosen worker has not seen. */
-    size_t from = has;
+    /* The chosen worker already holds the matched blocks when it is the
+     * matched one: record only what it has not seen. */
+    size_t from = (prefer >= 0 && chosen == (size_t)prefer) ? matched : 0;
     if (from == n_blocks && n_blocks > 0)
         from = n_blocks - 1; /* refresh the last block's age so hot prefixes stay */
     pix_record(ix, hashes, from, n_blocks, cands[chosen].slot);

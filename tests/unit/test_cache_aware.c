@@ -109,47 +109,6 @@ static void test_preferred_worker_overloaded_falls_back(void **state)
     pix_destroy(ix);
 }
 
-/* The matched worker is overloaded: a calm worker holding a shorter prefix
- * (a shared system prompt) beats the idle one holding nothing; with that
- * one overloaded too, the idle one. */
-static void test_fallback_prefers_the_longest_calm_match(void **state)
-{
-    (void)state;
-    struct pix_index *ix = ix_new();
-    char *text = make_text(2048, 0, 0);
-    char *head = make_text(1024, 0, 0); /* the first 1,024 bytes of text */
-    prime(ix, "m", text, 1);
-    prime(ix, "m", head, 2);
-    struct ca_choice ch;
-    struct ca_candidate c[3] = {
-        {.slot = 1, .load = 40}, /* holds all of it, overloaded (40 > 0 + 32) */
-        {.slot = 2, .load = 5},  /* holds the head */
-        {.slot = 3, .load = 0},  /* holds nothing */
-    };
-    assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), c, 3, &ch), 0);
-    assert_int_equal(ch.decision, CA_DECISION_OVERLOADED_FALLBACK);
-    assert_int_equal(ch.index, 1);
-    assert_int_equal(ch.matched_blocks, ch.total_blocks);
-    /* Slot 2 now holds the whole text as well. */
-    uint64_t h[PIX_MAX_BLOCKS];
-    size_t nb = pix_hash_blocks(pix_model_seed("m"), text, strlen(text), h, PIX_MAX_BLOCKS);
-    assert_true(nb > 4);
-    assert_true(pix_has(ix, h[nb - 1], 2));
-
-    /* Both holders overloaded: the idle worker. */
-    pix_destroy(ix);
-    ix = ix_new();
-    prime(ix, "m", text, 1);
-    prime(ix, "m", head, 2);
-    c[1].load = 40;
-    assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), c, 3, &ch), 0);
-    assert_int_equal(ch.decision, CA_DECISION_OVERLOADED_FALLBACK);
-    assert_int_equal(ch.index, 2);
-    free(head);
-    free(text);
-    pix_destroy(ix);
-}
-
 /* Several workers hold the whole matched prefix (a hot prefix that spilled
  * over before): the least loaded of them is preferred, the most recent one
  * among equals, so a hot prefix spreads over the workers that cache it. */
@@ -336,7 +295,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_regression_238_hot_worker_elsewhere_keeps_affinity),
         cmocka_unit_test(test_preferred_worker_overloaded_falls_back),
-        cmocka_unit_test(test_fallback_prefers_the_longest_calm_match),
         cmocka_unit_test(test_no_match_goes_least_loaded_and_ties_prefer_match),
         cmocka_unit_test(test_single_and_no_candidate),
         cmocka_unit_test(test_matched_worker_gone_is_no_match),
