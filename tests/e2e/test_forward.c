@@ -428,6 +428,19 @@ static void test_worker_reset_mid_stream(void **state)
     h_fleet_stop(&f);
 }
 
+/* A plain chat request answered 504 upstream_timeout well before the
+ * worker's own end, and worker 0's load back to 0 within ABORT_MS. */
+static void expect_timeout_answer(struct h_fleet *f, const char *url)
+{
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_error_body(&r, 504, "upstream_timeout");
+    assert_true(r.elapsed_ms < 2000);
+    h_resp_fini(&r);
+    struct settle z = {.f = f, .i = 0};
+    assert_int_equal(h_wait_until(load_is_zero, &z, ABORT_MS), 0);
+}
+
 static void test_timeouts(void **state)
 {
     (void)state;
@@ -438,13 +451,8 @@ static void test_timeouts(void **state)
     char url[128];
     route_url(&f, "/v1/chat/completions", url, sizeof(url));
     assert_int_equal(h_mock_faults(f.mock[0].url, "{\"stall_before_headers_ms\":3000}"), 0);
-    struct h_resp r;
-    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
-    assert_error_body(&r, 504, "upstream_timeout");
-    assert_true(r.elapsed_ms < 2000);
-    h_resp_fini(&r);
+    expect_timeout_answer(&f, url);
     struct settle z = {.f = &f, .i = 0};
-    assert_int_equal(h_wait_until(load_is_zero, &z, ABORT_MS), 0);
 
     assert_int_equal(h_mock_faults(f.mock[0].url, "{\"stall_before_headers_ms\":0,"
                                                   "\"stall_after_chunks\":2,\"stall_ms\":3000}"),
@@ -649,12 +657,7 @@ static void test_whole_answers(void **state)
     assert_int_equal(
         h_mock_faults(f.mock[0].url, "{\"fail_status\":400,\"fail_body_hold_ms\":3000}"), 0);
     route_url(&f, "/v1/chat/completions", url, sizeof(url));
-    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
-    assert_error_body(&r, 504, "upstream_timeout");
-    assert_true(r.elapsed_ms < 2000);
-    h_resp_fini(&r);
-    struct settle z = {.f = &f, .i = 0};
-    assert_int_equal(h_wait_until(load_is_zero, &z, ABORT_MS), 0);
+    expect_timeout_answer(&f, url);
     h_fleet_stop(&f);
 }
 

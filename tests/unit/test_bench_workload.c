@@ -26,6 +26,23 @@ static int parse(const char *yaml, bool quick, struct wl_spec *s, char *err, siz
     return wl_parse_string(yaml, strlen(yaml), "w.yaml", quick, s, err, errlen);
 }
 
+/* base + each case's extra lines must be refused with an error containing want. */
+struct err_case {
+    const char *extra, *want;
+};
+
+static void expect_errors(const char *base, const struct err_case *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char yaml[512], err[256] = "";
+        struct wl_spec s;
+        snprintf(yaml, sizeof(yaml), "%s%s", base, cases[i].extra);
+        assert_int_equal(parse(yaml, false, &s, err, sizeof(err)), -EINVAL);
+        if (strstr(err, cases[i].want) == NULL)
+            fail_msg("case %zu: got '%s', want '%s'", i, err, cases[i].want);
+    }
+}
+
 static const char shared_yaml[] = "name: sp\n"
                                   "kind: shared_prefix\n"
                                   "groups: 2\n"
@@ -237,12 +254,8 @@ static void test_sequential_parse(void **state)
 static void test_sequential_errors(void **state)
 {
     (void)state;
-    struct wl_spec s;
-    char err[256] = "";
     static const char base[] = "name: a\nquestion_tokens: 4\noutput_tokens: 4\nrate: 5\n";
-    static const struct {
-        const char *extra, *want;
-    } cases[] = {
+    static const struct err_case cases[] = {
         {"kind: multi_turn\nsequential_turns: yes\n",
          "w.yaml:6:19: sequential_turns: expected true or false, got 'yes'"},
         {"kind: multi_turn\nsequential_turns: true\nturns: 2\nduration_s: 5\nthink_ms: -1\n",
@@ -269,14 +282,7 @@ static void test_sequential_errors(void **state)
         {"kind: multi_turn\nconversations: 2\nturns: 2\nduration_s: 5\n",
          "w.yaml: duration_s: only with sequential_turns: true"},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        char yaml[512];
-        snprintf(yaml, sizeof(yaml), "%s%s", base, cases[i].extra);
-        err[0] = '\0';
-        assert_int_equal(parse(yaml, false, &s, err, sizeof(err)), -EINVAL);
-        if (strstr(err, cases[i].want) == NULL)
-            fail_msg("case %zu: got '%s', want '%s'", i, err, cases[i].want);
-    }
+    expect_errors(base, cases, sizeof(cases) / sizeof(cases[0]));
 }
 
 static void test_sequential_plan(void **state)
@@ -413,9 +419,7 @@ static void test_shared_system_parse(void **state)
     assert_null(strstr(desc, "shared_system_tokens"));
 
     static const char base[] = "name: a\nquestion_tokens: 4\noutput_tokens: 4\nrate: 5\n";
-    static const struct {
-        const char *extra, *want;
-    } cases[] = {
+    static const struct err_case cases[] = {
         {"kind: multi_turn\nconversations: 2\nturns: 2\nshared_system_tokens: -3\n",
          "w.yaml:8:23: shared_system_tokens: expected an integer in 0..1000000, got '-3'"},
         {"kind: multi_turn\nconversations: 2\nturns: 2\nshared_system_tokens: 2000000\n",
@@ -427,14 +431,7 @@ static void test_shared_system_parse(void **state)
         {"kind: hot_prefix\ngroups: 2\nrequests: 4\nshared_system_tokens: 8\n",
          "w.yaml: shared_system_tokens: only for kind multi_turn"},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        char yaml[512];
-        snprintf(yaml, sizeof(yaml), "%s%s", base, cases[i].extra);
-        err[0] = '\0';
-        assert_int_equal(parse(yaml, false, &s, err, sizeof(err)), -EINVAL);
-        if (strstr(err, cases[i].want) == NULL)
-            fail_msg("case %zu: got '%s', want '%s'", i, err, cases[i].want);
-    }
+    expect_errors(base, cases, sizeof(cases) / sizeof(cases[0]));
     /* 0 is allowed anywhere: it is the default. */
     assert_int_equal(parse("name: a\nkind: shared_prefix\ngroups: 2\nprompts_per_group: 2\n"
                            "shared_system_tokens: 0\nquestion_tokens: 4\noutput_tokens: 4\n"
