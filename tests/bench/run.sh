@@ -297,24 +297,32 @@ fi # sections = all
 # so decode is never the bottleneck. The generator resets and reads the
 # prefill mocks (hit rate, load); the decode mocks are reset here. Decisions
 # that abandoned affinity come from the dataplane's /metrics, scraped before
-# and after each run. Each (workload, rate, policy) cell runs pd_reps times
+# and after each run. Each (workload, rate, policy) cell runs `pd_reps WORKLOAD` times
 # (the policies interleaved within each repetition) and reports the median
 # of each figure. Keys: pd_WORKLOAD_POLICY_RATE_FIGURE.
 pd_n_prefill=4 pd_n_decode=6
 pd_policies="cache_aware cache_aware_fleet round_robin"
 pd_workloads="pd_agentic pd_agentic_shared"
+# pd_agentic_shared runs 7 times per cell: where a gate fires, the TTFT p99
+# of a 5.5 s run moves a lot between runs (75-516 ms at 192/s), and medians
+# of 3 runs ranked the two gates differently from one run set to the next.
 if [ "$mode" = quick ]; then
-    pd_rates_pd_agentic="16 192" pd_rates_pd_agentic_shared="48 192" pd_reps=1
+    pd_rates_pd_agentic="16 192" pd_rates_pd_agentic_shared="48 192"
+    pd_reps_pd_agentic=1 pd_reps_pd_agentic_shared=1
 else
-    pd_rates_pd_agentic="16 48 192" pd_rates_pd_agentic_shared="48 96 192" pd_reps=3
+    pd_rates_pd_agentic="16 48 192" pd_rates_pd_agentic_shared="48 96 192"
+    pd_reps_pd_agentic=3 pd_reps_pd_agentic_shared=7
 fi
-# PD_RATES / PD_SHARED_RATES / PD_REPS / PD_WORKLOADS override (calibration).
+# PD_RATES / PD_SHARED_RATES / PD_REPS (both workloads) / PD_WORKLOADS override (calibration).
 pd_rates_pd_agentic=${PD_RATES:-$pd_rates_pd_agentic}
 pd_rates_pd_agentic_shared=${PD_SHARED_RATES:-$pd_rates_pd_agentic_shared}
-pd_reps=${PD_REPS:-$pd_reps} pd_workloads=${PD_WORKLOADS:-$pd_workloads}
-# pd_rates WORKLOAD: its rates.
+pd_reps_pd_agentic=${PD_REPS:-$pd_reps_pd_agentic}
+pd_reps_pd_agentic_shared=${PD_REPS:-$pd_reps_pd_agentic_shared}
+pd_workloads=${PD_WORKLOADS:-$pd_workloads}
+# pd_rates WORKLOAD / pd_reps WORKLOAD: its rates, its runs per cell.
 pd_rates() { local r=pd_rates_$1; echo "${!r}"; }
-echo "== P/D ($pd_n_prefill prefill + $pd_n_decode decode mocks: $pd_policies; $(for w in $pd_workloads; do echo -n "$w at $(pd_rates "$w") req/s; "; done)$pd_reps run(s) each)" >&2
+pd_reps() { local r=pd_reps_$1; echo "${!r}"; }
+echo "== P/D ($pd_n_prefill prefill + $pd_n_decode decode mocks: $pd_policies; $(for w in $pd_workloads; do echo -n "$w at $(pd_rates "$w") req/s, $(pd_reps "$w") run(s) each; "; done))" >&2
 pd_started=$(date +%s)
 pd_prefill_flags=(--model mock --role prefill --threads 1 --kv-blocks "$kv_blocks" --block-tokens 16
     --prefill-base-us 1000 --prefill-us-per-token 200 --tpot-ms 2 --max-num-seqs 2)
@@ -346,7 +354,7 @@ pd_decisions() {
 }
 for wl in $pd_workloads; do
 for rate in $(pd_rates "$wl"); do
-    for rep in $(seq "$pd_reps"); do
+    for rep in $(seq "$(pd_reps "$wl")"); do
         for pol in $pd_policies; do
             name=$pol gate=per_request
             [ "$pol" = cache_aware_fleet ] && name=cache_aware gate=fleet
@@ -379,11 +387,11 @@ for rate in $(pd_rates "$wl"); do
         c="pd_${wl}_${pol}_${rate}"
         keys=$(awk -v p="${c}_r1_" 'index($1, p) == 1 {print substr($1, length(p) + 1)}' "$results" | sort -u)
         for k in $keys; do
-            put "${c}_$k" "$(for rep in $(seq "$pd_reps"); do value "${c}_r${rep}_$k"; done | median)"
+            put "${c}_$k" "$(for rep in $(seq "$(pd_reps "$wl")"); do value "${c}_r${rep}_$k"; done | median)"
         done
-        put "${c}_abandoned_max" "$(for rep in $(seq "$pd_reps"); do value "${c}_r${rep}_abandoned"; done |
+        put "${c}_abandoned_max" "$(for rep in $(seq "$(pd_reps "$wl")"); do value "${c}_r${rep}_abandoned"; done |
             awk '$1 != "n/a" {if (n++ == 0 || $1 + 0 > m) m = $1 + 0} END {print (n ? m : "n/a")}')"
-        put "${c}_tok_s_range" "$(for rep in $(seq "$pd_reps"); do value "${c}_r${rep}_output_tok_s"; done |
+        put "${c}_tok_s_range" "$(for rep in $(seq "$(pd_reps "$wl")"); do value "${c}_r${rep}_output_tok_s"; done |
             awk '$1 != "n/a" {v = $1 + 0; if (n++ == 0 || v < lo) lo = v; if (v > hi) hi = v} END {if (n) printf "%.0f–%.0f\n", lo, hi; else print "n/a"}')"
     done
 done
@@ -703,9 +711,11 @@ pd_report() {
     echo "**round_robin**; both cache_aware variants with \`balance_abs_threshold: 6\` (3 × the"
     echo "prefill mocks' \`--max-num-seqs 2\`, as in the routing runs above) and the default"
     echo "\`balance_rel_threshold: 1.5\`, \`cache_threshold: 0.5\`. Router restarted and all mocks"
-    echo "reset before each run. Each (workload, rate, policy) cell ran $pd_reps time(s), the policies"
-    echo "interleaved within each repetition, and every figure below is the median of its runs"
-    echo "(tokens/s also with its range)."
+    echo "reset before each run. Each (workload, rate, policy) cell ran several times (pd_agentic"
+    echo "$(pd_reps pd_agentic), pd_agentic_shared $(pd_reps pd_agentic_shared): where a gate fires, a run's TTFT p99"
+    echo "moves a lot from run to run, and medians of 3 ranked the two gates differently from"
+    echo "one run set to the next), the policies interleaved within each repetition, and every"
+    echo "figure below is the median of its runs (tokens/s also with its range)."
     echo
     echo "Hit rate = the prefill mocks' \`prefix_hit_tokens / prefix_query_tokens\` over the whole"
     echo "run; ceiling = one LRU cache of the prefill fleet's capacity ($pd_n_prefill × $kv_blocks blocks) fed the"
@@ -943,10 +953,10 @@ fi
     echo "## Reproducing"
     echo
     echo "\`make deps\` then \`make bench-quick\` (≤ 2 min: 4 mock workers, 3 policies, 1,000"
-    echo "streams, P/D: two workloads at 2 rates once) or \`make bench\` (≤ 14 min: 8 mock workers, 5"
-    echo "policies, 10,000 streams, 3 interleaved proxy rounds, P/D: pd_agentic at 3 rates and"
-    echo "pd_agentic_shared at 2, × 3 runs). The P/D section alone: \`make bench-pd\` /"
-    echo "\`make bench-pd-quick\` (\`tests/bench/run.sh BUILD full|quick pd\`, about 5 min / 80 s),"
+    echo "streams, P/D: two workloads at 2 rates once) or \`make bench\` (about 15 min: 8 mock workers, 5"
+    echo "policies, 10,000 streams, 3 interleaved proxy rounds, P/D: pd_agentic at 3 rates × 3 runs"
+    echo "and pd_agentic_shared at 3 rates × 7 runs). The P/D section alone: \`make bench-pd\` /"
+    echo "\`make bench-pd-quick\` (\`tests/bench/run.sh BUILD full|quick pd\`, about 9 min / 80 s),"
     echo "which rewrites only that section of this page and its plot; \`PD_RATES\`,"
     echo "\`PD_SHARED_RATES\`, \`PD_REPS\` and \`PD_WORKLOADS\` override its rates, repetitions and"
     echo "workloads. The load generator alone:"
