@@ -339,7 +339,7 @@ struct held_watch {
 /* load == the mock's inflight at every check. The body's end reaches the
  * mock's books and the router's at slightly different moments (further
  * apart on a loaded machine), so a difference counts only once it has
- * lasted 100 ms; the hold it guards is 1,500 ms long. */
+ * lasted 100 ms; the hold it guards is 5,000 ms long. */
 static bool held_over(void *arg)
 {
     struct held_watch *w = arg;
@@ -376,7 +376,7 @@ static void test_retried_attempt_counted_until_its_body_ends(void **state)
                                              .policy = "round_robin",
                                              .dataplane_extra = "retry:\n  backoff: 10ms\n"});
     assert_int_equal(
-        h_mock_faults(f.mock[0].url, "{\"fail_status\":503,\"fail_body_hold_ms\":1500}"), 0);
+        h_mock_faults(f.mock[0].url, "{\"fail_status\":503,\"fail_body_hold_ms\":5000}"), 0);
     char url[128];
     route_url(&f, "/v1/chat/completions", url, sizeof(url));
     /* Round robin alternates per loop: within a few requests one tries w1 first. */
@@ -391,7 +391,8 @@ static void test_retried_attempt_counted_until_its_body_ends(void **state)
         a = NULL;
     }
     assert_non_null(a);
-    /* The retried request finishes on w2 while w1 still holds its error body open. */
+    /* The retried request finishes on w2 while w1 still holds its error body
+     * open (5 s: long enough for the retry on a loaded machine). */
     assert_int_equal(h_async_wait(a, H_READY_TIMEOUT_MS), 0);
     struct h_async_state st;
     h_async_get_state(a, &st);
