@@ -58,6 +58,19 @@ static uint32_t *up_fd_state(struct dp_loop *loop, int fd)
     return &loop->curl_fds[fd];
 }
 
+/* fd's state word if it has one (no growing), or NULL. */
+static uint32_t *up_fd_known(struct dp_loop *loop, int fd)
+{
+    return fd >= 0 && (size_t)fd < loop->n_curl_fds ? &loop->curl_fds[fd] : NULL;
+}
+
+static void up_fd_forget(struct dp_loop *loop, int fd)
+{
+    uint32_t *st = up_fd_known(loop, fd);
+    if (st != NULL)
+        *st = 0;
+}
+
 static void up_unregister(struct dp_loop *loop, int fd, uint32_t *st)
 {
     epoll_ctl(loop->epfd, EPOLL_CTL_DEL, fd, NULL);
@@ -107,18 +120,14 @@ static int up_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, voi
 static curl_socket_t up_open_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *addr)
 {
     (void)purpose;
-    struct dp_loop *loop = clientp;
     curl_socket_t fd = socket(addr->family, addr->socktype, addr->protocol);
-    if (fd >= 0 && (size_t)fd < loop->n_curl_fds)
-        loop->curl_fds[fd] = 0;
+    up_fd_forget(clientp, fd);
     return fd >= 0 ? fd : CURL_SOCKET_BAD;
 }
 
 static int up_close_cb(void *clientp, curl_socket_t fd)
 {
-    struct dp_loop *loop = clientp;
-    if (fd >= 0 && (size_t)fd < loop->n_curl_fds)
-        loop->curl_fds[fd] = 0;
+    up_fd_forget(clientp, fd);
     return close(fd);
 }
 
@@ -277,8 +286,9 @@ void dp_up_unpause(struct dp_attempt *a)
 
 void dp_up_socket_event(struct dp_loop *loop, int fd, uint32_t events)
 {
-    if (fd >= 0 && (size_t)fd < loop->n_curl_fds && (loop->curl_fds[fd] & UP_FD_PARKED)) {
-        up_unregister(loop, fd, &loop->curl_fds[fd]);
+    uint32_t *st = up_fd_known(loop, fd);
+    if (st != NULL && (*st & UP_FD_PARKED)) {
+        up_unregister(loop, fd, st);
         return;
     }
     int mask = 0;

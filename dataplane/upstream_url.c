@@ -18,6 +18,15 @@ struct dp_up_url {
     CURLU *parsed;
 };
 
+/* The first free slot of table t (slots long) on the probe path of hash. */
+static size_t up_url_free_slot(const struct dp_up_url *t, size_t slots, uint64_t hash)
+{
+    size_t j = (size_t)hash & (slots - 1);
+    while (t[j].url != NULL)
+        j = (j + 1) & (slots - 1);
+    return j;
+}
+
 static bool up_urls_grow(struct dp_loop *loop)
 {
     size_t slots = loop->url_slots ? loop->url_slots * 2 : 64;
@@ -28,10 +37,7 @@ static bool up_urls_grow(struct dp_loop *loop)
         struct dp_up_url *old = &loop->urls[i];
         if (old->url == NULL)
             continue;
-        size_t j = (size_t)XXH3_64bits(old->url, strlen(old->url)) & (slots - 1);
-        while (t[j].url != NULL)
-            j = (j + 1) & (slots - 1);
-        t[j] = *old;
+        t[up_url_free_slot(t, slots, XXH3_64bits(old->url, strlen(old->url)))] = *old;
     }
     free(loop->urls);
     loop->urls = t;
@@ -61,10 +67,8 @@ CURLU *dp_up_url_parsed(struct dp_loop *loop, const char *url)
         free(copy);
         return NULL;
     }
-    size_t j = (size_t)h & (loop->url_slots - 1);
-    while (loop->urls[j].url != NULL)
-        j = (j + 1) & (loop->url_slots - 1);
-    loop->urls[j] = (struct dp_up_url){.url = copy, .parsed = parsed};
+    loop->urls[up_url_free_slot(loop->urls, loop->url_slots, h)] =
+        (struct dp_up_url){.url = copy, .parsed = parsed};
     loop->n_urls++;
     return parsed;
 }

@@ -242,6 +242,24 @@ static void test_disconnect_while_streaming(void **state)
     disconnect_case(NULL, args, true);
 }
 
+/*
+ * For watches comparing the router's load with a mock's inflight: a body's
+ * end reaches the two books at slightly different moments (further apart on
+ * a loaded machine), so a check that disagrees counts only once the
+ * disagreement has lasted 100 ms. *since: 0, or when it began.
+ */
+static bool difference_lasted(int64_t *since, bool agree)
+{
+    int64_t now = h_now_ms();
+    if (agree)
+        *since = 0;
+    else if (*since == 0)
+        *since = now;
+    else if (now - *since >= 100)
+        return true;
+    return false;
+}
+
 struct stall_watch {
     struct h_fleet *f;
     struct h_async *a;
@@ -257,16 +275,9 @@ static bool stall_over(void *arg)
     long long load = h_fleet_load(w->f, 0);
     long long m2 = h_fleet_mock_stat(w->f, 0, "inflight");
     if (m1 == 1 && m2 == 1) {
-        /* A difference counts once it lasted 100 ms: the stream's end
-         * reaches the mock's books and the router's at slightly different
-         * moments; the stall it guards lasts 1,500 ms. */
+        /* The stall it guards lasts 1,500 ms. */
         w->checks++;
-        int64_t now = h_now_ms();
-        if (load == 1)
-            w->differs_since_ms = 0;
-        else if (w->differs_since_ms == 0)
-            w->differs_since_ms = now;
-        else if (now - w->differs_since_ms >= 100)
+        if (difference_lasted(&w->differs_since_ms, load == 1))
             w->bad++;
     }
     struct h_async_state st;
@@ -336,10 +347,8 @@ struct held_watch {
     int64_t differs_since_ms; /* 0 = the last check agreed */
 };
 
-/* load == the mock's inflight at every check. The body's end reaches the
- * mock's books and the router's at slightly different moments (further
- * apart on a loaded machine), so a difference counts only once it has
- * lasted 100 ms; the hold it guards is 5,000 ms long. */
+/* load == the mock's inflight at every check (see difference_lasted); the
+ * hold it guards is 5,000 ms long. */
 static bool held_over(void *arg)
 {
     struct held_watch *w = arg;
@@ -348,12 +357,7 @@ static bool held_over(void *arg)
     long long m2 = h_fleet_mock_stat(w->f, 0, "inflight");
     if (m1 == m2 && m1 >= 0) {
         w->checks++;
-        int64_t now = h_now_ms();
-        if (load == m1)
-            w->differs_since_ms = 0;
-        else if (w->differs_since_ms == 0)
-            w->differs_since_ms = now;
-        else if (now - w->differs_since_ms >= 100)
+        if (difference_lasted(&w->differs_since_ms, load == m1))
             w->bad++;
     }
     return m1 == 0 && m2 == 0 && load == 0;
