@@ -392,12 +392,15 @@ static void lst_completed(void *cls, struct MHD_Connection *conn, void **con_cls
         dc->req = NULL;
     lst_unwatch(req);
     req->suspended = false;
-    bool ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
-    if (!ok) {
-        bool working = req->phase == DP_REQ_FORWARDING ||
-                       (req->relay_ready && !(req->up_done && req->out_head == req->out_tail));
+    /* A request whose whole response MHD already holds (the worker's body
+     * ended and every byte was handed over) is not cancelled when MHD then
+     * ends it with an error: typically the client read the answer and closed
+     * before MHD's next pass. Nothing is working for it; a failed attempt
+     * still draining goes on to its own end, as after a clean completion. */
+    bool delivered = req->relay_ready && req->up_done && req->out_head == req->out_tail;
+    bool working = req->phase == DP_REQ_FORWARDING && !delivered;
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && (working || req->phase == DP_REQ_RECEIVING))
         dp_fwd_cancel(req, working && toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN);
-    }
     req->conn = NULL;
     /* 499 (nginx's "client closed request") when the client left before any answer. */
     int status = req->final_status != 0 ? req->final_status : 499;
