@@ -137,9 +137,19 @@ void dp_metrics_retry(struct dp_metrics *m)
 
 /* Index 0 collects labels not listed (should not happen). */
 static const char *const dp_decision_labels[DP_DECISION_LABELS] = {
-    "other",    "round_robin",      "random", "power_of_two", "least_load",
-    "hash",     "hash_all_full",    "no_key", "affinity",     "overloaded_fallback",
-    "no_match", "fleet_imbalanced",
+    "other",
+    "round_robin",
+    "random",
+    "power_of_two",
+    "least_load",
+    "hash",
+    "hash_all_full",
+    "no_key",
+    "affinity",
+    "overloaded_fallback",
+    "no_match",
+    "fleet_imbalanced",
+    "affinity_despite_imbalance",
 };
 
 static int decision_index(const char *decision)

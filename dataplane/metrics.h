@@ -30,7 +30,7 @@ struct dp_histogram {
 };
 
 /* Every decision label a policy can report (policy.h); their counters. */
-#define DP_DECISION_LABELS 12
+#define DP_DECISION_LABELS 13
 
 /* Process-wide; dp_metrics_init / dp_metrics_fini. */
 struct dp_metrics {

@@ -33,6 +33,9 @@ enum ca_decision {
     CA_DECISION_OVERLOADED_FALLBACK, /* matched, but that worker is overloaded */
     CA_DECISION_NO_MATCH,            /* match below cache_threshold */
     CA_DECISION_FLEET_IMBALANCED,    /* balance_gate: fleet switched affinity off */
+    /* Per-request gate: the matched worker, although another worker is
+     * overloaded (the fleet gate would have switched affinity off here) */
+    CA_DECISION_AFFINITY_DESPITE_IMBALANCE,
 };
 
 const char *ca_decision_name(enum ca_decision d);

@@ -64,8 +64,18 @@ static void test_regression_238_hot_worker_elsewhere_keeps_affinity(void **state
     struct ca_choice ch;
     assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), c, 3, &ch), 0);
     assert_int_equal(ch.index, 1);
-    assert_int_equal(ch.decision, CA_DECISION_AFFINITY);
+    /* Told apart from plain affinity: the fleet gate would have moved it. */
+    assert_int_equal(ch.decision, CA_DECISION_AFFINITY_DESPITE_IMBALANCE);
+    assert_string_equal(ca_decision_name(ch.decision), "affinity_despite_imbalance");
     assert_int_equal(ch.matched_blocks, ch.total_blocks);
+
+    /* The matched worker is itself the least loaded: the fleet gate would
+     * have chosen it too, so this is plain affinity. */
+    struct ca_candidate calm_match[2] = {{.slot = 10, .load = 60}, {.slot = 11, .load = 0}};
+    assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), calm_match, 2, &ch),
+                     0);
+    assert_int_equal(ch.index, 1);
+    assert_int_equal(ch.decision, CA_DECISION_AFFINITY);
 
     /* vllm-router's pre-#238 fleet gate abandons affinity for everyone. */
     struct ca_params fleet = default_params;
