@@ -9,6 +9,11 @@
  *                         [--hold-s S] [--ramp N/s] [--deadline-s S]
  *   switchyard-bench plan --workload FILE [--quick] [--kv-blocks N] [--block-tokens N] [--mocks N]
  *                         [--rate R]
+ *   switchyard-bench pooled --window W0 W1 A.csv... [-- B.csv...]
+ *
+ * pooled: TTFT p50 and p99 of several `run --csv` files' requests sent in
+ * [W0, W1) s, taken together (pooled.h); with a second set after `--`,
+ * also the ratio of the two sets' p99s and its bootstrap 95% interval.
  *
  * --rate R replaces the workload's arrival rate (requests/s; with
  * sequential_turns the offered load: conversations start at R / turns per
@@ -34,6 +39,7 @@
 
 #include "tests/bench/loadgen.h"
 #include "tests/bench/mockstats.h"
+#include "tests/bench/pooled.h"
 #include "tests/bench/workload.h"
 
 struct opts {
@@ -57,7 +63,8 @@ static void usage(void)
             "       switchyard-bench hold --url URL --streams N --pid PID [--hold-s S]\n"
             "                             [--ramp N] [--deadline-s S]\n"
             "       switchyard-bench plan --workload FILE [--quick] [--kv-blocks N]\n"
-            "                             [--block-tokens N] [--mocks N] [--rate R]\n");
+            "                             [--block-tokens N] [--mocks N] [--rate R]\n"
+            "       switchyard-bench pooled --window W0 W1 A.csv... [-- B.csv...]\n");
 }
 
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -390,6 +397,68 @@ static int cmd_hold(const struct opts *o)
     return st.established == o->streams ? 0 : 1;
 }
 
+/* Reads files[0..n) into runs (n entries); prints PREFIX_runs/_n/_p50_ms/_p99_ms. */
+static int pooled_side(const char *prefix, char **files, size_t n, double w0, double w1,
+                       struct pl_run *runs)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        int rc = pl_read_csv(files[i], w0, w1, &runs[i]);
+        if (rc != 0) {
+            fprintf(stderr, "switchyard-bench: %s: %s\n", files[i],
+                    rc == -EINVAL ? "not a switchyard-bench run --csv file" : strerror(-rc));
+            return rc;
+        }
+        total += runs[i].n;
+    }
+    printf("%s_runs %zu\n%s_n %zu\n", prefix, n, prefix, total);
+    char name[32];
+    snprintf(name, sizeof(name), "%s_p50_ms", prefix);
+    put_ms(name, pl_pooled_pct(runs, n, 50));
+    snprintf(name, sizeof(name), "%s_p99_ms", prefix);
+    put_ms(name, pl_pooled_pct(runs, n, 99));
+    return 0;
+}
+
+static int cmd_pooled(int argc, char **argv)
+{
+    char *end0 = NULL, *end1 = NULL;
+    double w0 = argc >= 5 ? strtod(argv[3], &end0) : NAN,
+           w1 = argc >= 5 ? strtod(argv[4], &end1) : NAN;
+    if (argc < 6 || strcmp(argv[2], "--window") != 0 || end0 == argv[3] || *end0 != '\0' ||
+        end1 == argv[4] || *end1 != '\0' || !(w1 > w0)) {
+        usage();
+        return 2;
+    }
+    int first = 5, sep = argc;
+    for (int i = first; i < argc; i++)
+        if (strcmp(argv[i], "--") == 0)
+            sep = i;
+    size_t n_a = (size_t)(sep - first), n_b = sep < argc ? (size_t)(argc - sep - 1) : 0;
+    if (n_a == 0 || (sep < argc && n_b == 0)) {
+        usage();
+        return 2;
+    }
+    struct pl_run *runs = calloc(n_a + n_b, sizeof(*runs));
+    int rc = runs == NULL ? -ENOMEM : 0;
+    if (rc == 0)
+        rc = pooled_side("a", argv + first, n_a, w0, w1, runs);
+    if (rc == 0 && n_b > 0)
+        rc = pooled_side("b", argv + sep + 1, n_b, w0, w1, runs + n_a);
+    if (rc == 0 && n_b > 0) {
+        double lo, hi;
+        double ra = pl_pooled_pct(runs, n_a, 99), rb = pl_pooled_pct(runs + n_a, n_b, 99);
+        if (!(rb > 0) || pl_bootstrap_ratio(runs, n_a, runs + n_a, n_b, 99, 2000, 1, &lo, &hi) != 0)
+            printf("ratio n/a\nratio_lo n/a\nratio_hi n/a\n");
+        else
+            printf("ratio %.3f\nratio_lo %.3f\nratio_hi %.3f\n", ra / rb, lo, hi);
+    }
+    for (size_t i = 0; runs != NULL && i < n_a + n_b; i++)
+        pl_run_free(&runs[i]);
+    free(runs);
+    return rc == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o;
@@ -397,6 +466,8 @@ int main(int argc, char **argv)
         usage();
         return 0;
     }
+    if (argc >= 2 && strcmp(argv[1], "pooled") == 0)
+        return cmd_pooled(argc, argv);
     if (parse_args(argc, argv, &o) != 0) {
         usage();
         return 2;
