@@ -4,11 +4,11 @@
  *
  *   switchyard-bench run --workload FILE [--quick] --url http://HOST:PORT
  *                        [--mock http://HOST:PORT]... [--kv-blocks N] [--block-tokens N]
- *                        [--json FILE] [--csv FILE] [--label NAME] [--rate R]
+ *                        [--json FILE] [--csv FILE] [--label NAME] [--rate R] [--seed S]
  *   switchyard-bench hold --url http://HOST:PORT --streams N --pid PID
  *                         [--hold-s S] [--ramp N/s] [--deadline-s S]
  *   switchyard-bench plan --workload FILE [--quick] [--kv-blocks N] [--block-tokens N] [--mocks N]
- *                         [--rate R]
+ *                         [--rate R] [--seed S]
  *   switchyard-bench pooled --window W0 W1 A.csv... [-- B.csv...]
  *
  * pooled: TTFT p50 and p99 of several `run --csv` files' requests sent in
@@ -17,7 +17,9 @@
  *
  * --rate R replaces the workload's arrival rate (requests/s; with
  * sequential_turns the offered load: conversations start at R / turns per
- * second).
+ * second). --seed S replaces the workload's seed: the same workload with
+ * other arrival times and prompts (a benchmark's repetitions sample the
+ * arrival process instead of replaying one draw of it).
  *
  * A sequential workload's figures (workload.h) are taken over its window
  * [warmup_s, duration_s]: latencies of the requests sent in it, tokens/s
@@ -52,6 +54,8 @@ struct opts {
     long pid;
     double hold_s, ramp, deadline_s;
     double rate; /* > 0: overrides the workload's rate */
+    bool has_seed;
+    uint64_t seed; /* with has_seed: overrides the workload's seed */
 };
 
 static void usage(void)
@@ -59,11 +63,11 @@ static void usage(void)
     fprintf(stderr,
             "usage: switchyard-bench run --workload FILE [--quick] --url URL [--mock URL]...\n"
             "                            [--kv-blocks N] [--block-tokens N] [--json FILE]\n"
-            "                            [--csv FILE] [--label NAME] [--rate R]\n"
+            "                            [--csv FILE] [--label NAME] [--rate R] [--seed S]\n"
             "       switchyard-bench hold --url URL --streams N --pid PID [--hold-s S]\n"
             "                             [--ramp N] [--deadline-s S]\n"
             "       switchyard-bench plan --workload FILE [--quick] [--kv-blocks N]\n"
-            "                             [--block-tokens N] [--mocks N] [--rate R]\n"
+            "                             [--block-tokens N] [--mocks N] [--rate R] [--seed S]\n"
             "       switchyard-bench pooled --window W0 W1 A.csv... [-- B.csv...]\n");
 }
 
@@ -114,6 +118,16 @@ static int parse_args(int argc, char **argv, struct opts *o)
                 fprintf(stderr, "switchyard-bench: --rate: expected 0 < R <= 1e6, got '%s'\n", v);
                 return -EINVAL;
             }
+        } else if (strcmp(a, "--seed") == 0) {
+            char *end;
+            errno = 0;
+            o->seed = strtoull(v, &end, 10);
+            if (*end != '\0' || end == v || errno != 0 || v[0] == '-') {
+                fprintf(stderr,
+                        "switchyard-bench: --seed: expected an unsigned integer, got '%s'\n", v);
+                return -EINVAL;
+            }
+            o->has_seed = true;
         } else if (strcmp(a, "--mocks") == 0)
             o->plan_mocks = (unsigned)strtoul(v, NULL, 10);
         else if (strcmp(a, "--streams") == 0)
@@ -174,6 +188,8 @@ static int load_plan(const struct opts *o, struct wl_spec *spec, struct wl_plan 
     }
     if (o->rate > 0)
         spec->rate = o->rate;
+    if (o->has_seed)
+        spec->seed = o->seed;
     rc = wl_plan_build(spec, plan);
     if (rc != 0)
         fprintf(stderr, "switchyard-bench: %s: cannot build the plan: %s\n", o->workload,
@@ -324,8 +340,9 @@ static int cmd_run(const struct opts *o)
 
     printf("requests %zu\nok %zu\nfailed %zu\nwall_s %.3f\n", plan.n, ok, failed, wall);
     if (seq)
-        printf("sent %zu\nunsent %zu\nconversations %zu\nwindow_s %.3f\nmeasured %zu\n", sent,
-               unsent, conversations, window, measured);
+        printf("sent %zu\nunsent %zu\nconversations %zu\nwindow_s %.3f\nwindow_from_s %.3f\n"
+               "window_to_s %.3f\nmeasured %zu\n",
+               sent, unsent, conversations, window, w0, w1, measured);
     put_ms("ttft_p50_ms", pct(ttft, measured, 50));
     put_ms("ttft_p90_ms", pct(ttft, measured, 90));
     put_ms("ttft_p99_ms", pct(ttft, measured, 99));
