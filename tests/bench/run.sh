@@ -7,8 +7,8 @@
 # bench-pd-quick); its text replaces that section of the existing
 # docs/benchmarks.md (with its own command, date and commit) and its plot
 # docs/bench-pd.png; the other sections are left as they were. PD_RATES
-# (pd_agentic), PD_SHARED_RATES (pd_agentic_shared), PD_REPS and
-# PD_WORKLOADS, when set, replace the P/D section's rates, repetitions and
+# (pd_agentic), PD_SHARED_RATES (pd_agentic_shared), PD_MIXED_RATES
+# (pd_agentic_mixed), PD_REPS and PD_WORKLOADS, when set, replace the P/D section's rates, repetitions and
 # workloads (for calibration; the report says which were used).
 #
 # Every comparison runs its contenders in this same run, on this machine,
@@ -305,22 +305,26 @@ fi # sections = all
 # pd_WORKLOAD_POLICY_RATE_FIGURE.
 pd_n_prefill=4 pd_n_decode=6
 pd_policies="cache_aware cache_aware_fleet round_robin"
-pd_workloads="pd_agentic pd_agentic_shared"
-# pd_agentic_shared runs 7 times per cell: where a gate fires, the TTFT p99
-# of a 5.5 s run moves a lot between runs (75-516 ms at 192/s), and medians
-# of 3 runs ranked the two gates differently from one run set to the next.
+pd_workloads="pd_agentic pd_agentic_shared pd_agentic_mixed"
+# Runs per cell: a run's own TTFT p99 is its 4th slowest request and moves
+# a lot between runs where a gate fires (75-516 ms at 192/s on
+# pd_agentic_shared); the report pools a cell's runs, whose repetitions draw
+# different arrivals (seed + rep - 1), and bounds the gates' p99 ratio.
 if [ "$mode" = quick ]; then
-    pd_rates_pd_agentic="16 192" pd_rates_pd_agentic_shared="48 192"
-    pd_reps_pd_agentic=1 pd_reps_pd_agentic_shared=1
+    pd_rates_pd_agentic="16 192" pd_rates_pd_agentic_shared="48 192" pd_rates_pd_agentic_mixed="96"
+    pd_reps_pd_agentic=1 pd_reps_pd_agentic_shared=1 pd_reps_pd_agentic_mixed=1
 else
-    pd_rates_pd_agentic="16 48 192" pd_rates_pd_agentic_shared="48 96 192"
-    pd_reps_pd_agentic=3 pd_reps_pd_agentic_shared=7
+    pd_rates_pd_agentic="16 48 192" pd_rates_pd_agentic_shared="48 96 192" pd_rates_pd_agentic_mixed="48 96 192"
+    pd_reps_pd_agentic=3 pd_reps_pd_agentic_shared=7 pd_reps_pd_agentic_mixed=5
 fi
-# PD_RATES / PD_SHARED_RATES / PD_REPS (both workloads) / PD_WORKLOADS override (calibration).
+# PD_RATES / PD_SHARED_RATES / PD_MIXED_RATES / PD_REPS (every workload) /
+# PD_WORKLOADS override (calibration).
 pd_rates_pd_agentic=${PD_RATES:-$pd_rates_pd_agentic}
 pd_rates_pd_agentic_shared=${PD_SHARED_RATES:-$pd_rates_pd_agentic_shared}
+pd_rates_pd_agentic_mixed=${PD_MIXED_RATES:-$pd_rates_pd_agentic_mixed}
 pd_reps_pd_agentic=${PD_REPS:-$pd_reps_pd_agentic}
 pd_reps_pd_agentic_shared=${PD_REPS:-$pd_reps_pd_agentic_shared}
+pd_reps_pd_agentic_mixed=${PD_REPS:-$pd_reps_pd_agentic_mixed}
 pd_workloads=${PD_WORKLOADS:-$pd_workloads}
 # pd_spec WORKLOAD: its effective keys ("key=value ...", without the rate).
 pd_spec() {
@@ -602,6 +606,19 @@ pd_workload_text() {
         echo "first turn prefills about 300 uncached tokens (about 60 ms) on a holder of the head,"
         echo "1,840 (about 370 ms) elsewhere."
         ;;
+    pd_agentic_mixed)
+        echo "One popular framework among agents of their own, the case the per-request gate exists"
+        echo "for (invariant 9): about half of the agents (a fixed draw per conversation) share a"
+        echo "$(thousands "$(pd_spec_val "$wl" shared_system_tokens)")-token head, the others have a head of the same length of their own; then"
+        echo "each has $(pd_spec_val "$wl" system_tokens) tokens of its own and its history, as in pd_agentic. The sharing agents"
+        echo "pile onto the holders of the common head until one is overloaded, while the private"
+        echo "agents stay wherever their own context is. The fleet gate then sends every request to"
+        echo "the least-loaded worker, and a moved private agent recomputes its whole context (1,300"
+        echo "to 2,300 tokens, 260–460 ms); the per-request gate moves only requests whose own worker"
+        echo "is overloaded. Up to $cap agents at once: private agents of 80–144 blocks, sharing agents"
+        echo "of 16–80 blocks plus one 64-block copy of the head per worker, about the pooled cache"
+        echo "($pd_n_prefill × $kv_blocks blocks) at most."
+        ;;
     esac
 }
 # pd_workload_report WORKLOAD: its subsection (tables, goals judged).
@@ -724,10 +741,12 @@ pd_report() {
         echo "\`make bench-pd-quick\`); it took ${pd_elapsed} s of this run."
     fi
     echo
-    echo "Two prefill-heavy agentic workloads, run under identical conditions: **pd_agentic**"
-    echo "(every agent has a long context of its own) and **pd_agentic_shared** (agents of one"
+    echo "Three prefill-heavy agentic workloads, run under identical conditions: **pd_agentic**"
+    echo "(every agent has a long context of its own), **pd_agentic_shared** (agents of one"
     echo "framework share a long head, then a short context of their own — where cache affinity"
-    echo "makes load uneven)."
+    echo "makes load uneven) and **pd_agentic_mixed** (half of the agents share a framework's"
+    echo "head, half have one of their own — where a fleet-wide gate costs the private agents"
+    echo "their caches)."
     echo
     wl=${pd_workloads%% *}
     think=$(pd_spec_val "$wl" think_ms) turns=$(pd_spec_val "$wl" turns)
@@ -997,12 +1016,12 @@ fi
     echo
     echo "\`make deps\` then \`make bench-quick\` (≤ 2 min: 4 mock workers, 3 policies, 1,000"
     echo "streams, P/D: two workloads at 2 rates once) or \`make bench\` (about 15 min: 8 mock workers, 5"
-    echo "policies, 10,000 streams, 3 interleaved proxy rounds, P/D: pd_agentic at 3 rates × 3 runs"
-    echo "and pd_agentic_shared at 3 rates × 7 runs). The P/D section alone: \`make bench-pd\` /"
-    echo "\`make bench-pd-quick\` (\`tests/bench/run.sh BUILD full|quick pd\`, about 9 min / 80 s),"
-    echo "which rewrites only that section of this page and its plot; \`PD_RATES\`,"
-    echo "\`PD_SHARED_RATES\`, \`PD_REPS\` and \`PD_WORKLOADS\` override its rates, repetitions and"
-    echo "workloads. The load generator alone:"
+    echo "policies, 10,000 streams, 3 interleaved proxy rounds, P/D: pd_agentic at 3 rates × 3 runs,"
+    echo "pd_agentic_shared at 3 rates × 7 runs and pd_agentic_mixed at 3 rates × 5 runs). The P/D"
+    echo "section alone: \`make bench-pd\` / \`make bench-pd-quick\` (\`tests/bench/run.sh BUILD"
+    echo "full|quick pd\`), which rewrites only that section of this page and its plot; \`PD_RATES\`,"
+    echo "\`PD_SHARED_RATES\`, \`PD_MIXED_RATES\`, \`PD_REPS\` and \`PD_WORKLOADS\` override its rates,"
+    echo "repetitions and workloads. The load generator alone:"
     echo
     echo '```'
     echo "build/switchyard-bench run --workload tests/bench/workloads/shared_prefix.yaml --quick \\"

@@ -9,7 +9,8 @@
  * request's question are drawn from generators seeded by (seed, group) and
  * (seed, group, index): the same file and seed always give the same bytes.
  * A multi_turn workload's shared head (shared_system_tokens) comes from a
- * generator of its own, seeded by the workload's seed alone.
+ * generator of its own, seeded by the workload's seed alone; a private
+ * head (private_head_share) from the conversation's.
  */
 #include "tests/bench/workload.h"
 
@@ -93,6 +94,10 @@ void wl_spec_format(const struct wl_spec *s, char *buf, size_t len)
             snprintf(buf + n, len - (size_t)n, "shared_system_tokens=%u ", s->shared_system_tokens);
         n = m < 0 ? -1 : n + m;
     }
+    if (n >= 0 && (size_t)n < len && s->private_head_share > 0) {
+        int m = snprintf(buf + n, len - (size_t)n, "private_head_share=%g ", s->private_head_share);
+        n = m < 0 ? -1 : n + m;
+    }
     if (n < 0 || (size_t)n >= len)
         n = 0;
     snprintf(buf + n, len - (size_t)n,
@@ -164,6 +169,7 @@ struct wl_dkey {
     }
 static const struct wl_dkey wl_dkeys[] = {
     WL_D(hot_share, 0.0, 1.0, "expected a number in 0..1"),
+    WL_D(private_head_share, 0.0, 1.0, "expected a number in 0..1"),
     WL_D(rate, 0.001, 1e6, "expected requests/s in 0.001..1e6"),
     WL_D(think_ms, 0.0, 3600000.0, "expected milliseconds in 0..3600000"),
     WL_D(duration_s, 0.1, 86400.0, "expected seconds in 0.1..86400"),
@@ -292,6 +298,8 @@ static int wl_check(const struct wl_spec *s, const char *name, char *err, size_t
         {!s->sequential_turns && s->warmup_s != 0, "warmup_s", "only with sequential_turns: true"},
         {s->shared_system_tokens != 0 && s->kind != WL_KIND_MULTI_TURN, "shared_system_tokens",
          "only for kind multi_turn"},
+        {s->private_head_share != 0 && s->shared_system_tokens == 0, "private_head_share",
+         "only with shared_system_tokens"},
     };
     for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
         if (rules[i].broken) {
@@ -442,6 +450,20 @@ static int wl_completion(const struct wl_spec *sp, struct wl_request *r, unsigne
  * conversation's (a plan holds fewer than WL_MAX_REQS). */
 #define WL_SHARED_GROUP 0xffffffffu
 #define WL_SHARED_INDEX 0x5a4edu
+/* Indexes of a conversation's private head and of its draw of whether it
+ * has one: above every turn's (2 * turns + 1 < 2001) and its own
+ * context's (0xffffffff). */
+#define WL_PRIVATE_HEAD_INDEX 0xfffffffeu
+#define WL_PRIVATE_DRAW_INDEX 0xfffffffdu
+
+/* Whether conversation c's head is its own (private_head_share). */
+static bool wl_private_head(const struct wl_spec *sp, unsigned c)
+{
+    if (sp->private_head_share <= 0)
+        return false;
+    uint64_t s = wl_seed3(sp->seed, c, WL_PRIVATE_DRAW_INDEX);
+    return wl_unit(&s) < sp->private_head_share;
+}
 
 /* Turn t of conversation c: system prompt (the workload's shared head, then
  * the conversation's own), then turns 0..t-1 replayed (user question,
@@ -453,7 +475,9 @@ static int wl_chat_turn(const struct wl_spec *sp, struct wl_request *r, unsigned
     struct wl_buf text = {.max = 64u << 20}, body = {.max = 64u << 20}, part = {.max = 64u << 20};
     wl_puts(&body, "{\"model\":\"mock\",\"messages\":[");
     if (sp->shared_system_tokens > 0 || sp->system_tokens > 0) {
-        wl_words(&part, wl_seed3(sp->seed, WL_SHARED_GROUP, WL_SHARED_INDEX),
+        wl_words(&part,
+                 wl_private_head(sp, c) ? wl_seed3(sp->seed, c, WL_PRIVATE_HEAD_INDEX)
+                                        : wl_seed3(sp->seed, WL_SHARED_GROUP, WL_SHARED_INDEX),
                  sp->shared_system_tokens);
         wl_words(&part, wl_seed3(sp->seed, c, 0xffffffffu), sp->system_tokens);
         wl_puts(&text, "system");

@@ -21,7 +21,10 @@
  * common head: `shared_system_tokens: N` puts the same N tokens (system
  * prompt and tool definitions of one agent framework) before each
  * conversation's own system_tokens. Without the key (or with 0) every
- * request is byte for byte what it was before the key existed.
+ * request is byte for byte what it was before the key existed. With
+ * `private_head_share: f` about a share f of the conversations (chosen by
+ * a hash of the seed and the conversation) get a head of the same length
+ * of their own instead: one popular framework among agents of their own.
  */
 #ifndef SY_TESTS_BENCH_WORKLOAD_H
 #define SY_TESTS_BENCH_WORKLOAD_H
@@ -49,6 +52,8 @@ struct wl_spec {
     double hot_share;              /* hot prefix: share of group 0 (0..1) */
     unsigned system_tokens;        /* system prompt length (4 bytes per token) */
     unsigned shared_system_tokens; /* multi-turn: common head of every system prompt; 0 = none */
+    double private_head_share;     /* multi-turn with a shared head: share of conversations
+                                      whose head is their own instead (0..1; 0 = none) */
     unsigned question_tokens;      /* per request (multi-turn: per user turn) */
     unsigned output_tokens;        /* max_tokens (multi-turn: also the replayed reply) */
     double rate; /* open-loop arrivals per second (sequential: offered requests/s) */

@@ -489,6 +489,59 @@ static void test_shared_system_plan(void **state)
     wl_plan_fini(&p);
 }
 
+/* private_head_share: about that share of conversations get a head of
+ * their own (as long as the shared one, unlike it and each other); the
+ * rest keep the shared head; 0 leaves the plan as it was. */
+static void test_private_heads(void **state)
+{
+    (void)state;
+    struct wl_spec s;
+    struct wl_plan p, all_shared;
+    char err[256] = "";
+    char yaml[sizeof(shared_seq_yaml) + 64];
+    snprintf(yaml, sizeof(yaml), "%sprivate_head_share: 0.5\n", shared_seq_yaml);
+    assert_int_equal(parse(yaml, false, &s, err, sizeof(err)), 0);
+    assert_true(s.private_head_share == 0.5);
+    char desc[512];
+    wl_spec_format(&s, desc, sizeof(desc));
+    assert_non_null(strstr(desc, "shared_system_tokens=64 private_head_share=0.5 "));
+    assert_int_equal(wl_plan_build(&s, &p), 0);
+    s.private_head_share = 0;
+    assert_int_equal(wl_plan_build(&s, &all_shared), 0);
+    assert_int_equal(p.n, all_shared.n);
+    size_t conv = p.n / 3, head = 6 + 64 * 4, shared = 0;
+    const char *common = all_shared.req[0].text;
+    for (size_t c = 0; c < conv; c++) {
+        const struct wl_request *r = &p.req[c * 3];
+        assert_int_equal(r->text_len, all_shared.req[c * 3].text_len); /* same length */
+        if (memcmp(r->text, common, head) == 0) {
+            shared++;
+            /* A sharing conversation is unchanged. */
+            assert_memory_equal(r->text, all_shared.req[c * 3].text, r->text_len);
+            continue;
+        }
+        /* A private head: its own, then the same own context and turns. */
+        assert_memory_equal(r->text + head, all_shared.req[c * 3].text + head, r->text_len - head);
+        for (size_t d = 0; d < conv; d++)
+            assert_true(d == c || memcmp(r->text, p.req[d * 3].text, head) != 0);
+    }
+    /* About half of the conversations (a fixed draw per seed). */
+    assert_true(conv >= 8);
+    assert_true(shared > 0 && shared < conv);
+    wl_plan_fini(&p);
+    wl_plan_fini(&all_shared);
+
+    static const struct err_case cases[] = {
+        {"private_head_share: 1.5\n", "private_head_share: expected a number in 0..1"},
+        {"private_head_share: -0.1\n", "private_head_share: expected a number in 0..1"},
+    };
+    expect_errors(shared_seq_yaml, cases, sizeof(cases) / sizeof(cases[0]));
+    static const struct err_case without_head[] = {
+        {"private_head_share: 0.5\n", "w.yaml: private_head_share: only with shared_system_tokens"},
+    };
+    expect_errors(seq_yaml, without_head, 1);
+}
+
 /* Plans of workloads that do not use shared_system_tokens are byte for byte
  * those of the generator before the key existed (hashes taken then). */
 static void test_plans_without_shared_head_unchanged(void **state)
@@ -528,6 +581,7 @@ int main(void)
         cmocka_unit_test(test_shared_system_parse),
         cmocka_unit_test(test_shared_system_plan),
         cmocka_unit_test(test_plans_without_shared_head_unchanged),
+        cmocka_unit_test(test_private_heads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
