@@ -200,7 +200,10 @@ static CURL *fl_easy_new(struct fl_loop *loop)
         return NULL;
     CURLcode rc = CURLE_OK;
     rc |= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    rc |= curl_easy_setopt(e, CURLOPT_PROXY, ""); /* never an http_proxy from the environment */
+    /* Never a proxy from the environment; an unset NOPROXY would cost two
+     * getenv calls per transfer. */
+    rc |= curl_easy_setopt(e, CURLOPT_PROXY, "");
+    rc |= curl_easy_setopt(e, CURLOPT_NOPROXY, "");
     rc |= curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     rc |= curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     rc |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
@@ -415,6 +418,15 @@ static void fl_socket_event(struct fl_loop *loop, int fd, uint32_t events)
     curl_multi_socket_action(loop->multi, fd, mask, &running);
 }
 
+static void fl_curl_timer(struct fl_loop *loop)
+{
+    if (loop->curl_deadline_ms < 0 || loop->curl_deadline_ms > now_ms())
+        return;
+    int running;
+    loop->curl_deadline_ms = -1;
+    curl_multi_socket_action(loop->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+}
+
 /* Stop: fail every parked request (MHD refuses to stop with a suspended
  * connection), let MHD end them, then stop the daemon. */
 static void fl_shutdown(struct fl_loop *loop)
@@ -451,16 +463,16 @@ static void *fl_loop_main(void *arg)
             else
                 fl_socket_event(loop, (int)tag, evs[i].events);
         }
-        if (loop->curl_deadline_ms >= 0 && loop->curl_deadline_ms <= now_ms()) {
-            int running;
-            loop->curl_deadline_ms = -1;
-            curl_multi_socket_action(loop->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-        }
+        fl_curl_timer(loop);
         fl_collect(loop);
         MHD_UNSIGNED_LONG_LONG mt;
         if (mhd_due || loop->mhd_due || (MHD_get_timeout(loop->mhd, &mt) == MHD_YES && mt == 0)) {
             loop->mhd_due = false;
             MHD_run(loop->mhd);
+            /* Transfers the handler just added are due at once: start them
+             * now rather than after another epoll_wait. */
+            fl_curl_timer(loop);
+            fl_collect(loop);
         }
     }
     perror("floor-proxy: epoll_wait");
