@@ -1,12 +1,12 @@
 /*
  * switchyard-floor-proxy: the "library floor" contender of the proxy
  * benchmark (tests/bench/run.sh, proxy overhead). It forwards a POST to an
- * upstream and relays the answer, built the way docs and NOTES say the
- * mandated libraries work best, with everything switchyard does beyond
- * forwarding removed: no JSON, no routing policy, no shared memory, no
- * metrics, no per-request logging, no retries, no timeouts, no client
- * disconnect watch. What it costs per request is what libmicrohttpd, libcurl
- * and the kernel cost; switchyard cannot do better without other libraries.
+ * upstream and relays the answer, driving the mandated libraries the way the
+ * dataplane does, with everything switchyard does beyond forwarding removed:
+ * no JSON, no routing policy, no shared memory, no metrics, no per-request
+ * logging, no retries, no timeouts, no client disconnect watch. What it
+ * costs per request is, near enough, what libmicrohttpd, libcurl and the
+ * kernel cost in this design; what switchyard costs beyond it is its own.
  *
  * Shape (the dataplane's): N shared-nothing threads, each with its own MHD
  * daemon in external epoll mode on a shared SO_REUSEPORT port, its own CURLM
@@ -20,7 +20,8 @@
  * is not slower than switchyard for reasons that have nothing to do with
  * switchyard's logic: pooled handles are not reset, upstream URLs are parsed
  * once (CURLOPT_CURLU), and kept-alive upstream sockets stay in the epoll
- * set between transfers (no epoll_ctl pair per request).
+ * set between transfers (no epoll_ctl pair per request for curl's socket;
+ * MHD's suspend and resume still cost one for the client's).
  *
  * A benchmark tool, not product code: IPv4 only, bounded buffers, errors
  * answered 502/413 without detail. SIGTERM or SIGINT stops it.
@@ -98,8 +99,9 @@ struct fl_request {
     CURL *easy;
     char *body, *resp;
     size_t body_len, resp_len, resp_cap;
-    long status; /* 0 until the transfer ended; 502 when it failed */
+    long status; /* the answer's: the upstream's, or 502 when its transfer failed */
     char content_type[128];
+    bool done; /* the transfer ended (status is set) */
     bool too_large;
 };
 
@@ -252,13 +254,17 @@ static int fl_start_transfer(struct fl_request *req)
 static void fl_detach(struct fl_request *req, CURLcode result)
 {
     CURL *e = req->easy;
-    req->status = 502;
-    if (result == CURLE_OK) {
-        char *ct = NULL;
-        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &req->status);
+    long code = 0;
+    char *ct = NULL;
+    if (result == CURLE_OK && curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK &&
+        code >= 100 && code <= 999) {
+        req->status = code;
         if (curl_easy_getinfo(e, CURLINFO_CONTENT_TYPE, &ct) == CURLE_OK && ct != NULL)
             snprintf(req->content_type, sizeof(req->content_type), "%s", ct);
+    } else {
+        req->status = 502;
     }
+    req->done = true;
     curl_multi_remove_handle(req->loop->multi, e);
     fl_easy_put(req->loop, e);
     req->easy = NULL;
@@ -360,7 +366,7 @@ static enum MHD_Result fl_handler(void *cls, struct MHD_Connection *conn, const 
         req->body_len += n;
         return MHD_YES;
     }
-    if (req->status != 0)
+    if (req->done)
         return fl_queue(req); /* resumed: the transfer ended */
     if (req->too_large || loop->stopping || fl_start_transfer(req) != 0) {
         req->status = req->too_large ? 413 : loop->stopping ? 503 : 502;
@@ -401,7 +407,7 @@ static int fl_timeout_ms(struct fl_loop *loop)
     MHD_UNSIGNED_LONG_LONG mt;
     if (MHD_get_timeout(loop->mhd, &mt) == MHD_YES && (t < 0 || (int64_t)mt < t))
         t = (int64_t)mt;
-    return t > 1000 ? 1000 : (int)t;
+    return t > 1000 ? 1000 : (int)t; /* MHD's timeout may not fit an int */
 }
 
 static void fl_socket_event(struct fl_loop *loop, int fd, uint32_t events)
