@@ -37,8 +37,10 @@ DP_SRCS := $(filter-out dataplane/main.c,$(wildcard dataplane/*.c dataplane/*/*.
 CP_SRCS := $(filter-out controlplane/main.c,$(wildcard controlplane/*.c))
 MW_SRCS := $(filter-out tests/mockworker/main.c,$(wildcard tests/mockworker/*.c))
 E2E_HARNESS_SRCS := $(wildcard tests/e2e/harness*.c)
-# The load generator's modules; micro_*.c are stand-alone programs (each has main()).
-BENCH_SRCS := $(filter-out tests/bench/main.c tests/bench/micro_%.c,$(wildcard tests/bench/*.c))
+# The load generator's modules; micro_*.c and floor_proxy.c are stand-alone
+# programs (each has main()).
+BENCH_SRCS := $(filter-out tests/bench/main.c tests/bench/micro_%.c tests/bench/floor_proxy.c,\
+    $(wildcard tests/bench/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/%.o,$(filter %.c,$(1)))
 
@@ -60,6 +62,9 @@ BINS += $(BUILD)/switchyard-mockworker
 endif
 ifneq ($(wildcard tests/bench/main.c),)
 BINS += $(BUILD)/switchyard-bench
+endif
+ifneq ($(wildcard tests/bench/floor_proxy.c),)
+BINS += $(BUILD)/switchyard-floor-proxy
 endif
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/unit/test_*.c))
@@ -106,6 +111,9 @@ $(BUILD)/switchyard-controlplane: $(BUILD)/controlplane/main.o $(LIBCP) $(LIBSY)
 $(BUILD)/switchyard-mockworker: $(BUILD)/tests/mockworker/main.o $(LIBMW) $(LIBSY)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 $(BUILD)/switchyard-bench: $(BUILD)/tests/bench/main.o $(call obj,$(BENCH_SRCS)) $(LIBSY)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+# The proxy benchmark's "library floor" contender: MHD + libcurl only.
+$(BUILD)/switchyard-floor-proxy: $(BUILD)/tests/bench/floor_proxy.o
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 # ---- tests -------------------------------------------------------------------

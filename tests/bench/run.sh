@@ -97,14 +97,16 @@ line=$(grep '^WRK' "$bench_tmp/wrk.out")
 put mock_rps "$(sed 's/.* rps=\([^ ]*\).*/\1/' <<<"$line")"
 bench_stop "$mock_pid"
 
-# ---- proxy overhead: direct vs nginx vs switchyard ---------------------------
+# ---- proxy overhead: direct vs nginx vs floor vs switchyard ------------------
 # Upstreams: one static nginx answering a fixed chat completion on two ports
 # (faster than either proxy). Contenders: wrk straight at an upstream port,
 # through an nginx reverse proxy (round robin, keep-alive, as many worker
-# processes as switchyard has event loops), through switchyard (round_robin
+# processes as switchyard has event loops), through the library floor
+# (switchyard-floor-proxy: MHD + libcurl built as the dataplane is, with no
+# logic: what the mandated libraries allow), through switchyard (round_robin
 # as nginx, and the default cache_aware).
 echo "== proxy overhead" >&2
-read -r up1 up2 nginx_port sy_rr_port sy_rr_admin sy_ca_port sy_ca_admin <<<"$(free_ports 7)"
+read -r up1 up2 nginx_port floor_port sy_rr_port sy_rr_admin sy_ca_port sy_ca_admin <<<"$(free_ports 8)"
 static_nginx_start 2 "$up1" "$up2"
 static_pid=$last_pid
 wait_http "http://127.0.0.1:$up1/health" 10
@@ -112,6 +114,11 @@ wait_http "http://127.0.0.1:$up2/health" 10
 proxy_nginx_start "$dp_threads" "$nginx_port" "$up1" "$up2"
 nginx_pid=$last_pid
 wait_http "http://127.0.0.1:$nginx_port/health" 10
+bench_spawn "$bench_tmp/floor.log" "$build/switchyard-floor-proxy" --listen "127.0.0.1:$floor_port" \
+    --threads "$dp_threads" --upstream "http://127.0.0.1:$up1" --upstream "http://127.0.0.1:$up2"
+floor_pid=$last_pid
+wait_http "http://127.0.0.1:$floor_port/v1/chat/completions" 10 -X POST \
+    -H 'Content-Type: application/json' -d '{"model":"mock"}'
 switchyard_config "$bench_tmp/proxy-rr.yaml" proxy-rr "$dp_threads" round_robin per_request \
     "$sy_rr_port" "$sy_rr_admin" "$up1" "$up2"
 switchyard_start "$build" "$bench_tmp/proxy-rr.yaml" "$sy_rr_port"
@@ -124,6 +131,7 @@ ca_cp=$cp_pid ca_dp=$dp_pid
 declare -A target_url=(
     [direct]="http://127.0.0.1:$up1"
     [nginx]="http://127.0.0.1:$nginx_port"
+    [floor]="http://127.0.0.1:$floor_port"
     [switchyard]="http://127.0.0.1:$sy_rr_port"
     [switchyard_ca]="http://127.0.0.1:$sy_ca_port"
 )
@@ -131,11 +139,12 @@ declare -A target_url=(
 proxy_pids() {
     case $1 in
     nginx) nginx_procs "$nginx_pid" ;;
+    floor) echo "$floor_pid" ;;
     switchyard) echo "$rr_dp" ;;
     switchyard_ca) echo "$ca_dp" ;;
     esac
 }
-contenders="direct nginx switchyard switchyard_ca"
+contenders="direct nginx floor switchyard switchyard_ca"
 for round in $(seq "$proxy_rounds"); do
     for c in $contenders; do
         pids=$(proxy_pids "$c")
@@ -155,7 +164,7 @@ for round in $(seq "$proxy_rounds"); do
 done
 # Unloaded: one connection, one request at a time — the latency a hop adds
 # when nothing queues.
-for c in direct nginx switchyard; do
+for c in direct nginx floor switchyard; do
     run_fg "$bench_tmp/wrk.out" wrk -t1 -c1 -d"${proxy_secs}s" -s "$here/wrk_post.lua" \
         "${target_url[$c]}/v1/chat/completions"
     line=$(grep '^WRK' "$bench_tmp/wrk.out")
@@ -170,6 +179,7 @@ for c in $contenders; do
     put "proxy_${c}_errors" "$(sed 's/.* errors=\([0-9]*\) non2xx=\([0-9]*\).*/\1 \2/' \
         "$bench_tmp/proxy-$c.txt" | awk '{s += $1 + $2} END {print s + 0}')"
 done
+bench_stop "$floor_pid"
 
 # ---- large prompts: CPU per request for 400 KB bodies --------------------------
 # wrk, 4 connections, through switchyard (cache_aware hashes the whole prompt)
@@ -453,7 +463,7 @@ elapsed=$(($(date +%s) - started))
 echo "== plots" >&2
 if [ "$sections" = all ]; then
 {
-    for c in direct nginx switchyard switchyard_ca; do
+    for c in direct nginx floor switchyard switchyard_ca; do
         echo "$c $(value "proxy_${c}_rps") $(value "proxy_${c}_p50_us") $(value "proxy_${c}_p99_us")"
     done
 } >"$bench_tmp/proxy.dat"
@@ -845,17 +855,25 @@ fi
     echo "**switchyard** = control plane + dataplane ($dp_threads event loops, \`round_robin\`,"
     echo "both ports as workers with \`model: mock\`, probed on \`/health\` every 100 ms);"
     echo "**switchyard (cache_aware)** = the same with the default policy."
+    echo "**floor** = MHD + libcurl forwarder, no logic: \`switchyard-floor-proxy\`"
+    echo "([\`tests/bench/floor_proxy.c\`](../tests/bench/floor_proxy.c)), built as the dataplane"
+    echo "is ($dp_threads event loops, each an MHD daemon in external epoll mode on a shared port"
+    echo "and a curl multi handle driven by \`curl_multi_socket_action\`; 8 KiB MHD pool; pooled"
+    echo "easy handles, URLs parsed once, kept-alive upstream connections), round robin over both"
+    echo "ports, with everything beyond forwarding removed (no JSON, policy, shared memory,"
+    echo "metrics or logging). It measures what the mandated libraries allow on this machine:"
+    echo "switchyard / floor is the share of the library floor switchyard's own code keeps."
     echo
     echo "| contender | req/s | p50 | p99 | proxy CPU per request | errors + non-2xx |"
     echo "|---|---|---|---|---|---|"
-    for c in direct nginx switchyard switchyard_ca; do
+    for c in direct nginx floor switchyard switchyard_ca; do
         label=$c
         [ "$c" = switchyard_ca ] && label="switchyard (cache_aware)"
         echo "| $label | $(fmt_int "$(v "proxy_${c}_rps")") | $(v "proxy_${c}_p50_us") µs | $(v "proxy_${c}_p99_us") µs | $(v "proxy_${c}_cpu_us" | sed 's/^[0-9.]*$/& µs/') | $(v "proxy_${c}_errors") |"
     done
     echo
     echo "Proxy CPU per request = utime + stime of the proxy's processes (nginx: master +"
-    echo "workers; switchyard: the dataplane) over the run / requests completed."
+    echo "workers; floor: its process; switchyard: the dataplane) over the run / requests completed."
     echo
     echo "| ratio | result | goal |"
     echo "|---|---|---|"
@@ -867,6 +885,10 @@ fi
     echo "| nginx p50 − direct p50 | $(diff_us "$(v proxy_nginx_p50_us)" "$(v proxy_direct_p50_us)") µs | (reported) |"
     echo "| switchyard p50 / nginx p50 | $(ratio "$(v proxy_switchyard_p50_us)" "$(v proxy_nginx_p50_us)")× | (reported) |"
     echo "| switchyard / nginx CPU per request | $(ratio "$(v proxy_switchyard_cpu_us)" "$(v proxy_nginx_cpu_us)")× | (reported) |"
+    echo "| floor / nginx throughput | $(ratio "$(v proxy_floor_rps)" "$(v proxy_nginx_rps)")× | (reported) |"
+    echo "| switchyard / floor throughput | $(ratio "$(v proxy_switchyard_rps)" "$(v proxy_floor_rps)")× | (reported) |"
+    echo "| floor / nginx CPU per request | $(ratio "$(v proxy_floor_cpu_us)" "$(v proxy_nginx_cpu_us)")× | (reported) |"
+    echo "| switchyard / floor CPU per request | $(ratio "$(v proxy_switchyard_cpu_us)" "$(v proxy_floor_cpu_us)")× | (reported) |"
     echo
     echo "Everything (wrk, the proxy, the upstream) shares the $(nproc) cores, so the p50 under"
     echo "64 connections is mostly queueing: it measures throughput as much as latency. Without"
@@ -874,7 +896,7 @@ fi
     echo
     echo "| contender | p50 | p99 | p50 added to direct |"
     echo "|---|---|---|---|"
-    for c in direct nginx switchyard; do
+    for c in direct nginx floor switchyard; do
         echo "| $c | $(v "c1_${c}_p50_us") µs | $(v "c1_${c}_p99_us") µs | $(diff_us "$(v "c1_${c}_p50_us")" "$(v c1_direct_p50_us)") µs |"
     done
     echo
