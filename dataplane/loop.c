@@ -182,6 +182,9 @@ static void *loop_main(void *arg)
                 MHD_run(loop->mhd);
             }
         }
+        /* Transfers the handlers just added asked curl's timer for 0 ms:
+         * start them in this pass instead of after one more epoll_wait. */
+        dp_up_timer_due(loop, proc_monotonic_ms());
         /* An unpause from the content reader can finish a transfer. */
         dp_up_collect(loop);
         if (loop->draining && loop->requests == NULL && loop->attempts == NULL)

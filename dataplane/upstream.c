@@ -191,8 +191,10 @@ static CURL *up_easy_new(struct dp_loop *loop)
     CURLcode rc = CURLE_OK;
     rc |= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     /* Workers are reached directly, never through an http_proxy from the
-     * environment (and curl then skips reading it on every transfer). */
+     * environment; with both strings empty curl reads none of the proxy
+     * variables (no_proxy included) on each transfer. */
     rc |= curl_easy_setopt(e, CURLOPT_PROXY, "");
+    rc |= curl_easy_setopt(e, CURLOPT_NOPROXY, "");
     rc |= curl_easy_setopt(e, CURLOPT_POST, 1L);
     rc |= curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     rc |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)dc->connect_timeout_ms);

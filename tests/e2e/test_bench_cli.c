@@ -49,7 +49,8 @@ static double figure(const char *out, const char *name)
 static void test_seed_replaces_the_workloads(void **state)
 {
     (void)state;
-    static const char wl[] = "plan --workload tests/bench/workloads/pd_agentic_shared.yaml --rate 96";
+    static const char wl[] =
+        "plan --workload tests/bench/workloads/pd_agentic_shared.yaml --rate 96";
     char own[4096], five[4096], six[4096], args[256];
     assert_int_equal(bench(wl, own, sizeof(own)), 0);
     snprintf(args, sizeof(args), "%s --seed 5", wl); /* the file's own seed */
@@ -75,7 +76,8 @@ static const char header[] =
 static void write_run(const char *name, double base, int n, char *path, size_t len)
 {
     char text[8192];
-    size_t at = (size_t)snprintf(text, sizeof(text), "%s0,0,0,0.5,9999,9999,200,0,16,1,1\n", header);
+    size_t at =
+        (size_t)snprintf(text, sizeof(text), "%s0,0,0,0.5,9999,9999,200,0,16,1,1\n", header);
     for (int i = 0; i < n; i++)
         at += (size_t)snprintf(text + at, sizeof(text) - at, "%d,0,1,%.3f,%.3f,1,200,0,16,1,1\n",
                                i + 1, 1.0 + 0.01 * i, base + i);
@@ -87,7 +89,7 @@ static void test_pooled(void **state)
 {
     (void)state;
     char a1[512], a2[512], b1[512], b2[512], args[4096], out[4096];
-    write_run("a1.csv", 1, 100, a1, sizeof(a1)); /* 1..100 ms */
+    write_run("a1.csv", 1, 100, a1, sizeof(a1));   /* 1..100 ms */
     write_run("a2.csv", 101, 100, a2, sizeof(a2)); /* 101..200 ms */
     write_run("b1.csv", 2, 100, b1, sizeof(b1));   /* twice a's */
     write_run("b2.csv", 202, 100, b2, sizeof(b2));
