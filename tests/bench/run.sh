@@ -115,7 +115,7 @@ proxy_nginx_start "$dp_threads" "$nginx_port" "$up1" "$up2"
 nginx_pid=$last_pid
 wait_http "http://127.0.0.1:$nginx_port/health" 10
 bench_spawn "$bench_tmp/floor.log" "$build/switchyard-floor-proxy" --listen "127.0.0.1:$floor_port" \
-    --threads "$dp_threads" --upstream "http://127.0.0.1:$up1" --upstream "http://127.0.0.1:$up2"
+    --threads "$dp_threads" --turbo --upstream "http://127.0.0.1:$up1" --upstream "http://127.0.0.1:$up2"
 floor_pid=$last_pid
 wait_http "http://127.0.0.1:$floor_port/v1/chat/completions" 10 -X POST \
     -H 'Content-Type: application/json' -d '{"model":"mock"}'
@@ -858,7 +858,7 @@ fi
     echo "**floor** = MHD + libcurl forwarder, no logic: \`switchyard-floor-proxy\`"
     echo "([\`tests/bench/floor_proxy.c\`](../tests/bench/floor_proxy.c)), built as the dataplane"
     echo "is ($dp_threads event loops, each an MHD daemon in external epoll mode on a shared port"
-    echo "and a curl multi handle driven by \`curl_multi_socket_action\`; 8 KiB MHD pool; pooled"
+    echo "and a curl multi handle driven by \`curl_multi_socket_action\`; 8 KiB MHD pool, \`MHD_USE_TURBO\`; pooled"
     echo "easy handles, URLs parsed once, kept-alive upstream connections), round robin over both"
     echo "ports, with everything beyond forwarding removed (no JSON, policy, shared memory,"
     echo "metrics or logging). It measures what the mandated libraries allow on this machine:"
