@@ -148,21 +148,6 @@ static int parse_args(int argc, char **argv, struct opts *o)
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Nearest-rank percentile of sorted v[0..n). */
-static double pct(const double *v, size_t n, double p)
-{
-    if (n == 0)
-        return NAN;
-    size_t k = (size_t)ceil(p / 100.0 * (double)n);
-    return v[k == 0 ? 0 : k - 1];
-}
-
 /* A figure for JSON: null when there is none (no request measured). */
 static json_t *jnum(double v)
 {
@@ -317,8 +302,8 @@ static int cmd_run(const struct opts *o)
             order[j] = order[j - 1];
         order[j] = k;
     }
-    qsort(ttft, measured, sizeof(*ttft), cmp_double);
-    qsort(e2e, measured, sizeof(*e2e), cmp_double);
+    pl_sort(ttft, measured);
+    pl_sort(e2e, measured);
     long long hit = 0, query = 0;
     double load_max = 0, load_sum = 0;
     for (size_t i = 0; i < fleet->n; i++) {
@@ -343,11 +328,11 @@ static int cmd_run(const struct opts *o)
         printf("sent %zu\nunsent %zu\nconversations %zu\nwindow_s %.3f\nwindow_from_s %.3f\n"
                "window_to_s %.3f\nmeasured %zu\n",
                sent, unsent, conversations, window, w0, w1, measured);
-    put_ms("ttft_p50_ms", pct(ttft, measured, 50));
-    put_ms("ttft_p90_ms", pct(ttft, measured, 90));
-    put_ms("ttft_p99_ms", pct(ttft, measured, 99));
-    put_ms("e2e_p50_ms", pct(e2e, measured, 50));
-    put_ms("e2e_p99_ms", pct(e2e, measured, 99));
+    put_ms("ttft_p50_ms", pl_rank(ttft, measured, 50));
+    put_ms("ttft_p90_ms", pl_rank(ttft, measured, 90));
+    put_ms("ttft_p99_ms", pl_rank(ttft, measured, 99));
+    put_ms("e2e_p50_ms", pl_rank(e2e, measured, 50));
+    put_ms("e2e_p99_ms", pl_rank(e2e, measured, 99));
     printf("output_tok_s %.1f\nhit_rate %.4f\nhit_ceiling %.4f\nload_max_mean %.2f\n", tok_s,
            hit_rate, ceiling, load_mean > 0 ? load_max / load_mean : 0);
     for (size_t i = 0; i < fleet->n; i++)
@@ -368,10 +353,11 @@ static int cmd_run(const struct opts *o)
             "{s:s,s:s,s:s,s:I,s:I,s:I,s:f,s:f,s:o,s:o,s:o,s:o,s:o,s:f,s:f,s:f,s:f,s:o}", "workload",
             spec.name, "kind", wl_kind_name(spec.kind), "label", o->label, "requests",
             (json_int_t)plan.n, "ok", (json_int_t)ok, "failed", (json_int_t)failed, "rate",
-            spec.rate, "wall_s", wall, "ttft_p50_ms", jnum(pct(ttft, measured, 50)), "ttft_p90_ms",
-            jnum(pct(ttft, measured, 90)), "ttft_p99_ms", jnum(pct(ttft, measured, 99)),
-            "e2e_p50_ms", jnum(pct(e2e, measured, 50)), "e2e_p99_ms", jnum(pct(e2e, measured, 99)),
-            "output_tok_s", tok_s, "hit_rate", hit_rate, "hit_ceiling", ceiling, "load_max_mean",
+            spec.rate, "wall_s", wall, "ttft_p50_ms", jnum(pl_rank(ttft, measured, 50)),
+            "ttft_p90_ms", jnum(pl_rank(ttft, measured, 90)), "ttft_p99_ms",
+            jnum(pl_rank(ttft, measured, 99)), "e2e_p50_ms", jnum(pl_rank(e2e, measured, 50)),
+            "e2e_p99_ms", jnum(pl_rank(e2e, measured, 99)), "output_tok_s", tok_s, "hit_rate",
+            hit_rate, "hit_ceiling", ceiling, "load_max_mean",
             load_mean > 0 ? load_max / load_mean : 0.0, "workers", workers);
         json_t *more =
             seq ? json_pack("{s:I,s:I,s:I,s:f,s:I}", "sent", (json_int_t)sent, "unsent",

@@ -14,8 +14,12 @@ static int pl_cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Nearest rank, as switchyard-bench run reports its own percentiles. */
-static double pl_rank(const double *sorted, size_t n, double q)
+void pl_sort(double *v, size_t n)
+{
+    qsort(v, n, sizeof(*v), pl_cmp_double);
+}
+
+double pl_rank(const double *sorted, size_t n, double q)
 {
     if (n == 0)
         return NAN;
@@ -25,7 +29,7 @@ static double pl_rank(const double *sorted, size_t n, double q)
 
 void pl_run_adopt(struct pl_run *r, double *v, size_t n)
 {
-    qsort(v, n, sizeof(*v), pl_cmp_double);
+    pl_sort(v, n);
     r->v = v;
     r->n = n;
 }
@@ -123,7 +127,7 @@ static size_t pl_gather(const struct pl_run *runs, const size_t *pick, size_t k,
         memcpy(buf + n, runs[pick[i]].v, runs[pick[i]].n * sizeof(*buf));
         n += runs[pick[i]].n;
     }
-    qsort(buf, n, sizeof(*buf), pl_cmp_double);
+    pl_sort(buf, n);
     return n;
 }
 
@@ -188,7 +192,7 @@ int pl_bootstrap_ratio(const struct pl_run *a, size_t n_a, const struct pl_run *
     if (rc == 0 && kept == 0)
         rc = -EINVAL;
     if (rc == 0) {
-        qsort(ratios, kept, sizeof(*ratios), pl_cmp_double);
+        pl_sort(ratios, kept);
         *lo = pl_rank(ratios, kept, 2.5);
         *hi = pl_rank(ratios, kept, 97.5);
     }

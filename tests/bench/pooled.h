@@ -30,6 +30,12 @@ struct pl_run {
  */
 int pl_read_csv(const char *path, double w0, double w1, struct pl_run *out);
 
+/* Sorts v[0..n) ascending. */
+void pl_sort(double *v, size_t n);
+
+/* Nearest-rank percentile q (0..100] of sorted v[0..n); NAN if n == 0. */
+double pl_rank(const double *sorted, size_t n, double q);
+
 /* Takes ownership of v[0..n) (malloc'd), sorting it. */
 void pl_run_adopt(struct pl_run *r, double *v, size_t n);
 
