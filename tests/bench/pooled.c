@@ -16,7 +16,8 @@ static int pl_cmp_double(const void *a, const void *b)
 
 void pl_sort(double *v, size_t n)
 {
-    qsort(v, n, sizeof(*v), pl_cmp_double);
+    if (n > 1) /* an empty run's v may be NULL, which qsort must not see */
+        qsort(v, n, sizeof(*v), pl_cmp_double);
 }
 
 double pl_rank(const double *sorted, size_t n, double q)
@@ -124,6 +125,8 @@ static size_t pl_gather(const struct pl_run *runs, const size_t *pick, size_t k,
 {
     size_t n = 0;
     for (size_t i = 0; i < k; i++) {
+        if (runs[pick[i]].n == 0)
+            continue; /* its v may be NULL */
         memcpy(buf + n, runs[pick[i]].v, runs[pick[i]].n * sizeof(*buf));
         n += runs[pick[i]].n;
     }
