@@ -397,6 +397,14 @@ for ((i = 0; i < pd_n; i++)); do
     fi
 done
 for ((i = 0; i < pd_n; i++)); do wait_http "http://127.0.0.1:${pports[$i]}/health" 10; done
+# pd_cell_runs CELL WORKLOAD FIGURE: the figure of each of the cell's runs, one per line.
+pd_cell_runs() { local rep; for rep in $(seq "$(pd_reps "$2")"); do value "${1}_r${rep}_$3"; done; }
+# runs_max / runs_range: the largest of the numbers on stdin, their range "lo–hi" (n/a skipped).
+runs_max() { awk '$1 != "n/a" {if (n++ == 0 || $1 + 0 > m) m = $1 + 0} END {print (n ? m : "n/a")}'; }
+runs_range() {
+    awk '$1 != "n/a" {v = $1 + 0; if (n++ == 0 || v < lo) lo = v; if (v > hi) hi = v}
+        END {if (n) printf "%.0f–%.0f\n", lo, hi; else print "n/a"}'
+}
 # pd_decisions: "ALL ABANDONED KEPT" prefill decisions counted by the dataplane
 # so far: all of them, those that abandoned affinity because load was uneven,
 # and those that kept it although another worker was overloaded (per-request
@@ -449,17 +457,11 @@ for rate in $(pd_rates "$wl"); do
     for pol in $pd_policies; do
         c="pd_${wl}_${pol}_${rate}"
         keys=$(awk -v p="${c}_r1_" 'index($1, p) == 1 {print substr($1, length(p) + 1)}' "$results" | sort -u)
-        for k in $keys; do
-            put "${c}_$k" "$(for rep in $(seq "$(pd_reps "$wl")"); do value "${c}_r${rep}_$k"; done | median)"
-        done
-        put "${c}_abandoned_max" "$(for rep in $(seq "$(pd_reps "$wl")"); do value "${c}_r${rep}_abandoned"; done |
-            awk '$1 != "n/a" {if (n++ == 0 || $1 + 0 > m) m = $1 + 0} END {print (n ? m : "n/a")}')"
-        put "${c}_tok_s_range" "$(for rep in $(seq "$(pd_reps "$wl")"); do value "${c}_r${rep}_output_tok_s"; done |
-            awk '$1 != "n/a" {v = $1 + 0; if (n++ == 0 || v < lo) lo = v; if (v > hi) hi = v} END {if (n) printf "%.0f–%.0f\n", lo, hi; else print "n/a"}')"
-        put "${c}_p99_range" "$(for rep in $(seq "$(pd_reps "$wl")"); do value "${c}_r${rep}_ttft_p99_ms"; done |
-            awk '$1 != "n/a" {v = $1 + 0; if (n++ == 0 || v < lo) lo = v; if (v > hi) hi = v} END {if (n) printf "%.0f–%.0f\n", lo, hi; else print "n/a"}')"
-        put "${c}_kept_max" "$(for rep in $(seq "$(pd_reps "$wl")"); do value "${c}_r${rep}_kept"; done |
-            awk '$1 != "n/a" {if (n++ == 0 || $1 + 0 > m) m = $1 + 0} END {print (n ? m : "n/a")}')"
+        for k in $keys; do put "${c}_$k" "$(pd_cell_runs "$c" "$wl" "$k" | median)"; done
+        put "${c}_abandoned_max" "$(pd_cell_runs "$c" "$wl" abandoned | runs_max)"
+        put "${c}_kept_max" "$(pd_cell_runs "$c" "$wl" kept | runs_max)"
+        put "${c}_tok_s_range" "$(pd_cell_runs "$c" "$wl" output_tok_s | runs_range)"
+        put "${c}_p99_range" "$(pd_cell_runs "$c" "$wl" ttft_p99_ms | runs_range)"
         # TTFT percentiles over every run's requests in the window (the
         # window is the workload's, the same in every run of the cell).
         pooled_runs=$(for rep in $(seq "$(pd_reps "$wl")"); do
