@@ -1083,7 +1083,7 @@ fi
     echo "## Reproducing"
     echo
     echo "\`make deps\` then \`make bench-quick\` (≤ 2 min: 4 mock workers, 3 policies, 1,000"
-    echo "streams, P/D: two workloads at 2 rates once) or \`make bench\` (about 15 min: 8 mock workers, 5"
+    echo "streams, P/D: three scenarios at 1-2 rates once) or \`make bench\` (about 18 min: 8 mock workers, 5"
     echo "policies, 10,000 streams, 3 interleaved proxy rounds, P/D: pd_agentic at 3 rates × 3 runs,"
     echo "pd_agentic_shared at 3 rates × 5 runs, pd_agentic_shared_slow at 2 rates × 5 runs). The P/D"
     echo "section alone: \`make bench-pd\` / \`make bench-pd-quick\` (\`tests/bench/run.sh BUILD"
