@@ -32,6 +32,7 @@ struct h_fleet_opts {
     size_t n;
     const char *const *mock_args; /* NULL-terminated extra mock flags, or NULL */
     const char *policy;
+    const char *policy_extra; /* more policy keys, one per line ("balance_abs_threshold: 2\n") */
     const char *dataplane_extra;
     const char *model;           /* NULL = H_FLEET_MODEL */
     const char *health_interval; /* NULL = the harness default */

@@ -154,6 +154,116 @@ static void test_multi_turn_chat_stays_on_its_worker(void **state)
     h_fleet_stop(&f);
 }
 
+/* Starts the conversation's next turn as a stream in the background; the
+ * worker's stall fault holds it in flight. */
+static void hold_turn(struct h_fleet *f, json_t *messages)
+{
+    json_t *body = json_pack("{s:s, s:O, s:i, s:b}", "model", H_FLEET_MODEL, "messages", messages,
+                             "max_tokens", 4, "stream", 1);
+    char *text = json_dumps(body, JSON_COMPACT);
+    char url[128];
+    snprintf(url, sizeof(url), "%s/v1/chat/completions", f->base);
+    struct h_async *a;
+    assert_int_equal(h_async_start(url, text, NULL, &a), 0);
+    free(text);
+    json_decref(body);
+}
+
+struct load_is {
+    struct h_fleet *f;
+    size_t worker;
+    long long want;
+};
+
+static bool load_reached(void *arg)
+{
+    struct load_is *l = arg;
+    return h_fleet_load(l->f, l->worker) == l->want;
+}
+
+/*
+ * Invariant 9 through the real dataplane. Two conversations live on two
+ * workers; the "hot" one's worker gets 3 requests held in flight
+ * (balance_abs_threshold 2: overloaded against the idle third worker), the
+ * "calm" one's worker 1. The calm conversation's next turn is then routed
+ * with the given gate; its worker, decision, and the indexes of the calm
+ * and idle workers are returned.
+ */
+static void hot_worker_elsewhere(const char *gate, char *worker, char *decision, size_t len,
+                                 size_t *calm_idx, size_t *idle_idx)
+{
+    struct h_fleet f;
+    char extra[128];
+    snprintf(extra, sizeof(extra), "balance_abs_threshold: 2\nbalance_gate: %s\n", gate);
+    struct h_fleet_opts o = {.n = 3,
+                             .policy = "cache_aware",
+                             .policy_extra = extra,
+                             .dataplane_extra = "debug_headers: true\n"};
+    h_fleet_start(&f, &o);
+    json_t *hot = json_array(), *calm = NULL;
+    add_message(hot, "system", 0, 1500);
+    add_message(hot, "user", 1, 300);
+    char hot_w[64], calm_w[64], d[64];
+    chat_turn(&f, hot, hot_w, sizeof(hot_w), d, sizeof(d));
+    /* On an idle fleet a new prompt's worker follows its hash: try other
+     * prompts until the calm conversation lives elsewhere. */
+    for (int seed = 10;; seed++) {
+        assert_true(seed < 60);
+        calm = json_array();
+        add_message(calm, "system", seed, 1500);
+        add_message(calm, "user", seed + 1, 300);
+        chat_turn(&f, calm, calm_w, sizeof(calm_w), d, sizeof(d));
+        if (strcmp(calm_w, hot_w) != 0)
+            break;
+        json_decref(calm);
+    }
+    size_t h = (size_t)atoi(hot_w + 1) - 1, c = (size_t)atoi(calm_w + 1) - 1;
+    *calm_idx = c;
+    *idle_idx = 3 - h - c;
+    /* Their workers stall every stream after its first event. */
+    const char *stall = "{\"stall_after_chunks\":1,\"stall_ms\":30000}";
+    assert_int_equal(h_mock_faults(f.mock[h].url, stall), 0);
+    assert_int_equal(h_mock_faults(f.mock[c].url, stall), 0);
+    hold_turn(&f, calm);
+    struct load_is l = {&f, c, 1};
+    assert_int_equal(h_wait_until(load_reached, &l, H_READY_TIMEOUT_MS), 0);
+    for (long long k = 1; k <= 3; k++) {
+        hold_turn(&f, hot);
+        l = (struct load_is){&f, h, k};
+        assert_int_equal(h_wait_until(load_reached, &l, H_READY_TIMEOUT_MS), 0);
+    }
+    assert_int_equal(h_fleet_load(&f, *idle_idx), 0);
+    /* The calm conversation's next turn (not streamed: no stall). */
+    chat_turn(&f, calm, worker, len, decision, len);
+    json_decref(hot);
+    json_decref(calm);
+    h_fleet_stop(&f);
+}
+
+/* A hot worker elsewhere does not switch affinity off (invariant 9); the
+ * fleet gate (balance_gate: fleet, vllm-router before #238) does. */
+static void test_hot_worker_elsewhere_keeps_affinity(void **state)
+{
+    (void)state;
+    char worker[64], decision[64], calm_w[16];
+    size_t calm, idle;
+    hot_worker_elsewhere("per_request", worker, decision, sizeof(worker), &calm, &idle);
+    snprintf(calm_w, sizeof(calm_w), "w%zu", calm + 1);
+    assert_string_equal(worker, calm_w);
+    assert_string_equal(decision, "affinity_despite_imbalance");
+}
+
+static void test_fleet_gate_moves_everyone(void **state)
+{
+    (void)state;
+    char worker[64], decision[64], idle_w[16];
+    size_t calm, idle;
+    hot_worker_elsewhere("fleet", worker, decision, sizeof(worker), &calm, &idle);
+    snprintf(idle_w, sizeof(idle_w), "w%zu", idle + 1);
+    assert_string_equal(worker, idle_w);
+    assert_string_equal(decision, "fleet_imbalanced");
+}
+
 static void test_debug_headers_off_by_default(void **state)
 {
     (void)state;
@@ -184,6 +294,8 @@ int main(void)
         H_TEST(test_cache_aware_beats_round_robin_on_shared_prefixes),
         H_TEST(test_multi_turn_chat_stays_on_its_worker),
         H_TEST(test_debug_headers_off_by_default),
+        H_TEST(test_hot_worker_elsewhere_keeps_affinity),
+        H_TEST(test_fleet_gate_moves_everyone),
     };
     return cmocka_run_group_tests_name("routing", tests, NULL, NULL);
 }
