@@ -186,11 +186,10 @@ static bool load_reached(void *arg)
  * workers; the "hot" one's worker gets 3 requests held in flight
  * (balance_abs_threshold 2: overloaded against the idle third worker), the
  * "calm" one's worker 1. The calm conversation's next turn is then routed
- * with the given gate; its worker, decision, and the indexes of the calm
- * and idle workers are returned.
+ * with the given gate and must go to the calm worker (stays) or to the idle
+ * one, with the given decision.
  */
-static void hot_worker_elsewhere(const char *gate, char *worker, char *decision, size_t len,
-                                 size_t *calm_idx, size_t *idle_idx)
+static void hot_worker_elsewhere(const char *gate, bool stays, const char *want_decision)
 {
     struct h_fleet f;
     char extra[128];
@@ -217,9 +216,7 @@ static void hot_worker_elsewhere(const char *gate, char *worker, char *decision,
             break;
         json_decref(calm);
     }
-    size_t h = (size_t)atoi(hot_w + 1) - 1, c = (size_t)atoi(calm_w + 1) - 1;
-    *calm_idx = c;
-    *idle_idx = 3 - h - c;
+    size_t h = (size_t)atoi(hot_w + 1) - 1, c = (size_t)atoi(calm_w + 1) - 1, idle = 3 - h - c;
     /* Their workers stall every stream after its first event. */
     const char *stall = "{\"stall_after_chunks\":1,\"stall_ms\":30000}";
     assert_int_equal(h_mock_faults(f.mock[h].url, stall), 0);
@@ -232,9 +229,13 @@ static void hot_worker_elsewhere(const char *gate, char *worker, char *decision,
         l = (struct load_is){&f, h, k};
         assert_int_equal(h_wait_until(load_reached, &l, H_READY_TIMEOUT_MS), 0);
     }
-    assert_int_equal(h_fleet_load(&f, *idle_idx), 0);
+    assert_int_equal(h_fleet_load(&f, idle), 0);
     /* The calm conversation's next turn (not streamed: no stall). */
-    chat_turn(&f, calm, worker, len, decision, len);
+    char worker[64], decision[64], want_worker[16];
+    chat_turn(&f, calm, worker, sizeof(worker), decision, sizeof(decision));
+    snprintf(want_worker, sizeof(want_worker), "w%zu", (stays ? c : idle) + 1);
+    assert_string_equal(worker, want_worker);
+    assert_string_equal(decision, want_decision);
     json_decref(hot);
     json_decref(calm);
     h_fleet_stop(&f);
@@ -245,23 +246,13 @@ static void hot_worker_elsewhere(const char *gate, char *worker, char *decision,
 static void test_hot_worker_elsewhere_keeps_affinity(void **state)
 {
     (void)state;
-    char worker[64], decision[64], calm_w[16];
-    size_t calm, idle;
-    hot_worker_elsewhere("per_request", worker, decision, sizeof(worker), &calm, &idle);
-    snprintf(calm_w, sizeof(calm_w), "w%zu", calm + 1);
-    assert_string_equal(worker, calm_w);
-    assert_string_equal(decision, "affinity_despite_imbalance");
+    hot_worker_elsewhere("per_request", true, "affinity_despite_imbalance");
 }
 
 static void test_fleet_gate_moves_everyone(void **state)
 {
     (void)state;
-    char worker[64], decision[64], idle_w[16];
-    size_t calm, idle;
-    hot_worker_elsewhere("fleet", worker, decision, sizeof(worker), &calm, &idle);
-    snprintf(idle_w, sizeof(idle_w), "w%zu", idle + 1);
-    assert_string_equal(worker, idle_w);
-    assert_string_equal(decision, "fleet_imbalanced");
+    hot_worker_elsewhere("fleet", false, "fleet_imbalanced");
 }
 
 static void test_debug_headers_off_by_default(void **state)
