@@ -398,7 +398,12 @@ static void lst_completed(void *cls, struct MHD_Connection *conn, void **con_cls
      * before MHD's next pass. Nothing is working for it; a failed attempt
      * still draining goes on to its own end, as after a clean completion. */
     bool delivered = req->relay_ready && req->up_done && req->out_head == req->out_tail;
-    bool working = req->phase == DP_REQ_FORWARDING && !delivered;
+    /* A relayed response is queued (phase REPLIED) while the worker's body
+     * still streams through it: MHD ends such a request itself when a write
+     * to a client that left fails before our watch of its socket begins
+     * (the next tick), and that must cancel the stream like the watch does. */
+    bool relaying = req->phase == DP_REQ_REPLIED && req->relay_ready;
+    bool working = (req->phase == DP_REQ_FORWARDING || relaying) && !delivered;
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && (working || req->phase == DP_REQ_RECEIVING))
         dp_fwd_cancel(req, working && toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN);
     req->conn = NULL;

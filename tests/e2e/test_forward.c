@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -240,6 +242,88 @@ static void test_disconnect_while_streaming(void **state)
     static const char *const body_note = NULL;
     (void)body_note;
     disconnect_case(NULL, args, true);
+}
+
+/* Every one of the clients' requests reached the worker, was aborted there and
+ * released here. */
+struct reset_settle {
+    struct h_fleet *f;
+    long long clients, aborts, inflight, load;
+};
+
+static bool resets_settled(void *arg)
+{
+    struct reset_settle *s = arg;
+    s->aborts = h_fleet_mock_stat(s->f, 0, "client_aborts");
+    s->inflight = h_fleet_mock_stat(s->f, 0, "inflight");
+    s->load = h_fleet_load(s->f, 0);
+    return s->aborts == s->clients && s->inflight == 0 && s->load == 0;
+}
+
+/* Reads from fd until the response headers are in (or fails the test). */
+static void read_response_headers(int fd)
+{
+    char buf[4096] = "";
+    size_t len = 0;
+    while (strstr(buf, "\r\n\r\n") == NULL) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        assert_int_equal(poll(&p, 1, H_READY_TIMEOUT_MS), 1);
+        ssize_t r = read(fd, buf + len, sizeof(buf) - 1 - len);
+        assert_true(r > 0);
+        len += (size_t)r;
+        buf[len] = '\0';
+    }
+    assert_non_null(strstr(buf, "HTTP/1.1 200"));
+}
+
+/*
+ * Clients that reset their connection as soon as the stream's headers
+ * arrive. The router watches a parked client's socket only from its next
+ * tick on, so for most of these the reset comes first and libmicrohttpd is
+ * the one that finds the connection dead, when it writes the next token:
+ * it ends the request with an error after the response was queued. That
+ * too must abort the worker's stream and release its load; otherwise the
+ * load stays counted until the worker ends its 40 s stream. Many clients,
+ * because each one races the router's tick.
+ */
+static void test_client_reset_as_the_stream_starts(void **state)
+{
+    (void)state;
+    enum { CLIENTS = 32 };
+    struct h_fleet f;
+    const char *const args[] = {"--tpot-ms", "20", "--output-tokens", "2000", NULL};
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .mock_args = args});
+    static const char body[] = "{\"model\":\"" H_FLEET_MODEL "\",\"stream\":true,\"max_tokens\":"
+                               "2000,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    char req[512];
+    int n = snprintf(req, sizeof(req),
+                     "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     sizeof(body) - 1, body);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(f.cfg.dataplane_port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int64_t last_reset = 0;
+    for (int i = 0; i < CLIENTS; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fd >= 0);
+        assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        assert_int_equal(write(fd, req, (size_t)n), n);
+        read_response_headers(fd);
+        /* Linger 0: close sends a reset, so the router's next write fails. */
+        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+        close(fd);
+        last_reset = h_now_ms();
+    }
+    struct reset_settle s = {.f = &f, .clients = CLIENTS};
+    int rc = h_wait_until(resets_settled, &s, ABORT_MS);
+    print_message("%d clients reset; %lld ms after the last: worker aborts %lld, inflight %lld, "
+                  "router load %lld\n",
+                  CLIENTS, (long long)(h_now_ms() - last_reset), s.aborts, s.inflight, s.load);
+    assert_int_equal(rc, 0);
+    assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), CLIENTS);
+    assert_int_equal(shm_load_underflows(&f.seg), 0);
+    h_fleet_stop(&f);
 }
 
 /*
@@ -746,6 +830,7 @@ int main(void)
         H_TEST(test_disconnect_before_headers),
         H_TEST(test_disconnect_while_worker_silent),
         H_TEST(test_disconnect_while_streaming),
+        H_TEST(test_client_reset_as_the_stream_starts),
         H_TEST(test_connected_client_keeps_load_until_eof),
         H_TEST(test_retry_on_503_goes_to_another_worker),
         H_TEST(test_retried_attempt_counted_until_its_body_ends),
