@@ -822,7 +822,7 @@ static void h_stop_all(void)
         struct h_proc *p = &h_ctx.procs[i];
         if (h_proc_is_running(p)) {
             h_ctx.stopped_by_teardown[i] = true;
-            kill(p->pid, SIGTERM);
+            kill(p->term_pid > 0 ? p->term_pid : p->pid, SIGTERM);
         }
     }
     if (h_wait_until(h_all_exited_cond, NULL, H_STOP_TIMEOUT_MS) == 0)

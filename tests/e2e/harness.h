@@ -183,6 +183,9 @@ struct h_proc {
     bool exited;     /* reaped; wait_status is valid */
     bool expected;   /* the test stopped or killed it itself */
     int wait_status; /* as from waitpid */
+    /* Where teardown sends its SIGTERM when not pid: a wrapper that blocks
+     * SIGTERM (unshare, harness_pidns.h) passes it to the daemon it runs. */
+    pid_t term_pid;
 };
 
 /* "$SWITCHYARD_BUILD_DIR/<bin>" (default build dir "build") into buf. */

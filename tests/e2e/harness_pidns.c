@@ -190,6 +190,8 @@ int h_pidns_spawn(const char *name, const char *const argv[], struct h_pidns_pro
     rc = h_wait_until(h_pidns_inner_ready, &w, H_READY_TIMEOUT_MS);
     if (rc == 0 && out->inner <= 0)
         rc = -ECHILD; /* unshare exited first */
+    if (rc == 0)
+        out->outer->term_pid = out->inner; /* a failed test's teardown stops the daemon */
     if (rc != 0)
         fprintf(stderr, "harness: %s under unshare did not start (%s)\n", name, strerror(-rc));
     return rc;
