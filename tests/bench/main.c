@@ -9,11 +9,13 @@
  *                         [--hold-s S] [--ramp N/s] [--deadline-s S]
  *   switchyard-bench plan --workload FILE [--quick] [--kv-blocks N] [--block-tokens N] [--mocks N]
  *                         [--rate R] [--seed S]
- *   switchyard-bench pooled --window W0 W1 A.csv... [-- B.csv...]
+ *   switchyard-bench pooled --window W0 W1 [--paired] A.csv... [-- B.csv...]
  *
  * pooled: TTFT p50 and p99 of several `run --csv` files' requests sent in
  * [W0, W1) s, taken together (pooled.h); with a second set after `--`,
- * also the ratio of the two sets' p99s and its bootstrap 95% interval.
+ * also the ratio of the two sets' p99s and its bootstrap 95% interval;
+ * with --paired (A's i-th run and B's i-th ran the same arrival plan) also
+ * the paired interval.
  *
  * --rate R replaces the workload's arrival rate (requests/s; with
  * sequential_turns the offered load: conversations start at R / turns per
@@ -68,7 +70,7 @@ static void usage(void)
             "                             [--ramp N] [--deadline-s S]\n"
             "       switchyard-bench plan --workload FILE [--quick] [--kv-blocks N]\n"
             "                             [--block-tokens N] [--mocks N] [--rate R] [--seed S]\n"
-            "       switchyard-bench pooled --window W0 W1 A.csv... [-- B.csv...]\n");
+            "       switchyard-bench pooled --window W0 W1 [--paired] A.csv... [-- B.csv...]\n");
 }
 
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -434,12 +436,22 @@ static int cmd_pooled(int argc, char **argv)
         return 2;
     }
     int first = 5, sep = argc;
+    bool paired = strcmp(argv[first], "--paired") == 0;
+    if (paired)
+        first++;
     for (int i = first; i < argc; i++)
         if (strcmp(argv[i], "--") == 0)
             sep = i;
     size_t n_a = (size_t)(sep - first), n_b = sep < argc ? (size_t)(argc - sep - 1) : 0;
     if (n_a == 0 || (sep < argc && n_b == 0)) {
         usage();
+        return 2;
+    }
+    if (paired && n_a != n_b) {
+        fprintf(stderr,
+                "switchyard-bench: pooled --paired: %zu runs before --, %zu after: "
+                "pairs need the same number on both sides\n",
+                n_a, n_b);
         return 2;
     }
     struct pl_run *runs = calloc(n_a + n_b, sizeof(*runs));
@@ -455,6 +467,11 @@ static int cmd_pooled(int argc, char **argv)
             printf("ratio n/a\nratio_lo n/a\nratio_hi n/a\n");
         else
             printf("ratio %.3f\nratio_lo %.3f\nratio_hi %.3f\n", ra / rb, lo, hi);
+        if (paired && (!(rb > 0) || pl_bootstrap_ratio_paired(runs, runs + n_a, n_a, 99, 2000, 1,
+                                                              &lo, &hi) != 0))
+            printf("paired_lo n/a\npaired_hi n/a\n");
+        else if (paired)
+            printf("paired_lo %.3f\npaired_hi %.3f\n", lo, hi);
     }
     for (size_t i = 0; runs != NULL && i < n_a + n_b; i++)
         pl_run_free(&runs[i]);

@@ -161,19 +161,19 @@ static uint64_t pl_next(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* Pooled percentile of n runs drawn with replacement from runs[0..n). */
-static double pl_resampled_pct(const struct pl_run *runs, size_t n, double q, uint64_t *seed,
-                               size_t *pick, double *buf)
+/* Draws n run indices in [0, n) with replacement. */
+static void pl_draw(size_t n, uint64_t *seed, size_t *pick)
 {
     for (size_t i = 0; i < n; i++)
         pick[i] = (size_t)(pl_next(seed) % n);
-    return pl_rank(buf, pl_gather(runs, pick, n, buf), q);
 }
 
-int pl_bootstrap_ratio(const struct pl_run *a, size_t n_a, const struct pl_run *b, size_t n_b,
-                       double q, unsigned iters, uint64_t seed, double *lo, double *hi)
+/* Both bootstraps: paired draws one set of indices for both sides. */
+static int pl_bootstrap(const struct pl_run *a, size_t n_a, const struct pl_run *b, size_t n_b,
+                        bool paired, double q, unsigned iters, uint64_t seed, double *lo,
+                        double *hi)
 {
-    if (n_a == 0 || n_b == 0 || iters == 0)
+    if (n_a == 0 || n_b == 0 || iters == 0 || (paired && n_a != n_b))
         return -EINVAL;
     /* A resample holds at most n times the largest run. */
     size_t most = 0;
@@ -187,8 +187,11 @@ int pl_bootstrap_ratio(const struct pl_run *a, size_t n_a, const struct pl_run *
     int rc = buf != NULL && pick != NULL && ratios != NULL ? 0 : -ENOMEM;
     size_t kept = 0;
     for (unsigned it = 0; rc == 0 && it < iters; it++) {
-        double x = pl_resampled_pct(a, n_a, q, &seed, pick, buf);
-        double y = pl_resampled_pct(b, n_b, q, &seed, pick, buf);
+        pl_draw(n_a, &seed, pick);
+        double x = pl_rank(buf, pl_gather(a, pick, n_a, buf), q);
+        if (!paired)
+            pl_draw(n_b, &seed, pick);
+        double y = pl_rank(buf, pl_gather(b, pick, n_b, buf), q);
         if (isfinite(x) && isfinite(y) && y > 0)
             ratios[kept++] = x / y;
     }
@@ -203,4 +206,16 @@ int pl_bootstrap_ratio(const struct pl_run *a, size_t n_a, const struct pl_run *
     free(pick);
     free(ratios);
     return rc;
+}
+
+int pl_bootstrap_ratio(const struct pl_run *a, size_t n_a, const struct pl_run *b, size_t n_b,
+                       double q, unsigned iters, uint64_t seed, double *lo, double *hi)
+{
+    return pl_bootstrap(a, n_a, b, n_b, false, q, iters, seed, lo, hi);
+}
+
+int pl_bootstrap_ratio_paired(const struct pl_run *a, const struct pl_run *b, size_t n, double q,
+                              unsigned iters, uint64_t seed, double *lo, double *hi)
+{
+    return pl_bootstrap(a, n, b, n, true, q, iters, seed, lo, hi);
 }

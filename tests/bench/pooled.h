@@ -53,4 +53,15 @@ double pl_pooled_pct(const struct pl_run *runs, size_t n_runs, double q);
 int pl_bootstrap_ratio(const struct pl_run *a, size_t n_a, const struct pl_run *b, size_t n_b,
                        double q, unsigned iters, uint64_t seed, double *lo, double *hi);
 
+/*
+ * The same interval when the runs are paired: a[i] and b[i] were measured
+ * under one arrival plan (make bench gives both policies of a repetition
+ * the same seed). Each draw takes the same run indices on both sides, so
+ * what the two runs of a pair share (a burst of arrivals that makes both
+ * tails long) cancels in the ratio instead of widening its interval; what
+ * is left is how the policies differ under the same traffic.
+ */
+int pl_bootstrap_ratio_paired(const struct pl_run *a, const struct pl_run *b, size_t n, double q,
+                              unsigned iters, uint64_t seed, double *lo, double *hi);
+
 #endif

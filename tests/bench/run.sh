@@ -311,7 +311,7 @@ fi # sections = all
 # (the policies interleaved within each repetition) and reports the median
 # of each figure, except TTFT percentiles: those are taken over all runs'
 # requests together (switchyard-bench pooled), and the two gates' p99s are
-# compared with a bootstrap 95% interval over runs. Keys:
+# compared with a bootstrap 95% interval over runs, paired by repetition. Keys:
 # pd_WORKLOAD_POLICY_RATE_FIGURE.
 pd_n_prefill=4 pd_n_decode=6
 pd_policies="cache_aware cache_aware_fleet round_robin"
@@ -475,17 +475,24 @@ for rate in $(pd_rates "$wl"); do
             put "${c}_ttft_p99_ms" n/a
         fi
     done
-    # The per-request gate's pooled TTFT p99 over the fleet gate's, with a
-    # bootstrap 95% interval that resamples runs.
+    # The per-request gate's pooled TTFT p99 over the fleet gate's, with
+    # bootstrap 95% intervals that resample runs: unpaired, and paired by
+    # repetition (both gates' runs of repetition r ran the same arrival plan),
+    # so the lists go in repetition order and only repetitions both have.
     c="pd_${wl}_cmp_${rate}"
-    ca_runs=$(ls "$bench_tmp"/pd-"$wl"-cache_aware-"$rate"-*.csv 2>/dev/null)
-    fl_runs=$(ls "$bench_tmp"/pd-"$wl"-cache_aware_fleet-"$rate"-*.csv 2>/dev/null)
-    if [ -n "$ca_runs" ] && [ -n "$fl_runs" ] && "$build/switchyard-bench" pooled \
+    ca_runs="" fl_runs=""
+    for rep in $(seq "$(pd_reps "$wl")"); do
+        ca="$bench_tmp/pd-$wl-cache_aware-$rate-$rep.csv" fl="$bench_tmp/pd-$wl-cache_aware_fleet-$rate-$rep.csv"
+        [ -s "$ca" ] && [ -s "$fl" ] && ca_runs="$ca_runs $ca" fl_runs="$fl_runs $fl"
+    done
+    if [ -n "$ca_runs" ] && "$build/switchyard-bench" pooled \
         --window "$(value "pd_${wl}_cache_aware_${rate}_r1_window_from_s")" \
-        "$(value "pd_${wl}_cache_aware_${rate}_r1_window_to_s")" $ca_runs -- $fl_runs >"$bench_tmp/pooled.txt"; then
-        for k in ratio ratio_lo ratio_hi; do put "${c}_p99_$k" "$(awk -v k="$k" '$1 == k {print $2}' "$bench_tmp/pooled.txt")"; done
+        "$(value "pd_${wl}_cache_aware_${rate}_r1_window_to_s")" --paired $ca_runs -- $fl_runs >"$bench_tmp/pooled.txt"; then
+        for k in ratio ratio_lo ratio_hi paired_lo paired_hi; do
+            put "${c}_p99_$k" "$(awk -v k="$k" '$1 == k {print $2}' "$bench_tmp/pooled.txt")"
+        done
     else
-        for k in ratio ratio_lo ratio_hi; do put "${c}_p99_$k" n/a; done
+        for k in ratio ratio_lo ratio_hi paired_lo paired_hi; do put "${c}_p99_$k" n/a; done
     fi
 done
 done
@@ -732,14 +739,15 @@ pd_workload_report() {
     echo "1 means the load was skewed but no worker overloaded by the thresholds' measure (at"
     echo "most 6 requests in flight above the least-loaded worker)."
     echo
-    echo "| rate | per-request − fleet hit rate (of ceiling) | per-request / fleet TTFT p99 (95% interval) | per-request / fleet tok/s | abandoned: per-request / fleet (most in a run) | kept despite imbalance: per-request (most in a run) | load max/mean: per-request / fleet | gates differ (load uneven) | verdict |"
+    echo "| rate | per-request − fleet hit rate (of ceiling) | per-request / fleet TTFT p99 (95% interval paired; unpaired) | per-request / fleet tok/s | abandoned: per-request / fleet (most in a run) | kept despite imbalance: per-request (most in a run) | load max/mean: per-request / fleet | gates differ (load uneven) | verdict |"
     echo "|---|---|---|---|---|---|---|---|---|"
     : >"$verdicts"
     for rate in $rates; do
         a="pd_${wl}_cache_aware_${rate}" b="pd_${wl}_cache_aware_fleet_${rate}" x="pd_${wl}_cmp_${rate}"
         awk -v rate="$rate" -v out="$verdicts" -v ha="$(v "${a}_hit_rate")" -v hb="$(v "${b}_hit_rate")" \
             -v ca="$(v "${a}_hit_ceiling")" -v cb="$(v "${b}_hit_ceiling")" \
-            -v pr="$(v "${x}_p99_ratio")" -v plo="$(v "${x}_p99_ratio_lo")" -v phi="$(v "${x}_p99_ratio_hi")" \
+            -v pr="$(v "${x}_p99_ratio")" -v plo="$(v "${x}_p99_paired_lo")" -v phi="$(v "${x}_p99_paired_hi")" \
+            -v ulo="$(v "${x}_p99_ratio_lo")" -v uhi="$(v "${x}_p99_ratio_hi")" \
             -v ta="$(v "${a}_output_tok_s")" -v tb="$(v "${b}_output_tok_s")" \
             -v sa="$(v "${a}_abandoned_share")" -v sb="$(v "${b}_abandoned_share")" \
             -v ka="$(v "${a}_kept_share")" -v km="$(v "${a}_kept_max")" \
@@ -755,7 +763,7 @@ pd_workload_report() {
             if (uneven) verdict = beats ? "beats (goal met)" : (worse ? "worse (goal not met)" : "matches within noise, does not beat (goal not met)")
             else verdict = worse ? "worse (goal not met)" : (beats ? "beats (goal met)" : "matches within noise (goal met)")
             print code, (uneven ? "uneven" : "even") >> out
-            printf "| %s/s | %+.4f (%+.4f) | %.2f× (%.2f–%.2f) | %.2f× | %s (%s) / %s (%s) | %s (%s) | %s / %s | %s | %s |\n", rate, ha - hb, ra - rb, pr, plo, phi, ta / tb, sa, aa, sb, ab, ka, km, la, lb, uneven ? "yes" : "no", verdict }'
+            printf "| %s/s | %+.4f (%+.4f) | %.2f× (%.2f–%.2f; %.2f–%.2f) | %.2f× | %s (%s) / %s (%s) | %s (%s) | %s / %s | %s | %s |\n", rate, ha - hb, ra - rb, pr, plo, phi, ulo, uhi, ta / tb, sa, aa, sb, ab, ka, km, la, lb, uneven ? "yes" : "no", verdict }'
     done
     local sat
     sat=$(ratio "$(v "pd_${wl}_cache_aware_${top}_output_tok_s")" "$(v "pd_${wl}_round_robin_${top}_output_tok_s")")
@@ -854,7 +862,11 @@ pd_report() {
     echo "are compared as shares of each run's own ceiling (medians): a policy that serves its"
     echo "agents faster starts more conversations in the same time, and every first turn is a"
     echo "miss, so raw hit rates of different request mixes do not compare. TTFT p99 is compared"
-    echo "by the pooled ratio's 95% interval. *worse* = hit rate of ceiling more than 0.01 below"
+    echo "by the pooled ratio's 95% interval, paired by repetition: both gates' runs of a"
+    echo "repetition ran the same arrival plan, so each bootstrap draw takes the same repetitions"
+    echo "for both and compares them under the same traffic (a burst of arrivals lengthens both"
+    echo "tails and cancels in the ratio). The unpaired interval, which sets any run of one gate"
+    echo "against any run of the other, is shown beside it. *worse* = hit rate of ceiling more than 0.01 below"
     echo "the fleet gate's, or the whole interval above 1.05; *beats* = hit rate of ceiling at"
     echo "least the fleet gate's and the whole interval below 1; otherwise the two *match within"
     echo "noise*. *Load uneven* = the gates differ (table below): where they take the same"

@@ -3,7 +3,8 @@
  * as make bench uses it for the P/D section: `--seed` replaces a
  * workload's seed (a repetition draws other arrivals; the workload's own
  * seed gives the plan it always gave), and `pooled` reads runs' CSVs and
- * prints pooled percentiles and the two sets' p99 ratio with its interval.
+ * prints pooled percentiles and the two sets' p99 ratio with its interval
+ * (paired or not).
  * Nothing is started: the binary runs and exits.
  */
 #include <setjmp.h>
@@ -107,6 +108,20 @@ static void test_pooled(void **state)
     double r = figure(out, "ratio"), lo = figure(out, "ratio_lo"), hi = figure(out, "ratio_hi");
     assert_true(r > 0.66 && r < 0.67); /* 198 / 299 */
     assert_true(lo <= r && r <= hi);
+    assert_true(isnan(figure(out, "paired_lo")));
+
+    /* Paired (a1 with b1, a2 with b2): a resample never sets a1 against
+     * b2, whose ratio (0.5) bounds the unpaired interval; the paired one
+     * lies within [198/299, 199/200]. */
+    snprintf(args, sizeof(args), "pooled --window 1 5 --paired '%s' '%s' -- '%s' '%s'", a1, a2, b1,
+             b2);
+    assert_int_equal(bench(args, out, sizeof(out)), 0);
+    assert_true(figure(out, "ratio") == r);
+    double plo = figure(out, "paired_lo"), phi = figure(out, "paired_hi");
+    assert_true(plo >= 0.66 && phi <= 0.995 && plo <= r && r <= phi);
+    assert_true(lo < 0.6 && hi > 1.0); /* the unpaired one is wider */
+    snprintf(args, sizeof(args), "pooled --window 1 5 --paired '%s' '%s' -- '%s'", a1, a2, b1);
+    assert_int_equal(bench(args, out, sizeof(out)), 2);
 
     /* Bad input: exit 2 for usage, 1 for a file that is not a run's CSV. */
     assert_int_equal(bench("pooled", out, sizeof(out)), 2);

@@ -123,12 +123,40 @@ static void test_bootstrap_ratio(void **state)
     }
 }
 
+/*
+ * Runs paired by arrival plan: pair i's tail is set by its plan (step 1 to
+ * 6), and under the same plan policy A is always 0.8x policy B. Unpaired,
+ * the plans' spread swamps that and the interval spans 1; paired, every
+ * draw compares like with like and the interval is 0.8 exactly.
+ */
+static void test_bootstrap_ratio_paired(void **state)
+{
+    (void)state;
+    struct pl_run a[6], b[6];
+    for (int i = 0; i < 6; i++) {
+        make_run(&a[i], 0.8, 0.8 * (i + 1), 100);
+        make_run(&b[i], 1, i + 1, 100);
+    }
+    double lo = 0, hi = 0;
+    assert_int_equal(pl_bootstrap_ratio_paired(a, b, 6, 99, 2000, 1, &lo, &hi), 0);
+    assert_float_equal(lo, 0.8, 1e-9);
+    assert_float_equal(hi, 0.8, 1e-9);
+    assert_int_equal(pl_bootstrap_ratio(a, 6, b, 6, 99, 2000, 1, &lo, &hi), 0);
+    assert_true(lo < 0.8 && hi > 1.0);
+    assert_int_equal(pl_bootstrap_ratio_paired(a, b, 0, 99, 10, 1, &lo, &hi), -EINVAL);
+    for (int i = 0; i < 6; i++) {
+        pl_run_free(&a[i]);
+        pl_run_free(&b[i]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_read_csv_window_and_failures),
         cmocka_unit_test(test_pooled_pct_is_over_all_samples),
         cmocka_unit_test(test_bootstrap_ratio),
+        cmocka_unit_test(test_bootstrap_ratio_paired),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
