@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -287,6 +288,24 @@ int h_free_port(uint16_t *port)
         return 0;
     }
     return -EADDRNOTAVAIL;
+}
+
+ssize_t h_fd_read_more(int fd, char *buf, size_t cap, size_t *len, int timeout_ms)
+{
+    if (*len + 1 >= cap)
+        return -ENOBUFS;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int rc = poll(&p, 1, timeout_ms);
+    if (rc < 0)
+        return -errno;
+    if (rc == 0)
+        return -ETIMEDOUT;
+    ssize_t n = read(fd, buf + *len, cap - 1 - *len);
+    if (n < 0)
+        return -errno;
+    *len += (size_t)n;
+    buf[*len] = '\0';
+    return n;
 }
 
 int h_shm_name(char *buf, size_t len)

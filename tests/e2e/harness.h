@@ -114,6 +114,14 @@ int64_t h_now_ms(void);
 int h_free_port(uint16_t *port);
 
 /*
+ * For tests that speak HTTP over a raw socket: waits up to timeout_ms for
+ * fd to be readable and appends what one read returns to buf[*len..cap),
+ * keeping buf NUL-terminated. Returns the bytes read, 0 at EOF, or a
+ * negative errno (-ETIMEDOUT, -ENOBUFS when buf is full).
+ */
+ssize_t h_fd_read_more(int fd, char *buf, size_t cap, size_t *len, int timeout_ms);
+
+/*
  * Writes a fresh POSIX shm name "/sy-test-<pid>-<n>" into buf and remembers
  * it: teardown shm_unlink()s it whether or not anyone created it.
  */

@@ -265,14 +265,8 @@ static void read_response_headers(int fd)
 {
     char buf[4096] = "";
     size_t len = 0;
-    while (strstr(buf, "\r\n\r\n") == NULL) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        assert_int_equal(poll(&p, 1, H_READY_TIMEOUT_MS), 1);
-        ssize_t r = read(fd, buf + len, sizeof(buf) - 1 - len);
-        assert_true(r > 0);
-        len += (size_t)r;
-        buf[len] = '\0';
-    }
+    while (strstr(buf, "\r\n\r\n") == NULL)
+        assert_true(h_fd_read_more(fd, buf, sizeof(buf), &len, H_READY_TIMEOUT_MS) > 0);
     assert_non_null(strstr(buf, "HTTP/1.1 200"));
 }
 

@@ -471,12 +471,7 @@ static int idle_connection(uint16_t port)
     size_t len = 0;
     /* /health is small: read until the headers and their Content-Length body are in. */
     for (;;) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        assert_int_equal(poll(&pfd, 1, WAIT_MS), 1);
-        ssize_t n = read(fd, buf + len, sizeof(buf) - 1 - len);
-        assert_true(n > 0);
-        len += (size_t)n;
-        buf[len] = '\0';
+        assert_true(h_fd_read_more(fd, buf, sizeof(buf), &len, WAIT_MS) > 0);
         const char *end = strstr(buf, "\r\n\r\n");
         const char *cl = strcasestr(buf, "content-length:");
         if (end != NULL && cl != NULL &&
