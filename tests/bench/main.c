@@ -5,10 +5,11 @@
  *   switchyard-bench run --workload FILE [--quick] --url http://HOST:PORT
  *                        [--mock http://HOST:PORT]... [--kv-blocks N] [--block-tokens N]
  *                        [--json FILE] [--csv FILE] [--label NAME] [--rate R] [--seed S]
+ *                        [--duration-s S]
  *   switchyard-bench hold --url http://HOST:PORT --streams N --pid PID
  *                         [--hold-s S] [--ramp N/s] [--deadline-s S]
  *   switchyard-bench plan --workload FILE [--quick] [--kv-blocks N] [--block-tokens N] [--mocks N]
- *                         [--rate R] [--seed S]
+ *                         [--rate R] [--seed S] [--duration-s S]
  *   switchyard-bench pooled --window W0 W1 [--paired] A.csv... [-- B.csv...]
  *
  * pooled: TTFT p50 and p99 of several `run --csv` files' requests sent in
@@ -21,7 +22,10 @@
  * sequential_turns the offered load: conversations start at R / turns per
  * second). --seed S replaces the workload's seed: the same workload with
  * other arrival times and prompts (a benchmark's repetitions sample the
- * arrival process instead of replaying one draw of it).
+ * arrival process instead of replaying one draw of it). --duration-s S
+ * replaces a sequential workload's duration_s (conversations start, and the
+ * measurement window ends, at S): a longer window for a tail percentile
+ * that needs more requests than the workload's own window holds.
  *
  * A sequential workload's figures (workload.h) are taken over its window
  * [warmup_s, duration_s]: latencies of the requests sent in it, tokens/s
@@ -57,7 +61,8 @@ struct opts {
     double hold_s, ramp, deadline_s;
     double rate; /* > 0: overrides the workload's rate */
     bool has_seed;
-    uint64_t seed; /* with has_seed: overrides the workload's seed */
+    uint64_t seed;     /* with has_seed: overrides the workload's seed */
+    double duration_s; /* > 0: overrides a sequential workload's duration_s */
 };
 
 static void usage(void)
@@ -66,10 +71,12 @@ static void usage(void)
             "usage: switchyard-bench run --workload FILE [--quick] --url URL [--mock URL]...\n"
             "                            [--kv-blocks N] [--block-tokens N] [--json FILE]\n"
             "                            [--csv FILE] [--label NAME] [--rate R] [--seed S]\n"
+            "                            [--duration-s S]\n"
             "       switchyard-bench hold --url URL --streams N --pid PID [--hold-s S]\n"
             "                             [--ramp N] [--deadline-s S]\n"
             "       switchyard-bench plan --workload FILE [--quick] [--kv-blocks N]\n"
             "                             [--block-tokens N] [--mocks N] [--rate R] [--seed S]\n"
+            "                             [--duration-s S]\n"
             "       switchyard-bench pooled --window W0 W1 [--paired] A.csv... [-- B.csv...]\n");
 }
 
@@ -130,6 +137,16 @@ static int parse_args(int argc, char **argv, struct opts *o)
                 return -EINVAL;
             }
             o->has_seed = true;
+        } else if (strcmp(a, "--duration-s") == 0) {
+            char *end;
+            o->duration_s = strtod(v, &end);
+            if (*end != '\0' || end == v || !(o->duration_s >= 0.1 && o->duration_s <= 86400)) {
+                fprintf(
+                    stderr,
+                    "switchyard-bench: --duration-s: expected seconds in 0.1..86400, got '%s'\n",
+                    v);
+                return -EINVAL;
+            }
         } else if (strcmp(a, "--mocks") == 0)
             o->plan_mocks = (unsigned)strtoul(v, NULL, 10);
         else if (strcmp(a, "--streams") == 0)
@@ -177,6 +194,16 @@ static int load_plan(const struct opts *o, struct wl_spec *spec, struct wl_plan 
         spec->rate = o->rate;
     if (o->has_seed)
         spec->seed = o->seed;
+    if (o->duration_s > 0) {
+        if (!spec->sequential_turns || !(o->duration_s > spec->warmup_s)) {
+            fprintf(stderr,
+                    "switchyard-bench: --duration-s: %s workloads only, and above warmup_s "
+                    "(%g s)\n",
+                    "sequential_turns", spec->warmup_s);
+            return -EINVAL;
+        }
+        spec->duration_s = o->duration_s;
+    }
     rc = wl_plan_build(spec, plan);
     if (rc != 0)
         fprintf(stderr, "switchyard-bench: %s: cannot build the plan: %s\n", o->workload,

@@ -347,6 +347,15 @@ pd_reps_pd_agentic_shared=${PD_REPS:-$pd_reps_pd_agentic_shared}
 pd_reps_pd_agentic_shared_slow=${PD_REPS:-$pd_reps_pd_agentic_shared_slow}
 pd_reps_pd_agentic_mixed=${PD_REPS:-$pd_reps_pd_agentic_mixed}
 pd_workloads=${PD_WORKLOADS:-$pd_workloads}
+# Long cells: the saturation rate of the two pd_agentic_shared scenarios,
+# where the gates differ, runs pd_long_reps times with a pd_long_s window
+# instead: the two gates' TTFT p99s differ by about a tenth there, and 5
+# runs of 4 s (about 400 requests each, p99 = the 4th slowest) gave
+# intervals 1.0 wide that could rank nothing; 5 runs of 19 s gave 0.3.
+# round_robin, which only sets the throughput baseline, runs in the first
+# pd_long_rr_reps of them. PD_LONG_REPS=0 turns long cells off.
+pd_long_s=${PD_LONG_S:-20.5} pd_long_rr_reps=3
+if [ "$mode" = quick ]; then pd_long_reps=${PD_LONG_REPS:-0}; else pd_long_reps=${PD_LONG_REPS:-8}; fi
 pd_slow_flags=(--prefill-base-us 3000 --prefill-us-per-token 600)
 # pd_yaml SCENARIO: its workload file; pd_is_slow SCENARIO: whether its fleet has the slow worker.
 pd_yaml() { echo "$here/workloads/${1%_slow}.yaml"; }
@@ -361,7 +370,19 @@ pd_spec_val() { pd_spec "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k {print $
 # pd_rates WORKLOAD / pd_reps WORKLOAD: its rates, its runs per cell.
 pd_rates() { local r=pd_rates_$1; echo "${!r}"; }
 pd_reps() { local r=pd_reps_$1; echo "${!r}"; }
-echo "== P/D ($pd_n_prefill prefill + $pd_n_decode decode mocks: $pd_policies; $(for w in $pd_workloads; do echo -n "$w at $(pd_rates "$w") req/s, $(pd_reps "$w") run(s) each; "; done))" >&2
+# pd_is_long WORKLOAD RATE: whether the cell is a long one (above).
+pd_is_long() {
+    local rates
+    rates=$(pd_rates "$1")
+    [ "$pd_long_reps" -gt 0 ] && [ "${1%_slow}" = pd_agentic_shared ] && [ "$2" = "${rates##* }" ]
+}
+# pd_cell_reps WORKLOAD RATE: the cell's repetitions; pd_cell_duration
+# WORKLOAD RATE: its --duration-s arguments (none: the workload's own).
+pd_cell_reps() { if pd_is_long "$1" "$2"; then echo "$pd_long_reps"; else pd_reps "$1"; fi; }
+pd_cell_duration() { pd_is_long "$1" "$2" && echo "--duration-s $pd_long_s" || true; }
+# pd_runs POLICY WORKLOAD RATE REP: whether that run happens.
+pd_runs() { [ "$1" != round_robin ] || ! pd_is_long "$2" "$3" || [ "$4" -le "$pd_long_rr_reps" ]; }
+echo "== P/D ($pd_n_prefill prefill + $pd_n_decode decode mocks: $pd_policies; $(for w in $pd_workloads; do echo -n "$w at $(pd_rates "$w") req/s, $(pd_reps "$w") run(s) each; "; done)long cells: $pd_long_reps runs of ${pd_long_s} s)" >&2
 pd_started=$(date +%s)
 pd_prefill_flags=(--model mock --role prefill --threads 1 --kv-blocks "$kv_blocks" --block-tokens 16
     --prefill-base-us 1000 --prefill-us-per-token 200 --tpot-ms 2 --max-num-seqs 2)
@@ -397,8 +418,8 @@ for ((i = 0; i < pd_n; i++)); do
     fi
 done
 for ((i = 0; i < pd_n; i++)); do wait_http "http://127.0.0.1:${pports[$i]}/health" 10; done
-# pd_cell_runs CELL WORKLOAD FIGURE: the figure of each of the cell's runs, one per line.
-pd_cell_runs() { local rep; for rep in $(seq "$(pd_reps "$2")"); do value "${1}_r${rep}_$3"; done; }
+# pd_cell_runs CELL WORKLOAD RATE FIGURE: the figure of each of the cell's runs, one per line.
+pd_cell_runs() { local rep; for rep in $(seq "$(pd_cell_reps "$2" "$3")"); do value "${1}_r${rep}_$4"; done; }
 # runs_max / runs_range: the largest of the numbers on stdin, their range "lo–hi" (n/a skipped).
 runs_max() { awk '$1 != "n/a" {if (n++ == 0 || $1 + 0 > m) m = $1 + 0} END {print (n ? m : "n/a")}'; }
 runs_range() {
@@ -421,8 +442,9 @@ pd_decisions() {
 for wl in $pd_workloads; do
 if pd_is_slow "$wl"; then pd_start_first_prefill slow; else pd_start_first_prefill normal; fi
 for rate in $(pd_rates "$wl"); do
-    for rep in $(seq "$(pd_reps "$wl")"); do
+    for rep in $(seq "$(pd_cell_reps "$wl" "$rate")"); do
         for pol in $pd_policies; do
+            pd_runs "$pol" "$wl" "$rate" "$rep" || continue
             name=$pol gate=per_request
             [ "$pol" = cache_aware_fleet ] && name=cache_aware gate=fleet
             balance_abs=6 switchyard_pd_config "$bench_tmp/pd.yaml" pd "$dp_threads" "$name" "$gate" \
@@ -437,7 +459,8 @@ for rate in $(pd_rates "$wl"); do
             # Repetition r draws its arrivals and prompts with the workload's
             # seed + r - 1 (the same draw for every policy of the repetition).
             run_fg "$f.txt" "$build/switchyard-bench" run --workload "$(pd_yaml "$wl")" \
-                "${quick_flag[@]}" --rate "$rate" --seed "$(($(pd_spec_val "$wl" seed) + rep - 1))" \
+                "${quick_flag[@]}" $(pd_cell_duration "$wl" "$rate") --rate "$rate" \
+                --seed "$(($(pd_spec_val "$wl" seed) + rep - 1))" \
                 --url "http://127.0.0.1:$pdp" "${pd_mock_args[@]}" \
                 --kv-blocks "$kv_blocks" --block-tokens 16 --label "$pol" --json "$f.json" --csv "$f.csv" ||
                 echo "bench: $wl / $pol / $rate / run $rep: the load generator failed" >&2
@@ -457,15 +480,17 @@ for rate in $(pd_rates "$wl"); do
     for pol in $pd_policies; do
         c="pd_${wl}_${pol}_${rate}"
         keys=$(awk -v p="${c}_r1_" 'index($1, p) == 1 {print substr($1, length(p) + 1)}' "$results" | sort -u)
-        for k in $keys; do put "${c}_$k" "$(pd_cell_runs "$c" "$wl" "$k" | median)"; done
-        put "${c}_abandoned_max" "$(pd_cell_runs "$c" "$wl" abandoned | runs_max)"
-        put "${c}_kept_max" "$(pd_cell_runs "$c" "$wl" kept | runs_max)"
-        put "${c}_tok_s_range" "$(pd_cell_runs "$c" "$wl" output_tok_s | runs_range)"
-        put "${c}_p99_range" "$(pd_cell_runs "$c" "$wl" ttft_p99_ms | runs_range)"
+        for k in $keys; do put "${c}_$k" "$(pd_cell_runs "$c" "$wl" "$rate" "$k" | median)"; done
+        put "${c}_abandoned_max" "$(pd_cell_runs "$c" "$wl" "$rate" abandoned | runs_max)"
+        put "${c}_kept_max" "$(pd_cell_runs "$c" "$wl" "$rate" kept | runs_max)"
+        put "${c}_tok_s_range" "$(pd_cell_runs "$c" "$wl" "$rate" output_tok_s | runs_range)"
+        put "${c}_p99_range" "$(pd_cell_runs "$c" "$wl" "$rate" ttft_p99_ms | runs_range)"
         # TTFT percentiles over every run's requests in the window (the
         # window is the workload's, the same in every run of the cell).
-        pooled_runs=$(for rep in $(seq "$(pd_reps "$wl")"); do
-            [ -s "$bench_tmp/pd-$wl-$pol-$rate-$rep.csv" ] && echo "$bench_tmp/pd-$wl-$pol-$rate-$rep.csv"; done)
+        pooled_runs=$(for rep in $(seq "$(pd_cell_reps "$wl" "$rate")"); do
+            f="$bench_tmp/pd-$wl-$pol-$rate-$rep.csv"
+            if [ -s "$f" ]; then echo "$f"; fi
+        done)
         if [ -n "$pooled_runs" ] && "$build/switchyard-bench" pooled --window "$(value "${c}_r1_window_from_s")" \
             "$(value "${c}_r1_window_to_s")" $pooled_runs >"$bench_tmp/pooled.txt"; then
             put "${c}_ttft_p50_ms" "$(awk '$1 == "a_p50_ms" {print $2}' "$bench_tmp/pooled.txt")"
@@ -481,7 +506,7 @@ for rate in $(pd_rates "$wl"); do
     # so the lists go in repetition order and only repetitions both have.
     c="pd_${wl}_cmp_${rate}"
     ca_runs="" fl_runs=""
-    for rep in $(seq "$(pd_reps "$wl")"); do
+    for rep in $(seq "$(pd_cell_reps "$wl" "$rate")"); do
         ca="$bench_tmp/pd-$wl-cache_aware-$rate-$rep.csv" fl="$bench_tmp/pd-$wl-cache_aware_fleet-$rate-$rep.csv"
         [ -s "$ca" ] && [ -s "$fl" ] && ca_runs="$ca_runs $ca" fl_runs="$fl_runs $fl"
     done
@@ -676,6 +701,7 @@ pd_workload_report() {
     local wl=$1 rates top low cap dur planned k p r title verdicts=$bench_tmp/pd-$wl-verdicts
     rates=$(pd_rates "$wl") top=${rates##* } low=${rates%% *} cap=$(pd_spec_val "$wl" max_concurrency)
     dur=$(pd_spec_val "$wl" duration_s)
+    pd_is_long "$wl" "$top" && dur=$pd_long_s
     case ${wl%_slow} in
     pd_agentic) title="agents with contexts of their own" ;;
     pd_agentic_shared) title="agents sharing one framework's prompt" ;;
@@ -687,6 +713,8 @@ pd_workload_report() {
     echo
     echo "Workload [\`$yaml\`](../tests/bench/workloads/$yaml)$([ "$mode" = quick ] && echo " (its \`quick:\` values)"):"
     echo "\`$(pd_spec "$wl")\`. Rates: $rates req/s."
+    pd_is_long "$wl" "$top" &&
+        echo "At $top/s (a long cell): $pd_long_reps runs with \`duration_s: $pd_long_s\`, round_robin in the first $pd_long_rr_reps of them."
     if pd_is_slow "$wl"; then
         echo "The workload of ${wl%_slow} on another fleet: prefill worker 1 of $pd_n_prefill runs with"
         echo "\`${pd_slow_flags[*]}\` (3× the others' cost per request: an older or degraded GPU),"
@@ -769,7 +797,7 @@ pd_workload_report() {
     sat=$(ratio "$(v "pd_${wl}_cache_aware_${top}_output_tok_s")" "$(v "pd_${wl}_round_robin_${top}_output_tok_s")")
     echo
     planned=$("$build/switchyard-bench" plan --workload "$(pd_yaml "$wl")" "${quick_flag[@]}" \
-        --rate "$top" | awk '$1 == "conversations" {print $2}')
+        $(pd_cell_duration "$wl" "$top") --rate "$top" | awk '$1 == "conversations" {print $2}')
     echo "Saturation (the highest rate, $top/s): cache_aware (per-request) serves ${sat}× round_robin's"
     echo "output tokens/s (goal ≥ 2.5×); the fleet gate"
     echo "$(ratio "$(v "pd_${wl}_cache_aware_fleet_${top}_output_tok_s")" "$(v "pd_${wl}_round_robin_${top}_output_tok_s")")×. The rate's plan starts $planned conversations in"
@@ -844,6 +872,14 @@ pd_report() {
     echo "(\`switchyard-bench pooled\`): one run measures a few hundred requests, so its own p99"
     echo "is its 4th slowest request and moved 3× from run to run of the same code. Every other"
     echo "figure is the median of the runs (tokens/s also with its range)."
+    [ "$pd_long_reps" -gt 0 ] && {
+        echo "The saturation rate of the two pd_agentic_shared scenarios, where the gates differ, is a"
+        echo "*long cell*: $pd_long_reps repetitions with \`duration_s\` $pd_long_s s instead of the workload's"
+        echo "$(pd_spec_val pd_agentic_shared duration_s) s (\`switchyard-bench run --duration-s\`; the table's *measured* column), round_robin"
+        echo "only in the first $pd_long_rr_reps. The two gates' TTFT p99s differ by about a tenth there: 5 runs of"
+        echo "the workload's own 4-s window (about 800 requests each) gave 95% intervals about 1.0 wide,"
+        echo "5 runs of a 19-s window (about 3,700) about 0.3."
+    }
     echo
     echo "Hit rate = the prefill mocks' \`prefix_hit_tokens / prefix_query_tokens\` over the whole"
     echo "run; ceiling = one LRU cache of the prefill fleet's capacity ($pd_n_prefill × $kv_blocks blocks) fed the"

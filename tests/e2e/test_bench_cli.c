@@ -69,6 +69,30 @@ static void test_seed_replaces_the_workloads(void **state)
     assert_int_equal(bench(args, six, sizeof(six)), 2);
 }
 
+static void test_duration_replaces_the_workloads(void **state)
+{
+    (void)state;
+    static const char wl[] =
+        "plan --workload tests/bench/workloads/pd_agentic_shared.yaml --rate 96";
+    char own[4096], longer[4096], args[256];
+    assert_int_equal(bench(wl, own, sizeof(own)), 0);
+    snprintf(args, sizeof(args), "%s --duration-s 20.5", wl);
+    assert_int_equal(bench(args, longer, sizeof(longer)), 0);
+    assert_non_null(strstr(longer, " duration_s=20.5 "));
+    /* Conversations keep starting until 20.5 s: the plan is longer and larger. */
+    assert_true(figure(own, "duration_s") < 5.5);
+    assert_true(figure(longer, "duration_s") > 20 && figure(longer, "duration_s") < 20.5);
+    assert_true(figure(longer, "requests") > 3 * figure(own, "requests"));
+    /* Not at or below the warmup, not a number, not for an open-loop workload. */
+    snprintf(args, sizeof(args), "%s --duration-s 1.5", wl);
+    assert_int_equal(bench(args, longer, sizeof(longer)), 2);
+    snprintf(args, sizeof(args), "%s --duration-s x", wl);
+    assert_int_equal(bench(args, longer, sizeof(longer)), 2);
+    assert_int_equal(bench("plan --workload tests/bench/workloads/multi_turn.yaml --duration-s 30",
+                           longer, sizeof(longer)),
+                     2);
+}
+
 static const char header[] =
     "index,group,turn,start_s,ttft_ms,e2e_ms,status,curl_rc,output_tokens,ok,sent\n";
 
@@ -139,6 +163,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         H_TEST(test_seed_replaces_the_workloads),
+        H_TEST(test_duration_replaces_the_workloads),
         H_TEST(test_pooled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
