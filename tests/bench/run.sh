@@ -1131,13 +1131,15 @@ fi
     echo "## Reproducing"
     echo
     echo "\`make deps\` then \`make bench-quick\` (≤ 2 min: 4 mock workers, 3 policies, 1,000"
-    echo "streams, P/D: three scenarios at 1-2 rates once) or \`make bench\` (about 18 min: 8 mock workers, 5"
+    echo "streams, P/D: three scenarios at 1-2 rates once) or \`make bench\` (about 28 min: 8 mock workers, 5"
     echo "policies, 10,000 streams, 3 interleaved proxy rounds, P/D: pd_agentic at 3 rates × 3 runs,"
-    echo "pd_agentic_shared at 3 rates × 5 runs, pd_agentic_shared_slow at 2 rates × 5 runs). The P/D"
-    echo "section alone: \`make bench-pd\` / \`make bench-pd-quick\` (\`tests/bench/run.sh BUILD"
+    echo "pd_agentic_shared at 48 and 96/s × 5 runs, pd_agentic_shared_slow at 96/s × 5 runs, both"
+    echo "at 192/s as long cells of 8 runs of 20.5 s). The P/D section alone (about 22 min):"
+    echo "\`make bench-pd\` / \`make bench-pd-quick\` (\`tests/bench/run.sh BUILD"
     echo "full|quick pd\`), which rewrites only that section of this page and its plot; \`PD_RATES\`,"
-    echo "\`PD_SHARED_RATES\`, \`PD_MIXED_RATES\`, \`PD_REPS\` and \`PD_WORKLOADS\` override its rates,"
-    echo "repetitions and scenarios (\`pd_agentic_mixed\` runs only when named there). The load"
+    echo "\`PD_SHARED_RATES\`, \`PD_MIXED_RATES\`, \`PD_REPS\`, \`PD_WORKLOADS\`, \`PD_LONG_REPS\` and"
+    echo "\`PD_LONG_S\` override its rates, repetitions, scenarios and long cells"
+    echo "(\`pd_agentic_mixed\` runs only when named there). The load"
     echo "generator alone:"
     echo
     echo '```'
