@@ -197,9 +197,9 @@ static int load_plan(const struct opts *o, struct wl_spec *spec, struct wl_plan 
     if (o->duration_s > 0) {
         if (!spec->sequential_turns || !(o->duration_s > spec->warmup_s)) {
             fprintf(stderr,
-                    "switchyard-bench: --duration-s: %s workloads only, and above warmup_s "
-                    "(%g s)\n",
-                    "sequential_turns", spec->warmup_s);
+                    "switchyard-bench: --duration-s: sequential_turns workloads only, and above "
+                    "warmup_s (%g s)\n",
+                    spec->warmup_s);
             return -EINVAL;
         }
         spec->duration_s = o->duration_s;
