@@ -118,13 +118,24 @@ void dp_listener_wake(struct dp_request *req)
     MHD_resume_connection(req->conn);
 }
 
+/* MHD holds the whole response: the worker's body ended and every byte of
+ * it was handed over. A client that then goes away (typically: it read the
+ * answer and closed before MHD's next pass completed the request) cancels
+ * nothing: no attempt works for it, and a failed attempt still draining goes
+ * on to its own end, as after a clean completion. */
+static bool lst_delivered(const struct dp_request *req)
+{
+    return req->relay_ready && req->up_done && req->out_head == req->out_tail;
+}
+
 void dp_listener_client_event(struct dp_request *req, uint32_t events)
 {
     (void)events;
     if (!req->watching || req->conn == NULL)
         return;
     lst_unwatch(req);
-    dp_fwd_cancel(req, true);
+    if (!lst_delivered(req))
+        dp_fwd_cancel(req, true);
 }
 
 static void lst_common_headers(const struct dp_request *req, struct MHD_Response *resp)
@@ -392,12 +403,9 @@ static void lst_completed(void *cls, struct MHD_Connection *conn, void **con_cls
         dc->req = NULL;
     lst_unwatch(req);
     req->suspended = false;
-    /* A request whose whole response MHD already holds (the worker's body
-     * ended and every byte was handed over) is not cancelled when MHD then
-     * ends it with an error: typically the client read the answer and closed
-     * before MHD's next pass. Nothing is working for it; a failed attempt
-     * still draining goes on to its own end, as after a clean completion. */
-    bool delivered = req->relay_ready && req->up_done && req->out_head == req->out_tail;
+    /* A request whose whole response MHD already holds is not cancelled when
+     * MHD then ends it with an error (lst_delivered). */
+    bool delivered = lst_delivered(req);
     /* A relayed response is queued (phase REPLIED) while the worker's body
      * still streams through it: MHD ends such a request itself when a write
      * to a client that left fails before our watch of its socket begins

@@ -481,6 +481,11 @@ static void test_retried_attempt_counted_until_its_body_ends(void **state)
     assert_int_equal(st.status, 200);
     assert_int_equal(h_fleet_mock_stat(&f, 0, "inflight"), 1);
     assert_int_equal(h_fleet_load(&f, 0), 1);
+    /* The client closes as soon as it has the answer (the harness forbids
+     * reuse), sometimes while the router still watches its socket: that must
+     * not cancel the request and abort w1's held body (about 1 run in 12 of
+     * this test under ASan with 6 in parallel, before listener.c's
+     * lst_delivered check in the watch's handler). */
     struct held_watch w = {.f = &f};
     assert_int_equal(h_wait_until(held_over, &w, H_READY_TIMEOUT_MS), 0);
     assert_int_equal(w.bad, 0);
