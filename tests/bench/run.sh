@@ -350,7 +350,7 @@ pd_workloads=${PD_WORKLOADS:-$pd_workloads}
 # Long cells: the saturation rate of the two pd_agentic_shared scenarios,
 # where the gates differ, runs pd_long_reps times with a pd_long_s window
 # instead: the two gates' TTFT p99s differ by about a tenth there, and 5
-# runs of 4 s (about 400 requests each, p99 = the 4th slowest) gave
+# runs of 4 s (about 800 requests each, p99 = the 8th slowest) gave
 # intervals 1.0 wide that could rank nothing; 5 runs of 19 s gave 0.3.
 # round_robin, which only sets the throughput baseline, runs in the first
 # pd_long_rr_reps of them. PD_LONG_REPS=0 turns long cells off.
