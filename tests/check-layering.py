@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Layering check: fails on an include that crosses a forbidden line.
+
+switchyard's folders are layers (docs/architecture.md, "Source layout"):
+
+    common/        includes only common/
+    shm/           includes only common/ and shm/
+    proto/         includes no daemon folder (dataplane/, controlplane/)
+    dataplane/     never includes controlplane/, and the other way round
+    shm/'s private layout header (the segment's structs) is included only
+    from shm/ itself and from shm's own unit tests.
+
+It also fails on an include cycle between modules (a module is foo.c +
+foo.h; module A depends on module B when A.c or A.h includes B.h), except
+the cycles listed in ALLOWED_CYCLES: the data plane's listener, forwarder
+and upstream report to each other by design.
+
+Only quoted includes of project files are read ("dir/file.h"); system and
+library headers (<...>) and generated protobuf headers under build/ are not
+layers. Runs from the repository root:
+
+    tests/check-layering.py            check the tree, exit 1 on a violation
+    tests/check-layering.py --self-test  prove each rule fires on a bad tree
+
+Python's standard library only, so it runs wherever `make test` runs.
+"""
+
+import os
+import re
+import sys
+import tempfile
+
+SOURCE_DIRS = ["common", "shm", "proto", "dataplane", "controlplane"]
+PRIVATE_SHM_HEADERS = ["shm/layout_private.h"]
+# Unit tests that may read the segment's structs directly.
+PRIVATE_SHM_READERS = re.compile(r"^(shm/|tests/unit/test_shm[^/]*\.c$)")
+
+# (folder of the including file, folders it may include); None = any.
+ALLOWED = {
+    "common": {"common"},
+    "shm": {"common", "shm"},
+    "proto": {"common", "proto"},
+    "dataplane": {"common", "shm", "proto", "dataplane"},
+    "controlplane": {"common", "shm", "proto", "controlplane"},
+}
+
+# Cycles that are part of the design. Each is a set of modules (path
+# without extension); a strongly connected component is allowed when it is
+# a subset of one of them.
+ALLOWED_CYCLES = [
+    {"dataplane/listener", "dataplane/forwarder", "dataplane/upstream"},
+]
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def source_files(root):
+    for top in SOURCE_DIRS + ["tests"]:
+        for dirpath, _, names in os.walk(os.path.join(root, top)):
+            for name in sorted(names):
+                if name.endswith((".c", ".h")):
+                    full = os.path.join(dirpath, name)
+                    yield os.path.relpath(full, root)
+
+
+def includes_of(root, path):
+    out = []
+    with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            m = INCLUDE.match(line)
+            if m:
+                out.append((lineno, m.group(1)))
+    return out
+
+
+def folder_of(path):
+    return path.split("/", 1)[0]
+
+
+def module_of(path):
+    return os.path.splitext(path)[0]
+
+
+def strongly_connected(graph):
+    """Tarjan's algorithm, iterative; returns the components of size > 1."""
+    index, low, on_stack, stack, comps = {}, {}, set(), [], []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, it = work[-1]
+            advanced = False
+            for nxt in it:
+                if nxt not in graph:
+                    continue
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    comp.add(member)
+                    if member == node:
+                        break
+                if len(comp) > 1:
+                    comps.append(comp)
+    return comps
+
+
+def check(root):
+    problems = []
+    graph = {}
+    files = list(source_files(root))
+    known = set(files)
+    for path in files:
+        folder = folder_of(path)
+        for lineno, inc in includes_of(root, path):
+            where = f"{path}:{lineno}"
+            if inc in PRIVATE_SHM_HEADERS and not PRIVATE_SHM_READERS.match(path):
+                problems.append(f"{where}: includes {inc}, the segment's private layout;"
+                                " use shm/'s accessors")
+            target = folder_of(inc)
+            allowed = ALLOWED.get(folder)
+            if allowed is not None and target in ALLOWED and target not in allowed:
+                problems.append(f"{where}: {folder}/ may not include {target}/ ({inc})")
+            if folder in ALLOWED and inc in known and inc.endswith(".h"):
+                mine, theirs = module_of(path), module_of(inc)
+                if mine != theirs:
+                    graph.setdefault(mine, set()).add(theirs)
+                    graph.setdefault(theirs, set())
+    for comp in strongly_connected(graph):
+        if not any(comp <= allowed for allowed in ALLOWED_CYCLES):
+            edges = sorted(f"{a} -> {b}" for a in comp for b in graph[a] if b in comp)
+            problems.append("include cycle between modules " + ", ".join(sorted(comp)) +
+                            " (" + "; ".join(edges) + ")")
+    return problems
+
+
+def self_test():
+    """Each rule must fire on a tree built to break it, and a clean tree passes."""
+    cases = {
+        "clean": ({"common/a.h": "", "shm/b.h": '#include "common/a.h"\n'}, 0),
+        "common includes shm": ({"common/a.c": '#include "shm/b.h"\n', "shm/b.h": ""}, 1),
+        "shm includes dataplane": ({"shm/a.c": '#include "dataplane/b.h"\n',
+                                    "dataplane/b.h": ""}, 1),
+        "proto includes controlplane": ({"proto/a.c": '#include "controlplane/b.h"\n',
+                                         "controlplane/b.h": ""}, 1),
+        "dataplane includes controlplane": ({"dataplane/a.c": '#include "controlplane/b.h"\n',
+                                             "controlplane/b.h": ""}, 1),
+        "private layout outside shm": ({"dataplane/a.c": '#include "shm/layout_private.h"\n',
+                                        "shm/layout_private.h": ""}, 1),
+        "private layout in test_shm": ({"tests/unit/test_shm.c":
+                                        '#include "shm/layout_private.h"\n',
+                                        "shm/layout_private.h": ""}, 0),
+        "cycle": ({"controlplane/a.c": '#include "controlplane/b.h"\n',
+                   "controlplane/a.h": "", "controlplane/b.h": "",
+                   "controlplane/b.c": '#include "controlplane/a.h"\n'}, 1),
+        "allowed triangle": ({"dataplane/listener.c": '#include "dataplane/forwarder.h"\n',
+                              "dataplane/listener.h": "", "dataplane/forwarder.h": "",
+                              "dataplane/forwarder.c": '#include "dataplane/listener.h"\n'}, 0),
+    }
+    failed = 0
+    for name, (tree, want) in cases.items():
+        with tempfile.TemporaryDirectory() as root:
+            for path, text in tree.items():
+                os.makedirs(os.path.join(root, os.path.dirname(path)), exist_ok=True)
+                with open(os.path.join(root, path), "w", encoding="utf-8") as f:
+                    f.write(text)
+            got = len(check(root))
+            ok = (got > 0) == (want > 0)
+            failed += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} self-test {name}: {got} problem(s)")
+    return failed
+
+
+def main():
+    root = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    if sys.argv[1:] == ["--self-test"]:
+        return 1 if self_test() else 0
+    problems = check(root)
+    for p in problems:
+        print(f"layering: {p}", file=sys.stderr)
+    if problems:
+        print(f"layering: {len(problems)} violation(s)", file=sys.stderr)
+        return 1
+    print("layering: ok (folders, private segment layout, module include cycles)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
