@@ -14,18 +14,27 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Reads the state letter (field 3) and start time (field 22) of pid. */
+/*
+ * Reads the state letter (field 3) and start time (field 22) of pid.
+ * -ENOENT or -ESRCH mean the process is gone; any other error (-EMFILE when
+ * the descriptor limit is reached, -EACCES, -ENOMEM, -EIO for a line we
+ * cannot parse) says nothing about it.
+ */
 static int proc_read_stat(pid_t pid, char *out_state, uint64_t *out_ticks)
 {
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return -ENOENT;
+        return -errno;
     char buf[1024];
     ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    int read_errno = errno;
     close(fd);
-    if (n <= 0)
+    /* A process that exits between open and read answers ESRCH. */
+    if (n < 0)
+        return read_errno == ESRCH ? -ESRCH : -EIO;
+    if (n == 0)
         return -EIO;
     buf[n] = '\0';
     /* The command name (field 2) may contain spaces and ')': skip to the last ')'. */
@@ -74,8 +83,14 @@ bool proc_is_alive(pid_t pid, uint64_t start_time)
         return false;
     uint64_t now_start = 0;
     char state = 0;
-    if (proc_read_stat(pid, &state, &now_start) != 0)
+    int rc = proc_read_stat(pid, &state, &now_start);
+    if (rc == -ENOENT || rc == -ESRCH)
         return false;
+    /* Anything else (out of descriptors above all) is "unknown": reaping a
+     * live dataplane would drop its requests, so unknown counts as alive and
+     * the heartbeat stays the judge. */
+    if (rc != 0)
+        return true;
     /* A zombie has exited; only its parent has not collected it yet. */
     if (state == 'Z' || state == 'X')
         return false;

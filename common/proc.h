@@ -12,7 +12,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* Start time of pid in clock ticks since boot. 0 or -ENOENT/-EIO. */
+/* Start time of pid in clock ticks since boot. 0, -ENOENT or -ESRCH (no such
+ * process), or another negative errno (-EMFILE, -EACCES, -EIO...) when /proc
+ * could not be read. */
 int proc_start_time(pid_t pid, uint64_t *out_ticks);
 
 /* Inode number of this process's PID namespace (/proc/self/ns/pid). */
@@ -20,8 +22,11 @@ int proc_pid_namespace(uint64_t *out_inode);
 
 /*
  * True unless we can prove the process (pid, start_time) is gone: no such
- * pid, a zombie, or a pid whose start time differs (recycled). Only meaningful when the
- * pid was recorded in our own PID namespace.
+ * pid (ESRCH from kill, ENOENT/ESRCH from /proc), a zombie, or a pid whose
+ * start time differs (recycled). A /proc read that fails for any other
+ * reason (EMFILE at the descriptor limit above all) proves nothing and
+ * answers true. Only meaningful when the pid was recorded in our own PID
+ * namespace.
  */
 bool proc_is_alive(pid_t pid, uint64_t start_time);
 
