@@ -163,6 +163,31 @@ static void shm_fill_owner(struct shm_segment *seg)
     atomic_fetch_add_explicit(&seg->hdr->epoch, 1, memory_order_release);
 }
 
+/*
+ * Refuses an existing object that someone else could have prepared: it must
+ * belong to our effective uid and give nothing to group or other. Anyone on
+ * the host can create a name in /dev/shm first; adopting such an object
+ * would let its owner rewrite worker URLs (and receive the prompts) or
+ * truncate it under us (SIGBUS). -EPERM with the owner and mode in err.
+ */
+static int shm_check_owner(int fd, const char *name, char *err, size_t err_len)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        snprintf(err, err_len, "fstat(%s): %s", name, strerror(e));
+        return -e;
+    }
+    if (st.st_uid == geteuid() && (st.st_mode & 0077) == 0)
+        return 0;
+    snprintf(err, err_len,
+             "segment %s is owned by uid %u with mode %04o; refusing it: a segment must belong "
+             "to this user (uid %u) and be closed to group and other (0600). Remove it (after "
+             "checking who made it) or set another shm.name",
+             name, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), (unsigned)geteuid());
+    return -EPERM;
+}
+
 /* Creates a new object; EEXIST is returned untouched so the caller can decide. */
 static int shm_create(struct shm_segment *seg, const char *name, uint32_t max_workers,
                       uint32_t max_dataplanes, char *err, size_t err_len)
@@ -240,7 +265,10 @@ static int shm_reattach(struct shm_segment *seg, const char *name, uint32_t max_
         return -e;
     }
     seg->fd = fd;
-    int rc = shm_segment_try_lock(seg, SHM_OWNER_LOCK_OFFSET, SHM_OWNER_LOCK_LEN);
+    int rc = shm_check_owner(fd, name, err, err_len);
+    if (rc != 0)
+        goto out_close;
+    rc = shm_segment_try_lock(seg, SHM_OWNER_LOCK_OFFSET, SHM_OWNER_LOCK_LEN);
     if (rc == -EBUSY) {
         snprintf(err, err_len, "segment %s is owned by another running control plane", name);
         goto out_close;
@@ -348,7 +376,9 @@ int shm_segment_attach(struct shm_segment *seg, const char *name, char *err, siz
         snprintf(err, err_len, "shm_open(%s): %s", name, strerror(e));
         return -e;
     }
-    int rc = 0;
+    int rc = shm_check_owner(fd, name, err, err_len);
+    if (rc != 0)
+        goto out_close;
     struct stat st;
     if (fstat(fd, &st) != 0) {
         rc = -errno;

@@ -1,0 +1,132 @@
+/*
+ * End-to-end tests of the attacks docs/security.md lists, each against the
+ * real daemons: every one reproduces what a hostile local user or client
+ * did and asserts that the daemons now refuse it.
+ *
+ * Segment squatting: another user creates the segment's name in /dev/shm
+ * before the router starts, as a valid, published segment (made with our
+ * own shm code, as that user) opened to everyone. A router that adopted it
+ * would route by URLs that user can rewrite. The tests run as root, so the
+ * squatter is a forked child that drops to uid/gid 65534 (nobody).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "shm/segment.h"
+#include "tests/e2e/harness.h"
+
+#define NOBODY 65534
+
+static bool log_contains(const struct h_proc *p, const char *needle)
+{
+    FILE *f = fopen(p->log_path, "r");
+    if (f == NULL)
+        return false;
+    char line[4096];
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f) != NULL)
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* Creates a published segment `name` as uid/gid `uid`, with `mode`. 0 or -1. */
+static int squat_segment(const char *name, uid_t uid, mode_t mode)
+{
+    pid_t child = fork();
+    if (child < 0)
+        return -1;
+    if (child == 0) {
+        if (uid != geteuid() && (setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0))
+            _exit(10);
+        struct shm_segment seg;
+        enum shm_open_outcome outcome;
+        char err[256];
+        if (shm_segment_open_owner(&seg, name, 1024, 8, &outcome, err, sizeof(err)) != 0)
+            _exit(11);
+        char path[128];
+        snprintf(path, sizeof(path), "/dev/shm%s", name);
+        if (chmod(path, mode) != 0)
+            _exit(12);
+        _exit(0); /* exiting drops the owner lock, as a dead control plane would */
+    }
+    int status = 0;
+    if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return -1;
+    return 0;
+}
+
+static void write_config(struct h_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    assert_int_equal(h_config_add_worker(cfg, "http://127.0.0.1:9", "w1", "mock", NULL), 0);
+    assert_int_equal(h_config_write(cfg, NULL), 0);
+}
+
+/* The daemon started by start() must exit non-zero, naming the owner. */
+static void assert_refuses(int (*start)(const char *, struct h_proc **), const char *config,
+                           const char *want)
+{
+    struct h_proc *p = NULL;
+    assert_int_equal(start(config, &p), 0);
+    int status = 0;
+    assert_int_equal(h_proc_wait(p, 10000, &status), 0);
+    assert_true(WIFEXITED(status));
+    assert_int_not_equal(WEXITSTATUS(status), 0);
+    if (!log_contains(p, want)) {
+        h_proc_print_log(p, 20);
+        fail_msg("log of %s lacks \"%s\"", p->name, want);
+    }
+}
+
+static void test_segment_of_another_user_is_refused(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip(); /* becoming another user takes root; CI runs as root */
+    struct h_config cfg;
+    write_config(&cfg);
+    assert_int_equal(squat_segment(cfg.shm_name, NOBODY, 0666), 0);
+    assert_refuses(h_start_controlplane, cfg.path, "is owned by uid 65534 with mode 0666");
+    assert_refuses(h_start_dataplane, cfg.path, "is owned by uid 65534 with mode 0666");
+
+    /* Owned by another user even with a private mode: still not ours. */
+    struct h_config cfg2;
+    write_config(&cfg2);
+    assert_int_equal(squat_segment(cfg2.shm_name, NOBODY, 0600), 0);
+    assert_refuses(h_start_controlplane, cfg2.path, "is owned by uid 65534 with mode 0600");
+}
+
+static void test_segment_open_to_others_is_refused(void **state)
+{
+    (void)state;
+    /* Our own uid, but group and other may write it: anyone could have
+     * rewritten it, so it is refused as well. */
+    struct h_config cfg;
+    write_config(&cfg);
+    assert_int_equal(squat_segment(cfg.shm_name, geteuid(), 0666), 0);
+    char want[96];
+    snprintf(want, sizeof(want), "is owned by uid %u with mode 0666", (unsigned)geteuid());
+    assert_refuses(h_start_controlplane, cfg.path, want);
+    assert_refuses(h_start_dataplane, cfg.path, want);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        H_TEST(test_segment_of_another_user_is_refused),
+        H_TEST(test_segment_open_to_others_is_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
