@@ -27,6 +27,7 @@
 #include "common/proc.h"
 #include "dataplane/errors.h"
 #include "dataplane/forwarder.h"
+#include "dataplane/header_rules.h"
 #include "dataplane/request.h"
 #include "dataplane/routes.h"
 
@@ -309,8 +310,29 @@ static size_t lst_header_bytes(struct MHD_Connection *conn, const char *url, con
     return n;
 }
 
+static enum MHD_Result lst_check_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                        size_t key_size, const char *value, size_t value_size)
+{
+    (void)kind;
+    bool *bad = cls;
+    if (key == NULL || !dp_hdr_name_is_token(key, key_size) ||
+        (value != NULL && !dp_hdr_value_is_clean(value, value_size))) {
+        *bad = true;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
 static enum MHD_Result lst_begin(struct dp_request *req)
 {
+    /* MHD accepts malformed headers that would reach a worker verbatim
+     * (header_rules.h): refuse the request before anything else. */
+    bool bad_header = false;
+    MHD_get_connection_values_n(req->conn, MHD_HEADER_KIND, lst_check_header, &bad_header);
+    if (bad_header)
+        return lst_queue_error(req, 400, "invalid_header",
+                               "a header name is not an HTTP token or a header value holds a "
+                               "control character");
     if (req->route == DP_ROUTE_OTHER)
         return lst_queue_error(req, 404, "not_found", "no such route");
     if (!req->method_ok)

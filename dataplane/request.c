@@ -14,6 +14,7 @@
 #include <sys/random.h>
 
 #include "common/proc.h"
+#include "dataplane/header_rules.h"
 #include "dataplane/json_skeleton.h"
 #include "dataplane/pd.h"
 
@@ -283,6 +284,7 @@ bool dp_header_is_hop_by_hop(const char *name, size_t len)
 
 struct hdr_ctx {
     struct curl_slist *list;
+    const char *connection; /* the client's Connection header, or NULL */
     bool failed;
 };
 
@@ -291,10 +293,22 @@ static enum MHD_Result add_client_header(void *cls, enum MHD_ValueKind kind, con
 {
     (void)kind;
     struct hdr_ctx *c = cls;
-    if (key == NULL || dp_header_is_hop_by_hop(key, strlen(key)))
+    if (key == NULL)
+        return MHD_YES;
+    /* The listener refused names that are not tokens; trim anyway, so a
+     * name with white space can never slip past the hop-by-hop filter. */
+    while (*key == ' ' || *key == '\t')
+        key++;
+    size_t len = strlen(key);
+    while (len > 0 && (key[len - 1] == ' ' || key[len - 1] == '\t'))
+        len--;
+    if (dp_header_is_hop_by_hop(key, len))
+        return MHD_YES;
+    /* Headers the client's Connection header names are hop-by-hop too. */
+    if (c->connection != NULL && dp_hdr_connection_lists(c->connection, key, len))
         return MHD_YES;
     char line[8192];
-    int n = snprintf(line, sizeof(line), "%s: %s", key, value != NULL ? value : "");
+    int n = snprintf(line, sizeof(line), "%.*s: %s", (int)len, key, value != NULL ? value : "");
     if (n < 0 || (size_t)n >= sizeof(line))
         return MHD_YES; /* a header this long is not worth forwarding */
     struct curl_slist *nl = curl_slist_append(c->list, line);
@@ -357,6 +371,7 @@ int dp_request_prepare_upstream(struct dp_request *req)
     else
         new_request_id(req->request_id);
     struct hdr_ctx c = {0};
+    c.connection = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Connection");
     MHD_get_connection_values(req->conn, MHD_HEADER_KIND, add_client_header, &c);
     char line[DP_REQUEST_ID_MAX + 32];
     snprintf(line, sizeof(line), "X-Request-Id: %s", req->request_id);

@@ -3,6 +3,12 @@
  * real daemons: every one reproduces what a hostile local user or client
  * did and asserts that the daemons now refuse it.
  *
+ * Header injection: libmicrohttpd accepts malformed headers (a bare CR in
+ * a value, white space before the colon); the data plane must answer 400
+ * to them, never forward them, and must strip the headers that the
+ * client's Connection header names. Sent over a raw socket, since curl
+ * would not send such bytes.
+ *
  * Segment squatting: another user creates the segment's name in /dev/shm
  * before the router starts, as a valid, published segment (made with our
  * own shm code, as that user) opened to everyone. A router that adopted it
@@ -17,6 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +34,7 @@
 
 #include "shm/segment.h"
 #include "tests/e2e/harness.h"
+#include "tests/e2e/harness_fleet.h"
 
 #define NOBODY 65534
 
@@ -122,11 +132,87 @@ static void test_segment_open_to_others_is_refused(void **state)
     assert_refuses(h_start_dataplane, cfg.path, want);
 }
 
+/* Sends raw request bytes to the fleet's data plane; returns the response
+ * as read until the peer closes or the headers and a short body are in. */
+static void raw_exchange(struct h_fleet *f, const char *head, char *out, size_t cap)
+{
+    static const char body[] = "{\"model\":\"" H_FLEET_MODEL "\",\"max_tokens\":2,"
+                               "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    char req[2048];
+    int n = snprintf(req, sizeof(req),
+                     "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n%s"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n\r\n%s",
+                     head, sizeof(body) - 1, body);
+    assert_true(n > 0 && (size_t)n < sizeof(req));
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(f->cfg.dataplane_port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(write(fd, req, (size_t)n), n);
+    out[0] = '\0';
+    size_t len = 0;
+    while (h_fd_read_more(fd, out, cap, &len, H_READY_TIMEOUT_MS) > 0)
+        ;
+    close(fd);
+}
+
+static void test_malformed_headers_are_refused(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
+    static const char *const heads[] = {
+        "X-A: foo\rX-Injected: 1\r\n",     /* bare CR: a second header upstream */
+        "Transfer-Encoding : chunked\r\n", /* white space before the colon */
+        "Content-Length\t: 5\r\n",
+        "Host : evil\r\n",
+        "X-B: a\x01b\r\n", /* a control byte */
+    };
+    for (size_t i = 0; i < sizeof(heads) / sizeof(heads[0]); i++) {
+        char resp[8192];
+        raw_exchange(&f, heads[i], resp, sizeof(resp));
+        if (strncmp(resp, "HTTP/1.1 400", 12) != 0 && strncmp(resp, "HTTP/1.0 400", 12) != 0)
+            fail_msg("case %zu: expected 400, got: %.200s", i, resp);
+    }
+    /* None of them reached the worker. */
+    assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 0);
+
+    /* A clean request still goes through on the same router. */
+    char resp[8192];
+    raw_exchange(&f, "X-Fine: yes\r\n", resp, sizeof(resp));
+    assert_int_equal(strncmp(resp, "HTTP/1.1 200", 12), 0);
+    assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 1);
+    h_fleet_stop(&f);
+}
+
+static void test_connection_named_headers_are_stripped(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
+    char resp[8192];
+    raw_exchange(&f, "Connection: keep-alive, X-Secret\r\nX-Secret: 1\r\nX-Kept: 2\r\n", resp,
+                 sizeof(resp));
+    assert_int_equal(strncmp(resp, "HTTP/1.1 200", 12), 0);
+    json_t *stats = h_mock_stats(f.mock[0].url);
+    assert_non_null(stats);
+    json_t *hdrs = json_object_get(stats, "last_request_headers");
+    assert_true(json_is_object(hdrs));
+    assert_null(json_object_get(hdrs, "x-secret"));
+    assert_non_null(json_object_get(hdrs, "x-kept"));
+    json_decref(stats);
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         H_TEST(test_segment_of_another_user_is_refused),
         H_TEST(test_segment_open_to_others_is_refused),
+        H_TEST(test_malformed_headers_are_refused),
+        H_TEST(test_connection_named_headers_are_stripped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
