@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -95,6 +96,36 @@ bool proc_is_alive(pid_t pid, uint64_t start_time)
     if (state == 'Z' || state == 'X')
         return false;
     return now_start == start_time;
+}
+
+static uint64_t proc_rlim_u64(rlim_t v)
+{
+    return v == RLIM_INFINITY ? UINT64_MAX : (uint64_t)v;
+}
+
+int proc_raise_fd_limit(uint64_t *before, uint64_t *after)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return -errno;
+    if (before != NULL)
+        *before = proc_rlim_u64(rl.rlim_cur);
+    if (rl.rlim_cur != rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            return -errno;
+    }
+    if (after != NULL)
+        *after = proc_rlim_u64(rl.rlim_cur);
+    return 0;
+}
+
+uint64_t proc_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return UINT64_MAX;
+    return proc_rlim_u64(rl.rlim_cur);
 }
 
 uint64_t proc_monotonic_ns(void)

@@ -30,6 +30,16 @@ int proc_pid_namespace(uint64_t *out_inode);
  */
 bool proc_is_alive(pid_t pid, uint64_t start_time);
 
+/*
+ * Raises this process's soft descriptor limit (RLIMIT_NOFILE) to its hard
+ * limit, so that a low inherited soft limit cannot starve a daemon. Fills
+ * the limits before and after (either pointer may be NULL). 0 or -errno.
+ */
+int proc_raise_fd_limit(uint64_t *before, uint64_t *after);
+
+/* The soft descriptor limit in force (RLIM_INFINITY as UINT64_MAX). */
+uint64_t proc_fd_limit(void);
+
 /* Monotonic clock in nanoseconds and milliseconds. */
 uint64_t proc_monotonic_ns(void);
 uint64_t proc_monotonic_ms(void);

@@ -24,6 +24,7 @@
 #include <microhttpd.h>
 
 #include "common/log.h"
+#include "common/proc.h"
 #include "controlplane/admin_routes.h"
 
 #define ADM_TOKEN_MAX       4096u
@@ -273,6 +274,20 @@ static int adm_load_token(struct adm_http *h, const char *path)
     return 0;
 }
 
+/*
+ * At most a quarter of the descriptor limit (between 4 and 256) for admin
+ * connections: idle clients of the admin port must never leave the control
+ * plane without descriptors for its probes, the data planes' channel and
+ * the /proc reads that judge their leases.
+ */
+static unsigned adm_connection_cap(void)
+{
+    uint64_t quarter = proc_fd_limit() / 4;
+    if (quarter < 4)
+        return 4;
+    return quarter > 256 ? 256u : (unsigned)quarter;
+}
+
 int adm_http_create(struct adm_ctx *ctx, struct adm_http **out)
 {
     struct adm_http *h = calloc(1, sizeof(*h));
@@ -304,7 +319,7 @@ int adm_http_create(struct adm_ctx *ctx, struct adm_http **out)
     h->daemon = MHD_start_daemon(flags, portn, NULL, NULL, adm_handler, h, MHD_OPTION_SOCK_ADDR,
                                  ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, adm_completed, h,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)256, MHD_OPTION_END);
+                                 MHD_OPTION_CONNECTION_LIMIT, adm_connection_cap(), MHD_OPTION_END);
     freeaddrinfo(ai);
     if (h->daemon == NULL) {
         log_error("admin API: cannot listen on %s", cp->admin_listen);

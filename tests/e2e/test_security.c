@@ -206,6 +206,70 @@ static void test_connection_named_headers_are_stripped(void **state)
     h_fleet_stop(&f);
 }
 
+static bool dataplane_exited(void *arg)
+{
+    struct h_fleet *f = arg;
+    return !h_proc_is_running(f->dp);
+}
+
+/*
+ * A control plane at a low descriptor limit with the admin port held by
+ * idle clients: it must keep judging the data plane's lease alive (a /proc
+ * read that fails with EMFILE proves nothing) and cap its admin
+ * connections, so the data plane keeps serving.
+ */
+static void test_descriptor_exhaustion_does_not_reap_a_live_dataplane(void **state)
+{
+    (void)state;
+    enum { IDLE = 60 };
+    struct h_fleet f;
+    memset(&f, 0, sizeof(f));
+    f.n = 1;
+    assert_int_equal(h_mock_start(&f.mock[0], "--model", H_FLEET_MODEL, NULL), 0);
+    assert_int_equal(h_config_add_worker(&f.cfg, f.mock[0].url, "w1", H_FLEET_MODEL, NULL), 0);
+    assert_int_equal(h_config_write(&f.cfg, NULL), 0);
+    char bin[H_PATH_MAX];
+    assert_int_equal(h_bin_path("switchyard-controlplane", bin, sizeof(bin)), 0);
+    /* Soft and hard limit: the daemon cannot raise itself out of it. */
+    const char *argv[] = {"/usr/bin/prlimit", "--nofile=40:40", bin, "--config", f.cfg.path, NULL};
+    assert_int_equal(h_spawn("controlplane", argv, &f.cp), 0);
+    assert_int_equal(h_wait_until(h_fleet_attach, &f, H_READY_TIMEOUT_MS), 0);
+    f.attached = true;
+    assert_int_equal(h_start_dataplane(f.cfg.path, &f.dp), 0);
+    assert_int_equal(h_url(f.base, sizeof(f.base), f.cfg.dataplane_port, NULL), 0);
+    char url[128];
+    snprintf(url, sizeof(url), "%s/health", f.base);
+    assert_int_equal(h_wait_http_ok(url, H_READY_TIMEOUT_MS), 0);
+
+    int fds[IDLE];
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(f.cfg.admin_port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < IDLE; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
+    }
+    /* The control plane judges leases every 100 ms; the reviewer saw the
+     * lease reaped and the data plane gone within 3 s. */
+    int waited = h_wait_until(dataplane_exited, &f, 4000);
+    for (int i = 0; i < IDLE; i++)
+        close(fds[i]);
+    assert_int_equal(waited, -ETIMEDOUT);
+    assert_true(h_proc_is_running(f.cp));
+
+    struct h_resp resp = {0};
+    char chat[128];
+    snprintf(chat, sizeof(chat), "%s/v1/chat/completions", f.base);
+    assert_int_equal(h_http_post_json(chat,
+                                      "{\"model\":\"" H_FLEET_MODEL "\",\"max_tokens\":2,"
+                                      "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+                                      &resp),
+                     0);
+    assert_int_equal(resp.status, 200);
+    h_resp_fini(&resp);
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -213,6 +277,7 @@ int main(void)
         H_TEST(test_segment_open_to_others_is_refused),
         H_TEST(test_malformed_headers_are_refused),
         H_TEST(test_connection_named_headers_are_stripped),
+        H_TEST(test_descriptor_exhaustion_does_not_reap_a_live_dataplane),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
