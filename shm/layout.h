@@ -96,14 +96,15 @@ struct shm_header {
 #define SHM_SLOT_IN_USE     (1u << 0)
 #define SHM_SLOT_HEALTHY    (1u << 1)
 #define SHM_SLOT_DRAINING   (1u << 2)
-/* Bits 3..7: the tag of the worker source that added the slot (the control
- * plane names them; 0 = the config). Tag 1 is the admin API, so it is the
- * FROM_API bit that slots carried before source tags existed: same bytes. */
-#define SHM_SLOT_FROM_API     (1u << 3) /* source tag 1: added through the admin API */
-#define SHM_SLOT_SOURCE_SHIFT 3u
-#define SHM_SLOT_SOURCE_MASK  (0x1fu << SHM_SLOT_SOURCE_SHIFT)
+#define SHM_SLOT_FROM_API   (1u << 3) /* added through the admin API, not the config */
 #define SHM_SLOT_ROLE_SHIFT 8u
 #define SHM_SLOT_ROLE_MASK  (0xffu << SHM_SLOT_ROLE_SHIFT)
+
+/* Bits 3..7 of the state word: the tag of the worker source that added the
+ * slot (the control plane names them; 0 = the config). Tag 1 is the admin
+ * API, i.e. the FROM_API bit slots carried before tags existed: same bytes. */
+#define SHM_SLOT_SOURCE_SHIFT 3u
+#define SHM_SLOT_SOURCE_MASK  (0x1fu << SHM_SLOT_SOURCE_SHIFT)
 
 struct shm_worker_slot {
     _Atomic uint32_t seq;        /* seqlock: odd while the control plane writes */
