@@ -120,7 +120,7 @@ int cp_registry_sync(struct shm_segment *seg, const struct cp_source_set *set, c
         shm_registry_remove(seg, cur[i].slot);
         log_info("registry: removed worker %s (%s), slot %u generation %u: %s %s", cur[i].id,
                  cur[i].url, cur[i].slot, cur[i].generation,
-                 w != NULL ? "changed in the" : "no longer in the", name);
+                 w != NULL ? "changed by the" : "no longer proposed by the", name);
     }
 
     for (size_t i = 0; i < set->n; i++) {

@@ -11,8 +11,7 @@
 #include "controlplane/registry_sync.h"
 #include "controlplane/source.h"
 
-int cp_source_static_sync(struct shm_segment *seg, const struct cfg *cfg, char *err,
-                          size_t err_len)
+int cp_source_static_sync(struct shm_segment *seg, const struct cfg *cfg, char *err, size_t err_len)
 {
     /* calloc(0) may return NULL: always ask for at least one entry. */
     struct cp_source_worker *ws = calloc(cfg->n_workers + 1, sizeof(*ws));
