@@ -254,8 +254,9 @@ static void test_set_naming_an_id_twice_is_refused(void **state)
 static void test_static_source_syncs_the_config(void **state)
 {
     struct shm_segment *seg = *state;
-    struct cfg_worker cw[2] = {{.id = "w1", .url = "http://127.0.0.1:9001", .role = CFG_ROLE_REGULAR},
-                               {.id = "w2", .url = "http://127.0.0.1:9101", .role = CFG_ROLE_DECODE}};
+    struct cfg_worker cw[2] = {
+        {.id = "w1", .url = "http://127.0.0.1:9001", .role = CFG_ROLE_REGULAR},
+        {.id = "w2", .url = "http://127.0.0.1:9101", .role = CFG_ROLE_DECODE}};
     struct cfg cfg = {.path = "/etc/sy.yaml", .workers = cw, .n_workers = 2};
     char err[512] = "";
     assert_int_equal(cp_source_static_sync(seg, &cfg, err, sizeof(err)), 0);
