@@ -19,6 +19,7 @@
 #include "controlplane/admin_http.h"
 #include "controlplane/health_prober.h"
 #include "controlplane/reset_load.h"
+#include "controlplane/source_api.h"
 #include "shm/lease.h"
 #include "shm/load.h"
 #include "shm/registry.h"
@@ -170,7 +171,7 @@ static void adm_add_worker(struct adm_ctx *ctx, const char *body, size_t len,
         adm_reply_error(reply, 400, "missing required field 'url'");
         goto out_decref;
     }
-    struct shm_worker_info add = {.role = CFG_ROLE_REGULAR, .healthy = true, .from_api = true};
+    struct shm_worker_info add = {.role = CFG_ROLE_REGULAR};
     char err[256] = "", def_id[CFG_ID_MAX] = "";
     if (cfg_canon_worker_url(url, add.url, sizeof(add.url), def_id, sizeof(def_id), err,
                              sizeof(err)) != 0) {
@@ -200,7 +201,7 @@ static void adm_add_worker(struct adm_ctx *ctx, const char *body, size_t len,
         goto out_decref;
     }
     struct shm_worker_info placed;
-    int rc = shm_registry_add(ctx->seg, &add, &placed);
+    int rc = cp_source_api_add(ctx->seg, &add, &placed);
     if (rc == -EEXIST) {
         adm_reply_error(reply, 409, "a worker with url '%s' already exists", add.url);
         goto out_decref;
@@ -409,7 +410,7 @@ int adm_route_serve(struct adm_ctx *ctx, const char *method, const char *url, co
         adm_reply_json(reply, 200, adm_worker_json(ctx, &w));
     } else if (route == ADM_ROUTE_WORKER) {
         json_t *j = adm_worker_json(ctx, &w);
-        shm_registry_remove(ctx->seg, w.slot);
+        cp_source_api_delete(ctx->seg, &w);
         log_info("admin API: removed worker %s (%s), slot %u generation %u", w.id, w.url, w.slot,
                  w.generation);
         adm_reply_json(reply, 200, j);

@@ -24,7 +24,7 @@
 #include "controlplane/health_prober.h"
 #include "controlplane/lease_reaper.h"
 #include "controlplane/reset_load.h"
-#include "controlplane/registry_sync.h"
+#include "controlplane/source_static.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
 
@@ -71,7 +71,7 @@ static int cp_open_segment(struct cp_daemon *d)
             log_warn("repaired %d worker slot(s) left half-written by the previous control plane",
                      repaired);
     }
-    rc = cp_registry_sync(&d->seg, d->cfg, err, sizeof(err));
+    rc = cp_source_static_sync(&d->seg, d->cfg, err, sizeof(err));
     if (rc != 0)
         log_error("%s", err);
     else

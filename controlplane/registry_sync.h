@@ -1,25 +1,51 @@
 /*
- * Publishes the configured workers into the segment's registry, reconciling
- * with what a previous control plane left there. The registry outlives both
- * daemons (invariant 8), so a restart must change only what the config
- * changed:
- *  - a configured worker already present with the same url and role keeps
- *    its slot and generation (its in-flight load stays attached to it);
- *  - a configured worker whose url or role changed is a new worker: removed
- *    and added again, with a new generation;
- *  - a worker that came from the config and is no longer in it is removed;
- *  - a worker added through the admin API is kept.
- * Control plane only (the registry's single writer).
+ * Applies what a worker source proposes (controlplane/source.h) to the
+ * segment's registry, touching only that source's workers (invariant 12).
+ * The registry outlives both daemons (invariant 8), so a sync changes only
+ * what the source's proposal changed:
+ *  - a proposed worker already present with the same url and role (and
+ *    model, unless the proposal leaves it to be learned) keeps its slot and
+ *    generation (its in-flight load stays attached to it);
+ *  - a proposed worker whose url, role or model changed is a new worker:
+ *    removed and added again, with a new generation;
+ *  - a worker of this source that is no longer proposed is removed;
+ *  - a worker of another source is never touched, and a proposal that uses
+ *    its id or url is refused before anything changes;
+ *  - a stale source (it cannot see its truth) changes nothing.
+ * Sources that change one worker at a time (the admin API) use
+ * cp_registry_add / cp_registry_retire, under the same ownership rule.
+ * Control plane only (the registry's single writer, one thread).
  */
 #ifndef SY_CONTROLPLANE_REGISTRY_SYNC_H
 #define SY_CONTROLPLANE_REGISTRY_SYNC_H
 
 #include <stddef.h>
 
-#include "common/config.h"
+#include "controlplane/source.h"
+#include "shm/registry.h"
 #include "shm/segment.h"
 
-/* Returns 0 or a negative errno with a message in err. */
-int cp_registry_sync(struct shm_segment *seg, const struct cfg *cfg, char *err, size_t err_len);
+/*
+ * Reconciles set->kind's workers with set. Returns 0, or a negative errno
+ * with a message in err naming the worker ("worker ID: ..."): -EEXIST (its
+ * id or url belongs to another source's worker), -EINVAL (the set proposes
+ * an id or url twice), -ENOSPC (registry full), -ENOMEM. A conflict is found
+ * before any change; a full registry may stop it half-way (what was applied
+ * stays applied, as with any later sync).
+ */
+int cp_registry_sync(struct shm_segment *seg, const struct cp_source_set *set, char *err,
+                     size_t err_len);
+
+/*
+ * Adds one worker for source kind, healthy until probes say otherwise, with
+ * a new generation; the placed copy goes to out (may be NULL). Returns 0,
+ * -EEXIST (id or url already registered, by any source), -ENOSPC.
+ */
+int cp_registry_add(struct shm_segment *seg, enum cp_source_kind kind,
+                    const struct cp_source_worker *w, struct shm_worker_info *out);
+
+/* Removes worker id if source kind owns it. 0, -ENOENT, -EPERM (another
+ * source's worker: left as it is). */
+int cp_registry_retire(struct shm_segment *seg, enum cp_source_kind kind, const char *id);
 
 #endif

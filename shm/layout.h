@@ -100,6 +100,12 @@ struct shm_header {
 #define SHM_SLOT_ROLE_SHIFT 8u
 #define SHM_SLOT_ROLE_MASK  (0xffu << SHM_SLOT_ROLE_SHIFT)
 
+/* Bits 3..7 of the state word: the tag of the worker source that added the
+ * slot (the control plane names them; 0 = the config). Tag 1 is the admin
+ * API, i.e. the FROM_API bit slots carried before tags existed: same bytes. */
+#define SHM_SLOT_SOURCE_SHIFT 3u
+#define SHM_SLOT_SOURCE_MASK  (0x1fu << SHM_SLOT_SOURCE_SHIFT)
+
 struct shm_worker_slot {
     _Atomic uint32_t seq;        /* seqlock: odd while the control plane writes */
     _Atomic uint32_t generation; /* +1 whenever the slot changes hands */

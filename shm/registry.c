@@ -45,7 +45,8 @@ static void shm_info_from_state(struct shm_worker_info *out, uint32_t state)
 {
     out->healthy = (state & SHM_SLOT_HEALTHY) != 0;
     out->draining = (state & SHM_SLOT_DRAINING) != 0;
-    out->from_api = (state & SHM_SLOT_FROM_API) != 0;
+    out->source = (uint8_t)((state & SHM_SLOT_SOURCE_MASK) >> SHM_SLOT_SOURCE_SHIFT);
+    out->from_api = (state & SHM_SLOT_SOURCE_MASK) == SHM_SLOT_FROM_API;
     out->role = (enum cfg_role)((state & SHM_SLOT_ROLE_MASK) >> SHM_SLOT_ROLE_SHIFT);
 }
 
@@ -154,6 +155,7 @@ static uint32_t shm_state_of(const struct shm_worker_info *in)
         state |= SHM_SLOT_DRAINING;
     if (in->from_api)
         state |= SHM_SLOT_FROM_API;
+    state |= ((uint32_t)in->source << SHM_SLOT_SOURCE_SHIFT) & SHM_SLOT_SOURCE_MASK;
     return state;
 }
 
@@ -186,6 +188,7 @@ int shm_registry_add(struct shm_segment *seg, const struct shm_worker_info *in,
     shm_write_end(seg, s);
     if (out != NULL) {
         *out = *in;
+        shm_info_from_state(out, shm_state_of(in)); /* flags as a reader will see them */
         out->slot = free_slot;
         out->generation = gen;
     }

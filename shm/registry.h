@@ -29,7 +29,8 @@ struct shm_worker_info {
     enum cfg_role role;
     bool healthy;
     bool draining;
-    bool from_api;
+    bool from_api;  /* read side: source == 1 (the admin API) */
+    uint8_t source; /* tag of the worker source that added it, 0..31; 0 = the config */
     char id[CFG_ID_MAX];
     char url[CFG_URL_MAX];
     char model[CFG_MODEL_MAX];
