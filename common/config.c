@@ -23,6 +23,7 @@
  * struct cfg is filled by one thread and only read afterwards.
  */
 #include "common/config.h"
+#include "common/config_internal.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -38,114 +39,14 @@
 #include <unistd.h>
 #include <yaml.h>
 
-#define CFG_FILE_MAX          (16u << 20) /* largest config file cfg_load_file reads */
-#define CFG_KEYPATH_MAX       192         /* key path shown in messages; cut to fit */
-#define CFG_SHOW_MAX          64          /* bytes of a bad value quoted in a message */
-#define CFG_SHOW_BUF          (CFG_SHOW_MAX + 8)
-#define CFG_MSG_MAX           512
-#define CFG_TABLE_MAX         16    /* keys in one mapping of the schema */
-#define CFG_WORKERS_LIMIT     65536 /* the largest shm.max_workers */
-#define CFG_SHM_NAME_LIMIT    250
-#define CFG_SOCKET_PATH_LIMIT 107 /* sun_path holds 108 bytes with the NUL */
-#define CFG_HOST_LIMIT        253
+#define CFG_FILE_MAX    (16u << 20) /* largest config file cfg_load_file reads */
+#define CFG_KEYPATH_MAX 192         /* key path shown in messages; cut to fit */
+#define CFG_SHOW_MAX    64          /* bytes of a bad value quoted in a message */
+#define CFG_SHOW_BUF    (CFG_SHOW_MAX + 8)
+#define CFG_MSG_MAX     512
+#define CFG_TABLE_MAX   16 /* keys in one mapping of the schema */
 
 #define FIELD_SIZE(type, field) sizeof(((type *)0)->field)
-
-/* ---- names of enum values ---------------------------------------------- */
-
-struct enum_name {
-    const char *name;
-    int value;
-};
-
-static const struct enum_name role_names[] = {
-    {"regular", CFG_ROLE_REGULAR},
-    {"prefill", CFG_ROLE_PREFILL},
-    {"decode", CFG_ROLE_DECODE},
-    {NULL, 0},
-};
-
-static const struct enum_name policy_names[] = {
-    {"round_robin", CFG_POLICY_ROUND_ROBIN},
-    {"random", CFG_POLICY_RANDOM},
-    {"power_of_two", CFG_POLICY_POWER_OF_TWO},
-    {"least_load", CFG_POLICY_LEAST_LOAD},
-    {"consistent_hash", CFG_POLICY_CONSISTENT_HASH},
-    {"cache_aware", CFG_POLICY_CACHE_AWARE},
-    {NULL, 0},
-};
-
-static const struct enum_name gate_names[] = {
-    {"per_request", CFG_BALANCE_GATE_PER_REQUEST},
-    {"fleet", CFG_BALANCE_GATE_FLEET},
-    {NULL, 0},
-};
-
-static const char *enum_to_name(const struct enum_name *names, int value)
-{
-    for (const struct enum_name *n = names; n->name != NULL; n++) {
-        if (n->value == value)
-            return n->name;
-    }
-    return "unset";
-}
-
-static int enum_from_name(const struct enum_name *names, const char *text, int *out)
-{
-    if (text == NULL)
-        return -EINVAL;
-    for (const struct enum_name *n = names; n->name != NULL; n++) {
-        if (strcmp(n->name, text) == 0) {
-            *out = n->value;
-            return 0;
-        }
-    }
-    return -EINVAL;
-}
-
-/* Writes "a|b|c" into buf (cut to fit). */
-static void enum_list(const struct enum_name *names, char *buf, size_t len)
-{
-    size_t used = 0;
-
-    buf[0] = '\0';
-    for (const struct enum_name *n = names; n->name != NULL && used < len; n++) {
-        int w = snprintf(buf + used, len - used, "%s%s", n == names ? "" : "|", n->name);
-        if (w < 0)
-            break;
-        used += (size_t)w;
-    }
-}
-
-const char *cfg_role_name(enum cfg_role role)
-{
-    return enum_to_name(role_names, (int)role);
-}
-
-int cfg_role_parse(const char *text, enum cfg_role *out)
-{
-    int value = 0;
-    int rc = enum_from_name(role_names, text, &value);
-
-    if (rc == 0)
-        *out = (enum cfg_role)value;
-    return rc;
-}
-
-const char *cfg_policy_name_str(enum cfg_policy_name name)
-{
-    return enum_to_name(policy_names, (int)name);
-}
-
-int cfg_policy_name_parse(const char *text, enum cfg_policy_name *out)
-{
-    int value = 0;
-    int rc = enum_from_name(policy_names, text, &value);
-
-    if (rc == 0)
-        *out = (enum cfg_policy_name)value;
-    return rc;
-}
 
 /* ---- defaults ------------------------------------------------------------ */
 
@@ -204,380 +105,6 @@ void cfg_fini(struct cfg *cfg)
         return;
     free(cfg->workers);
     cfg_init_defaults(cfg);
-}
-
-/* ---- scalar syntax: numbers, durations, sizes, addresses, names ----------- */
-
-static bool is_digit(char c)
-{
-    return c >= '0' && c <= '9';
-}
-
-static bool is_alnum(char c)
-{
-    return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-}
-
-/* Reads one or more decimal digits at s; *rest gets what follows them.
- * -EINVAL when there is no digit or the value overflows 64 bits. */
-static int parse_digits(const char *s, uint64_t *out, const char **rest)
-{
-    uint64_t v = 0;
-    const char *c = s;
-
-    if (!is_digit(*c))
-        return -EINVAL;
-    while (is_digit(*c)) {
-        uint64_t d = (uint64_t)(*c - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return -EINVAL;
-        v = v * 10 + d;
-        c++;
-    }
-    *out = v;
-    *rest = c;
-    return 0;
-}
-
-struct unit {
-    const char *name;
-    uint64_t factor;
-};
-
-static const struct unit duration_units[] = {
-    {"ms", 1}, {"s", 1000}, {"m", 60 * 1000}, {"h", 60 * 60 * 1000}, {NULL, 0},
-};
-
-/* The unit-less row makes plain byte counts legal. */
-static const struct unit size_units[] = {
-    {"", 1},
-    {"KiB", UINT64_C(1) << 10},
-    {"MiB", UINT64_C(1) << 20},
-    {"GiB", UINT64_C(1) << 30},
-    {"KB", 1000},
-    {"MB", 1000 * 1000},
-    {"GB", 1000 * 1000 * 1000},
-    {NULL, 0},
-};
-
-/* DIGITS UNIT with UNIT from units; a bare "0" also when bare_zero. */
-static int parse_with_unit(const char *text, const struct unit *units, bool bare_zero,
-                           uint64_t *out)
-{
-    uint64_t v;
-    const char *rest;
-
-    if (text == NULL || out == NULL || parse_digits(text, &v, &rest) != 0)
-        return -EINVAL;
-    if (*rest == '\0' && bare_zero && v == 0) {
-        *out = 0;
-        return 0;
-    }
-    for (const struct unit *u = units; u->name != NULL; u++) {
-        if (strcmp(u->name, rest) != 0)
-            continue;
-        if (v > UINT64_MAX / u->factor)
-            return -EINVAL;
-        *out = v * u->factor;
-        return 0;
-    }
-    return -EINVAL;
-}
-
-int cfg_parse_duration_ms(const char *text, uint64_t *out_ms)
-{
-    return parse_with_unit(text, duration_units, true, out_ms);
-}
-
-int cfg_parse_size(const char *text, uint64_t *out_bytes)
-{
-    return parse_with_unit(text, size_units, false, out_bytes);
-}
-
-/* The shortest spelling of v in the largest unit that divides it. */
-static void format_with_unit(uint64_t v, const struct unit *units, char *buf, size_t len)
-{
-    const struct unit *best = NULL;
-
-    for (const struct unit *u = units; u->name != NULL; u++) {
-        if (v % u->factor == 0 && (best == NULL || u->factor > best->factor))
-            best = u;
-    }
-    if (v == 0 || best == NULL)
-        snprintf(buf, len, "%" PRIu64, v);
-    else
-        snprintf(buf, len, "%" PRIu64 "%s", v / best->factor, best->name);
-}
-
-/* A host name or dotted-quad IPv4 address, not bracketed. */
-static bool host_is_valid(const char *h, size_t n)
-{
-    bool dotted_digits = true;
-    char tmp[CFG_HOST_LIMIT + 1];
-    struct in_addr a4;
-
-    if (n == 0 || n > CFG_HOST_LIMIT)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = h[i];
-        if (!is_alnum(c) && c != '-' && c != '.' && c != '_')
-            return false;
-        if (!is_digit(c) && c != '.')
-            dotted_digits = false;
-    }
-    if (!dotted_digits)
-        return true;
-    memcpy(tmp, h, n);
-    tmp[n] = '\0';
-    return inet_pton(AF_INET, tmp, &a4) == 1;
-}
-
-int cfg_parse_host_port(const char *text, char *host, size_t host_len, uint16_t *port)
-{
-    const char *h;
-    const char *colon;
-    const char *rest;
-    size_t n;
-    uint64_t v;
-
-    if (text == NULL || host == NULL || port == NULL)
-        return -EINVAL;
-    if (text[0] == '[') {
-        char tmp[CFG_HOST_LIMIT + 1];
-        struct in6_addr a6;
-        const char *close = strchr(text, ']');
-        if (close == NULL || close[1] != ':')
-            return -EINVAL;
-        h = text + 1;
-        n = (size_t)(close - h);
-        colon = close + 1;
-        if (n == 0 || n > CFG_HOST_LIMIT)
-            return -EINVAL;
-        memcpy(tmp, h, n);
-        tmp[n] = '\0';
-        if (inet_pton(AF_INET6, tmp, &a6) != 1)
-            return -EINVAL;
-    } else {
-        colon = strrchr(text, ':');
-        if (colon == NULL)
-            return -EINVAL;
-        h = text;
-        n = (size_t)(colon - text);
-        if (!host_is_valid(h, n))
-            return -EINVAL;
-    }
-    if (parse_digits(colon + 1, &v, &rest) != 0 || *rest != '\0' || v < 1 || v > 65535)
-        return -EINVAL;
-    if (n >= host_len)
-        return -ENOSPC;
-    memcpy(host, h, n);
-    host[n] = '\0';
-    *port = (uint16_t)v;
-    return 0;
-}
-
-bool cfg_worker_id_is_valid(const char *id)
-{
-    size_t n;
-
-    if (id == NULL)
-        return false;
-    n = strlen(id);
-    if (n == 0 || n >= CFG_ID_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = id[i];
-        if (!is_alnum(c) && c != '.' && c != '_' && c != ':' && c != '-')
-            return false;
-    }
-    return true;
-}
-
-/* Printable ASCII without space: shm names and HTTP paths. */
-static bool is_graphic_ascii(const char *s)
-{
-    for (; *s != '\0'; s++) {
-        if ((unsigned char)*s <= 0x20 || (unsigned char)*s >= 0x7f)
-            return false;
-    }
-    return true;
-}
-
-/* No control bytes; UTF-8 passes. */
-static bool has_no_control(const char *s)
-{
-    for (; *s != '\0'; s++) {
-        if ((unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f)
-            return false;
-    }
-    return true;
-}
-
-static bool valid_shm_name(const char *s)
-{
-    size_t n = strlen(s);
-
-    return n >= 2 && n <= CFG_SHM_NAME_LIMIT && s[0] == '/' && strchr(s + 1, '/') == NULL &&
-           is_graphic_ascii(s);
-}
-
-static bool valid_http_path(const char *s)
-{
-    return s[0] == '/' && strlen(s) < CFG_PATH_MAX && is_graphic_ascii(s);
-}
-
-static bool valid_file_path(const char *s)
-{
-    return strlen(s) < CFG_PATH_MAX && has_no_control(s);
-}
-
-static bool valid_socket_path(const char *s)
-{
-    size_t n = strlen(s);
-
-    return n >= 1 && n <= CFG_SOCKET_PATH_LIMIT && has_no_control(s);
-}
-
-static bool valid_model(const char *s)
-{
-    return strlen(s) < CFG_MODEL_MAX && has_no_control(s);
-}
-
-/* ---- worker URLs ----------------------------------------------------------- */
-
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t err_len,
-                                                          const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || err_len == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
-
-/* Whether the parsed URL has the part at all (an empty query counts). */
-static bool url_has_part(CURLU *u, CURLUPart part)
-{
-    char *value = NULL;
-    CURLUcode uc = curl_url_get(u, part, &value, 0);
-
-    curl_free(value);
-    return uc == CURLUE_OK;
-}
-
-int cfg_canon_worker_url(const char *url, char *canon, size_t canon_len, char *id, size_t id_len,
-                         char *err, size_t err_len)
-{
-    static const struct {
-        CURLUPart part;
-        const char *reason;
-    } refused[] = {
-        {CURLUPART_USER, "user info is not allowed"},
-        {CURLUPART_PASSWORD, "user info is not allowed"},
-        {CURLUPART_QUERY, "a query is not allowed"},
-        {CURLUPART_FRAGMENT, "a fragment is not allowed"},
-        {CURLUPART_ZONEID, "an IPv6 zone id is not allowed"},
-    };
-    CURLU *u;
-    CURLUcode uc;
-    char *scheme = NULL;
-    char *host = NULL;
-    char *port = NULL;
-    char *path = NULL;
-    const char *rest;
-    const char *id_host;
-    size_t id_host_len;
-    uint64_t port_v;
-    int n;
-    int rc = -EINVAL;
-
-    set_err(err, err_len, "%s", "");
-    if (id != NULL && id_len > 0)
-        id[0] = '\0';
-    if (url == NULL || canon == NULL || canon_len == 0) {
-        set_err(err, err_len, "no URL");
-        return -EINVAL;
-    }
-    u = curl_url();
-    if (u == NULL) {
-        set_err(err, err_len, "out of memory");
-        return -ENOMEM;
-    }
-    uc = curl_url_set(u, CURLUPART_URL, url, 0);
-    if (uc != CURLUE_OK) {
-        rc = uc == CURLUE_OUT_OF_MEMORY ? -ENOMEM : -EINVAL;
-        set_err(err, err_len, "%s", curl_url_strerror(uc));
-        goto out_cleanup;
-    }
-    if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
-        (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)) {
-        set_err(err, err_len, "the scheme must be http or https");
-        goto out_cleanup;
-    }
-    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
-        if (url_has_part(u, refused[i].part)) {
-            set_err(err, err_len, "%s", refused[i].reason);
-            goto out_cleanup;
-        }
-    }
-    if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || host[0] == '\0') {
-        set_err(err, err_len, "a host is required");
-        goto out_cleanup;
-    }
-    if (curl_url_get(u, CURLUPART_PORT, &port, 0) != CURLUE_OK) {
-        set_err(err, err_len, "an explicit port is required");
-        goto out_cleanup;
-    }
-    if (parse_digits(port, &port_v, &rest) != 0 || *rest != '\0' || port_v < 1 || port_v > 65535) {
-        set_err(err, err_len, "the port must be in 1..65535");
-        goto out_cleanup;
-    }
-    if (curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK && path[0] != '\0' &&
-        strcmp(path, "/") != 0) {
-        set_err(err, err_len, "the path must be empty or /");
-        goto out_cleanup;
-    }
-    /* Host names are case-insensitive: one spelling, so duplicates compare equal. */
-    for (char *c = host; *c != '\0'; c++) {
-        if (*c >= 'A' && *c <= 'Z')
-            *c = (char)(*c - 'A' + 'a');
-    }
-    n = snprintf(canon, canon_len, "%s://%s:%" PRIu64, scheme, host, port_v);
-    if (n < 0 || (size_t)n >= canon_len) {
-        canon[0] = '\0';
-        set_err(err, err_len, "longer than %zu characters as scheme://host:port", canon_len - 1);
-        rc = -ENOSPC;
-        goto out_cleanup;
-    }
-    id_host = host;
-    id_host_len = strlen(host);
-    if (host[0] == '[' && id_host_len >= 2) {
-        id_host = host + 1;
-        id_host_len -= 2;
-    }
-    if (id != NULL && id_len > 0) {
-        n = snprintf(id, id_len, "%.*s:%" PRIu64, (int)id_host_len, id_host, port_v);
-        if (n < 0 || (size_t)n >= id_len)
-            id[0] = '\0';
-    }
-    rc = 0;
-out_cleanup:
-    curl_free(path);
-    curl_free(port);
-    curl_free(host);
-    curl_free(scheme);
-    curl_url_cleanup(u);
-    return rc;
-}
-
-int cfg_check_worker_url(const char *url, char *id, size_t id_len, char *err, size_t err_len)
-{
-    char canon[CFG_URL_MAX];
-    int rc = cfg_canon_worker_url(url, canon, sizeof(canon), id, id_len, err, err_len);
-
-    return rc == -ENOSPC ? -EINVAL : rc;
 }
 
 /* ---- the schema -------------------------------------------------------------- */
@@ -666,7 +193,7 @@ struct key_def {
 static int finish_retry(struct cfg_parser *p, void *base, const struct map_seen *seen);
 
 static const struct key_def shm_keys[] = {
-    KEY_STR("name", struct cfg_shm, name, valid_shm_name,
+    KEY_STR("name", struct cfg_shm, name, cfg_shm_name_is_valid,
             "a POSIX shm name: '/' then 1..249 characters, no other '/'"),
     KEY_RANGE("max_workers", KIND_U32, struct cfg_shm, max_workers, 1, CFG_WORKERS_LIMIT),
     KEY_RANGE("max_dataplanes", KIND_U32, struct cfg_shm, max_dataplanes, 1, 64),
@@ -674,7 +201,7 @@ static const struct key_def shm_keys[] = {
 };
 
 static const struct key_def health_keys[] = {
-    KEY_STR("path", struct cfg_health, path, valid_http_path,
+    KEY_STR("path", struct cfg_health, path, cfg_http_path_is_valid,
             "an HTTP path starting with '/' (at most 255 characters, no spaces)"),
     KEY_RANGE("interval", KIND_DURATION, struct cfg_health, interval_ms, 10, MS_HOUR),
     KEY_RANGE("timeout", KIND_DURATION, struct cfg_health, timeout_ms, 1, MS_HOUR),
@@ -685,9 +212,9 @@ static const struct key_def health_keys[] = {
 
 static const struct key_def controlplane_keys[] = {
     KEY_ADDR("admin_listen", struct cfg_controlplane, admin_listen),
-    KEY_STR("admin_token_file", struct cfg_controlplane, admin_token_file, valid_file_path,
+    KEY_STR("admin_token_file", struct cfg_controlplane, admin_token_file, cfg_file_path_is_valid,
             "a file path of at most 255 characters without control characters, or \"\""),
-    KEY_STR("admin_socket", struct cfg_controlplane, admin_socket, valid_socket_path,
+    KEY_STR("admin_socket", struct cfg_controlplane, admin_socket, cfg_socket_path_is_valid,
             "a socket path of 1..107 characters without control characters"),
     KEY_MAP("health", struct cfg_controlplane, health, health_keys, NULL, NULL),
     KEY_END,
@@ -744,7 +271,7 @@ static const struct key_def worker_keys[] = {
     KEY_STR("url", struct cfg_worker, url, NULL, "a URL of at most 255 characters"),
     KEY_STR("id", struct cfg_worker, id, cfg_worker_id_is_valid,
             "1..63 characters of [A-Za-z0-9._:-]"),
-    KEY_STR("model", struct cfg_worker, model, valid_model,
+    KEY_STR("model", struct cfg_worker, model, cfg_model_is_valid,
             "a model name of at most 127 characters without control characters"),
     KEY_OF("role", KIND_ROLE, struct cfg_worker, role),
     KEY_END,
@@ -844,16 +371,17 @@ __attribute__((format(printf, 3, 4))) static int fail_at(struct cfg_parser *p, y
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     if (p->path_len > 0)
-        set_err(p->err, p->err_len, "%s:%zu:%zu: %s: %s", p->name, mark.line + 1, mark.column + 1,
-                p->path, msg);
+        cfg_set_err(p->err, p->err_len, "%s:%zu:%zu: %s: %s", p->name, mark.line + 1,
+                    mark.column + 1, p->path, msg);
     else
-        set_err(p->err, p->err_len, "%s:%zu:%zu: %s", p->name, mark.line + 1, mark.column + 1, msg);
+        cfg_set_err(p->err, p->err_len, "%s:%zu:%zu: %s", p->name, mark.line + 1, mark.column + 1,
+                    msg);
     return -EINVAL;
 }
 
 static int fail_oom(struct cfg_parser *p)
 {
-    set_err(p->err, p->err_len, "%s: out of memory", p->name);
+    cfg_set_err(p->err, p->err_len, "%s: out of memory", p->name);
     return -ENOMEM;
 }
 
@@ -919,8 +447,8 @@ static int fail_syntax(struct cfg_parser *p)
         return fail_oom(p);
     if (p->yaml.error == YAML_READER_ERROR)
         mark = mark_at_offset(p->input, p->input_len, p->yaml.problem_offset);
-    set_err(p->err, p->err_len, "%s:%zu:%zu: YAML syntax error: %s", p->name, mark.line + 1,
-            mark.column + 1, problem);
+    cfg_set_err(p->err, p->err_len, "%s:%zu:%zu: YAML syntax error: %s", p->name, mark.line + 1,
+                mark.column + 1, problem);
     return -EINVAL;
 }
 
@@ -1082,7 +610,6 @@ static int parse_u32(struct cfg_parser *p, const struct key_def *k, uint32_t *ds
 {
     char expected[64];
     const char *text = NULL;
-    const char *rest;
     uint64_t v;
     int rc;
 
@@ -1090,7 +617,7 @@ static int parse_u32(struct cfg_parser *p, const struct key_def *k, uint32_t *ds
     rc = want_scalar(p, expected, &text);
     if (rc != 0)
         return rc;
-    if (parse_digits(text, &v, &rest) != 0 || *rest != '\0' || v < k->min || v > k->max)
+    if (cfg_parse_uint(text, &v) != 0 || v < k->min || v > k->max)
         return fail_expected(p, expected);
     *dst = (uint32_t)v;
     return 0;
@@ -1099,7 +626,6 @@ static int parse_u32(struct cfg_parser *p, const struct key_def *k, uint32_t *ds
 static int parse_unit_value(struct cfg_parser *p, const struct key_def *k, uint64_t *dst)
 {
     bool is_duration = k->kind == KIND_DURATION;
-    const struct unit *units = is_duration ? duration_units : size_units;
     char lo[32];
     char hi[32];
     char expected[128];
@@ -1107,8 +633,13 @@ static int parse_unit_value(struct cfg_parser *p, const struct key_def *k, uint6
     uint64_t v;
     int rc;
 
-    format_with_unit(k->min, units, lo, sizeof(lo));
-    format_with_unit(k->max, units, hi, sizeof(hi));
+    if (is_duration) {
+        cfg_format_duration(k->min, lo, sizeof(lo));
+        cfg_format_duration(k->max, hi, sizeof(hi));
+    } else {
+        cfg_format_size(k->min, lo, sizeof(lo));
+        cfg_format_size(k->max, hi, sizeof(hi));
+    }
     snprintf(expected, sizeof(expected), "%s in %s..%s",
              is_duration ? "a duration (ms|s|m|h)" : "a size (bytes, KiB|MiB|GiB or KB|MB|GB)", lo,
              hi);
@@ -1124,45 +655,15 @@ static int parse_unit_value(struct cfg_parser *p, const struct key_def *k, uint6
 
 static int parse_bool(struct cfg_parser *p, bool *dst)
 {
-    static const char *const yes[] = {"true", "True", "TRUE"};
-    static const char *const no[] = {"false", "False", "FALSE"};
     const char *expected = "true|false";
     const char *text = NULL;
     int rc = want_scalar(p, expected, &text);
 
     if (rc != 0)
         return rc;
-    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
-        if (strcmp(text, yes[i]) == 0) {
-            *dst = true;
-            return 0;
-        }
-        if (strcmp(text, no[i]) == 0) {
-            *dst = false;
-            return 0;
-        }
-    }
-    return fail_expected(p, expected);
-}
-
-/* A finite decimal number; no hex, inf or nan that strtod would also take. */
-static bool number_parse(const char *text, double *out)
-{
-    char *end;
-    double d;
-
-    if (text[0] == '\0')
-        return false;
-    for (const char *c = text; *c != '\0'; c++) {
-        if (!is_digit(*c) && strchr(".eE+-", *c) == NULL)
-            return false;
-    }
-    errno = 0;
-    d = strtod(text, &end);
-    if (*end != '\0' || errno != 0 || !isfinite(d))
-        return false;
-    *out = d;
-    return true;
+    if (cfg_parse_bool(text, dst) != 0)
+        return fail_expected(p, expected);
+    return 0;
 }
 
 static int parse_double(struct cfg_parser *p, const struct key_def *k, double *dst)
@@ -1179,7 +680,7 @@ static int parse_double(struct cfg_parser *p, const struct key_def *k, double *d
     rc = want_scalar(p, expected, &text);
     if (rc != 0)
         return rc;
-    if (!number_parse(text, &d) || d < k->dmin || d > k->dmax)
+    if (cfg_parse_number(text, &d) != 0 || d < k->dmin || d > k->dmax)
         return fail_expected(p, expected);
     *dst = d;
     return 0;
@@ -1205,21 +706,21 @@ static int parse_addr(struct cfg_parser *p, const struct key_def *k, char *dst)
 
 static int parse_enum(struct cfg_parser *p, const struct key_def *k, void *field)
 {
-    const struct enum_name *names = k->kind == KIND_ROLE     ? role_names
-                                    : k->kind == KIND_POLICY ? policy_names
-                                                             : gate_names;
+    const struct cfg_enum_name *names = k->kind == KIND_ROLE     ? cfg_role_names
+                                        : k->kind == KIND_POLICY ? cfg_policy_names
+                                                                 : cfg_gate_names;
     char list[128];
     char expected[160];
     const char *text = NULL;
     int value = 0;
     int rc;
 
-    enum_list(names, list, sizeof(list));
+    cfg_enum_list(names, list, sizeof(list));
     snprintf(expected, sizeof(expected), "one of %s", list);
     rc = want_scalar(p, expected, &text);
     if (rc != 0)
         return rc;
-    if (enum_from_name(names, text, &value) != 0)
+    if (cfg_enum_parse(names, text, &value) != 0)
         return fail_expected(p, expected);
     if (k->kind == KIND_ROLE)
         *(enum cfg_role *)field = (enum cfg_role)value;
@@ -1243,7 +744,6 @@ static int parse_status_list(struct cfg_parser *p, struct cfg_retry *retry)
         return fail_expected(p, "a list of HTTP status codes like [502, 503]");
     for (;;) {
         const char *text = NULL;
-        const char *rest;
         uint64_t v;
         size_t saved;
 
@@ -1258,7 +758,7 @@ static int parse_status_list(struct cfg_parser *p, struct cfg_retry *retry)
         rc = want_scalar(p, "an HTTP status code in 100..599", &text);
         if (rc != 0)
             return rc;
-        if (parse_digits(text, &v, &rest) != 0 || *rest != '\0' || v < 100 || v > 599)
+        if (cfg_parse_uint(text, &v) != 0 || v < 100 || v > 599)
             return fail_expected(p, "an HTTP status code in 100..599");
         for (size_t j = 0; j < n; j++) {
             if (retry->on_status[j] == (int)v)
@@ -1281,8 +781,8 @@ static int finish_retry(struct cfg_parser *p, void *base, const struct map_seen 
 
     if (retry->backoff_ms <= retry->backoff_max_ms)
         return 0;
-    format_with_unit(retry->backoff_ms, duration_units, backoff, sizeof(backoff));
-    format_with_unit(retry->backoff_max_ms, duration_units, backoff_max, sizeof(backoff_max));
+    cfg_format_duration(retry->backoff_ms, backoff, sizeof(backoff));
+    cfg_format_duration(retry->backoff_max_ms, backoff_max, sizeof(backoff_max));
     if (seen->mask & (UINT32_C(1) << b)) {
         path_push_key(p, "backoff");
         return fail_at(p, seen->value_mark[b], "expected at most backoff_max (%s), got '%s'",
@@ -1563,7 +1063,7 @@ int cfg_load_string(struct cfg *cfg, const char *name, const char *yaml, size_t 
     int rc;
 
     cfg_init_defaults(cfg);
-    set_err(err, err_len, "%s", "");
+    cfg_set_err(err, err_len, "%s", "");
     if (name == NULL)
         name = "<string>";
     if (yaml == NULL) {
@@ -1611,17 +1111,17 @@ static int read_file(const char *path, char **out, size_t *out_len, char *err, s
 
     if (fd < 0) {
         rc = -errno;
-        set_err(err, err_len, "%s: cannot open: %s", path, strerror(-rc));
+        cfg_set_err(err, err_len, "%s: cannot open: %s", path, strerror(-rc));
         return rc;
     }
     if (fstat(fd, &st) != 0) {
         rc = -errno;
-        set_err(err, err_len, "%s: cannot open: %s", path, strerror(-rc));
+        cfg_set_err(err, err_len, "%s: cannot open: %s", path, strerror(-rc));
         goto out_close_fd;
     }
     if (S_ISDIR(st.st_mode)) {
         rc = -EISDIR;
-        set_err(err, err_len, "%s: cannot open: %s", path, strerror(EISDIR));
+        cfg_set_err(err, err_len, "%s: cannot open: %s", path, strerror(EISDIR));
         goto out_close_fd;
     }
     for (;;) {
@@ -1633,7 +1133,8 @@ static int read_file(const char *path, char **out, size_t *out_len, char *err, s
 
             if (cap > CFG_FILE_MAX) {
                 rc = -EFBIG;
-                set_err(err, err_len, "%s: cannot read: larger than %u bytes", path, CFG_FILE_MAX);
+                cfg_set_err(err, err_len, "%s: cannot read: larger than %u bytes", path,
+                            CFG_FILE_MAX);
                 goto out_free_buf;
             }
             if (ncap > CFG_FILE_MAX + 1)
@@ -1641,7 +1142,7 @@ static int read_file(const char *path, char **out, size_t *out_len, char *err, s
             nbuf = realloc(buf, ncap);
             if (nbuf == NULL) {
                 rc = -ENOMEM;
-                set_err(err, err_len, "%s: out of memory", path);
+                cfg_set_err(err, err_len, "%s: out of memory", path);
                 goto out_free_buf;
             }
             buf = nbuf;
@@ -1652,7 +1153,7 @@ static int read_file(const char *path, char **out, size_t *out_len, char *err, s
             continue;
         if (got < 0) {
             rc = -errno;
-            set_err(err, err_len, "%s: cannot read: %s", path, strerror(-rc));
+            cfg_set_err(err, err_len, "%s: cannot read: %s", path, strerror(-rc));
             goto out_free_buf;
         }
         if (got == 0)
@@ -1678,7 +1179,7 @@ int cfg_load_file(struct cfg *cfg, const char *path, char *err, size_t err_len)
 
     cfg_init_defaults(cfg);
     if (path == NULL) {
-        set_err(err, err_len, "(null): cannot open: %s", strerror(EINVAL));
+        cfg_set_err(err, err_len, "(null): cannot open: %s", strerror(EINVAL));
         return -EINVAL;
     }
     rc = read_file(path, &text, &len, err, err_len);

@@ -7,6 +7,7 @@
  * File paths are relative to the repository root, where make runs tests.
  */
 #include "common/config.c"
+#include "common/config_values.c"
 
 #include <setjmp.h>
 #include <stdarg.h>
