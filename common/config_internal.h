@@ -24,8 +24,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <yaml.h>
 
 #define CFG_WORKERS_LIMIT 65536 /* the largest shm.max_workers */
+#define CFG_TABLE_MAX     16    /* keys in one mapping of the schema */
+#define CFG_KEYPATH_MAX   192   /* key path shown in messages; cut to fit */
+#define CFG_SHOW_MAX      64    /* bytes of a bad value quoted in a message */
+#define CFG_SHOW_BUF      (CFG_SHOW_MAX + 8)
 
 /* ---- config_values.c: scalar syntax ---------------------------------------- */
 
@@ -69,5 +74,137 @@ bool cfg_model_is_valid(const char *model);
 /* snprintf into err when there is one (NULL or 0 bytes: nothing). */
 __attribute__((format(printf, 3, 4))) void cfg_set_err(char *err, size_t err_len, const char *fmt,
                                                        ...);
+
+/* ---- config_schema.c: the table of keys ------------------------------------ */
+
+enum cfg_kind {
+    CFG_KIND_UNSET = 0,
+    CFG_KIND_MAP,         /* nested mapping: child table, optional finish check */
+    CFG_KIND_STRING,      /* char[size], checked by valid() */
+    CFG_KIND_U32,         /* uint32_t in min..max */
+    CFG_KIND_DURATION,    /* uint64_t milliseconds in min..max */
+    CFG_KIND_SIZE,        /* uint64_t bytes in min..max */
+    CFG_KIND_BOOL,        /* bool */
+    CFG_KIND_DOUBLE,      /* double in dmin..dmax */
+    CFG_KIND_ADDR,        /* char[size] holding HOST:PORT */
+    CFG_KIND_ROLE,        /* enum cfg_role, named by names */
+    CFG_KIND_POLICY,      /* enum cfg_policy_name, named by names */
+    CFG_KIND_GATE,        /* enum cfg_balance_gate, named by names */
+    CFG_KIND_STATUS_LIST, /* the whole struct cfg_retry: on_status and n_on_status */
+    CFG_KIND_WORKERS,     /* struct cfg's workers array; each entry a child mapping */
+};
+
+struct cfg_parser;
+struct cfg_key;
+
+/* What one mapping held: which table rows were given, and where. */
+struct cfg_map_seen {
+    uint32_t mask; /* bit i: row i of the table was given */
+    yaml_mark_t key_mark[CFG_TABLE_MAX];
+    yaml_mark_t value_mark[CFG_TABLE_MAX];
+};
+
+/* Checks across the keys of one mapping, run after it was read: table is the
+ * mapping's, base its struct. 0, or the walker's error (cfg_yaml_fail_at). */
+typedef int (*cfg_finish_fn)(struct cfg_parser *p, const struct cfg_key *table, void *base,
+                             const struct cfg_map_seen *seen);
+
+/* One key of one mapping. Tables end with a row whose name is NULL. */
+struct cfg_key {
+    const char *name;
+    enum cfg_kind kind;
+    size_t offset; /* of the field inside the mapping's struct */
+    size_t size;   /* CFG_KIND_STRING, CFG_KIND_ADDR: the field's size */
+    uint64_t min;  /* CFG_KIND_U32, CFG_KIND_DURATION, CFG_KIND_SIZE */
+    uint64_t max;
+    double dmin; /* CFG_KIND_DOUBLE */
+    double dmax;
+    bool (*valid)(const char *text);   /* CFG_KIND_STRING; NULL: any text that fits */
+    const char *expect;                /* STRING, MAP, WORKERS: what is wanted, for messages */
+    const struct cfg_enum_name *names; /* ROLE, POLICY, GATE */
+    const struct cfg_key *child;       /* MAP, WORKERS (one entry) */
+    cfg_finish_fn finish;              /* MAP, WORKERS (each entry); optional */
+};
+
+/* The root mapping of a config file. */
+extern const struct cfg_key cfg_schema_root[];
+
+/* The row of table named name, or -1. */
+int cfg_key_index(const struct cfg_key *table, const char *name);
+
+/* Stores value into the enum field of an enum-kind row (ROLE, POLICY, GATE). */
+void cfg_key_set_enum(const struct cfg_key *k, void *field, int value);
+
+/* Writes "a|b|c" of the table's key names into buf (cut to fit). */
+void cfg_key_list(const struct cfg_key *table, char *buf, size_t len);
+
+/* ---- config_yaml.c: the walker ---------------------------------------------- */
+
+/* Where the walker put each worker entry's parts, for checks after the list. */
+struct cfg_worker_pos {
+    yaml_mark_t entry; /* the list item */
+    yaml_mark_t url;   /* its url value */
+    yaml_mark_t id;    /* its id value; the url's when the id is derived */
+};
+
+/*
+ * One load in progress: lives on cfg_load_string's stack. The walker stands
+ * on event; it is freed before the next one is read. pos grows with
+ * cfg->workers (one per entry) and dies with the parser.
+ */
+struct cfg_parser {
+    yaml_parser_t yaml;
+    yaml_event_t event;
+    bool have_event;
+    const char *name; /* the file as the user named it */
+    const unsigned char *input;
+    size_t input_len;
+    struct cfg *cfg;
+    struct cfg_worker_pos *pos;
+    size_t workers_cap;
+    char path[CFG_KEYPATH_MAX]; /* key path of the current value */
+    size_t path_len;
+    char *err;
+    size_t err_len;
+};
+
+/* Prepares p to read len bytes of input (borrowed until cfg_yaml_fini) into
+ * cfg; name stands for the file in messages. 0 or -ENOMEM (message in err). */
+int cfg_yaml_init(struct cfg_parser *p, struct cfg *cfg, const char *name, const char *input,
+                  size_t len, char *err, size_t err_len);
+
+/* Reads the stream: nothing, or one document whose root is a mapping of
+ * root. 0, or -EINVAL / -ENOMEM with the message in p->err. */
+int cfg_yaml_walk(struct cfg_parser *p, const struct cfg_key *root);
+
+/* Frees what p holds (not cfg). */
+void cfg_yaml_fini(struct cfg_parser *p);
+
+/* Sets p->err to "NAME:LINE:COL: key.path: MESSAGE" and returns -EINVAL. */
+__attribute__((format(printf, 3, 4))) int cfg_yaml_fail_at(struct cfg_parser *p, yaml_mark_t mark,
+                                                           const char *fmt, ...);
+
+/* Sets p->err to "NAME: out of memory" and returns -ENOMEM. */
+int cfg_yaml_fail_oom(struct cfg_parser *p);
+
+/* Appends to the key path shown in messages; returns the length to restore. */
+__attribute__((format(printf, 2, 3))) size_t cfg_yaml_path_push(struct cfg_parser *p,
+                                                                const char *fmt, ...);
+/* The same for one key: ".key" (no dot at the root). */
+size_t cfg_yaml_path_push_key(struct cfg_parser *p, const char *key);
+
+/* Copies text for quoting in a message: at most CFG_SHOW_MAX bytes (not
+ * splitting a UTF-8 sequence), control bytes as '?', "..." when cut. */
+void cfg_yaml_show_text(const char *text, size_t len, char *buf, size_t buf_len);
+
+/* ---- config.c: checks that span keys ---------------------------------------- */
+
+/* dataplane.retry: backoff <= backoff_max. */
+int cfg_check_retry(struct cfg_parser *p, const struct cfg_key *table, void *base,
+                    const struct cfg_map_seen *seen);
+
+/* One workers entry: url present and canonical, id given or derivable. */
+int cfg_check_worker(struct cfg_parser *p, const struct cfg_key *table, void *base,
+                     const struct cfg_map_seen *seen);
 
 #endif

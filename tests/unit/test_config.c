@@ -8,6 +8,8 @@
  */
 #include "common/config.c"
 #include "common/config_values.c"
+#include "common/config_schema.c"
+#include "common/config_yaml.c"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -788,15 +790,15 @@ static void test_show_text(void **state)
     char buf[CFG_SHOW_BUF];
 
     (void)state;
-    show_text("a\nb\x7f", 4, buf, sizeof(buf));
+    cfg_yaml_show_text("a\nb\x7f", 4, buf, sizeof(buf));
     assert_string_equal(buf, "a?b?");
     memset(text, 'x', sizeof(text));
     text[CFG_SHOW_MAX - 1] = '\xc3';
     text[CFG_SHOW_MAX] = '\xa9';
-    show_text(text, sizeof(text), buf, sizeof(buf));
+    cfg_yaml_show_text(text, sizeof(text), buf, sizeof(buf));
     assert_int_equal(strlen(buf), CFG_SHOW_MAX - 1 + 3);
     assert_string_equal(buf + CFG_SHOW_MAX - 1, "...");
-    show_text(text, sizeof(text), buf, 5);
+    cfg_yaml_show_text(text, sizeof(text), buf, 5);
     assert_string_equal(buf, "xxxx");
 }
 
