@@ -38,48 +38,11 @@ static void copy_str(char *dst, size_t size, const char *src)
     snprintf(dst, size, "%s", src);
 }
 
+/* The defaults are the schema rows' (config_schema.c), nowhere else. */
 void cfg_init_defaults(struct cfg *cfg)
 {
-    static const int on_status[] = {408, 429, 500, 502, 503, 504};
-
     memset(cfg, 0, sizeof(*cfg));
-
-    copy_str(cfg->shm.name, sizeof(cfg->shm.name), "/switchyard");
-    cfg->shm.max_workers = 1024;
-    cfg->shm.max_dataplanes = 8;
-
-    copy_str(cfg->controlplane.admin_listen, sizeof(cfg->controlplane.admin_listen),
-             "127.0.0.1:8081");
-    copy_str(cfg->controlplane.admin_socket, sizeof(cfg->controlplane.admin_socket),
-             "/run/switchyard/admin.sock");
-    copy_str(cfg->controlplane.health.path, sizeof(cfg->controlplane.health.path), "/health");
-    cfg->controlplane.health.interval_ms = 5000;
-    cfg->controlplane.health.timeout_ms = 2000;
-    cfg->controlplane.health.failure_threshold = 3;
-    cfg->controlplane.health.success_threshold = 2;
-
-    copy_str(cfg->dataplane.listen, sizeof(cfg->dataplane.listen), "127.0.0.1:8080");
-    cfg->dataplane.threads = 0;
-    cfg->dataplane.max_body = 32u << 20;
-    cfg->dataplane.max_header_size = 6u << 10;
-    cfg->dataplane.connect_timeout_ms = 2000;
-    cfg->dataplane.first_byte_timeout_ms = 600000;
-    cfg->dataplane.idle_timeout_ms = 120000;
-    cfg->dataplane.drain_timeout_ms = 600000;
-    cfg->dataplane.debug_headers = false;
-    cfg->dataplane.retry.max_attempts = 3;
-    memcpy(cfg->dataplane.retry.on_status, on_status, sizeof(on_status));
-    cfg->dataplane.retry.n_on_status = sizeof(on_status) / sizeof(on_status[0]);
-    cfg->dataplane.retry.backoff_ms = 50;
-    cfg->dataplane.retry.backoff_max_ms = 2000;
-
-    cfg->policy.name = CFG_POLICY_CACHE_AWARE;
-    cfg->policy.cache_threshold = 0.5;
-    cfg->policy.balance_abs_threshold = 32;
-    cfg->policy.balance_rel_threshold = 1.5;
-    cfg->policy.balance_gate = CFG_BALANCE_GATE_PER_REQUEST;
-    cfg->policy.prefill.name = CFG_POLICY_CACHE_AWARE;
-    cfg->policy.decode.name = CFG_POLICY_LEAST_LOAD;
+    cfg_schema_apply_defaults(cfg_schema_root, cfg);
 }
 
 void cfg_fini(struct cfg *cfg)

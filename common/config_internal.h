@@ -124,10 +124,27 @@ struct cfg_key {
     const struct cfg_enum_name *names; /* ROLE, POLICY, GATE */
     const struct cfg_key *child;       /* MAP, WORKERS (one entry) */
     cfg_finish_fn finish;              /* MAP, WORKERS (each entry); optional */
+    /* The key's default, in the member its kind reads: u for U32, DURATION
+     * (ms), SIZE (bytes), BOOL (0/1) and the enums; d for DOUBLE; s for
+     * STRING and ADDR; list and n for STATUS_LIST. is_set on every row but
+     * a MAP, whose defaults are its child rows'. */
+    struct {
+        bool is_set;
+        uint64_t u;
+        double d;
+        const char *s;
+        const int *list;
+        size_t n;
+    } def;
 };
 
 /* The root mapping of a config file. */
 extern const struct cfg_key cfg_schema_root[];
+
+/* Fills every field that table describes in base (the mapping's struct) with
+ * its row's default, mappings recursively. Touches nothing else: the workers
+ * list and struct cfg's path stay as they are. */
+void cfg_schema_apply_defaults(const struct cfg_key *table, void *base);
 
 /* The row of table named name, or -1. */
 int cfg_key_index(const struct cfg_key *table, const char *name);

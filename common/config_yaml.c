@@ -518,7 +518,7 @@ static int parse_worker(struct cfg_parser *p, const struct cfg_key *k, size_t i)
 
     memset(w, 0, sizeof(*w));
     memset(pos, 0, sizeof(*pos));
-    w->role = CFG_ROLE_REGULAR;
+    cfg_schema_apply_defaults(k->child, w);
     w->line = (int)p->event.start_mark.line + 1;
     pos->entry = p->event.start_mark;
     p->cfg->n_workers = i + 1;
