@@ -128,7 +128,7 @@ struct cfg {
     size_t n_workers;
 };
 
-/* Fills every field with its documented default; no workers. */
+/* Fills every field with its documented default (the schema rows'); no workers. */
 void cfg_init_defaults(struct cfg *cfg);
 
 /* Frees what cfg owns and leaves it as after cfg_init_defaults. */

@@ -1,6 +1,6 @@
 /*
  * cfgcheck FILE...: loads each switchyard config with the daemons' own
- * loader (common/config.c) and prints its error, so deploy/check-deploy.sh
+ * loader (common/config*.c) and prints its error, so deploy/check-deploy.sh
  * checks the example and Kubernetes configs exactly as the daemons will read
  * them. Built by the check script against $(BUILD)/libswitchyard.a; not part
  * of the daemons. Exit status 1 when any file is refused.

@@ -1,12 +1,18 @@
 /*
- * Unit tests of the config loader (common/config.c, included to reach its
- * static helpers). They pin the defaults, load a file that sets every key to
- * a non-default value, load the shipped example, and check the exact error
+ * Unit tests of the config loader (common/config.c and its config_values.c,
+ * config_schema.c and config_yaml.c, all included to reach their static
+ * helpers). They pin the defaults, check that the schema rows are their only
+ * source (every row has a default its own rules accept; an empty file gives
+ * exactly those), load a file that sets every key to a non-default value,
+ * load the shipped example, and check the exact error
  * message (file, line, column, key path, wording) for malformed inputs,
  * plus the scalar parsers: durations, sizes, HOST:PORT and worker URLs.
  * File paths are relative to the repository root, where make runs tests.
  */
 #include "common/config.c"
+#include "common/config_values.c"
+#include "common/config_schema.c"
+#include "common/config_yaml.c"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -111,6 +117,188 @@ static void test_empty_inputs(void **state)
     cfg_fini(&cfg);
 }
 
+/* ---- the schema rows are the truth about defaults ----------------------- */
+
+/* Whether the field row k describes holds k's default. */
+static bool row_holds_default(const struct cfg_key *k, const void *field)
+{
+    switch (k->kind) {
+    case CFG_KIND_STRING:
+    case CFG_KIND_ADDR:
+        return strcmp(field, k->def.s) == 0;
+    case CFG_KIND_U32:
+        return *(const uint32_t *)field == k->def.u;
+    case CFG_KIND_DURATION:
+    case CFG_KIND_SIZE:
+        return *(const uint64_t *)field == k->def.u;
+    case CFG_KIND_BOOL:
+        return *(const bool *)field == (k->def.u != 0);
+    case CFG_KIND_DOUBLE:
+        return *(const double *)field == k->def.d;
+    case CFG_KIND_ROLE:
+        return (uint64_t) * (const enum cfg_role *)field == k->def.u;
+    case CFG_KIND_POLICY:
+        return (uint64_t) * (const enum cfg_policy_name *)field == k->def.u;
+    case CFG_KIND_GATE:
+        return (uint64_t) * (const enum cfg_balance_gate *)field == k->def.u;
+    case CFG_KIND_STATUS_LIST: {
+        const struct cfg_retry *retry = field;
+        if (retry->n_on_status != k->def.n)
+            return false;
+        for (size_t i = 0; i < k->def.n; i++) {
+            if (retry->on_status[i] != k->def.list[i])
+                return false;
+        }
+        return true;
+    }
+    case CFG_KIND_WORKERS: {
+        const struct cfg *cfg = field; /* the row's offset is 0: the whole cfg */
+        return cfg->workers == NULL && cfg->n_workers == 0;
+    }
+    case CFG_KIND_MAP:
+    case CFG_KIND_UNSET:
+        break;
+    }
+    fail_msg("row '%s' has no kind with a default", k->name);
+    return false;
+}
+
+/*
+ * Walks table over base (the mapping's struct): every leaf row's field must
+ * hold its default (want_default) or differ from it (!want_default). Rows
+ * named in skip are left out.
+ */
+static void check_rows_against(const struct cfg_key *table, const void *base, const char *where,
+                               bool want_default, const char *const *skip)
+{
+    for (const struct cfg_key *k = table; k->name != NULL; k++) {
+        const void *field = (const char *)base + k->offset;
+        bool skipped = false;
+
+        for (size_t i = 0; skip != NULL && skip[i] != NULL; i++)
+            skipped = skipped || strcmp(skip[i], k->name) == 0;
+        if (skipped)
+            continue;
+        if (k->kind == CFG_KIND_MAP) {
+            char sub[128];
+            snprintf(sub, sizeof(sub), "%s%s%s", where, where[0] ? "." : "", k->name);
+            check_rows_against(k->child, field, sub, want_default, skip);
+            continue;
+        }
+        if (row_holds_default(k, field) != want_default)
+            fail_msg("%s%s%s: %s its schema default", where, where[0] ? "." : "", k->name,
+                     want_default ? "does not hold" : "still holds");
+    }
+}
+
+/* Every row has a kind and a default that its own rules accept. */
+static void check_table(const struct cfg_key *table, const char *where)
+{
+    size_t n = 0;
+
+    for (const struct cfg_key *k = table; k->name != NULL; k++, n++) {
+        if (k->kind == CFG_KIND_UNSET)
+            fail_msg("%s.%s: no kind", where, k->name);
+        if (cfg_key_index(table, k->name) != (int)n)
+            fail_msg("%s.%s: listed twice", where, k->name);
+        if (k->kind == CFG_KIND_MAP) {
+            assert_non_null(k->child);
+            check_table(k->child, k->name);
+            continue;
+        }
+        if (!k->def.is_set)
+            fail_msg("%s.%s: no default", where, k->name);
+        switch (k->kind) {
+        case CFG_KIND_STRING:
+            assert_non_null(k->def.s);
+            assert_true(strlen(k->def.s) < k->size);
+            /* "" stands for none or derived (admin_token_file, a worker's id). */
+            if (k->valid != NULL && k->def.s[0] != '\0' && !k->valid(k->def.s))
+                fail_msg("%s.%s: default '%s' is not valid", where, k->name, k->def.s);
+            break;
+        case CFG_KIND_ADDR: {
+            char host[CFG_ADDR_MAX];
+            uint16_t port;
+            assert_non_null(k->def.s);
+            assert_true(strlen(k->def.s) < k->size);
+            assert_int_equal(cfg_parse_host_port(k->def.s, host, sizeof(host), &port), 0);
+            break;
+        }
+        case CFG_KIND_U32:
+            assert_true(k->max <= UINT32_MAX);
+            /* fall through */
+        case CFG_KIND_DURATION:
+        case CFG_KIND_SIZE:
+            if (k->def.u < k->min || k->def.u > k->max)
+                fail_msg("%s.%s: default %" PRIu64 " out of %" PRIu64 "..%" PRIu64, where, k->name,
+                         k->def.u, k->min, k->max);
+            break;
+        case CFG_KIND_BOOL:
+            assert_true(k->def.u <= 1);
+            break;
+        case CFG_KIND_DOUBLE:
+            assert_true(k->def.d >= k->dmin && k->def.d <= k->dmax);
+            break;
+        case CFG_KIND_ROLE:
+        case CFG_KIND_POLICY:
+        case CFG_KIND_GATE:
+            assert_non_null(k->names);
+            if (strcmp(enum_to_name(k->names, (int)k->def.u), "unset") == 0)
+                fail_msg("%s.%s: default %" PRIu64 " has no name", where, k->name, k->def.u);
+            break;
+        case CFG_KIND_STATUS_LIST:
+            assert_true(k->def.n <= CFG_ON_STATUS_MAX);
+            for (size_t i = 0; i < k->def.n; i++) {
+                assert_in_range(k->def.list[i], 100, 599);
+                for (size_t j = 0; j < i; j++)
+                    assert_int_not_equal(k->def.list[i], k->def.list[j]);
+            }
+            break;
+        case CFG_KIND_WORKERS:
+            assert_non_null(k->child);
+            assert_non_null(k->finish);
+            check_table(k->child, k->name);
+            break;
+        case CFG_KIND_MAP:
+        case CFG_KIND_UNSET:
+            break;
+        }
+    }
+    /* struct cfg_map_seen has one bit per row. */
+    assert_true(n <= CFG_TABLE_MAX);
+}
+
+static void test_schema_rows(void **state)
+{
+    (void)state;
+    check_table(cfg_schema_root, "");
+}
+
+/* cfg_init_defaults and an empty file give exactly the rows' defaults, and a
+ * workers entry gets its table's defaults for what it leaves out. */
+static void test_defaults_are_the_schema_rows(void **state)
+{
+    static const char *const derived[] = {"url", "id", NULL};
+    struct cfg cfg;
+    char err[ERR_LEN];
+
+    (void)state;
+    memset(&cfg, 0x5a, sizeof(cfg));
+    cfg_init_defaults(&cfg);
+    check_rows_against(cfg_schema_root, &cfg, "", true, NULL);
+    cfg_fini(&cfg);
+
+    assert_int_equal(load(&cfg, "", err), 0);
+    check_rows_against(cfg_schema_root, &cfg, "", true, NULL);
+    cfg_fini(&cfg);
+
+    assert_int_equal(load(&cfg, "workers:\n  - url: http://a:1\n", err), 0);
+    assert_int_equal(cfg.n_workers, 1);
+    check_rows_against(cfg_schema_root[cfg_key_index(cfg_schema_root, "workers")].child,
+                       &cfg.workers[0], "workers[0]", true, derived);
+    cfg_fini(&cfg);
+}
+
 /* tests/unit/configs/full.yaml sets every key to a non-default value. */
 static void test_full_file_round_trip(void **state)
 {
@@ -123,6 +311,10 @@ static void test_full_file_round_trip(void **state)
     rc = cfg_load_file(&cfg, path, err, sizeof(err));
     if (rc != 0)
         fail_msg("%s", err);
+    /* Every row of the schema, workers entries aside, was set away from its default. */
+    check_rows_against(cfg_schema_root, &cfg, "", false, NULL);
+    check_rows_against(cfg_schema_root[cfg_key_index(cfg_schema_root, "workers")].child,
+                       &cfg.workers[0], "workers[0]", false, NULL);
     assert_string_equal(cfg.path, path);
     assert_string_equal(cfg.shm.name, "/sy-test");
     assert_int_equal(cfg.shm.max_workers, 4);
@@ -787,15 +979,15 @@ static void test_show_text(void **state)
     char buf[CFG_SHOW_BUF];
 
     (void)state;
-    show_text("a\nb\x7f", 4, buf, sizeof(buf));
+    cfg_yaml_show_text("a\nb\x7f", 4, buf, sizeof(buf));
     assert_string_equal(buf, "a?b?");
     memset(text, 'x', sizeof(text));
     text[CFG_SHOW_MAX - 1] = '\xc3';
     text[CFG_SHOW_MAX] = '\xa9';
-    show_text(text, sizeof(text), buf, sizeof(buf));
+    cfg_yaml_show_text(text, sizeof(text), buf, sizeof(buf));
     assert_int_equal(strlen(buf), CFG_SHOW_MAX - 1 + 3);
     assert_string_equal(buf + CFG_SHOW_MAX - 1, "...");
-    show_text(text, sizeof(text), buf, 5);
+    cfg_yaml_show_text(text, sizeof(text), buf, 5);
     assert_string_equal(buf, "xxxx");
 }
 
@@ -830,6 +1022,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_empty_inputs),
+        cmocka_unit_test(test_schema_rows),
+        cmocka_unit_test(test_defaults_are_the_schema_rows),
         cmocka_unit_test(test_full_file_round_trip),
         cmocka_unit_test(test_example_local_yaml),
         cmocka_unit_test(test_malformed_messages),
