@@ -181,12 +181,9 @@ static enum MHD_Result lst_queue_buffer(struct dp_request *req, int status, cons
         snprintf(v, sizeof(v), "%u", req->retry_after_s);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
     }
-    if (status == 405)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
-                                req->route == DP_ROUTE_CHAT || req->route == DP_ROUTE_COMPLETIONS ||
-                                        req->route == DP_ROUTE_EMBEDDINGS
-                                    ? "POST"
-                                    : "GET, HEAD");
+    const char *allow = dp_route_row(req->route)->allow;
+    if (status == 405 && allow != NULL)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     enum MHD_Result ret = MHD_queue_response(req->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     req->phase = DP_REQ_REPLIED;
@@ -311,12 +308,12 @@ static size_t lst_header_bytes(struct MHD_Connection *conn, const char *url, con
 
 static enum MHD_Result lst_begin(struct dp_request *req)
 {
-    if (req->route == DP_ROUTE_OTHER)
+    enum dp_serve serve = dp_route_row(req->route)->serve;
+    if (serve == DP_SERVE_NOT_FOUND)
         return lst_queue_error(req, 404, "not_found", "no such route");
     if (!req->method_ok)
         return lst_queue_error(req, 405, "method_not_allowed", "method not allowed on this route");
-    if (req->route == DP_ROUTE_HEALTH || req->route == DP_ROUTE_MODELS ||
-        req->route == DP_ROUTE_METRICS)
+    if (serve == DP_SERVE_LOCAL)
         return lst_answer_local(req);
     /* A draining loop still serves requests on connections it holds (their
      * responses close the connection); only once the drain deadline cut

@@ -6,6 +6,7 @@
  */
 #include "dataplane/metrics.h"
 #include "dataplane/policy.h"
+#include "dataplane/routes.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -32,26 +33,6 @@ static const char *const dp_phase_names[DP_PHASE_COUNT] = {
     [DP_PHASE_HEADERS] = "waiting_headers",
     [DP_PHASE_STREAM] = "streaming",
 };
-
-const char *dp_route_label(enum dp_route route)
-{
-    switch (route) {
-    case DP_ROUTE_CHAT:
-        return "/v1/chat/completions";
-    case DP_ROUTE_COMPLETIONS:
-        return "/v1/completions";
-    case DP_ROUTE_EMBEDDINGS:
-        return "/v1/embeddings";
-    case DP_ROUTE_MODELS:
-        return "/v1/models";
-    case DP_ROUTE_HEALTH:
-        return "/health";
-    case DP_ROUTE_METRICS:
-        return "/metrics";
-    default:
-        return "other";
-    }
-}
 
 static void hist_init(struct dp_histogram *h)
 {
@@ -355,7 +336,7 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
             uint64_t v = atomic_load_explicit(&m->requests[r][s], memory_order_relaxed);
             if (v != 0)
                 text_add(&t, "switchyard_requests_total{route=\"%s\",code=\"%d\"} %llu\n",
-                         dp_route_label((enum dp_route)r), s, (unsigned long long)v);
+                         dp_route_row((enum dp_route)r)->label, s, (unsigned long long)v);
         }
 
     text_add(&t, "# HELP switchyard_upstream_errors_total Failed attempts, by worker and kind.\n"

@@ -66,8 +66,6 @@ void dp_metrics_pd_outcome(struct dp_metrics *m, enum dp_pd_outcome outcome);
 /* Observes the duration of a completed P/D phase (prefill or decode). */
 void dp_metrics_pd_phase(struct dp_metrics *m, enum dp_pd_phase phase, uint64_t us);
 
-const char *dp_route_label(enum dp_route route);
-
 /*
  * Renders the exposition text for the n workers of a registry snapshot.
  * Returns 0 and a malloc'd text in *out (caller frees), or -ENOMEM.

@@ -36,6 +36,9 @@
 #define DP_MAX_TRIED        16u
 #define DP_CAUSE_MAX        160u
 
+/* A client route: the key of its row in the route table (routes.h), which
+ * holds everything else about it. Metrics arrays are sized by
+ * DP_ROUTE_COUNT; OTHER is every unknown path. */
 enum dp_route {
     DP_ROUTE_UNSET = 0,
     DP_ROUTE_CHAT,
