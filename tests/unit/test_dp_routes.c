@@ -74,8 +74,14 @@ static void test_paths_and_methods_resolve(void **state)
 static void test_unknown_paths_are_other(void **state)
 {
     (void)state;
-    const char *paths[] = {"/", "", "/v1", "/v1/chat/completions/", "/v1/chat/completions?x=1",
-                           "/V1/models", "/healthz", "/v1/responses"};
+    const char *paths[] = {"/",
+                           "",
+                           "/v1",
+                           "/v1/chat/completions/",
+                           "/v1/chat/completions?x=1",
+                           "/V1/models",
+                           "/healthz",
+                           "/v1/responses"};
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
         assert_int_equal(dp_route_find(paths[i]), DP_ROUTE_OTHER);
     assert_true(dp_route_allows(DP_ROUTE_OTHER, "DELETE"));
