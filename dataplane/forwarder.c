@@ -258,7 +258,7 @@ pick_again:;
         .header = fwd_header_lookup,
         .header_ctx = req,
     };
-    const char *decision = NULL;
+    enum pol_decision decision = POL_DECISION_UNSET;
     int pick = pol_pick(dp_pd_policy(loop, req), &pr, cands, n, &decision);
     req->decision = decision;
     if (req->pd.phase != DP_PD_NONE)

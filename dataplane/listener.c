@@ -263,8 +263,9 @@ static enum MHD_Result lst_queue_relay(struct dp_request *req)
      * (and its attempt with it) before the response is queued. */
     if (req->loop->sh->cfg->dataplane.debug_headers && req->worker_id[0] != '\0') {
         MHD_add_response_header(resp, "x-switchyard-worker", req->worker_id);
-        if (req->decision != NULL)
-            MHD_add_response_header(resp, "x-switchyard-decision", req->decision);
+        if (req->decision != POL_DECISION_UNSET)
+            MHD_add_response_header(resp, "x-switchyard-decision",
+                                    pol_decision_name(req->decision));
         if (req->pd.prefill_worker[0] != '\0')
             MHD_add_response_header(resp, "x-switchyard-prefill-worker", req->pd.prefill_worker);
     }

@@ -23,6 +23,7 @@
 
 #include "common/config.h"
 #include "dataplane/guard.h"
+#include "dataplane/policy.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
 
@@ -197,7 +198,7 @@ struct dp_request {
     char *routing_text; /* owned; NULL until parsed; at most DP_ROUTING_TEXT_MAX */
     size_t routing_text_len, routing_text_cap;
     char user[DP_USER_MAX];     /* the body's "user", for consistent_hash */
-    const char *decision;       /* the last routing decision's label (static) */
+    enum pol_decision decision; /* the last routing decision */
     char worker_id[CFG_ID_MAX]; /* the worker of the last attempt (debug headers) */
     struct curl_slist *up_headers;
 
