@@ -1,12 +1,14 @@
 /*
  * The dataplane's Prometheus metrics (each one documented in
- * docs/metrics.md): request counts by route and status, upstream errors by
- * worker and kind, retries, client disconnects by phase, load underflows,
- * per-worker load (what routing sees) and this dataplane's own in-flight,
- * two latency histograms, and the prefill/decode metrics (per-phase load and
- * durations, outcomes). Counters are process-wide relaxed atomics
- * bumped by every loop; rendering reads them without stopping anyone, so a
- * scrape is a consistent-enough snapshot, as Prometheus expects.
+ * docs/metrics.md): request counts by route (the route table's label,
+ * routes.h) and status, upstream errors by worker and kind, retries, routing
+ * decisions by reason (policy.h's enum pol_decision), client disconnects by
+ * phase, load underflows, per-worker load (what routing sees) and this
+ * dataplane's own in-flight, two latency histograms, and the prefill/decode
+ * metrics (per-phase load and durations, outcomes). Counters are
+ * process-wide relaxed atomics bumped by every loop; rendering reads them
+ * without stopping anyone, so a scrape is a consistent-enough snapshot, as
+ * Prometheus expects.
  */
 #ifndef SY_DATAPLANE_METRICS_H
 #define SY_DATAPLANE_METRICS_H
