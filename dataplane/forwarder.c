@@ -27,6 +27,7 @@
 #include "dataplane/listener.h"
 #include "dataplane/pd.h"
 #include "dataplane/request.h"
+#include "dataplane/routes.h"
 #include "dataplane/upstream.h"
 
 #define DP_UNPAUSE_ROOM CURL_MAX_WRITE_SIZE
@@ -249,7 +250,7 @@ pick_again:;
     for (size_t i = 0; i < n; i++)
         cands[i].load = loads[i];
     struct pol_request pr = {
-        .path = dp_route_label(req->route),
+        .path = dp_route_row(req->route)->upstream_path,
         .model = req->model,
         .text = req->routing_text,
         .text_len = req->routing_text_len,
@@ -257,7 +258,7 @@ pick_again:;
         .header = fwd_header_lookup,
         .header_ctx = req,
     };
-    const char *decision = NULL;
+    enum pol_decision decision = POL_DECISION_UNSET;
     int pick = pol_pick(dp_pd_policy(loop, req), &pr, cands, n, &decision);
     req->decision = decision;
     if (req->pd.phase != DP_PD_NONE)
@@ -301,7 +302,7 @@ pick_again:;
         goto out_free;
     }
     char url[CFG_URL_MAX + 64];
-    snprintf(url, sizeof(url), "%s%s", w->url, dp_route_label(req->route));
+    snprintf(url, sizeof(url), "%s%s", w->url, dp_route_row(req->route)->upstream_path);
     dp_request_ref(req);
     attempt_link(a);
     req->attempts++;

@@ -182,12 +182,9 @@ static enum MHD_Result lst_queue_buffer(struct dp_request *req, int status, cons
         snprintf(v, sizeof(v), "%u", req->retry_after_s);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
     }
-    if (status == 405)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
-                                req->route == DP_ROUTE_CHAT || req->route == DP_ROUTE_COMPLETIONS ||
-                                        req->route == DP_ROUTE_EMBEDDINGS
-                                    ? "POST"
-                                    : "GET, HEAD");
+    const char *allow = dp_route_row(req->route)->allow;
+    if (status == 405 && allow != NULL)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     enum MHD_Result ret = MHD_queue_response(req->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     req->phase = DP_REQ_REPLIED;
@@ -267,8 +264,9 @@ static enum MHD_Result lst_queue_relay(struct dp_request *req)
      * (and its attempt with it) before the response is queued. */
     if (req->loop->sh->cfg->dataplane.debug_headers && req->worker_id[0] != '\0') {
         MHD_add_response_header(resp, "x-switchyard-worker", req->worker_id);
-        if (req->decision != NULL)
-            MHD_add_response_header(resp, "x-switchyard-decision", req->decision);
+        if (req->decision != POL_DECISION_UNSET)
+            MHD_add_response_header(resp, "x-switchyard-decision",
+                                    pol_decision_name(req->decision));
         if (req->pd.prefill_worker[0] != '\0')
             MHD_add_response_header(resp, "x-switchyard-prefill-worker", req->pd.prefill_worker);
     }
@@ -325,20 +323,12 @@ static enum MHD_Result lst_check_header(void *cls, enum MHD_ValueKind kind, cons
 
 static enum MHD_Result lst_begin(struct dp_request *req)
 {
-    /* MHD accepts malformed headers that would reach a worker verbatim
-     * (header_rules.h): refuse the request before anything else. */
-    bool bad_header = false;
-    MHD_get_connection_values_n(req->conn, MHD_HEADER_KIND, lst_check_header, &bad_header);
-    if (bad_header)
-        return lst_queue_error(req, 400, "invalid_header",
-                               "a header name is not an HTTP token or a header value holds a "
-                               "control character");
-    if (req->route == DP_ROUTE_OTHER)
+    enum dp_serve serve = dp_route_row(req->route)->serve;
+    if (serve == DP_SERVE_NOT_FOUND)
         return lst_queue_error(req, 404, "not_found", "no such route");
     if (!req->method_ok)
         return lst_queue_error(req, 405, "method_not_allowed", "method not allowed on this route");
-    if (req->route == DP_ROUTE_HEALTH || req->route == DP_ROUTE_MODELS ||
-        req->route == DP_ROUTE_METRICS)
+    if (serve == DP_SERVE_LOCAL)
         return lst_answer_local(req);
     /* A draining loop still serves requests on connections it holds (their
      * responses close the connection); only once the drain deadline cut
@@ -374,6 +364,14 @@ static enum MHD_Result lst_handler(void *cls, struct MHD_Connection *conn, const
                      (unsigned long long)limit);
             return lst_queue_error(req, 431, "request_header_fields_too_large", msg);
         }
+        /* MHD accepts malformed headers that would reach a worker verbatim
+         * (header_rules.h): refuse them before reading the body. */
+        bool bad_header = false;
+        MHD_get_connection_values_n(conn, MHD_HEADER_KIND, lst_check_header, &bad_header);
+        if (bad_header)
+            return lst_queue_error(req, 400, "invalid_header",
+                                   "a header name is not an HTTP token or a header value holds a "
+                                   "control character");
         return MHD_YES;
     }
     if (*upload_data_size != 0) {

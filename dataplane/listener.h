@@ -1,11 +1,12 @@
 /*
  * The HTTP side of one loop: its MHD daemon (external epoll mode, suspend/
  * resume, SO_REUSEPORT on the shared port), the access handler that
- * collects a request and hands it to routes or the forwarder, the content
- * reader that relays a worker's body, MHD's completion callback, and the
- * client-fd watch that notices a disconnect while the connection is
- * suspended (MHD does not; see NOTES.md): EPOLLRDHUP only, removed before
- * MHD can close the fd.
+ * collects a request and does what its row in the route table says
+ * (routes.h: 404, 405 with the row's Allow, a local answer, or the
+ * forwarder), the content reader that relays a worker's body, MHD's
+ * completion callback, and the client-fd watch that notices a disconnect
+ * while the connection is suspended (MHD does not): EPOLLRDHUP only,
+ * removed before MHD can close the fd.
  *
  * Threading: the loop's thread only.
  */

@@ -6,6 +6,7 @@
  */
 #include "dataplane/metrics.h"
 #include "dataplane/policy.h"
+#include "dataplane/routes.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -32,26 +33,6 @@ static const char *const dp_phase_names[DP_PHASE_COUNT] = {
     [DP_PHASE_HEADERS] = "waiting_headers",
     [DP_PHASE_STREAM] = "streaming",
 };
-
-const char *dp_route_label(enum dp_route route)
-{
-    switch (route) {
-    case DP_ROUTE_CHAT:
-        return "/v1/chat/completions";
-    case DP_ROUTE_COMPLETIONS:
-        return "/v1/completions";
-    case DP_ROUTE_EMBEDDINGS:
-        return "/v1/embeddings";
-    case DP_ROUTE_MODELS:
-        return "/v1/models";
-    case DP_ROUTE_HEALTH:
-        return "/health";
-    case DP_ROUTE_METRICS:
-        return "/metrics";
-    default:
-        return "other";
-    }
-}
 
 static void hist_init(struct dp_histogram *h)
 {
@@ -83,7 +64,7 @@ int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers)
     for (size_t i = 0; i < (size_t)max_workers * DP_UPERR_COUNT; i++)
         atomic_init(&m->upstream_errors[i], 0);
     atomic_init(&m->retries, 0);
-    for (int d = 0; d < DP_DECISION_LABELS; d++)
+    for (int d = 0; d < POL_DECISION_COUNT; d++)
         atomic_init(&m->decisions[d], 0);
     for (int p = 0; p < DP_PHASE_COUNT; p++)
         atomic_init(&m->disconnects[p], 0);
@@ -93,7 +74,7 @@ int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers)
         atomic_init(&m->pd_outcomes[o], 0);
     for (int p = 0; p <= DP_PD_DECODE; p++) {
         m->pd_policy[p] = NULL;
-        for (int d = 0; d < DP_DECISION_LABELS; d++)
+        for (int d = 0; d < POL_DECISION_COUNT; d++)
             atomic_init(&m->pd_decisions[p][d], 0);
     }
     for (int p = 0; p <= DP_PD_DECODE; p++)
@@ -135,37 +116,19 @@ void dp_metrics_retry(struct dp_metrics *m)
     atomic_fetch_add_explicit(&m->retries, 1, memory_order_relaxed);
 }
 
-/* Index 0 collects labels not listed (should not happen). */
-static const char *const dp_decision_labels[DP_DECISION_LABELS] = {
-    "other",
-    "round_robin",
-    "random",
-    "power_of_two",
-    "least_load",
-    "hash",
-    "hash_all_full",
-    "no_key",
-    "affinity",
-    "overloaded_fallback",
-    "no_match",
-    "fleet_imbalanced",
-    "affinity_despite_imbalance",
-};
-
-static int decision_index(const char *decision)
+/* A decision out of range counts as "other" (POL_DECISION_UNSET). */
+static int decision_index(enum pol_decision decision)
 {
-    for (int d = 1; d < DP_DECISION_LABELS && decision != NULL; d++)
-        if (strcmp(dp_decision_labels[d], decision) == 0)
-            return d;
-    return 0;
+    return decision > POL_DECISION_UNSET && decision < POL_DECISION_COUNT ? (int)decision : 0;
 }
 
-void dp_metrics_decision(struct dp_metrics *m, const char *decision)
+void dp_metrics_decision(struct dp_metrics *m, enum pol_decision decision)
 {
     atomic_fetch_add_explicit(&m->decisions[decision_index(decision)], 1, memory_order_relaxed);
 }
 
-void dp_metrics_pd_decision(struct dp_metrics *m, enum dp_pd_phase phase, const char *decision)
+void dp_metrics_pd_decision(struct dp_metrics *m, enum dp_pd_phase phase,
+                            enum pol_decision decision)
 {
     if (phase != DP_PD_PREFILL && phase != DP_PD_DECODE)
         return;
@@ -307,14 +270,14 @@ static void render_pd(struct dp_text *t, const struct dp_metrics *m,
                 "legs by phase, policy and reason.\n"
                 "# TYPE switchyard_pd_routing_decisions_total counter\n");
     for (int p = DP_PD_PREFILL; p <= DP_PD_DECODE; p++)
-        for (int d = 0; d < DP_DECISION_LABELS; d++) {
+        for (int d = 0; d < POL_DECISION_COUNT; d++) {
             uint64_t v = atomic_load_explicit(&m->pd_decisions[p][d], memory_order_relaxed);
             if (v != 0)
                 text_add(t,
                          "switchyard_pd_routing_decisions_total{phase=\"%s\",policy=\"%s\","
                          "decision=\"%s\"} %llu\n",
                          phases[p], m->pd_policy[p] != NULL ? m->pd_policy[p] : "",
-                         dp_decision_labels[d], (unsigned long long)v);
+                         pol_decision_name((enum pol_decision)d), (unsigned long long)v);
         }
     text_add(t, "# HELP switchyard_pd_phase_duration_seconds Duration of completed prefill and "
                 "decode phases.\n# TYPE switchyard_pd_phase_duration_seconds histogram\n");
@@ -355,7 +318,7 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
             uint64_t v = atomic_load_explicit(&m->requests[r][s], memory_order_relaxed);
             if (v != 0)
                 text_add(&t, "switchyard_requests_total{route=\"%s\",code=\"%d\"} %llu\n",
-                         dp_route_label((enum dp_route)r), s, (unsigned long long)v);
+                         dp_route_row((enum dp_route)r)->label, s, (unsigned long long)v);
         }
 
     text_add(&t, "# HELP switchyard_upstream_errors_total Failed attempts, by worker and kind.\n"
@@ -378,11 +341,11 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
 
     text_add(&t, "# HELP switchyard_routing_decisions_total Routing decisions by policy and "
                  "reason.\n# TYPE switchyard_routing_decisions_total counter\n");
-    for (int d = 0; d < DP_DECISION_LABELS; d++) {
+    for (int d = 0; d < POL_DECISION_COUNT; d++) {
         uint64_t v = atomic_load_explicit(&m->decisions[d], memory_order_relaxed);
         if (v != 0)
             text_add(&t, "switchyard_routing_decisions_total{policy=\"%s\",decision=\"%s\"} %llu\n",
-                     m->policy != NULL ? m->policy : "", dp_decision_labels[d],
+                     m->policy != NULL ? m->policy : "", pol_decision_name((enum pol_decision)d),
                      (unsigned long long)v);
     }
     text_add(&t,

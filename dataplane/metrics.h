@@ -1,12 +1,14 @@
 /*
  * The dataplane's Prometheus metrics (each one documented in
- * docs/metrics.md): request counts by route and status, upstream errors by
- * worker and kind, retries, client disconnects by phase, load underflows,
- * per-worker load (what routing sees) and this dataplane's own in-flight,
- * two latency histograms, and the prefill/decode metrics (per-phase load and
- * durations, outcomes). Counters are process-wide relaxed atomics
- * bumped by every loop; rendering reads them without stopping anyone, so a
- * scrape is a consistent-enough snapshot, as Prometheus expects.
+ * docs/metrics.md): request counts by route (the route table's label,
+ * routes.h) and status, upstream errors by worker and kind, retries, routing
+ * decisions by reason (policy.h's enum pol_decision), client disconnects by
+ * phase, load underflows, per-worker load (what routing sees) and this
+ * dataplane's own in-flight, two latency histograms, and the prefill/decode
+ * metrics (per-phase load and durations, outcomes). Counters are
+ * process-wide relaxed atomics bumped by every loop; rendering reads them
+ * without stopping anyone, so a scrape is a consistent-enough snapshot, as
+ * Prometheus expects.
  */
 #ifndef SY_DATAPLANE_METRICS_H
 #define SY_DATAPLANE_METRICS_H
@@ -16,6 +18,7 @@
 #include <stdint.h>
 
 #include "dataplane/guard.h"
+#include "dataplane/policy.h"
 #include "dataplane/types.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
@@ -29,9 +32,6 @@ struct dp_histogram {
     _Atomic uint64_t count;
 };
 
-/* Every decision label a policy can report (policy.h); their counters. */
-#define DP_DECISION_LABELS 13
-
 /* Process-wide; dp_metrics_init / dp_metrics_fini. */
 struct dp_metrics {
     uint32_t max_workers;
@@ -42,10 +42,10 @@ struct dp_metrics {
     struct dp_histogram duration;
     struct dp_histogram ttfb;
     const char *policy; /* policy.name, for the decisions' label */
-    _Atomic uint64_t decisions[DP_DECISION_LABELS];
+    _Atomic uint64_t decisions[POL_DECISION_COUNT];
     _Atomic uint64_t pd_outcomes[DP_PD_OUT_COUNT];
     const char *pd_policy[DP_PD_DECODE + 1]; /* policy.prefill/decode names, by phase */
-    _Atomic uint64_t pd_decisions[DP_PD_DECODE + 1][DP_DECISION_LABELS];
+    _Atomic uint64_t pd_decisions[DP_PD_DECODE + 1][POL_DECISION_COUNT];
     struct dp_histogram pd_phase[DP_PD_DECODE + 1]; /* by enum dp_pd_phase */
 };
 
@@ -57,16 +57,15 @@ void dp_metrics_ttfb(struct dp_metrics *m, uint64_t us);
 void dp_metrics_upstream_error(struct dp_metrics *m, uint32_t slot, enum dp_up_error kind);
 void dp_metrics_retry(struct dp_metrics *m);
 void dp_metrics_disconnect(struct dp_metrics *m, enum dp_phase phase);
-/* Counts one routing decision by its label (a policy's static string). */
-void dp_metrics_decision(struct dp_metrics *m, const char *decision);
+/* Counts one routing decision of a regular request. */
+void dp_metrics_decision(struct dp_metrics *m, enum pol_decision decision);
 /* Counts one routing decision of a P/D leg (phase PREFILL or DECODE). */
-void dp_metrics_pd_decision(struct dp_metrics *m, enum dp_pd_phase phase, const char *decision);
+void dp_metrics_pd_decision(struct dp_metrics *m, enum dp_pd_phase phase,
+                            enum pol_decision decision);
 /* Counts a P/D request's outcome (pd.h). */
 void dp_metrics_pd_outcome(struct dp_metrics *m, enum dp_pd_outcome outcome);
 /* Observes the duration of a completed P/D phase (prefill or decode). */
 void dp_metrics_pd_phase(struct dp_metrics *m, enum dp_pd_phase phase, uint64_t us);
-
-const char *dp_route_label(enum dp_route route);
 
 /*
  * Renders the exposition text for the n workers of a registry snapshot.

@@ -25,6 +25,7 @@
 #include "dataplane/json_skeleton.h"
 #include "dataplane/metrics.h"
 #include "dataplane/request.h"
+#include "dataplane/routes.h"
 
 /* ---- bodies ------------------------------------------------------------------ */
 
@@ -188,7 +189,7 @@ void dp_pd_loop_fini(struct dp_loop *loop)
 
 bool dp_pd_applies(struct dp_loop *loop, const struct dp_request *req)
 {
-    if (req->route != DP_ROUTE_CHAT && req->route != DP_ROUTE_COMPLETIONS)
+    if (!dp_route_row(req->route)->prefill_decode)
         return false;
     const struct dp_workers *v = &loop->workers;
     bool prefill = false, decode = false;

@@ -1,7 +1,8 @@
 /*
  * Routing policies: given one request and the eligible workers (healthy,
  * not draining, serving the request's model, not yet tried by it) with
- * their current loads, pick one. A policy sees the request's routing text
+ * their current loads, pick one and say why (enum pol_decision: one label
+ * per reason, from one names table). A policy sees the request's routing text
  * (the prompt or the concatenated chat messages, bounded), a header lookup
  * and the candidates; it never touches load itself (the forwarder's guard
  * does). Policies live in dataplane/policy/, one per file.
@@ -20,6 +21,35 @@
 
 #include "common/config.h"
 #include "shm/registry.h"
+
+/*
+ * Why a policy chose its worker. pol_decision_name gives the label used in
+ * switchyard_routing_decisions_total, switchyard_pd_routing_decisions_total
+ * and the x-switchyard-decision debug header; the classic policies report
+ * their own name. The zero value, "other", is a pick that named no reason
+ * (a refused one).
+ */
+enum pol_decision {
+    POL_DECISION_UNSET = 0,
+    POL_DECISION_ROUND_ROBIN,
+    POL_DECISION_RANDOM,
+    POL_DECISION_POWER_OF_TWO,
+    POL_DECISION_LEAST_LOAD,
+    POL_DECISION_HASH,                /* consistent_hash: the key's worker */
+    POL_DECISION_HASH_ALL_FULL,       /* ... every worker full: the key's first */
+    POL_DECISION_NO_KEY,              /* ... no session key: the least loaded */
+    POL_DECISION_AFFINITY,            /* cache_aware: the prefix-matched worker */
+    POL_DECISION_OVERLOADED_FALLBACK, /* ... matched, but that worker is overloaded */
+    POL_DECISION_NO_MATCH,            /* ... match below cache_threshold */
+    POL_DECISION_FLEET_IMBALANCED,    /* ... balance_gate fleet switched affinity off */
+    /* ... per-request gate: the matched worker, although another worker is
+     * overloaded (the fleet gate would have switched affinity off here) */
+    POL_DECISION_AFFINITY_DESPITE_IMBALANCE,
+    POL_DECISION_COUNT,
+};
+
+/* The label of d (static); "other" for POL_DECISION_UNSET or out of range. */
+const char *pol_decision_name(enum pol_decision d);
 
 /* Returns the value of request header `name` (case-insensitive) or NULL. */
 typedef const char *(*pol_header_fn)(void *ctx, const char *name);
@@ -42,16 +72,16 @@ struct pol_candidate {
 
 struct pol_ops {
     const char *name;
+    enum pol_decision decision; /* what pick reports unless it says otherwise */
     /* Creates per-loop state (may set *state to NULL). 0 or -errno. */
     int (*create)(const struct cfg_policy *cfg, void **state);
     void (*destroy)(void *state);
     /*
-     * Index into cands (n >= 1), or a negative errno to refuse. *decision
-     * names why (a static string: the label of
-     * switchyard_routing_decisions_total and x-switchyard-decision).
+     * Index into cands (n >= 1), or a negative errno to refuse. May set
+     * *decision to say why (it holds the ops' decision on entry).
      */
     int (*pick)(void *state, const struct pol_request *req, const struct pol_candidate *cands,
-                size_t n, const char **decision);
+                size_t n, enum pol_decision *decision);
 };
 
 /* A policy instance. Caller storage; pol_create / pol_destroy. */
@@ -74,13 +104,13 @@ void pol_destroy(struct pol_policy *p);
 /* Picks among n >= 1 candidates: an index, or a negative errno; *decision
  * as in pol_ops.pick. */
 int pol_pick(struct pol_policy *p, const struct pol_request *req, const struct pol_candidate *cands,
-             size_t n, const char **decision);
+             size_t n, enum pol_decision *decision);
 
 /* Bytes held by cache_aware's shared prefix index (0 before its first use). */
 size_t pol_cache_aware_index_bytes(void);
 
 /* The consistent_hash choice as a function (also used by tests). */
 int pol_consistent_hash_pick(const struct pol_request *req, const struct pol_candidate *cands,
-                             size_t n, const char **decision);
+                             size_t n, enum pol_decision *decision);
 
 #endif

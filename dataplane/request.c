@@ -17,31 +17,7 @@
 #include "dataplane/header_rules.h"
 #include "dataplane/json_skeleton.h"
 #include "dataplane/pd.h"
-
-static enum dp_route route_of(const char *url, const char *method, bool *method_ok)
-{
-    static const struct {
-        const char *path;
-        enum dp_route route;
-        const char *method;
-    } table[] = {
-        {"/v1/chat/completions", DP_ROUTE_CHAT, "POST"},
-        {"/v1/completions", DP_ROUTE_COMPLETIONS, "POST"},
-        {"/v1/embeddings", DP_ROUTE_EMBEDDINGS, "POST"},
-        {"/v1/models", DP_ROUTE_MODELS, "GET"},
-        {"/health", DP_ROUTE_HEALTH, "GET"},
-        {"/metrics", DP_ROUTE_METRICS, "GET"},
-    };
-    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
-        if (strcmp(url, table[i].path) != 0)
-            continue;
-        *method_ok = strcmp(method, table[i].method) == 0 ||
-                     (strcmp(table[i].method, "GET") == 0 && strcmp(method, "HEAD") == 0);
-        return table[i].route;
-    }
-    *method_ok = true;
-    return DP_ROUTE_OTHER;
-}
+#include "dataplane/routes.h"
 
 struct dp_request *dp_request_create(struct dp_loop *loop, struct MHD_Connection *conn,
                                      const char *url, const char *method)
@@ -55,7 +31,8 @@ struct dp_request *dp_request_create(struct dp_loop *loop, struct MHD_Connection
     req->client_fd = -1;
     req->phase = DP_REQ_RECEIVING;
     req->start_ms = proc_monotonic_ms();
-    req->route = route_of(url, method, &req->method_ok);
+    req->route = dp_route_find(url);
+    req->method_ok = dp_route_allows(req->route, method);
     req->backoff_ms = loop->sh->cfg->dataplane.retry.backoff_ms;
     req->lnext = loop->requests;
     if (loop->requests != NULL)
@@ -167,29 +144,30 @@ static void text_add_content(struct dp_request *req, const struct dp_skel *skel,
     }
 }
 
-/*
- * Routing text: the prompt (completions), or the chat messages in order,
- * each as role, newline, content, newline — so every turn of a
- * conversation extends the previous turn's text, and cache_aware sees the
- * shared prefix.
- */
-static void extract_routing_text(struct dp_request *req, const struct dp_skel *skel, json_t *root)
+/* Routing text of a completion: the prompt, a string or an array of strings. */
+static void text_add_prompt(struct dp_request *req, const struct dp_skel *skel, json_t *root)
 {
     json_t *prompt = json_object_get(root, "prompt");
     if (json_is_string(prompt)) {
         text_add_json_string(req, skel, prompt);
         return;
     }
-    if (json_is_array(prompt)) {
-        size_t i;
-        json_t *p;
-        json_array_foreach(prompt, i, p)
-        {
-            if (json_is_string(p))
-                text_add_json_string(req, skel, p);
-        }
-        return;
+    size_t i;
+    json_t *p;
+    json_array_foreach(prompt, i, p)
+    {
+        if (json_is_string(p))
+            text_add_json_string(req, skel, p);
     }
+}
+
+/*
+ * Routing text of a chat: the messages in order, each as role, newline,
+ * content, newline — so every turn of a conversation extends the previous
+ * turn's text, and cache_aware sees the shared prefix.
+ */
+static void text_add_messages(struct dp_request *req, const struct dp_skel *skel, json_t *root)
+{
     json_t *messages = json_object_get(root, "messages");
     size_t i;
     json_t *m;
@@ -204,8 +182,19 @@ static void extract_routing_text(struct dp_request *req, const struct dp_skel *s
     }
 }
 
+/* The routing text's parser of each body shape (routes.h); NULL: none. */
+typedef void (*text_parser_fn)(struct dp_request *req, const struct dp_skel *skel, json_t *root);
+static const text_parser_fn dp_text_parsers[DP_BODY_COUNT] = {
+    [DP_BODY_CHAT] = text_add_messages,
+    [DP_BODY_COMPLETION] = text_add_prompt,
+    [DP_BODY_EMBEDDINGS] = text_add_messages,
+};
+
 enum dp_parse_result dp_request_parse(struct dp_request *req)
 {
+    enum dp_body shape = dp_route_row(req->route)->body;
+    if (shape <= DP_BODY_NONE || shape >= DP_BODY_COUNT)
+        return DP_PARSE_OK;
     /* The body is complete: give back the growth slack, which a held stream
      * would otherwise keep for its whole life. */
     if (req->body != NULL && req->body_cap > req->body_len + 1) {
@@ -247,7 +236,8 @@ enum dp_parse_result dp_request_parse(struct dp_request *req)
     } else {
         strcpy(req->model, json_string_value(model));
     }
-    extract_routing_text(req, &skel, root);
+    if (dp_text_parsers[shape] != NULL)
+        dp_text_parsers[shape](req, &skel, root);
     json_t *user = json_object_get(root, "user");
     if (json_is_string(user))
         snprintf(req->user, sizeof(req->user), "%s", json_string_value(user));

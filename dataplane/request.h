@@ -1,9 +1,11 @@
 /*
  * A client request's life outside the state machine: creation when MHD
- * reports it, reference counting (the MHD connection holds one, every live
- * attempt one), the bounded body buffer, the few fields routing needs
- * (model, stream, routing text), the request id, and the header list sent
- * upstream (end-to-end headers only).
+ * reports it (its route and whether the method is allowed, from the route
+ * table, routes.h), reference counting (the MHD connection holds one, every
+ * live attempt one), the bounded body buffer, the few fields routing needs
+ * (model, stream, user, and the routing text its route's body shape names),
+ * the request id, and the header list sent upstream (end-to-end headers
+ * only).
  *
  * Threading: the owning loop's thread only.
  */
@@ -36,7 +38,9 @@ enum dp_parse_result {
     DP_PARSE_NO_MEMORY,
 };
 
-/* Parses the body for model, stream and the routing text. */
+/* Parses the body for model, stream, user and the routing text of its
+ * route's body shape (routes.h). A route whose body is not read (local,
+ * not found) parses nothing: DP_PARSE_OK. */
 enum dp_parse_result dp_request_parse(struct dp_request *req);
 
 /* Sets the request id (client's X-Request-Id or a fresh one) and builds the

@@ -23,6 +23,7 @@
 
 #include "common/config.h"
 #include "dataplane/guard.h"
+#include "dataplane/policy.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
 
@@ -36,6 +37,9 @@
 #define DP_MAX_TRIED        16u
 #define DP_CAUSE_MAX        160u
 
+/* A client route: the key of its row in the route table (routes.h), which
+ * holds everything else about it. Metrics arrays are sized by
+ * DP_ROUTE_COUNT; OTHER is every unknown path. */
 enum dp_route {
     DP_ROUTE_UNSET = 0,
     DP_ROUTE_CHAT,
@@ -194,7 +198,7 @@ struct dp_request {
     char *routing_text; /* owned; NULL until parsed; at most DP_ROUTING_TEXT_MAX */
     size_t routing_text_len, routing_text_cap;
     char user[DP_USER_MAX];     /* the body's "user", for consistent_hash */
-    const char *decision;       /* the last routing decision's label (static) */
+    enum pol_decision decision; /* the last routing decision */
     char worker_id[CFG_ID_MAX]; /* the worker of the last attempt (debug headers) */
     struct curl_slist *up_headers;
 

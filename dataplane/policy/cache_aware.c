@@ -12,24 +12,6 @@
 
 #define CA_MAX_CANDIDATES 1024u
 
-const char *ca_decision_name(enum ca_decision d)
-{
-    switch (d) {
-    case CA_DECISION_AFFINITY:
-        return "affinity";
-    case CA_DECISION_OVERLOADED_FALLBACK:
-        return "overloaded_fallback";
-    case CA_DECISION_NO_MATCH:
-        return "no_match";
-    case CA_DECISION_FLEET_IMBALANCED:
-        return "fleet_imbalanced";
-    case CA_DECISION_AFFINITY_DESPITE_IMBALANCE:
-        return "affinity_despite_imbalance";
-    default:
-        return "unknown";
-    }
-}
-
 bool ca_is_overloaded(const struct ca_params *p, uint64_t load, uint64_t min_load)
 {
     return load > min_load + p->balance_abs_threshold &&
@@ -119,16 +101,16 @@ int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model
     /* Deterministic per text, different across texts. */
     uint64_t spread = n_blocks > 0 ? hashes[0] : XXH3_64bits(text, len);
     size_t chosen;
-    enum ca_decision decision;
+    enum pol_decision decision;
     if (p->balance_gate == CFG_BALANCE_GATE_FLEET && ca_is_overloaded(p, max_load, min_load)) {
         chosen = ca_least_loaded(cands, n, prefer, spread);
-        decision = CA_DECISION_FLEET_IMBALANCED;
+        decision = POL_DECISION_FLEET_IMBALANCED;
     } else if (!enough) {
         chosen = ca_least_loaded(cands, n, prefer, spread);
-        decision = CA_DECISION_NO_MATCH;
+        decision = POL_DECISION_NO_MATCH;
     } else if (ca_is_overloaded(p, cands[matched_idx].load, min_load)) {
         chosen = ca_least_loaded(cands, n, -1, spread);
-        decision = CA_DECISION_OVERLOADED_FALLBACK;
+        decision = POL_DECISION_OVERLOADED_FALLBACK;
     } else {
         chosen = matched_idx;
         /* Told apart so that an operator (and the benchmark) sees how often
@@ -137,7 +119,8 @@ int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model
          * loaded worker than its matched one. */
         bool fleet_would_move =
             ca_is_overloaded(p, max_load, min_load) && cands[matched_idx].load > min_load;
-        decision = fleet_would_move ? CA_DECISION_AFFINITY_DESPITE_IMBALANCE : CA_DECISION_AFFINITY;
+        decision =
+            fleet_would_move ? POL_DECISION_AFFINITY_DESPITE_IMBALANCE : POL_DECISION_AFFINITY;
     }
 
     /* The chosen worker already holds the matched blocks when it is the

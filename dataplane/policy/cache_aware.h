@@ -25,20 +25,8 @@
 #include <stdint.h>
 
 #include "common/config.h"
+#include "dataplane/policy.h"
 #include "dataplane/policy/prefix_index.h"
-
-enum ca_decision {
-    CA_DECISION_UNSET = 0,
-    CA_DECISION_AFFINITY,            /* the prefix-matched worker */
-    CA_DECISION_OVERLOADED_FALLBACK, /* matched, but that worker is overloaded */
-    CA_DECISION_NO_MATCH,            /* match below cache_threshold */
-    CA_DECISION_FLEET_IMBALANCED,    /* balance_gate: fleet switched affinity off */
-    /* Per-request gate: the matched worker, although another worker is
-     * overloaded (the fleet gate would have switched affinity off here) */
-    CA_DECISION_AFFINITY_DESPITE_IMBALANCE,
-};
-
-const char *ca_decision_name(enum ca_decision d);
 
 struct ca_params {
     double cache_threshold;
@@ -55,7 +43,9 @@ struct ca_candidate {
 
 struct ca_choice {
     size_t index; /* into the candidates */
-    enum ca_decision decision;
+    /* AFFINITY, AFFINITY_DESPITE_IMBALANCE, OVERLOADED_FALLBACK, NO_MATCH
+     * or FLEET_IMBALANCED (policy.h) */
+    enum pol_decision decision;
     size_t matched_blocks;
     size_t total_blocks;
 };

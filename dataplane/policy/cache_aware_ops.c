@@ -76,7 +76,7 @@ static void ca_destroy(void *state)
 }
 
 static int ca_pick(void *state, const struct pol_request *req, const struct pol_candidate *cands,
-                   size_t n, const char **decision)
+                   size_t n, enum pol_decision *decision)
 {
     struct ca_state *s = state;
     if (n == 0)
@@ -95,7 +95,7 @@ static int ca_pick(void *state, const struct pol_request *req, const struct pol_
         free(cc);
     if (rc != 0)
         return rc;
-    *decision = ca_decision_name(choice.decision);
+    *decision = choice.decision;
     return (int)choice.index;
 }
 

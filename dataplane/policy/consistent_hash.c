@@ -39,7 +39,7 @@ static const char *ch_key(const struct pol_request *req, size_t *len)
 }
 
 int pol_consistent_hash_pick(const struct pol_request *req, const struct pol_candidate *cands,
-                             size_t n, const char **decision)
+                             size_t n, enum pol_decision *decision)
 {
     size_t key_len = 0;
     const char *key = ch_key(req, &key_len);
@@ -51,7 +51,7 @@ int pol_consistent_hash_pick(const struct pol_request *req, const struct pol_can
             least = i;
     }
     if (key == NULL) {
-        *decision = "no_key";
+        *decision = POL_DECISION_NO_KEY;
         return (int)least;
     }
     uint64_t cap = (uint64_t)ceil(CH_LOAD_FACTOR * (double)(total + 1) / (double)n);
@@ -70,12 +70,12 @@ int pol_consistent_hash_pick(const struct pol_request *req, const struct pol_can
             best_score = score;
         }
     }
-    *decision = best >= 0 ? "hash" : "hash_all_full";
+    *decision = best >= 0 ? POL_DECISION_HASH : POL_DECISION_HASH_ALL_FULL;
     return (int)(best >= 0 ? best : best_any);
 }
 
 static int ch_pick(void *state, const struct pol_request *req, const struct pol_candidate *cands,
-                   size_t n, const char **decision)
+                   size_t n, enum pol_decision *decision)
 {
     (void)state;
     return pol_consistent_hash_pick(req, cands, n, decision);

@@ -28,7 +28,7 @@ static void ll_destroy(void *state)
 }
 
 static int ll_pick(void *state, const struct pol_request *req, const struct pol_candidate *cands,
-                   size_t n, const char **decision)
+                   size_t n, enum pol_decision *decision)
 {
     (void)req;
     (void)decision;
@@ -45,6 +45,7 @@ static int ll_pick(void *state, const struct pol_request *req, const struct pol_
 
 const struct pol_ops pol_least_load_ops = {
     .name = "least_load",
+    .decision = POL_DECISION_LEAST_LOAD,
     .create = ll_create,
     .destroy = ll_destroy,
     .pick = ll_pick,

@@ -1,10 +1,35 @@
 /*
- * Policy selection (see dataplane/policy.h): maps policy.name to its ops.
+ * Policy selection (see dataplane/policy.h): maps policy.name to its ops,
+ * and every routing decision to its label.
  */
 #include <errno.h>
 
 #include "common/log.h"
 #include "dataplane/policy.h"
+
+/* Labels as published in metrics and debug headers: never rename one. */
+static const char *const pol_decision_names[POL_DECISION_COUNT] = {
+    [POL_DECISION_UNSET] = "other",
+    [POL_DECISION_ROUND_ROBIN] = "round_robin",
+    [POL_DECISION_RANDOM] = "random",
+    [POL_DECISION_POWER_OF_TWO] = "power_of_two",
+    [POL_DECISION_LEAST_LOAD] = "least_load",
+    [POL_DECISION_HASH] = "hash",
+    [POL_DECISION_HASH_ALL_FULL] = "hash_all_full",
+    [POL_DECISION_NO_KEY] = "no_key",
+    [POL_DECISION_AFFINITY] = "affinity",
+    [POL_DECISION_OVERLOADED_FALLBACK] = "overloaded_fallback",
+    [POL_DECISION_NO_MATCH] = "no_match",
+    [POL_DECISION_FLEET_IMBALANCED] = "fleet_imbalanced",
+    [POL_DECISION_AFFINITY_DESPITE_IMBALANCE] = "affinity_despite_imbalance",
+};
+
+const char *pol_decision_name(enum pol_decision d)
+{
+    if (d <= POL_DECISION_UNSET || d >= POL_DECISION_COUNT)
+        d = POL_DECISION_UNSET;
+    return pol_decision_names[d];
+}
 
 int pol_create(const struct cfg_policy *cfg, struct pol_policy *out)
 {
@@ -46,9 +71,9 @@ void pol_destroy(struct pol_policy *p)
 }
 
 int pol_pick(struct pol_policy *p, const struct pol_request *req, const struct pol_candidate *cands,
-             size_t n, const char **decision)
+             size_t n, enum pol_decision *decision)
 {
-    *decision = p->ops->name;
+    *decision = p->ops->decision;
     if (n == 0)
         return -ENOENT;
     int i = p->ops->pick(p->state, req, cands, n, decision);

@@ -8,7 +8,7 @@
 #include "dataplane/policy/rng.h"
 
 static int p2c_pick(void *state, const struct pol_request *req, const struct pol_candidate *cands,
-                    size_t n, const char **decision)
+                    size_t n, enum pol_decision *decision)
 {
     (void)req;
     (void)decision;
@@ -24,6 +24,7 @@ static int p2c_pick(void *state, const struct pol_request *req, const struct pol
 
 const struct pol_ops pol_power_of_two_ops = {
     .name = "power_of_two",
+    .decision = POL_DECISION_POWER_OF_TWO,
     .create = pol_rng_state_create,
     .destroy = pol_rng_state_destroy,
     .pick = p2c_pick,

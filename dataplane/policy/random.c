@@ -5,7 +5,7 @@
 #include "dataplane/policy/rng.h"
 
 static int rnd_pick(void *state, const struct pol_request *req, const struct pol_candidate *cands,
-                    size_t n, const char **decision)
+                    size_t n, enum pol_decision *decision)
 {
     (void)req;
     (void)decision;
@@ -15,6 +15,7 @@ static int rnd_pick(void *state, const struct pol_request *req, const struct pol
 
 const struct pol_ops pol_random_ops = {
     .name = "random",
+    .decision = POL_DECISION_RANDOM,
     .create = pol_rng_state_create,
     .destroy = pol_rng_state_destroy,
     .pick = rnd_pick,

@@ -28,7 +28,7 @@ static void rr_destroy(void *state)
 }
 
 static int rr_pick(void *state, const struct pol_request *req, const struct pol_candidate *cands,
-                   size_t n, const char **decision)
+                   size_t n, enum pol_decision *decision)
 {
     (void)req;
     (void)decision;
@@ -39,6 +39,7 @@ static int rr_pick(void *state, const struct pol_request *req, const struct pol_
 
 const struct pol_ops pol_round_robin_ops = {
     .name = "round_robin",
+    .decision = POL_DECISION_ROUND_ROBIN,
     .create = rr_create,
     .destroy = rr_destroy,
     .pick = rr_pick,

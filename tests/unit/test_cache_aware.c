@@ -65,8 +65,8 @@ static void test_regression_238_hot_worker_elsewhere_keeps_affinity(void **state
     assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), c, 3, &ch), 0);
     assert_int_equal(ch.index, 1);
     /* Told apart from plain affinity: the fleet gate would have moved it. */
-    assert_int_equal(ch.decision, CA_DECISION_AFFINITY_DESPITE_IMBALANCE);
-    assert_string_equal(ca_decision_name(ch.decision), "affinity_despite_imbalance");
+    assert_int_equal(ch.decision, POL_DECISION_AFFINITY_DESPITE_IMBALANCE);
+    assert_string_equal(pol_decision_name(ch.decision), "affinity_despite_imbalance");
     assert_int_equal(ch.matched_blocks, ch.total_blocks);
 
     /* The matched worker is itself the least loaded: the fleet gate would
@@ -75,14 +75,14 @@ static void test_regression_238_hot_worker_elsewhere_keeps_affinity(void **state
     assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), calm_match, 2, &ch),
                      0);
     assert_int_equal(ch.index, 1);
-    assert_int_equal(ch.decision, CA_DECISION_AFFINITY);
+    assert_int_equal(ch.decision, POL_DECISION_AFFINITY);
 
     /* vllm-router's pre-#238 fleet gate abandons affinity for everyone. */
     struct ca_params fleet = default_params;
     fleet.balance_gate = CFG_BALANCE_GATE_FLEET;
     assert_int_equal(ca_decide(ix, &fleet, "m", text, strlen(text), c, 3, &ch), 0);
     assert_int_equal(ch.index, 2);
-    assert_int_equal(ch.decision, CA_DECISION_FLEET_IMBALANCED);
+    assert_int_equal(ch.decision, POL_DECISION_FLEET_IMBALANCED);
     free(text);
     pix_destroy(ix);
 }
@@ -98,7 +98,7 @@ static void test_preferred_worker_overloaded_falls_back(void **state)
     struct ca_candidate over[2] = {{.slot = 1, .load = 40}, {.slot = 2, .load = 0}};
     assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), over, 2, &ch), 0);
     assert_int_equal(ch.index, 1);
-    assert_int_equal(ch.decision, CA_DECISION_OVERLOADED_FALLBACK);
+    assert_int_equal(ch.decision, POL_DECISION_OVERLOADED_FALLBACK);
 
     /* The fallback recorded the prefix for slot 2 too: start over with slot
      * 1 as the only holder. */
@@ -109,7 +109,7 @@ static void test_preferred_worker_overloaded_falls_back(void **state)
     struct ca_candidate abs_ok[2] = {{.slot = 1, .load = 100}, {.slot = 2, .load = 70}};
     assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), abs_ok, 2, &ch), 0);
     assert_int_equal(ch.index, 0);
-    assert_int_equal(ch.decision, CA_DECISION_AFFINITY);
+    assert_int_equal(ch.decision, POL_DECISION_AFFINITY);
 
     /* Only the absolute margin exceeded (200 vs 150: +50 > 32, but x1.33 <= 1.5): stays. */
     struct ca_candidate rel_ok[2] = {{.slot = 1, .load = 200}, {.slot = 2, .load = 150}};
@@ -134,7 +134,7 @@ static void test_least_loaded_holder_of_the_prefix_wins(void **state)
         {.slot = 1, .load = 3}, {.slot = 2, .load = 9}, {.slot = 3, .load = 0}};
     assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), c, 3, &ch), 0);
     assert_int_equal(ch.index, 0); /* slot 1: holds it, less loaded than slot 2 */
-    assert_int_equal(ch.decision, CA_DECISION_AFFINITY);
+    assert_int_equal(ch.decision, POL_DECISION_AFFINITY);
     assert_int_equal(ch.matched_blocks, ch.total_blocks);
     /* Equal loads: the most recent holder. */
     prime(ix, "m", text, 2);
@@ -157,7 +157,7 @@ static void test_no_match_goes_least_loaded_and_ties_prefer_match(void **state)
     struct ca_candidate c[3] = {
         {.slot = 6, .load = 3}, {.slot = 7, .load = 5}, {.slot = 8, .load = 1}};
     assert_int_equal(ca_decide(ix, &default_params, "m", fresh, strlen(fresh), c, 3, &ch), 0);
-    assert_int_equal(ch.decision, CA_DECISION_NO_MATCH);
+    assert_int_equal(ch.decision, POL_DECISION_NO_MATCH);
     assert_int_equal(ch.index, 2);
     assert_int_equal(ch.matched_blocks, 0);
 
@@ -168,7 +168,7 @@ static void test_no_match_goes_least_loaded_and_ties_prefer_match(void **state)
         {.slot = 6, .load = 0}, {.slot = 7, .load = 0}, {.slot = 8, .load = 0}};
     assert_int_equal(ca_decide(ix, &default_params, "m", partial, strlen(partial), tied, 3, &ch),
                      0);
-    assert_int_equal(ch.decision, CA_DECISION_NO_MATCH);
+    assert_int_equal(ch.decision, POL_DECISION_NO_MATCH);
     assert_int_equal(ch.matched_blocks, 1);
     assert_int_equal(ch.index, 1);
     free(seen);
@@ -191,7 +191,7 @@ static void test_single_and_no_candidate(void **state)
     /* Short text (no full block): still routed, never matched. */
     assert_int_equal(ca_decide(ix, &default_params, "m", "hi", 2, &one, 1, &ch), 0);
     assert_int_equal(ch.total_blocks, 0);
-    assert_int_equal(ch.decision, CA_DECISION_NO_MATCH);
+    assert_int_equal(ch.decision, POL_DECISION_NO_MATCH);
     free(text);
     pix_destroy(ix);
 }
@@ -205,7 +205,7 @@ static void test_matched_worker_gone_is_no_match(void **state)
     struct ca_candidate without[2] = {{.slot = 5, .load = 0}, {.slot = 6, .load = 0}};
     struct ca_choice ch;
     assert_int_equal(ca_decide(ix, &default_params, "m", text, strlen(text), without, 2, &ch), 0);
-    assert_int_equal(ch.decision, CA_DECISION_NO_MATCH);
+    assert_int_equal(ch.decision, POL_DECISION_NO_MATCH);
     assert_int_equal(ch.matched_blocks, 0);
     free(text);
     pix_destroy(ix);
@@ -249,7 +249,7 @@ static void test_multi_turn_chat_sticks_to_its_worker(void **state)
         c[(home + 1) % 4].load = (uint64_t)t;
         assert_int_equal(ca_decide(ix, &default_params, "m", conv, turn_len[t], c, 4, &ch), 0);
         assert_int_equal(ch.index, home);
-        assert_int_equal(ch.decision, CA_DECISION_AFFINITY);
+        assert_int_equal(ch.decision, POL_DECISION_AFFINITY);
         assert_true(ch.matched_blocks >= turn_len[t - 1] / PIX_BLOCK_BYTES);
     }
     free(conv);

@@ -2,8 +2,8 @@
  * Unit tests of the dataplane's request handling that needs no sockets:
  * the JSON skeleton (long strings set aside from jansson, and spliced back
  * into a rewritten body), body parsing (model, stream, user, routing text
- * for completions and chat), OpenAI error bodies and SSE error events, and
- * the hop-by-hop header list.
+ * for completions, chat and embeddings, as the route's body shape says),
+ * OpenAI error bodies and SSE error events, and the hop-by-hop header list.
  */
 #include <jansson.h>
 #include <setjmp.h>
@@ -149,9 +149,11 @@ static void test_splice_restores_every_long_string(void **state)
 
 /* ---- request parsing --------------------------------------------------------- */
 
-static struct dp_request *request_with(const char *body)
+/* A request of route with body: the route's body shape decides what is parsed. */
+static struct dp_request *request_with(enum dp_route route, const char *body)
 {
     struct dp_request *req = calloc(1, sizeof(*req));
+    req->route = route;
     req->body = strdup(body);
     req->body_len = strlen(body);
     return req;
@@ -175,7 +177,7 @@ static void test_parse_chat_routing_text_and_fields(void **state)
              "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"},"
              "{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
              big);
-    struct dp_request *req = request_with(body);
+    struct dp_request *req = request_with(DP_ROUTE_CHAT, body);
     assert_int_equal(dp_request_parse(req), DP_PARSE_OK);
     assert_string_equal(req->model, "llama");
     assert_true(req->stream);
@@ -192,7 +194,8 @@ static void test_parse_chat_routing_text_and_fields(void **state)
 static void test_parse_completions_prompt(void **state)
 {
     (void)state;
-    struct dp_request *req = request_with("{\"model\":\"m\",\"prompt\":[\"ab\",\"cd\"]}");
+    struct dp_request *req =
+        request_with(DP_ROUTE_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[\"ab\",\"cd\"]}");
     assert_int_equal(dp_request_parse(req), DP_PARSE_OK);
     assert_false(req->stream);
     assert_int_equal(req->routing_text_len, 4);
@@ -214,7 +217,7 @@ static void test_turns_extend_the_previous_turn(void **state)
              "{\"role\":\"assistant\",\"content\":\"ok\"},{\"role\":\"user\",\"content\":"
              "\"more\"}]}",
              big);
-    struct dp_request *a = request_with(t1), *b = request_with(t2);
+    struct dp_request *a = request_with(DP_ROUTE_CHAT, t1), *b = request_with(DP_ROUTE_CHAT, t2);
     assert_int_equal(dp_request_parse(a), DP_PARSE_OK);
     assert_int_equal(dp_request_parse(b), DP_PARSE_OK);
     assert_true(b->routing_text_len > a->routing_text_len);
@@ -242,12 +245,35 @@ static void test_parse_bad_bodies(void **state)
         {"{\"model\":\"m\",\"stream\":null}", DP_PARSE_OK},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        struct dp_request *req = request_with(cases[i].body);
+        struct dp_request *req = request_with(DP_ROUTE_CHAT, cases[i].body);
         enum dp_parse_result got = dp_request_parse(req);
         if (got != cases[i].want)
             fail_msg("body %s: got %d, want %d", cases[i].body, got, cases[i].want);
         request_free(req);
     }
+}
+
+/* Each route's body shape decides the routing text: embeddings' "input" is
+ * none, their chat-style messages are; a local route's body is not read. */
+static void test_parse_follows_the_route_body_shape(void **state)
+{
+    (void)state;
+    struct dp_request *req =
+        request_with(DP_ROUTE_EMBEDDINGS, "{\"model\":\"e\",\"input\":\"embed me\"}");
+    assert_int_equal(dp_request_parse(req), DP_PARSE_OK);
+    assert_string_equal(req->model, "e");
+    assert_int_equal(req->routing_text_len, 0);
+    request_free(req);
+    req = request_with(DP_ROUTE_EMBEDDINGS,
+                       "{\"model\":\"e\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}");
+    assert_int_equal(dp_request_parse(req), DP_PARSE_OK);
+    assert_int_equal(req->routing_text_len, strlen("user\nx\n"));
+    assert_memory_equal(req->routing_text, "user\nx\n", strlen("user\nx\n"));
+    request_free(req);
+    req = request_with(DP_ROUTE_HEALTH, "not json");
+    assert_int_equal(dp_request_parse(req), DP_PARSE_OK);
+    assert_string_equal(req->model, "");
+    request_free(req);
 }
 
 /* A 400 KB prompt: parsed, its routing text whole (capped at 1 MiB). */
@@ -258,7 +284,7 @@ static void test_parse_large_prompt(void **state)
     char *big = repeat('w', n);
     char *body = malloc(n + 64);
     snprintf(body, n + 64, "{\"model\":\"m\",\"prompt\":\"%s\"}", big);
-    struct dp_request *req = request_with(body);
+    struct dp_request *req = request_with(DP_ROUTE_COMPLETIONS, body);
     assert_int_equal(dp_request_parse(req), DP_PARSE_OK);
     assert_int_equal(req->routing_text_len, n);
     request_free(req);
@@ -313,6 +339,7 @@ int main(void)
         cmocka_unit_test(test_parse_completions_prompt),
         cmocka_unit_test(test_turns_extend_the_previous_turn),
         cmocka_unit_test(test_parse_bad_bodies),
+        cmocka_unit_test(test_parse_follows_the_route_body_shape),
         cmocka_unit_test(test_parse_large_prompt),
         cmocka_unit_test(test_error_body_and_sse_event),
         cmocka_unit_test(test_hop_by_hop_headers),

@@ -66,7 +66,7 @@ static struct pol_request plain_request(void)
 }
 
 static int pick(struct pol_policy *p, const struct pol_request *r, struct fleet *f,
-                const char **decision)
+                enum pol_decision *decision)
 {
     return pol_pick(p, r, f->c, f->n, decision);
 }
@@ -83,10 +83,10 @@ static void test_every_policy_single_and_no_worker(void **state)
         fleet_init(&f, 1);
         f.c[0].load = 1000;
         struct pol_request r = plain_request();
-        const char *d = NULL;
+        enum pol_decision d = POL_DECISION_UNSET;
         for (int i = 0; i < 20; i++)
             assert_int_equal(pick(&p, &r, &f, &d), 0);
-        assert_non_null(d);
+        assert_int_not_equal(d, POL_DECISION_UNSET);
         f.n = 0;
         assert_int_equal(pick(&p, &r, &f, &d), -ENOENT);
         pol_destroy(&p);
@@ -102,12 +102,12 @@ static void test_round_robin_cycles_evenly(void **state)
     f.c[2].load = 99; /* round robin ignores load */
     struct pol_request r = plain_request();
     int count[4] = {0};
-    const char *d;
+    enum pol_decision d;
     for (int i = 0; i < 400; i++)
         count[pick(&p, &r, &f, &d)]++;
     for (int i = 0; i < 4; i++)
         assert_int_equal(count[i], 100);
-    assert_string_equal(d, "round_robin");
+    assert_string_equal(pol_decision_name(d), "round_robin");
     pol_destroy(&p);
 }
 
@@ -119,7 +119,7 @@ static void test_random_covers_all(void **state)
     fleet_init(&f, 5);
     struct pol_request r = plain_request();
     int count[5] = {0};
-    const char *d;
+    enum pol_decision d;
     for (int i = 0; i < 5000; i++)
         count[pick(&p, &r, &f, &d)]++;
     for (int i = 0; i < 5; i++)
@@ -138,7 +138,7 @@ static void test_power_of_two_prefers_lower_of_two(void **state)
     f.c[2].load = 0;
     struct pol_request r = plain_request();
     int count[3] = {0};
-    const char *d;
+    enum pol_decision d;
     for (int i = 0; i < 3000; i++)
         count[pick(&p, &r, &f, &d)]++;
     /* The busiest is never the lower of two distinct draws. */
@@ -165,12 +165,12 @@ static void test_least_load_minimum_and_rotating_ties(void **state)
     f.c[3].load = 1;
     struct pol_request r = plain_request();
     int count[4] = {0};
-    const char *d;
+    enum pol_decision d;
     for (int i = 0; i < 100; i++)
         count[pick(&p, &r, &f, &d)]++;
     assert_int_equal(count[0] + count[2], 0);
     assert_true(count[1] > 0 && count[3] > 0);
-    assert_string_equal(d, "least_load");
+    assert_string_equal(pol_decision_name(d), "least_load");
     pol_destroy(&p);
 }
 
@@ -187,14 +187,14 @@ static void test_consistent_hash_sticky_and_stable(void **state)
     fleet_init(&f, 8);
     struct pol_request r = plain_request();
     r.header = session_header;
-    const char *d;
+    enum pol_decision d;
     int home[50];
     char keys[50][24];
     for (int k = 0; k < 50; k++) {
         snprintf(keys[k], sizeof(keys[k]), "session-%d", k);
         r.header_ctx = keys[k];
         home[k] = pick(&p, &r, &f, &d);
-        assert_string_equal(d, "hash");
+        assert_string_equal(pol_decision_name(d), "hash");
         for (int again = 0; again < 3; again++)
             assert_int_equal(pick(&p, &r, &f, &d), home[k]);
     }
@@ -212,11 +212,11 @@ static void test_consistent_hash_sticky_and_stable(void **state)
         f.c[i].load = i == 4 ? 0 : 5;
     struct pol_request nokey = plain_request();
     assert_int_equal(pick(&p, &nokey, &f, &d), 4);
-    assert_string_equal(d, "no_key");
+    assert_string_equal(pol_decision_name(d), "no_key");
     /* The body's user is a key too. */
     nokey.user = "alice";
     int alice = pick(&p, &nokey, &f, &d);
-    assert_string_equal(d, "hash");
+    assert_string_equal(pol_decision_name(d), "hash");
     assert_int_equal(pick(&p, &nokey, &f, &d), alice);
     pol_destroy(&p);
 }
@@ -230,7 +230,7 @@ static void test_consistent_hash_bounded_load(void **state)
     struct pol_request r = plain_request();
     r.header = session_header;
     r.header_ctx = "one-heavy-session";
-    const char *d;
+    enum pol_decision d;
     int home = pick(&p, &r, &f, &d);
     /* The heavy session piles up on its home worker until it is full:
      * cap = ceil(1.25 * (total + 1) / 4). */
@@ -253,6 +253,36 @@ static void test_consistent_hash_bounded_load(void **state)
     pol_destroy(&p);
 }
 
+/* The decision labels as published in metrics and x-switchyard-decision. */
+static void test_decision_labels(void **state)
+{
+    (void)state;
+    static const char *const want[POL_DECISION_COUNT] = {
+        "other",
+        "round_robin",
+        "random",
+        "power_of_two",
+        "least_load",
+        "hash",
+        "hash_all_full",
+        "no_key",
+        "affinity",
+        "overloaded_fallback",
+        "no_match",
+        "fleet_imbalanced",
+        "affinity_despite_imbalance",
+    };
+    for (int d = 0; d < POL_DECISION_COUNT; d++)
+        assert_string_equal(pol_decision_name((enum pol_decision)d), want[d]);
+    assert_string_equal(pol_decision_name(POL_DECISION_COUNT), "other");
+    assert_string_equal(pol_decision_name(POL_DECISION_LEAST_LOAD), pol_least_load_ops.name);
+    assert_string_equal(pol_decision_name(pol_round_robin_ops.decision), pol_round_robin_ops.name);
+    assert_string_equal(pol_decision_name(pol_random_ops.decision), pol_random_ops.name);
+    assert_string_equal(pol_decision_name(pol_power_of_two_ops.decision),
+                        pol_power_of_two_ops.name);
+    assert_string_equal(pol_decision_name(pol_least_load_ops.decision), pol_least_load_ops.name);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -263,6 +293,7 @@ int main(void)
         cmocka_unit_test(test_least_load_minimum_and_rotating_ties),
         cmocka_unit_test(test_consistent_hash_sticky_and_stable),
         cmocka_unit_test(test_consistent_hash_bounded_load),
+        cmocka_unit_test(test_decision_labels),
     };
     return cmocka_run_group_tests_name("policies", tests, NULL, NULL);
 }

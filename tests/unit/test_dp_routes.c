@@ -1,0 +1,135 @@
+/*
+ * Unit tests of the data plane's route table (dataplane/routes.h): every
+ * route has a row, every row's path resolves to it and allows exactly its
+ * methods, unknown paths are "other", and the labels, Allow headers,
+ * upstream paths and body shapes are the ones clients and dashboards see.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dataplane/routes.h"
+
+static void test_every_route_has_a_row(void **state)
+{
+    (void)state;
+    for (int r = DP_ROUTE_UNSET + 1; r < DP_ROUTE_COUNT; r++) {
+        const struct dp_route_row *row = dp_route_row((enum dp_route)r);
+        assert_non_null(row->label);
+        assert_true(row->serve != DP_SERVE_UNSET);
+        assert_true(row->body != DP_BODY_UNSET);
+        if (row->serve == DP_SERVE_NOT_FOUND) {
+            assert_int_equal(r, DP_ROUTE_OTHER);
+            continue;
+        }
+        assert_non_null(row->path);
+        assert_non_null(row->allow);
+        assert_true(row->methods != 0);
+        if (row->serve == DP_SERVE_PROXY) {
+            assert_non_null(row->upstream_path);
+            assert_true(row->body > DP_BODY_NONE && row->body < DP_BODY_COUNT);
+            assert_null(row->answer);
+        } else {
+            assert_int_equal(row->serve, DP_SERVE_LOCAL);
+            assert_non_null(row->answer);
+            assert_null(row->upstream_path);
+            assert_int_equal(row->body, DP_BODY_NONE);
+            assert_false(row->prefill_decode);
+        }
+    }
+}
+
+/* Each row's path finds it; its Allow header names exactly its methods. */
+static void test_paths_and_methods_resolve(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } methods[] = {{"GET", DP_METHOD_GET}, {"HEAD", DP_METHOD_HEAD}, {"POST", DP_METHOD_POST}};
+    for (int r = DP_ROUTE_UNSET + 1; r < DP_ROUTE_COUNT; r++) {
+        const struct dp_route_row *row = dp_route_row((enum dp_route)r);
+        if (row->path == NULL)
+            continue;
+        assert_int_equal(dp_route_find(row->path), r);
+        char allow[64] = "";
+        for (size_t m = 0; m < sizeof(methods) / sizeof(methods[0]); m++) {
+            bool ok = (row->methods & methods[m].bit) != 0;
+            assert_int_equal(dp_route_allows((enum dp_route)r, methods[m].name), ok);
+            if (ok)
+                snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s",
+                         allow[0] != '\0' ? ", " : "", methods[m].name);
+        }
+        assert_string_equal(row->allow, allow);
+        assert_false(dp_route_allows((enum dp_route)r, "DELETE"));
+        assert_false(dp_route_allows((enum dp_route)r, "get"));
+    }
+}
+
+static void test_unknown_paths_are_other(void **state)
+{
+    (void)state;
+    const char *paths[] = {"/",
+                           "",
+                           "/v1",
+                           "/v1/chat/completions/",
+                           "/v1/chat/completions?x=1",
+                           "/V1/models",
+                           "/healthz",
+                           "/v1/responses"};
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+        assert_int_equal(dp_route_find(paths[i]), DP_ROUTE_OTHER);
+    assert_true(dp_route_allows(DP_ROUTE_OTHER, "DELETE"));
+    assert_string_equal(dp_route_row(DP_ROUTE_OTHER)->label, "other");
+    assert_ptr_equal(dp_route_row(DP_ROUTE_UNSET), dp_route_row(DP_ROUTE_OTHER));
+    assert_ptr_equal(dp_route_row(DP_ROUTE_COUNT), dp_route_row(DP_ROUTE_OTHER));
+}
+
+/* What clients, workers and dashboards see, spelled out. */
+static void test_rows_as_published(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *path;
+        enum dp_route route;
+        const char *allow;
+        enum dp_serve serve;
+        enum dp_body body;
+        bool prefill_decode;
+    } want[] = {
+        {"/v1/chat/completions", DP_ROUTE_CHAT, "POST", DP_SERVE_PROXY, DP_BODY_CHAT, true},
+        {"/v1/completions", DP_ROUTE_COMPLETIONS, "POST", DP_SERVE_PROXY, DP_BODY_COMPLETION, true},
+        {"/v1/embeddings", DP_ROUTE_EMBEDDINGS, "POST", DP_SERVE_PROXY, DP_BODY_EMBEDDINGS, false},
+        {"/v1/models", DP_ROUTE_MODELS, "GET, HEAD", DP_SERVE_LOCAL, DP_BODY_NONE, false},
+        {"/health", DP_ROUTE_HEALTH, "GET, HEAD", DP_SERVE_LOCAL, DP_BODY_NONE, false},
+        {"/metrics", DP_ROUTE_METRICS, "GET, HEAD", DP_SERVE_LOCAL, DP_BODY_NONE, false},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        enum dp_route r = dp_route_find(want[i].path);
+        assert_int_equal(r, want[i].route);
+        const struct dp_route_row *row = dp_route_row(r);
+        assert_string_equal(row->label, want[i].path);
+        assert_string_equal(row->allow, want[i].allow);
+        assert_int_equal(row->serve, want[i].serve);
+        assert_int_equal(row->body, want[i].body);
+        assert_int_equal(row->prefill_decode, want[i].prefill_decode);
+        if (want[i].serve == DP_SERVE_PROXY)
+            assert_string_equal(row->upstream_path, want[i].path);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_route_has_a_row),
+        cmocka_unit_test(test_paths_and_methods_resolve),
+        cmocka_unit_test(test_unknown_paths_are_other),
+        cmocka_unit_test(test_rows_as_published),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
