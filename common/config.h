@@ -72,6 +72,8 @@ struct cfg_controlplane {
     char admin_listen[CFG_ADDR_MAX];     /* HOST:PORT */
     char admin_token_file[CFG_PATH_MAX]; /* empty = no auth */
     char admin_socket[CFG_PATH_MAX];
+    /* Serve the admin API without a token on a non-loopback address. */
+    bool admin_insecure;
     struct cfg_health health;
 };
 
@@ -92,6 +94,15 @@ struct cfg_dataplane {
     uint64_t first_byte_timeout_ms;
     uint64_t idle_timeout_ms;
     uint64_t drain_timeout_ms;
+    /* Slow clients: request headers complete within header_timeout_ms of
+     * the connection's accept or previous request; bodies arrive at an
+     * average of at least upload_min_rate bytes/s (0 = no minimum) once
+     * header_timeout_ms has passed; per_ip_connection_limit connections
+     * per client address (0 = no limit). */
+    uint64_t header_timeout_ms;
+    uint64_t upload_min_rate;
+    uint32_t per_ip_connection_limit;
+    char metrics_listen[CFG_ADDR_MAX]; /* HOST:PORT, or "" = /metrics on listen */
     bool debug_headers;
     struct cfg_retry retry;
 };

@@ -109,6 +109,9 @@ static const struct cfg_key controlplane_keys[] = {
     KEY_STR("admin_socket", struct cfg_controlplane, admin_socket, cfg_socket_path_is_valid,
             "a socket path of 1..107 characters without control characters",
             "/run/switchyard/admin.sock"),
+    /* Without a token the admin API may listen only on loopback, unless
+     * this says the operator means it (docs/security.md). */
+    KEY_BOOL("admin_insecure", struct cfg_controlplane, admin_insecure, false),
     KEY_MAP("health", struct cfg_controlplane, health, health_keys, NULL, NULL),
     KEY_END,
 };
@@ -139,6 +142,16 @@ static const struct cfg_key dataplane_keys[] = {
               24 * MS_HOUR, 2 * MS_MINUTE),
     KEY_RANGE("drain_timeout", CFG_KIND_DURATION, struct cfg_dataplane, drain_timeout_ms, 0,
               24 * MS_HOUR, 10 * MS_MINUTE),
+    KEY_RANGE("header_timeout", CFG_KIND_DURATION, struct cfg_dataplane, header_timeout_ms, 100,
+              MS_HOUR, 30 * MS_SECOND),
+    /* Bytes per second; 0: no minimum. */
+    KEY_RANGE("upload_min_rate", CFG_KIND_SIZE, struct cfg_dataplane, upload_min_rate, 0, GIB, KIB),
+    /* 0: no limit (the usual case behind a load balancer, which is one address). */
+    KEY_RANGE("per_ip_connection_limit", CFG_KIND_U32, struct cfg_dataplane,
+              per_ip_connection_limit, 0, 1000000, 0),
+    /* "": /metrics is served on listen, as before this key existed. */
+    KEY_STR("metrics_listen", struct cfg_dataplane, metrics_listen, cfg_addr_or_empty_is_valid,
+            "HOST:PORT (e.g. 127.0.0.1:9090), or \"\" for the listen address", ""),
     KEY_BOOL("debug_headers", struct cfg_dataplane, debug_headers, false),
     KEY_MAP("retry", struct cfg_dataplane, retry, retry_keys, NULL, cfg_check_retry),
     KEY_END,

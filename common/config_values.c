@@ -550,3 +550,10 @@ int cfg_check_worker_url(const char *url, char *id, size_t id_len, char *err, si
 
     return rc == -ENOSPC ? -EINVAL : rc;
 }
+
+bool cfg_addr_or_empty_is_valid(const char *addr)
+{
+    char host[CFG_ADDR_MAX];
+    uint16_t port;
+    return addr[0] == '\0' || cfg_parse_host_port(addr, host, sizeof(host), &port) == 0;
+}

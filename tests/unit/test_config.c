@@ -48,6 +48,11 @@ static void assert_defaults(const struct cfg *cfg)
     assert_int_equal(cfg->dataplane.idle_timeout_ms, 120000);
     assert_int_equal(cfg->dataplane.drain_timeout_ms, 600000);
     assert_false(cfg->dataplane.debug_headers);
+    assert_int_equal(cfg->dataplane.header_timeout_ms, 30000);
+    assert_int_equal(cfg->dataplane.upload_min_rate, 1024);
+    assert_int_equal(cfg->dataplane.per_ip_connection_limit, 0);
+    assert_string_equal(cfg->dataplane.metrics_listen, "");
+    assert_false(cfg->controlplane.admin_insecure);
     assert_int_equal(cfg->dataplane.retry.max_attempts, 3);
     assert_int_equal(cfg->dataplane.retry.n_on_status, 6);
     for (size_t i = 0; i < 6; i++)
@@ -322,6 +327,7 @@ static void test_full_file_round_trip(void **state)
     assert_string_equal(cfg.controlplane.admin_listen, "[::1]:9081");
     assert_string_equal(cfg.controlplane.admin_token_file, "/etc/switchyard/token");
     assert_string_equal(cfg.controlplane.admin_socket, "/tmp/sy-test.sock");
+    assert_true(cfg.controlplane.admin_insecure);
     assert_string_equal(cfg.controlplane.health.path, "/v1/health?deep=1");
     assert_int_equal(cfg.controlplane.health.interval_ms, 250);
     assert_int_equal(cfg.controlplane.health.timeout_ms, 100);
@@ -335,6 +341,10 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.dataplane.first_byte_timeout_ms, 120000);
     assert_int_equal(cfg.dataplane.idle_timeout_ms, 3600000);
     assert_int_equal(cfg.dataplane.drain_timeout_ms, 0);
+    assert_int_equal(cfg.dataplane.header_timeout_ms, 5000);
+    assert_int_equal(cfg.dataplane.upload_min_rate, 100);
+    assert_int_equal(cfg.dataplane.per_ip_connection_limit, 16);
+    assert_string_equal(cfg.dataplane.metrics_listen, "127.0.0.1:19090");
     assert_true(cfg.dataplane.debug_headers);
     assert_int_equal(cfg.dataplane.retry.max_attempts, 5);
     assert_int_equal(cfg.dataplane.retry.n_on_status, 2);
@@ -355,18 +365,18 @@ static void test_full_file_round_trip(void **state)
     assert_string_equal(cfg.workers[0].url, "http://127.0.0.1:9001");
     assert_string_equal(cfg.workers[0].model, "mock");
     assert_int_equal(cfg.workers[0].role, CFG_ROLE_PREFILL);
-    assert_int_equal(cfg.workers[0].line, 41);
+    assert_int_equal(cfg.workers[0].line, 46);
     /* Canonical url (lower-case host, no slash) and the id derived from it. */
     assert_string_equal(cfg.workers[1].id, "worker-b.example:8443");
     assert_string_equal(cfg.workers[1].url, "https://worker-b.example:8443");
     assert_string_equal(cfg.workers[1].model, "meta-llama/Llama-3.1-8B");
     assert_int_equal(cfg.workers[1].role, CFG_ROLE_DECODE);
-    assert_int_equal(cfg.workers[1].line, 45);
+    assert_int_equal(cfg.workers[1].line, 50);
     assert_string_equal(cfg.workers[2].id, "::1:9003");
     assert_string_equal(cfg.workers[2].url, "http://[::1]:9003");
     assert_string_equal(cfg.workers[2].model, "");
     assert_int_equal(cfg.workers[2].role, CFG_ROLE_REGULAR);
-    assert_int_equal(cfg.workers[2].line, 48);
+    assert_int_equal(cfg.workers[2].line, 53);
     cfg_fini(&cfg);
     assert_defaults(&cfg);
 }
@@ -414,8 +424,8 @@ static const char long_listen[] =
 static const struct bad_case bad_cases[] = {
     {"dataplane:\n  lisen: 127.0.0.1:8080\n",
      "t.yaml:2:3: dataplane.lisen: unknown key (expected one of listen|threads|max_body|"
-     "max_header_size|connect_timeout|first_byte_timeout|idle_timeout|drain_timeout|debug_headers|"
-     "retry)"},
+     "max_header_size|connect_timeout|first_byte_timeout|idle_timeout|drain_timeout|"
+     "header_timeout|upload_min_rate|per_ip_connection_limit|metrics_listen|debug_headers|retry)"},
     {"workers:\n  - url: http://127.0.0.1:9001\n    weight: 2\n",
      "t.yaml:3:5: workers[0].weight: unknown key (expected one of url|id|model|role)"},
     {"shmm:\n  name: /x\n",
@@ -473,6 +483,9 @@ static const struct bad_case bad_cases[] = {
      "got 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...'"},
     {"dataplane:\n  listen: 127.0.0.1:8080\n  listen: 127.0.0.1:8081\n",
      "t.yaml:3:3: dataplane.listen: duplicate key (first at line 2)"},
+    {"dataplane:\n  metrics_listen: nowhere\n",
+     "t.yaml:2:19: dataplane.metrics_listen: expected HOST:PORT (e.g. 127.0.0.1:9090), or \"\" for "
+     "the listen address, got 'nowhere'"},
     {"dataplane:\n  debug_headers: yes\n",
      "t.yaml:2:18: dataplane.debug_headers: expected true|false, got 'yes'"},
     {"dataplane:\n  retry:\n    backoff: 5s\n",
