@@ -6,6 +6,8 @@
  */
 #include "tests/bench/loadgen.h"
 
+#include "common/list.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +38,7 @@ struct lg_xfer {
     size_t tail_len;
     size_t idx;
     struct lg_engine *eng;
-    struct lg_xfer *prev, *next; /* the engine's list of live transfers */
+    struct list_node link; /* on the engine's list of live transfers */
 };
 
 struct lg_engine {
@@ -49,7 +51,7 @@ struct lg_engine {
     void (*on_first)(struct lg_engine *e, struct lg_xfer *x);
     void (*on_done)(struct lg_engine *e, struct lg_xfer *x, CURLcode rc);
     void *user;
-    struct lg_xfer *live;
+    struct list_node live; /* struct lg_xfer.link */
 };
 
 static int lg_socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
@@ -106,6 +108,7 @@ static size_t lg_write_cb(char *data, size_t size, size_t nmemb, void *userp)
 static int lg_engine_init(struct lg_engine *e)
 {
     memset(e, 0, sizeof(*e));
+    list_init(&e->live);
     e->timeout_ms = -1;
     e->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (e->epfd < 0)
@@ -125,12 +128,7 @@ static int lg_engine_init(struct lg_engine *e)
 
 static void lg_xfer_free(struct lg_engine *e, struct lg_xfer *x)
 {
-    if (x->prev != NULL)
-        x->prev->next = x->next;
-    else
-        e->live = x->next;
-    if (x->next != NULL)
-        x->next->prev = x->prev;
+    list_remove(&x->link);
     curl_multi_remove_handle(e->multi, x->easy);
     curl_easy_cleanup(x->easy);
     curl_slist_free_all(x->hdrs);
@@ -140,8 +138,8 @@ static void lg_xfer_free(struct lg_engine *e, struct lg_xfer *x)
 static void lg_engine_fini(struct lg_engine *e)
 {
     /* Abort whatever is still running. */
-    while (e->live != NULL)
-        lg_xfer_free(e, e->live);
+    while (!list_is_empty(&e->live))
+        lg_xfer_free(e, list_entry(list_first(&e->live), struct lg_xfer, link));
     curl_multi_cleanup(e->multi);
     close(e->epfd);
 }
@@ -185,10 +183,7 @@ static int lg_add(struct lg_engine *e, const char *url, const char *body, size_t
         return -EIO;
     }
     e->running++;
-    x->next = e->live;
-    if (e->live != NULL)
-        e->live->prev = x;
-    e->live = x;
+    list_push_front(&e->live, &x->link);
     return 0;
 }
 

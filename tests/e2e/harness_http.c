@@ -19,6 +19,8 @@
  */
 #include "tests/e2e/harness.h"
 
+#include "common/list.h"
+
 #include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
@@ -394,15 +396,14 @@ struct h_async {
     bool cb_abort; /* thread only: a callback decided to close */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct h_async_state st; /* mu */
-    struct h_buf body_buf;   /* mu */
-    struct h_buf hdr_buf;    /* mu */
-    struct h_async *prev;    /* registry */
-    struct h_async *next;
+    struct h_async_state st;   /* mu */
+    struct h_buf body_buf;     /* mu */
+    struct h_buf hdr_buf;      /* mu */
+    struct list_node reg_link; /* on h_async_reg, under h_async_reg_mu */
 };
 
 static pthread_mutex_t h_async_reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct h_async *h_async_reg;
+static struct list_node h_async_reg = LIST_STATIC_INIT(h_async_reg);
 
 static size_t h_async_on_header(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
@@ -592,10 +593,7 @@ int h_async_start(const char *url, const char *body, const struct h_async_opts *
     }
 
     pthread_mutex_lock(&h_async_reg_mu);
-    a->next = h_async_reg;
-    if (h_async_reg != NULL)
-        h_async_reg->prev = a;
-    h_async_reg = a;
+    list_push_front(&h_async_reg, &a->reg_link);
     pthread_mutex_unlock(&h_async_reg_mu);
     *out = a;
     return 0;
@@ -699,12 +697,7 @@ void h_async_destroy(struct h_async *a)
     h_async_abort(a);
     pthread_join(a->thread, NULL);
     pthread_mutex_lock(&h_async_reg_mu);
-    if (a->prev != NULL)
-        a->prev->next = a->next;
-    else
-        h_async_reg = a->next;
-    if (a->next != NULL)
-        a->next->prev = a->prev;
+    list_remove(&a->reg_link);
     pthread_mutex_unlock(&h_async_reg_mu);
     h_async_free(a);
 }
@@ -713,10 +706,11 @@ void h_async_destroy_all(void)
 {
     for (;;) {
         pthread_mutex_lock(&h_async_reg_mu);
-        struct h_async *a = h_async_reg;
+        struct list_node *first = list_first(&h_async_reg);
         pthread_mutex_unlock(&h_async_reg_mu);
-        if (a == NULL)
+        if (first == NULL)
             return;
+        struct h_async *a = list_entry(first, struct h_async, reg_link);
         h_async_destroy(a);
     }
 }

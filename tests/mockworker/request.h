@@ -15,6 +15,7 @@
 #ifndef SY_TESTS_MOCKWORKER_REQUEST_H
 #define SY_TESTS_MOCKWORKER_REQUEST_H
 
+#include "common/list.h"
 #include "tests/mockworker/cost_model.h"
 #include "tests/mockworker/faults.h"
 #include "tests/mockworker/openai.h"
@@ -92,9 +93,9 @@ struct mw_req {
 
     /* Parking (server.c). */
     bool parked;
-    int watch_fd;          /* client fd in the loop's epoll, -1 when not watched */
-    struct mw_timer timer; /* in the loop's heap while parked with a deadline */
-    struct mw_req *park_prev, *park_next;
+    int watch_fd;               /* client fd in the loop's epoll, -1 when not watched */
+    struct mw_timer timer;      /* in the loop's heap while parked with a deadline */
+    struct list_node park_link; /* on the loop's parked list while parked */
 
     /* Inference. */
     struct mw_infer infer;

@@ -55,9 +55,9 @@ struct mw_loop {
     int wakefd;
     struct MHD_Daemon *daemon;
     struct mw_timer_heap heap;
-    uint64_t armed_ns;     /* deadline the timerfd is set to, 0 = disarmed */
-    struct mw_req *parked; /* all parked requests, for shutdown */
-    bool kick;             /* MHD needs another pass (see mw_loop_kick) */
+    uint64_t armed_ns;       /* deadline the timerfd is set to, 0 = disarmed */
+    struct list_node parked; /* all parked requests (mw_req.park_link), for shutdown */
+    bool kick;               /* MHD needs another pass (see mw_loop_kick) */
     _Atomic bool stop;
 };
 
@@ -79,27 +79,6 @@ unsigned mw_loop_index(const struct mw_loop *loop)
 }
 
 /* ---- parking ----------------------------------------------------------------- */
-
-static void parked_link(struct mw_loop *loop, struct mw_req *req)
-{
-    req->park_prev = NULL;
-    req->park_next = loop->parked;
-    if (loop->parked != NULL)
-        loop->parked->park_prev = req;
-    loop->parked = req;
-}
-
-static void parked_unlink(struct mw_loop *loop, struct mw_req *req)
-{
-    if (req->park_prev != NULL)
-        req->park_prev->park_next = req->park_next;
-    else
-        loop->parked = req->park_next;
-    if (req->park_next != NULL)
-        req->park_next->park_prev = req->park_prev;
-    req->park_prev = NULL;
-    req->park_next = NULL;
-}
 
 int mw_park(struct mw_req *req, uint64_t deadline_ns)
 {
@@ -124,7 +103,7 @@ int mw_park(struct mw_req *req, uint64_t deadline_ns)
     }
     req->watch_fd = fd;
     req->parked = true;
-    parked_link(loop, req);
+    list_push_front(&loop->parked, &req->park_link);
     MHD_suspend_connection(req->conn);
     return 0;
 }
@@ -139,7 +118,7 @@ static void park_detach(struct mw_req *req)
         epoll_ctl(loop->epfd, EPOLL_CTL_DEL, req->watch_fd, NULL);
     req->watch_fd = -1;
     mw_timer_heap_remove(&loop->heap, &req->timer);
-    parked_unlink(loop, req);
+    list_remove(&req->park_link);
     req->parked = false;
 }
 
@@ -186,7 +165,7 @@ static void take_admitted(struct mw_loop *loop)
     while (x != NULL) {
         struct mw_sched_entry *next = x->next;
         x->next = NULL;
-        struct mw_req *req = (struct mw_req *)((char *)x - offsetof(struct mw_req, sched));
+        struct mw_req *req = list_entry(x, struct mw_req, sched);
         unpark(req);
         x = next;
     }
@@ -215,18 +194,18 @@ static void drain_fd(int fd)
 static void loop_shutdown(struct mw_loop *loop)
 {
     for (int round = 0; round < 100; round++) {
-        if (loop->parked == NULL && round > 0)
+        if (list_is_empty(&loop->parked) && round > 0)
             break;
-        while (loop->parked != NULL) {
-            struct mw_req *req = loop->parked;
+        while (!list_is_empty(&loop->parked)) {
+            struct mw_req *req = list_entry(list_first(&loop->parked), struct mw_req, park_link);
             mw_handle_gone(req, true);
             unpark(req);
         }
         MHD_run(loop->daemon);
     }
     /* MHD must not be stopped with suspended connections (API contract). */
-    while (loop->parked != NULL) {
-        struct mw_req *req = loop->parked;
+    while (!list_is_empty(&loop->parked)) {
+        struct mw_req *req = list_entry(list_first(&loop->parked), struct mw_req, park_link);
         mw_handle_gone(req, true);
         unpark(req);
     }
@@ -337,6 +316,7 @@ static int loop_init(struct mw_loop *loop, struct mw_server *s, unsigned index)
     loop->epfd = -1;
     loop->timerfd = -1;
     loop->wakefd = -1;
+    list_init(&loop->parked);
     atomic_init(&loop->stop, false);
     mw_timer_heap_init(&loop->heap);
     loop->epfd = epoll_create1(EPOLL_CLOEXEC);
