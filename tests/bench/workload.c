@@ -14,6 +14,8 @@
  */
 #include "tests/bench/workload.h"
 
+#include "common/buf.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -372,41 +374,29 @@ int wl_parse_file(const char *path, bool quick, struct wl_spec *spec, char *err,
 
 /* ---- text ------------------------------------------------------------------ */
 
-/* A growable buffer capped at creation (curl's rule). */
-struct wl_buf {
-    char *p;
-    size_t len, cap, max;
-    bool failed;
-};
+/* Every text and body is capped at 64 MiB including its NUL. */
+#define WL_TEXT_MAX ((64u << 20) - 1)
 
-static void wl_put(struct wl_buf *b, const char *s, size_t n)
+/* Appends; a failure stays in b's sticky error, checked once at the end. */
+static void wl_put(struct buf *b, const char *s, size_t n)
 {
-    if (b->failed)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = cap <= b->max ? realloc(b->p, cap) : NULL;
-        if (p == NULL) {
-            b->failed = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
+    (void)buf_append(b, s, n);
 }
 
-static void wl_puts(struct wl_buf *b, const char *s)
+/* Empties b for the next part, keeping a failure. */
+static void wl_restart(struct buf *b)
+{
+    if (buf_error(b) == 0)
+        buf_reset(b);
+}
+
+static void wl_puts(struct buf *b, const char *s)
 {
     wl_put(b, s, strlen(s));
 }
 
 /* tokens 4-byte words ("abc ") drawn from seed s. */
-static void wl_words(struct wl_buf *b, uint64_t s, unsigned tokens)
+static void wl_words(struct buf *b, uint64_t s, unsigned tokens)
 {
     for (unsigned i = 0; i < tokens; i++) {
         uint64_t r = wl_next(&s);
@@ -421,7 +411,7 @@ static void wl_words(struct wl_buf *b, uint64_t s, unsigned tokens)
 static int wl_completion(const struct wl_spec *sp, struct wl_request *r, unsigned group,
                          unsigned index)
 {
-    struct wl_buf text = {.max = 64u << 20}, body = {.max = 64u << 20};
+    struct buf text = BUF_INIT(WL_TEXT_MAX), body = BUF_INIT(WL_TEXT_MAX);
     wl_words(&text, wl_seed3(sp->seed, group, 0xffffffffu), sp->system_tokens);
     wl_words(&text, wl_seed3(sp->seed, group, index), sp->question_tokens);
     char tail[160];
@@ -429,17 +419,17 @@ static int wl_completion(const struct wl_spec *sp, struct wl_request *r, unsigne
              "\",\"max_tokens\":%u,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
              sp->output_tokens);
     wl_puts(&body, "{\"model\":\"mock\",\"prompt\":\"");
-    wl_put(&body, text.p, text.len);
+    wl_put(&body, text.data, text.len);
     wl_puts(&body, tail);
-    if (text.failed || body.failed) {
-        free(text.p);
-        free(body.p);
+    if (buf_error(&text) != 0 || buf_error(&body) != 0) {
+        buf_fini(&text);
+        buf_fini(&body);
         return -ENOMEM;
     }
     r->group = group;
-    r->text = text.p;
+    r->text = text.data;
     r->text_len = text.len;
-    r->body = body.p;
+    r->body = body.data;
     r->body_len = body.len;
     r->output_tokens = sp->output_tokens;
     snprintf(r->session, sizeof(r->session), "g%u", group);
@@ -472,7 +462,8 @@ static bool wl_private_head(const struct wl_spec *sp, unsigned c)
  * t-1's, and every conversation's text starts with the same shared head. */
 static int wl_chat_turn(const struct wl_spec *sp, struct wl_request *r, unsigned c, unsigned t)
 {
-    struct wl_buf text = {.max = 64u << 20}, body = {.max = 64u << 20}, part = {.max = 64u << 20};
+    struct buf text = BUF_INIT(WL_TEXT_MAX), body = BUF_INIT(WL_TEXT_MAX),
+               part = BUF_INIT(WL_TEXT_MAX);
     wl_puts(&body, "{\"model\":\"mock\",\"messages\":[");
     if (sp->shared_system_tokens > 0 || sp->system_tokens > 0) {
         wl_words(&part,
@@ -481,27 +472,27 @@ static int wl_chat_turn(const struct wl_spec *sp, struct wl_request *r, unsigned
                  sp->shared_system_tokens);
         wl_words(&part, wl_seed3(sp->seed, c, 0xffffffffu), sp->system_tokens);
         wl_puts(&text, "system");
-        wl_put(&text, part.p, part.len);
+        wl_put(&text, part.data, part.len);
         wl_puts(&body, "{\"role\":\"system\",\"content\":\"");
-        wl_put(&body, part.p, part.len);
+        wl_put(&body, part.data, part.len);
         wl_puts(&body, "\"},");
     }
     for (unsigned i = 0; i <= t; i++) {
-        part.len = 0;
+        wl_restart(&part);
         wl_words(&part, wl_seed3(sp->seed, c, 2 * i), sp->question_tokens);
         wl_puts(&text, "user");
-        wl_put(&text, part.p, part.len);
+        wl_put(&text, part.data, part.len);
         wl_puts(&body, "{\"role\":\"user\",\"content\":\"");
-        wl_put(&body, part.p, part.len);
+        wl_put(&body, part.data, part.len);
         wl_puts(&body, "\"}");
         if (i == t)
             break;
-        part.len = 0;
+        wl_restart(&part);
         wl_words(&part, wl_seed3(sp->seed, c, 2 * i + 1), sp->output_tokens);
         wl_puts(&text, "assistant");
-        wl_put(&text, part.p, part.len);
+        wl_put(&text, part.data, part.len);
         wl_puts(&body, ",{\"role\":\"assistant\",\"content\":\"");
-        wl_put(&body, part.p, part.len);
+        wl_put(&body, part.data, part.len);
         wl_puts(&body, "\"},");
     }
     char tail[160];
@@ -509,18 +500,19 @@ static int wl_chat_turn(const struct wl_spec *sp, struct wl_request *r, unsigned
              "],\"max_tokens\":%u,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
              sp->output_tokens);
     wl_puts(&body, tail);
-    free(part.p);
-    if (text.failed || body.failed || part.failed) {
-        free(text.p);
-        free(body.p);
+    int part_err = buf_error(&part);
+    buf_fini(&part);
+    if (buf_error(&text) != 0 || buf_error(&body) != 0 || part_err != 0) {
+        buf_fini(&text);
+        buf_fini(&body);
         return -ENOMEM;
     }
     r->group = c;
     r->turn = t;
     r->chat = true;
-    r->text = text.p;
+    r->text = text.data;
     r->text_len = text.len;
-    r->body = body.p;
+    r->body = body.data;
     r->body_len = body.len;
     r->output_tokens = sp->output_tokens;
     snprintf(r->session, sizeof(r->session), "c%u", c);

@@ -7,6 +7,8 @@
  */
 #include "tests/mockworker/openai.h"
 
+#include "common/buf.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -17,36 +19,21 @@
 
 /* ---- prompt text ------------------------------------------------------------ */
 
-/* A growing byte buffer local to one parse call; the caller frees data. */
-struct text_buf {
-    char *data;
-    size_t len;
-    size_t cap;
-    bool failed;
-};
+/*
+ * Prompt text is at most twice the body: a token id adds 4 bytes and takes
+ * at least 2 bytes of JSON ("1,"); strings add at most their JSON length.
+ */
+#define PROMPT_TEXT_MAX(body_len) (2 * (body_len) + 64)
 
-static void text_append(struct text_buf *t, const void *src, size_t n)
+/* Appends n bytes; a failure is kept in t's sticky error and checked once. */
+static void text_append(struct buf *t, const void *src, size_t n)
 {
-    if (t->failed || n == 0)
-        return;
-    if (t->len + n > t->cap) {
-        size_t cap = t->cap > 0 ? t->cap : 256;
-        while (cap < t->len + n)
-            cap *= 2;
-        char *grown = realloc(t->data, cap);
-        if (grown == NULL) {
-            t->failed = true;
-            return;
-        }
-        t->data = grown;
-        t->cap = cap;
-    }
-    memcpy(t->data + t->len, src, n);
-    t->len += n;
+    if (n > 0)
+        (void)buf_append(t, src, n);
 }
 
 /* A token id counts 4 bytes (one token): its little-endian bytes. */
-static void text_append_token_id(struct text_buf *t, json_int_t id)
+static void text_append_token_id(struct buf *t, json_int_t id)
 {
     uint32_t v = (uint32_t)id;
     unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
@@ -73,7 +60,7 @@ static bool is_token_array(const json_t *a)
  * a list of token ids, or a list of lists of token ids. *n_items is the
  * number of separate inputs.
  */
-static int append_prompt(struct text_buf *t, const json_t *p, uint64_t *n_items)
+static int append_prompt(struct buf *t, const json_t *p, uint64_t *n_items)
 {
     size_t i;
     json_t *v;
@@ -106,7 +93,7 @@ static int append_prompt(struct text_buf *t, const json_t *p, uint64_t *n_items)
 }
 
 /* role + content of every message, in order. */
-static int append_messages(struct text_buf *t, const json_t *msgs, char *why, size_t why_len)
+static int append_messages(struct buf *t, const json_t *msgs, char *why, size_t why_len)
 {
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
         snprintf(why, why_len, "'messages' must be a non-empty array");
@@ -236,7 +223,7 @@ int mw_openai_parse(enum mw_endpoint ep, const char *body, size_t len,
 {
     memset(out, 0, sizeof(*out));
     out->ep = ep;
-    struct text_buf t = {0};
+    struct buf t = BUF_INIT(PROMPT_TEXT_MAX(len));
     char why[160] = "";
     uint64_t n_items = 1;
     json_error_t jerr;
@@ -275,7 +262,7 @@ int mw_openai_parse(enum mw_endpoint ep, const char *body, size_t len,
         rc = fail(err, 400, why);
         goto out_decref;
     }
-    if (t.failed) {
+    if (buf_error(&t) != 0) {
         rc = fail(err, 500, "out of memory");
         goto out_decref;
     }
@@ -412,14 +399,19 @@ const char *mw_openai_token_text(uint64_t seed, uint64_t prompt_hash, uint64_t i
 
 static char *generated_text(const struct mw_infer *r, const struct mw_gen *g)
 {
-    struct text_buf t = {0};
+    size_t longest = 0;
+    for (size_t i = 0; i < MW_N_WORDS; i++) {
+        size_t n = strlen(mw_words[i]);
+        longest = n > longest ? n : longest;
+    }
+    struct buf t = BUF_INIT(g->n_tokens * longest + 1);
     for (uint64_t i = 0; i < g->n_tokens; i++) {
         const char *w = mw_openai_token_text(g->seed, r->prompt_hash, i);
         text_append(&t, w, strlen(w));
     }
     text_append(&t, "", 1);
-    if (t.failed) {
-        free(t.data);
+    if (buf_error(&t) != 0) {
+        buf_fini(&t);
         return NULL;
     }
     return t.data;

@@ -15,6 +15,7 @@
 #ifndef SY_TESTS_MOCKWORKER_REQUEST_H
 #define SY_TESTS_MOCKWORKER_REQUEST_H
 
+#include "common/buf.h"
 #include "common/list.h"
 #include "tests/mockworker/cost_model.h"
 #include "tests/mockworker/faults.h"
@@ -86,9 +87,7 @@ struct mw_req {
     bool reset_by_us;  /* closed on purpose by a reset fault: not a client abort */
 
     /* Body, capped at opts.max_body_bytes (too_large then, rest discarded). */
-    char *body;
-    size_t body_len;
-    size_t body_cap;
+    struct buf body;
     bool too_large;
 
     /* Parking (server.c). */
