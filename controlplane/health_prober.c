@@ -24,6 +24,7 @@
 
 #include "common/log.h"
 #include "common/proc.h"
+#include "common/rng.h"
 #include "shm/registry.h"
 
 #define HC_MODELS_BODY_MAX (64u * 1024u)
@@ -63,18 +64,18 @@ struct hc_prober {
     uint64_t curl_deadline_ms;
     uint64_t registry_seen;
     bool registry_loaded;
-    uint64_t rng;
+    uint64_t rng;                     /* a struct rng's state (common/rng.h), kept as its integer */
     struct hc_target *targets;        /* seg->max_workers, indexed by slot */
     struct shm_worker_info *snapshot; /* scratch for registry rescans */
 };
 
 static uint64_t hc_rand(struct hc_prober *p)
 {
-    /* xorshift64: jitter only, no need for quality. */
-    p->rng ^= p->rng << 13;
-    p->rng ^= p->rng >> 7;
-    p->rng ^= p->rng << 17;
-    return p->rng;
+    struct rng r;
+    rng_seed(&r, p->rng);
+    uint64_t v = rng_next(&r);
+    p->rng = r.state;
+    return v;
 }
 
 /* interval +- 10%. */
@@ -141,7 +142,9 @@ int hc_create(struct shm_segment *seg, const struct cfg_health *health, struct h
     p->seg = seg;
     p->health = health;
     p->curl_deadline_ms = HC_NO_DEADLINE;
-    p->rng = proc_monotonic_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ULL;
+    struct rng seeded;
+    rng_seed_random(&seeded);
+    p->rng = seeded.state;
     p->epfd = epoll_create1(EPOLL_CLOEXEC);
     p->targets = calloc(seg->max_workers, sizeof(*p->targets));
     p->snapshot = calloc(seg->max_workers, sizeof(*p->snapshot));

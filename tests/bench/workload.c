@@ -15,6 +15,7 @@
 #include "tests/bench/workload.h"
 
 #include "common/buf.h"
+#include "common/rng.h"
 
 #include <errno.h>
 #include <math.h>
@@ -28,27 +29,27 @@
 #define WL_MAX_FILE (1u << 20)
 #define WL_MAX_REQS 1000000u
 
-/* ---- random numbers (splitmix64) ------------------------------------------ */
+/* ---- random numbers --------------------------------------------------------- */
 
-static uint64_t wl_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in (0, 1]. */
-static double wl_unit(uint64_t *s)
-{
-    return ((double)(wl_next(s) >> 11) + 1.0) / 9007199254740992.0;
-}
-
+/*
+ * The seed of the generator for (seed, a, b): splitmix64 (common/rng.h)
+ * started from a mix of the three and advanced once. Plans, and the
+ * reports computed from them, depend on this exact derivation.
+ */
 static uint64_t wl_seed3(uint64_t seed, uint64_t a, uint64_t b)
 {
-    uint64_t s = seed ^ (a * 0x100000001b3ull) ^ (b * 0xc2b2ae3d27d4eb4full);
-    wl_next(&s);
-    return s;
+    struct rng r;
+    rng_seed(&r, seed ^ (a * 0x100000001b3ull) ^ (b * 0xc2b2ae3d27d4eb4full));
+    (void)rng_next(&r);
+    return r.state;
+}
+
+/* A generator started at wl_seed3(seed, a, b). */
+static struct rng wl_rng3(uint64_t seed, uint64_t a, uint64_t b)
+{
+    struct rng r;
+    rng_seed(&r, wl_seed3(seed, a, b));
+    return r;
 }
 
 /* ---- parsing -------------------------------------------------------------- */
@@ -398,8 +399,10 @@ static void wl_puts(struct buf *b, const char *s)
 /* tokens 4-byte words ("abc ") drawn from seed s. */
 static void wl_words(struct buf *b, uint64_t s, unsigned tokens)
 {
+    struct rng g;
+    rng_seed(&g, s);
     for (unsigned i = 0; i < tokens; i++) {
-        uint64_t r = wl_next(&s);
+        uint64_t r = rng_next(&g);
         char w[4] = {(char)('a' + r % 26), (char)('a' + (r >> 8) % 26),
                      (char)('a' + (r >> 16) % 26), ' '};
         wl_put(b, w, 4);
@@ -451,8 +454,8 @@ static bool wl_private_head(const struct wl_spec *sp, unsigned c)
 {
     if (sp->private_head_share <= 0)
         return false;
-    uint64_t s = wl_seed3(sp->seed, c, WL_PRIVATE_DRAW_INDEX);
-    return wl_unit(&s) < sp->private_head_share;
+    struct rng s = wl_rng3(sp->seed, c, WL_PRIVATE_DRAW_INDEX);
+    return rng_unit(&s) < sp->private_head_share;
 }
 
 /* Turn t of conversation c: system prompt (the workload's shared head, then
@@ -537,7 +540,7 @@ static size_t wl_count(const struct wl_spec *sp)
 /* Sequential model: conversation starts of a Poisson process at
  * rate / turns per second during [0, duration_s), first one at 0; their
  * count in *n (capped so the plan stays under WL_MAX_REQS). */
-static double *wl_conversation_starts(const struct wl_spec *sp, uint64_t *rng, size_t *n)
+static double *wl_conversation_starts(const struct wl_spec *sp, struct rng *rng, size_t *n)
 {
     size_t cap = 64, max = WL_MAX_REQS / sp->turns;
     double *at = malloc(cap * sizeof(*at)), t = 0;
@@ -553,12 +556,12 @@ static double *wl_conversation_starts(const struct wl_spec *sp, uint64_t *rng, s
             cap *= 2;
         }
         at[(*n)++] = t;
-        t += -log(wl_unit(rng)) * (double)sp->turns / sp->rate;
+        t += -log(rng_unit(rng)) * (double)sp->turns / sp->rate;
     }
     return at;
 }
 
-static int wl_plan_sequential(const struct wl_spec *sp, struct wl_plan *plan, uint64_t *rng)
+static int wl_plan_sequential(const struct wl_spec *sp, struct wl_plan *plan, struct rng *rng)
 {
     size_t conversations = 0;
     double *start = wl_conversation_starts(sp, rng, &conversations);
@@ -578,12 +581,12 @@ static int wl_plan_sequential(const struct wl_spec *sp, struct wl_plan *plan, ui
     for (size_t c = 0; c < conversations && rc == 0; c++) {
         /* Think times from their own generator: the same (seed, c, t)
          * always waits as long, whatever the rate. */
-        uint64_t think = wl_seed3(sp->seed, 0x7417c, c);
+        struct rng think = wl_rng3(sp->seed, 0x7417c, c);
         for (unsigned t = 0; t < sp->turns && rc == 0; t++, plan->n++) {
             struct wl_request *r = &plan->req[plan->n];
             rc = wl_chat_turn(sp, r, (unsigned)c, t);
             r->at_s = start[c];
-            double u = wl_unit(&think);
+            double u = rng_unit(&think);
             r->think_s = t > 0 ? -log(u) * sp->think_ms / 1000.0 : 0;
         }
     }
@@ -595,7 +598,7 @@ out:
 int wl_plan_build(const struct wl_spec *sp, struct wl_plan *plan)
 {
     memset(plan, 0, sizeof(*plan));
-    uint64_t rng = wl_seed3(sp->seed, 0x5eed, 0);
+    struct rng rng = wl_rng3(sp->seed, 0x5eed, 0);
     if (sp->rate <= 0)
         return -EINVAL;
     if (sp->sequential_turns) {
@@ -625,7 +628,7 @@ int wl_plan_build(const struct wl_spec *sp, struct wl_plan *plan)
         for (size_t i = 0; i < n; i++)
             order[i] = (unsigned)i;
         for (size_t i = n - 1; i > 0; i--) {
-            size_t j = wl_next(&rng) % (i + 1);
+            size_t j = rng_next(&rng) % (i + 1);
             unsigned tmp = order[i];
             order[i] = order[j];
             order[j] = tmp;
@@ -637,8 +640,8 @@ int wl_plan_build(const struct wl_spec *sp, struct wl_plan *plan)
     } else if (sp->kind == WL_KIND_HOT_PREFIX) {
         for (size_t i = 0; i < n && rc == 0; i++, plan->n++) {
             unsigned g = 0;
-            if (wl_unit(&rng) > sp->hot_share)
-                g = 1 + (unsigned)(wl_next(&rng) % (sp->groups - 1));
+            if (rng_unit(&rng) > sp->hot_share)
+                g = 1 + (unsigned)(rng_next(&rng) % (sp->groups - 1));
             rc = wl_completion(sp, &plan->req[i], g, (unsigned)i);
         }
     } else {
@@ -656,7 +659,7 @@ int wl_plan_build(const struct wl_spec *sp, struct wl_plan *plan)
     double at = 0;
     for (size_t i = 0; i < plan->n; i++) {
         plan->req[i].at_s = at;
-        at += -log(wl_unit(&rng)) / sp->rate;
+        at += -log(rng_unit(&rng)) / sp->rate;
     }
 out:
     if (rc != 0)

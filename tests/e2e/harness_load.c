@@ -7,6 +7,7 @@
 #include "tests/e2e/harness_load.h"
 
 #include "common/buf.h"
+#include "common/rng.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -47,7 +48,7 @@ struct h_load {
     long finished;          /* under mu */
     atomic_bool stop;
     atomic_bool abort_rest;
-    uint64_t rng;
+    struct rng rng; /* seeded from opts.seed: a run's mix repeats */
     CURLM *multi;
     struct h_load_xfer *slot[H_LOAD_MAX_CONC];
 };
@@ -57,8 +58,7 @@ static struct h_load *h_load_all;
 
 static uint32_t h_load_rand(struct h_load *l)
 {
-    l->rng = l->rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(l->rng >> 33);
+    return (uint32_t)(rng_next(&l->rng) >> 32);
 }
 
 /* Whether needle occurs in tail (the previous chunk's last bytes) + data. */
@@ -274,7 +274,7 @@ int h_load_start(const struct h_load_opts *opts, struct h_load **out)
     if (l == NULL)
         return -ENOMEM;
     l->o = *opts;
-    l->rng = opts->seed ? opts->seed : 1;
+    rng_seed(&l->rng, opts->seed ? opts->seed : 1);
     pthread_mutex_init(&l->mu, NULL);
     l->multi = curl_multi_init();
     if (l->multi == NULL || pthread_create(&l->thread, NULL, h_load_main, l) != 0) {

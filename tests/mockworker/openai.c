@@ -8,6 +8,7 @@
 #include "tests/mockworker/openai.h"
 
 #include "common/buf.h"
+#include "common/rng.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -383,18 +384,9 @@ static const char *const mw_words[] = {
 
 #define MW_N_WORDS (sizeof(mw_words) / sizeof(mw_words[0]))
 
-/* splitmix64's finaliser: a cheap, well-mixed function of its input. */
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 const char *mw_openai_token_text(uint64_t seed, uint64_t prompt_hash, uint64_t i)
 {
-    return mw_words[mix64(seed ^ mix64(prompt_hash ^ mix64(i))) % MW_N_WORDS];
+    return mw_words[rng_mix64(seed ^ rng_mix64(prompt_hash ^ rng_mix64(i))) % MW_N_WORDS];
 }
 
 static char *generated_text(const struct mw_infer *r, const struct mw_gen *g)
@@ -474,7 +466,7 @@ char *mw_openai_embeddings_body(const struct mw_infer *r, const struct mw_gen *g
     for (uint64_t k = 0; k < r->n_inputs; k++) {
         double norm = 0;
         for (uint32_t d = 0; d < dim; d++) {
-            uint64_t h = mix64(g->seed ^ mix64(r->prompt_hash ^ mix64(k * 65537 + d)));
+            uint64_t h = rng_mix64(g->seed ^ rng_mix64(r->prompt_hash ^ rng_mix64(k * 65537 + d)));
             vec[d] = (double)(h >> 11) / (double)(1ull << 53) * 2.0 - 1.0;
             norm += vec[d] * vec[d];
         }

@@ -13,6 +13,7 @@
 #include "tests/mockworker/server.h"
 
 #include "common/log.h"
+#include "common/rng.h"
 #include "tests/mockworker/handlers.h"
 
 #include <arpa/inet.h>
@@ -29,7 +30,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
@@ -422,7 +422,7 @@ static void raise_fd_limit(void)
 static void random_engine_id(char *out, size_t len)
 {
     uint64_t r[2] = {0, 0};
-    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+    if (rng_fill_random(r, sizeof(r)) != 0) {
         r[0] = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
         r[1] = mw_now_ns();
     }
@@ -449,7 +449,7 @@ int mw_server_init(struct mw_server *s, const struct mw_options *opts, char *err
     else
         random_engine_id(s->engine_id, sizeof(s->engine_id));
     uint64_t seed = 0;
-    if (getrandom(&seed, sizeof(seed), 0) == (ssize_t)sizeof(seed))
+    if (rng_fill_random(&seed, sizeof(seed)) == 0)
         atomic_store_explicit(&s->unique, seed, memory_order_relaxed);
 
     int rc = mw_engine_init(&s->engine, opts->kv_blocks, opts->block_tokens, opts->max_num_seqs);
