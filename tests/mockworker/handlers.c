@@ -17,6 +17,7 @@
 #include "tests/mockworker/handlers.h"
 
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/version.h"
 #include "tests/mockworker/server.h"
 
@@ -597,13 +598,13 @@ static enum MHD_Result infer_step(struct mw_req *req)
 
 /* ---- other endpoints ---------------------------------------------------------------- */
 
-static void prom_metric(struct buf *b, const char *name, const char *type, const char *help,
-                        const char *model, const char *value)
+/* One vLLM-named family with its single series; value spelled as vLLM does ("3.0"). */
+static void vllm_metric(struct prom_writer *w, const char *name, enum prom_type type,
+                        const char *help, const char *model, const char *value)
 {
-    bool counter = strcmp(type, "counter") == 0;
-    (void)buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-    (void)buf_printf(b, "%s%s{engine=\"0\",model_name=\"%s\"} %s\n", name, counter ? "_total" : "",
-                     model, value);
+    const struct prom_label labels[] = {{"engine", "0"}, {"model_name", model}};
+    prom_family(w, name, type, help);
+    prom_sample_text(w, type == PROM_COUNTER ? "_total" : "", labels, 2, value);
 }
 
 static enum MHD_Result respond_metrics(struct mw_req *req)
@@ -613,28 +614,31 @@ static enum MHD_Result respond_metrics(struct mw_req *req)
     mw_engine_snapshot(&s->engine, &snap);
     const char *m = s->opts.model;
     struct buf b = BUF_INIT(TEXT_MAX);
+    struct prom_writer w;
+    prom_init(&w, &b);
     char v[64];
     snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.running);
-    prom_metric(&b, "vllm:num_requests_running", "gauge",
+    vllm_metric(&w, "vllm:num_requests_running", PROM_GAUGE,
                 "Number of requests in model execution batches.", m, v);
     snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.waiting);
-    prom_metric(&b, "vllm:num_requests_waiting", "gauge",
+    vllm_metric(&w, "vllm:num_requests_waiting", PROM_GAUGE,
                 "Number of requests waiting to be processed.", m, v);
     snprintf(v, sizeof(v), "%.6f", snap.kv_usage);
-    prom_metric(&b, "vllm:kv_cache_usage_perc", "gauge",
+    vllm_metric(&w, "vllm:kv_cache_usage_perc", PROM_GAUGE,
                 "KV-cache usage. 1 means 100 percent usage.", m, v);
     snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.prefix_query_tokens);
-    prom_metric(&b, "vllm:prefix_cache_queries", "counter",
+    vllm_metric(&w, "vllm:prefix_cache_queries", PROM_COUNTER,
                 "Prefix cache queries, in terms of number of queried tokens.", m, v);
     snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.prefix_hit_tokens);
-    prom_metric(&b, "vllm:prefix_cache_hits", "counter",
+    vllm_metric(&w, "vllm:prefix_cache_hits", PROM_COUNTER,
                 "Prefix cache hits, in terms of number of cached tokens.", m, v);
     snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.prompt_tokens);
-    prom_metric(&b, "vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", m, v);
+    vllm_metric(&w, "vllm:prompt_tokens", PROM_COUNTER, "Number of prefill tokens processed.", m,
+                v);
     snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.generation_tokens);
-    prom_metric(&b, "vllm:generation_tokens", "counter", "Number of generation tokens processed.",
-                m, v);
-    if (buf_error(&b) != 0) {
+    vllm_metric(&w, "vllm:generation_tokens", PROM_COUNTER,
+                "Number of generation tokens processed.", m, v);
+    if (prom_error(&w) != 0) {
         buf_fini(&b);
         return respond(req, 500, NULL, 1, CT_JSON);
     }
