@@ -199,7 +199,7 @@ static struct mw_req *req_new(struct mw_loop *loop, struct mw_server *s,
     req->conn = conn;
     req->watch_fd = -1;
     buf_init(&req->body, s->opts.max_body_bytes);
-    req->timer.index = MW_TIMER_NONE;
+    th_timer_init(&req->timer);
     req->phase = MW_PHASE_RECEIVING;
     req->route = route_of(req, url, method);
     req->sched.owner = mw_loop_index(loop);

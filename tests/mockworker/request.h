@@ -17,12 +17,12 @@
 
 #include "common/buf.h"
 #include "common/list.h"
+#include "common/timer_heap.h"
 #include "tests/mockworker/cost_model.h"
 #include "tests/mockworker/faults.h"
 #include "tests/mockworker/openai.h"
 #include "tests/mockworker/options.h"
 #include "tests/mockworker/stats.h"
-#include "tests/mockworker/timer_heap.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -93,7 +93,7 @@ struct mw_req {
     /* Parking (server.c). */
     bool parked;
     int watch_fd;               /* client fd in the loop's epoll, -1 when not watched */
-    struct mw_timer timer;      /* in the loop's heap while parked with a deadline */
+    struct th_timer timer;      /* in the loop's heap while parked with a deadline */
     struct list_node park_link; /* on the loop's parked list while parked */
 
     /* Inference. */

@@ -54,7 +54,7 @@ struct mw_loop {
     int timerfd;
     int wakefd;
     struct MHD_Daemon *daemon;
-    struct mw_timer_heap heap;
+    struct th_heap heap;     /* parked requests' deadlines, in ns */
     uint64_t armed_ns;       /* deadline the timerfd is set to, 0 = disarmed */
     struct list_node parked; /* all parked requests (mw_req.park_link), for shutdown */
     bool kick;               /* MHD needs another pass (see mw_loop_kick) */
@@ -94,8 +94,8 @@ int mw_park(struct mw_req *req, uint64_t deadline_ns)
     if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
         return -errno;
     if (deadline_ns != 0) {
-        req->timer.deadline_ns = deadline_ns;
-        int rc = mw_timer_heap_push(&loop->heap, &req->timer);
+        req->timer.deadline = deadline_ns;
+        int rc = th_heap_push(&loop->heap, &req->timer);
         if (rc != 0) {
             epoll_ctl(loop->epfd, EPOLL_CTL_DEL, fd, NULL);
             return rc;
@@ -117,7 +117,7 @@ static void park_detach(struct mw_req *req)
     if (req->watch_fd >= 0)
         epoll_ctl(loop->epfd, EPOLL_CTL_DEL, req->watch_fd, NULL);
     req->watch_fd = -1;
-    mw_timer_heap_remove(&loop->heap, &req->timer);
+    th_heap_remove(&loop->heap, &req->timer);
     list_remove(&req->park_link);
     req->parked = false;
 }
@@ -136,8 +136,8 @@ static void fire_timers(struct mw_loop *loop)
 {
     uint64_t now = mw_now_ns();
     for (;;) {
-        struct mw_timer *t = mw_timer_heap_top(&loop->heap);
-        if (t == NULL || t->deadline_ns > now)
+        struct th_timer *t = th_heap_top(&loop->heap);
+        if (t == NULL || t->deadline > now)
             break;
         struct mw_req *req = (struct mw_req *)((char *)t - offsetof(struct mw_req, timer));
         unpark(req);
@@ -146,8 +146,8 @@ static void fire_timers(struct mw_loop *loop)
 
 static void rearm_timer(struct mw_loop *loop)
 {
-    struct mw_timer *t = mw_timer_heap_top(&loop->heap);
-    uint64_t want = t != NULL ? t->deadline_ns : 0;
+    struct th_timer *t = th_heap_top(&loop->heap);
+    uint64_t want = t != NULL ? t->deadline : 0;
     if (want == loop->armed_ns)
         return;
     struct itimerspec its = {0};
@@ -165,7 +165,7 @@ static void take_admitted(struct mw_loop *loop)
     while (x != NULL) {
         struct mw_sched_entry *next = x->next;
         x->next = NULL;
-        struct mw_req *req = list_entry(x, struct mw_req, sched);
+        struct mw_req *req = (struct mw_req *)((char *)x - offsetof(struct mw_req, sched));
         unpark(req);
         x = next;
     }
@@ -318,7 +318,7 @@ static int loop_init(struct mw_loop *loop, struct mw_server *s, unsigned index)
     loop->wakefd = -1;
     list_init(&loop->parked);
     atomic_init(&loop->stop, false);
-    mw_timer_heap_init(&loop->heap);
+    th_heap_init(&loop->heap);
     loop->epfd = epoll_create1(EPOLL_CLOEXEC);
     loop->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     loop->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -355,7 +355,7 @@ static void loop_fini(struct mw_loop *loop)
     if (loop->daemon != NULL)
         MHD_stop_daemon(loop->daemon);
     loop->daemon = NULL;
-    mw_timer_heap_fini(&loop->heap);
+    th_heap_fini(&loop->heap);
     if (loop->epfd >= 0)
         close(loop->epfd);
     if (loop->timerfd >= 0)
