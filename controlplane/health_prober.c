@@ -7,8 +7,9 @@
  *
  * The multi handle's sockets live in an inner epoll set whose descriptor
  * the loop watches; curl's timer is a deadline the loop folds into its
- * epoll_wait timeout. curl callbacks only record things (socket interest,
- * deadline); handles are added and removed outside callbacks (NOTES.md).
+ * epoll_wait timeout. Both are common/curl_epoll's job (tag 0 in the inner
+ * set); curl callbacks only record things, and handles are added and
+ * removed outside callbacks.
  */
 #include "controlplane/health_prober.h"
 
@@ -22,8 +23,10 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "common/curl_epoll.h"
 #include "common/log.h"
 #include "common/proc.h"
+#include "common/rng.h"
 #include "shm/registry.h"
 
 #define HC_MODELS_BODY_MAX (64u * 1024u)
@@ -58,23 +61,22 @@ struct hc_target {
 struct hc_prober {
     struct shm_segment *seg;         /* borrowed */
     const struct cfg_health *health; /* borrowed */
-    CURLM *multi;
+    struct cep cep;                  /* curl multi handle and its glue to epfd */
     int epfd;
-    uint64_t curl_deadline_ms;
     uint64_t registry_seen;
     bool registry_loaded;
-    uint64_t rng;
+    uint64_t rng;                     /* a struct rng's state (common/rng.h), kept as its integer */
     struct hc_target *targets;        /* seg->max_workers, indexed by slot */
     struct shm_worker_info *snapshot; /* scratch for registry rescans */
 };
 
 static uint64_t hc_rand(struct hc_prober *p)
 {
-    /* xorshift64: jitter only, no need for quality. */
-    p->rng ^= p->rng << 13;
-    p->rng ^= p->rng >> 7;
-    p->rng ^= p->rng << 17;
-    return p->rng;
+    struct rng r;
+    rng_seed(&r, p->rng);
+    uint64_t v = rng_next(&r);
+    p->rng = r.state;
+    return v;
 }
 
 /* interval +- 10%. */
@@ -87,33 +89,7 @@ static uint64_t hc_jittered_interval(struct hc_prober *p)
     return iv - iv / 10 + hc_rand(p) % (span + 1);
 }
 
-static int hc_socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
-{
-    (void)easy;
-    (void)socketp;
-    struct hc_prober *p = userp;
-    if (what == CURL_POLL_REMOVE) {
-        epoll_ctl(p->epfd, EPOLL_CTL_DEL, s, NULL);
-        return 0;
-    }
-    struct epoll_event ev = {.data.fd = s};
-    if (what == CURL_POLL_IN || what == CURL_POLL_INOUT)
-        ev.events |= EPOLLIN;
-    if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
-        ev.events |= EPOLLOUT;
-    if (epoll_ctl(p->epfd, EPOLL_CTL_MOD, s, &ev) != 0 && errno == ENOENT)
-        epoll_ctl(p->epfd, EPOLL_CTL_ADD, s, &ev);
-    return 0;
-}
-
-static int hc_timer_cb(CURLM *multi, long timeout_ms, void *userp)
-{
-    (void)multi;
-    struct hc_prober *p = userp;
-    p->curl_deadline_ms =
-        timeout_ms < 0 ? HC_NO_DEADLINE : proc_monotonic_ms() + (uint64_t)timeout_ms;
-    return 0;
-}
+static void hc_on_done(void *user, CURL *e, CURLcode res);
 
 static size_t hc_discard(char *data, size_t size, size_t n, void *arg)
 {
@@ -140,20 +116,18 @@ int hc_create(struct shm_segment *seg, const struct cfg_health *health, struct h
         return -ENOMEM;
     p->seg = seg;
     p->health = health;
-    p->curl_deadline_ms = HC_NO_DEADLINE;
-    p->rng = proc_monotonic_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ULL;
+    struct rng seeded;
+    rng_seed_random(&seeded);
+    p->rng = seeded.state;
     p->epfd = epoll_create1(EPOLL_CLOEXEC);
     p->targets = calloc(seg->max_workers, sizeof(*p->targets));
     p->snapshot = calloc(seg->max_workers, sizeof(*p->snapshot));
-    p->multi = curl_multi_init();
-    if (p->epfd < 0 || p->targets == NULL || p->snapshot == NULL || p->multi == NULL) {
+    if (p->epfd < 0 || p->targets == NULL || p->snapshot == NULL ||
+        cep_init(&p->cep, &(struct cep_opts){.epfd = p->epfd, .on_done = hc_on_done, .user = p}) !=
+            0) {
         hc_destroy(p);
         return -ENOMEM;
     }
-    curl_multi_setopt(p->multi, CURLMOPT_SOCKETFUNCTION, hc_socket_cb);
-    curl_multi_setopt(p->multi, CURLMOPT_SOCKETDATA, p);
-    curl_multi_setopt(p->multi, CURLMOPT_TIMERFUNCTION, hc_timer_cb);
-    curl_multi_setopt(p->multi, CURLMOPT_TIMERDATA, p);
     *out = p;
     return 0;
 }
@@ -161,9 +135,9 @@ int hc_create(struct shm_segment *seg, const struct cfg_health *health, struct h
 static void hc_target_stop(struct hc_prober *p, struct hc_target *t)
 {
     if (t->probing)
-        curl_multi_remove_handle(p->multi, t->health_easy);
+        cep_remove(&p->cep, t->health_easy);
     if (t->learning)
-        curl_multi_remove_handle(p->multi, t->models_easy);
+        cep_remove(&p->cep, t->models_easy);
     t->probing = false;
     t->learning = false;
 }
@@ -186,8 +160,7 @@ void hc_destroy(struct hc_prober *p)
     if (p->targets != NULL)
         for (uint32_t i = 0; i < p->seg->max_workers; i++)
             hc_target_free(p, &p->targets[i]);
-    if (p->multi != NULL)
-        curl_multi_cleanup(p->multi);
+    cep_fini(&p->cep);
     if (p->epfd >= 0)
         close(p->epfd);
     free(p->targets);
@@ -281,7 +254,7 @@ static void hc_start_due(struct hc_prober *p, uint64_t now_ms)
             continue;
         if (!t->probing && now_ms >= t->next_probe_ms) {
             CURL *e = hc_easy(t, &t->health_easy, t->health_url, timeout, hc_discard);
-            if (e != NULL && curl_multi_add_handle(p->multi, e) == CURLM_OK)
+            if (e != NULL && cep_add(&p->cep, e) == 0)
                 t->probing = true;
             t->next_probe_ms = now_ms + hc_jittered_interval(p);
         }
@@ -292,7 +265,7 @@ static void hc_start_due(struct hc_prober *p, uint64_t now_ms)
             CURL *e = t->models_body == NULL
                           ? NULL
                           : hc_easy(t, &t->models_easy, t->models_url, timeout, hc_collect_models);
-            if (e != NULL && curl_multi_add_handle(p->multi, e) == CURLM_OK)
+            if (e != NULL && cep_add(&p->cep, e) == 0)
                 t->learning = true;
             t->next_models_ms = now_ms + HC_MODELS_RETRY_MS;
         }
@@ -352,67 +325,50 @@ static void hc_apply_models(struct hc_prober *p, struct hc_target *t, bool ok)
     json_decref(root);
 }
 
-static void hc_collect_done(struct hc_prober *p)
+/* A finished probe or model lookup (from cep_collect in hc_run). */
+static void hc_on_done(void *user, CURL *e, CURLcode res)
 {
-    CURLMsg *msg;
-    int left;
-    while ((msg = curl_multi_info_read(p->multi, &left)) != NULL) {
-        if (msg->msg != CURLMSG_DONE)
-            continue;
-        CURL *e = msg->easy_handle;
-        CURLcode res = msg->data.result;
-        struct hc_target *t = NULL;
-        curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&t);
-        long code = 0;
-        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
-        curl_multi_remove_handle(p->multi, e);
-        if (t == NULL)
-            continue;
-        bool ok = res == CURLE_OK && code >= 200 && code < 300;
-        if (e == t->health_easy) {
-            t->probing = false;
-            char why[96];
-            if (res != CURLE_OK)
-                snprintf(why, sizeof(why), "%s", curl_easy_strerror(res));
-            else
-                snprintf(why, sizeof(why), "HTTP %ld", code);
-            hc_apply_probe(p, t, ok, why);
-        } else if (e == t->models_easy) {
-            t->learning = false;
-            hc_apply_models(p, t, ok);
-        }
+    struct hc_prober *p = user;
+    struct hc_target *t = NULL;
+    curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&t);
+    long code = 0;
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+    cep_remove(&p->cep, e);
+    if (t == NULL)
+        return;
+    bool ok = res == CURLE_OK && code >= 200 && code < 300;
+    if (e == t->health_easy) {
+        t->probing = false;
+        char why[96];
+        if (res != CURLE_OK)
+            snprintf(why, sizeof(why), "%s", curl_easy_strerror(res));
+        else
+            snprintf(why, sizeof(why), "HTTP %ld", code);
+        hc_apply_probe(p, t, ok, why);
+    } else if (e == t->models_easy) {
+        t->learning = false;
+        hc_apply_models(p, t, ok);
     }
 }
 
 void hc_run(struct hc_prober *p, uint64_t now_ms)
 {
-    int running = 0;
     struct epoll_event evs[64];
     int n = epoll_wait(p->epfd, evs, 64, 0);
-    for (int i = 0; i < n; i++) {
-        int mask = 0;
-        if (evs[i].events & EPOLLIN)
-            mask |= CURL_CSELECT_IN;
-        if (evs[i].events & EPOLLOUT)
-            mask |= CURL_CSELECT_OUT;
-        if (evs[i].events & (EPOLLERR | EPOLLHUP))
-            mask |= CURL_CSELECT_ERR;
-        curl_multi_socket_action(p->multi, evs[i].data.fd, mask, &running);
-    }
-    if (p->curl_deadline_ms != HC_NO_DEADLINE && proc_monotonic_ms() >= p->curl_deadline_ms) {
-        p->curl_deadline_ms = HC_NO_DEADLINE;
-        curl_multi_socket_action(p->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    }
+    for (int i = 0; i < n; i++)
+        cep_on_fd_event(&p->cep, cep_fd_of(evs[i].data.u64), evs[i].events);
+    cep_on_timer(&p->cep, proc_monotonic_ms());
     /* Registry first: a removed or replaced worker's transfers are dropped
      * before their results could be applied to the slot's next occupant. */
     hc_follow_registry(p, now_ms);
-    hc_collect_done(p);
+    cep_collect(&p->cep);
     hc_start_due(p, now_ms);
 }
 
 int hc_timeout_ms(const struct hc_prober *p, uint64_t now_ms)
 {
-    uint64_t next = p->curl_deadline_ms;
+    int64_t curl_deadline = cep_deadline_ms(&p->cep);
+    uint64_t next = curl_deadline < 0 ? HC_NO_DEADLINE : (uint64_t)curl_deadline;
     for (uint32_t s = 0; s < p->seg->max_workers; s++) {
         const struct hc_target *t = &p->targets[s];
         if (!t->active)

@@ -26,6 +26,8 @@
  * A benchmark tool, not product code: IPv4 only, bounded buffers, errors
  * answered 502/413 without detail. SIGTERM or SIGINT stops it.
  */
+#include "common/list.h"
+
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
@@ -85,8 +87,8 @@ struct fl_loop {
     bool mhd_due;             /* a connection was resumed: MHD must run this pass */
     CURL *pool[FL_POOL];
     unsigned n_pool;
-    struct fl_request *parked; /* suspended requests, for shutdown */
-    bool stopping;             /* answer 503 instead of suspending anything new */
+    struct list_node parked; /* suspended requests (fl_request.park_link), for shutdown */
+    bool stopping;           /* answer 503 instead of suspending anything new */
     uint8_t fd_state[FL_MAX_FDS];
 };
 
@@ -95,7 +97,7 @@ struct fl_loop {
 struct fl_request {
     struct fl_loop *loop;
     struct MHD_Connection *conn;
-    struct fl_request *prev, *next; /* in loop->parked while suspended */
+    struct list_node park_link; /* in loop->parked while suspended */
     CURL *easy;
     char *body, *resp;
     size_t body_len, resp_len, resp_cap;
@@ -273,23 +275,14 @@ static void fl_detach(struct fl_request *req, CURLcode result)
 static void fl_park(struct fl_request *req)
 {
     struct fl_loop *loop = req->loop;
-    req->next = loop->parked;
-    if (loop->parked != NULL)
-        loop->parked->prev = req;
-    loop->parked = req;
+    list_push_front(&loop->parked, &req->park_link);
     MHD_suspend_connection(req->conn);
 }
 
 static void fl_resume(struct fl_request *req)
 {
     struct fl_loop *loop = req->loop;
-    if (req->prev != NULL)
-        req->prev->next = req->next;
-    else
-        loop->parked = req->next;
-    if (req->next != NULL)
-        req->next->prev = req->prev;
-    req->prev = req->next = NULL;
+    list_remove(&req->park_link);
     /* MHD's epoll fd does not report our own resumes: run MHD this pass. */
     loop->mhd_due = true;
     MHD_resume_connection(req->conn);
@@ -438,8 +431,9 @@ static void fl_curl_timer(struct fl_loop *loop)
 static void fl_shutdown(struct fl_loop *loop)
 {
     loop->stopping = true;
-    while (loop->parked != NULL) {
-        struct fl_request *req = loop->parked;
+    while (!list_is_empty(&loop->parked)) {
+        struct fl_request *req =
+            list_entry(list_first(&loop->parked), struct fl_request, park_link);
         if (req->easy != NULL)
             fl_detach(req, CURLE_ABORTED_BY_CALLBACK);
         fl_resume(req);
@@ -488,6 +482,7 @@ static void *fl_loop_main(void *arg)
 
 static int fl_loop_init(struct fl_loop *loop)
 {
+    list_init(&loop->parked);
     loop->epfd = epoll_create1(EPOLL_CLOEXEC);
     loop->curl_deadline_ms = -1;
     loop->multi = curl_multi_init();

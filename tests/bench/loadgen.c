@@ -1,10 +1,14 @@
 /*
  * HTTP engine of the load generator (see loadgen.h): curl multi in socket
- * mode on one epoll set. Each transfer keeps a fixed 1 KiB tail of its
+ * mode on one epoll set, through common/curl_epoll. Each transfer keeps a fixed 1 KiB tail of its
  * body, enough to find the usage event and the closing [DONE] of an SSE
  * stream without buffering the whole stream.
  */
 #include "tests/bench/loadgen.h"
+
+#include "common/curl_epoll.h"
+#include "common/list.h"
+#include "common/proc.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -36,49 +40,19 @@ struct lg_xfer {
     size_t tail_len;
     size_t idx;
     struct lg_engine *eng;
-    struct lg_xfer *prev, *next; /* the engine's list of live transfers */
+    struct list_node link; /* on the engine's list of live transfers */
 };
 
 struct lg_engine {
-    CURLM *multi;
+    struct cep cep; /* the multi handle and its glue to epfd */
     int epfd;
-    long timeout_ms; /* curl's timer; -1 = none */
-    double timer_set_at;
     size_t running;
     unsigned long long bytes;
     void (*on_first)(struct lg_engine *e, struct lg_xfer *x);
     void (*on_done)(struct lg_engine *e, struct lg_xfer *x, CURLcode rc);
     void *user;
-    struct lg_xfer *live;
+    struct list_node live; /* struct lg_xfer.link */
 };
-
-static int lg_socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
-{
-    (void)easy;
-    (void)socketp;
-    struct lg_engine *e = userp;
-    if (what == CURL_POLL_REMOVE) {
-        epoll_ctl(e->epfd, EPOLL_CTL_DEL, s, NULL);
-        return 0;
-    }
-    struct epoll_event ev = {.data.fd = s};
-    if (what & CURL_POLL_IN)
-        ev.events |= EPOLLIN;
-    if (what & CURL_POLL_OUT)
-        ev.events |= EPOLLOUT;
-    if (epoll_ctl(e->epfd, EPOLL_CTL_MOD, s, &ev) != 0 && errno == ENOENT)
-        epoll_ctl(e->epfd, EPOLL_CTL_ADD, s, &ev);
-    return 0;
-}
-
-static int lg_timer_cb(CURLM *multi, long timeout_ms, void *userp)
-{
-    (void)multi;
-    struct lg_engine *e = userp;
-    e->timeout_ms = timeout_ms;
-    e->timer_set_at = lg_now();
-    return 0;
-}
 
 static size_t lg_write_cb(char *data, size_t size, size_t nmemb, void *userp)
 {
@@ -103,35 +77,41 @@ static size_t lg_write_cb(char *data, size_t size, size_t nmemb, void *userp)
     return n;
 }
 
+static void lg_xfer_free(struct lg_engine *e, struct lg_xfer *x);
+
+/* A finished transfer (from cep_collect in lg_step): report it, then free it. */
+static void lg_curl_done(void *user, CURL *easy, CURLcode rc)
+{
+    struct lg_engine *e = user;
+    struct lg_xfer *x = NULL;
+    curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&x);
+    if (e->on_done != NULL)
+        e->on_done(e, x, rc);
+    e->running--;
+    lg_xfer_free(e, x);
+}
+
 static int lg_engine_init(struct lg_engine *e)
 {
     memset(e, 0, sizeof(*e));
-    e->timeout_ms = -1;
+    list_init(&e->live);
     e->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (e->epfd < 0)
         return -errno;
-    e->multi = curl_multi_init();
-    if (e->multi == NULL) {
+    struct cep_opts o = {.epfd = e->epfd, .on_done = lg_curl_done, .user = e};
+    int rc = cep_init(&e->cep, &o);
+    if (rc != 0) {
         close(e->epfd);
-        return -ENOMEM;
+        return rc;
     }
-    curl_multi_setopt(e->multi, CURLMOPT_SOCKETFUNCTION, lg_socket_cb);
-    curl_multi_setopt(e->multi, CURLMOPT_SOCKETDATA, e);
-    curl_multi_setopt(e->multi, CURLMOPT_TIMERFUNCTION, lg_timer_cb);
-    curl_multi_setopt(e->multi, CURLMOPT_TIMERDATA, e);
-    curl_multi_setopt(e->multi, CURLMOPT_MAXCONNECTS, 100000L);
+    curl_multi_setopt(cep_multi(&e->cep), CURLMOPT_MAXCONNECTS, 100000L);
     return 0;
 }
 
 static void lg_xfer_free(struct lg_engine *e, struct lg_xfer *x)
 {
-    if (x->prev != NULL)
-        x->prev->next = x->next;
-    else
-        e->live = x->next;
-    if (x->next != NULL)
-        x->next->prev = x->prev;
-    curl_multi_remove_handle(e->multi, x->easy);
+    list_remove(&x->link);
+    cep_remove(&e->cep, x->easy);
     curl_easy_cleanup(x->easy);
     curl_slist_free_all(x->hdrs);
     free(x);
@@ -140,9 +120,9 @@ static void lg_xfer_free(struct lg_engine *e, struct lg_xfer *x)
 static void lg_engine_fini(struct lg_engine *e)
 {
     /* Abort whatever is still running. */
-    while (e->live != NULL)
-        lg_xfer_free(e, e->live);
-    curl_multi_cleanup(e->multi);
+    while (!list_is_empty(&e->live))
+        lg_xfer_free(e, list_entry(list_first(&e->live), struct lg_xfer, link));
+    cep_fini(&e->cep);
     close(e->epfd);
 }
 
@@ -178,66 +158,30 @@ static int lg_add(struct lg_engine *e, const char *url, const char *body, size_t
     curl_easy_setopt(x->easy, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
     curl_easy_setopt(x->easy, CURLOPT_TCP_NODELAY, 1L);
     x->t0 = lg_now();
-    if (curl_multi_add_handle(e->multi, x->easy) != CURLM_OK) {
+    if (cep_add(&e->cep, x->easy) != 0) {
         curl_easy_cleanup(x->easy);
         curl_slist_free_all(x->hdrs);
         free(x);
         return -EIO;
     }
     e->running++;
-    x->next = e->live;
-    if (e->live != NULL)
-        e->live->prev = x;
-    e->live = x;
+    list_push_front(&e->live, &x->link);
     return 0;
-}
-
-static void lg_reap(struct lg_engine *e)
-{
-    CURLMsg *m;
-    int left;
-    while ((m = curl_multi_info_read(e->multi, &left)) != NULL) {
-        if (m->msg != CURLMSG_DONE)
-            continue;
-        struct lg_xfer *x = NULL;
-        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
-        CURLcode rc = m->data.result;
-        if (e->on_done != NULL)
-            e->on_done(e, x, rc);
-        e->running--;
-        lg_xfer_free(e, x);
-    }
 }
 
 /* One pass: waits up to max_wait_ms for socket events or curl's timer. */
 static void lg_step(struct lg_engine *e, long max_wait_ms)
 {
     long wait = max_wait_ms;
-    if (e->timeout_ms >= 0) {
-        long left = e->timeout_ms - (long)((lg_now() - e->timer_set_at) * 1000.0);
-        if (left < 0)
-            left = 0;
-        if (left < wait)
-            wait = left;
-    }
+    int curl_wait = cep_timeout_ms(&e->cep, proc_monotonic_ms());
+    if (curl_wait >= 0 && curl_wait < wait)
+        wait = curl_wait;
     struct epoll_event ev[LG_EVENTS];
     int n = epoll_wait(e->epfd, ev, LG_EVENTS, (int)wait);
-    int still = 0;
-    for (int i = 0; i < n; i++) {
-        int flags = 0;
-        if (ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP))
-            flags |= CURL_CSELECT_IN;
-        if (ev[i].events & EPOLLOUT)
-            flags |= CURL_CSELECT_OUT;
-        if (ev[i].events & EPOLLERR)
-            flags |= CURL_CSELECT_ERR;
-        curl_multi_socket_action(e->multi, ev[i].data.fd, flags, &still);
-    }
-    if (e->timeout_ms >= 0 && (lg_now() - e->timer_set_at) * 1000.0 >= (double)e->timeout_ms) {
-        e->timeout_ms = -1;
-        curl_multi_socket_action(e->multi, CURL_SOCKET_TIMEOUT, 0, &still);
-    }
-    lg_reap(e);
+    for (int i = 0; i < n; i++)
+        cep_on_fd_event(&e->cep, cep_fd_of(ev[i].data.u64), ev[i].events);
+    cep_on_timer(&e->cep, proc_monotonic_ms());
+    cep_collect(&e->cep);
 }
 
 /* ---- replay ---------------------------------------------------------------- */
@@ -326,7 +270,7 @@ static void lg_replay_open(struct lg_engine *e, struct lg_replay_ctx *c, const c
         }
         /* Kick curl for the new handles; then wait for the next event or arrival. */
         int still = 0;
-        curl_multi_socket_action(e->multi, CURL_SOCKET_TIMEOUT, 0, &still);
+        curl_multi_socket_action(cep_multi(&e->cep), CURL_SOCKET_TIMEOUT, 0, &still);
         long wait = 100;
         if (next < plan->n) {
             double dt = plan->req[next].at_s - (lg_now() - c->t_start);
@@ -388,7 +332,7 @@ static void lg_replay_sequential(struct lg_engine *e, struct lg_replay_ctx *c, c
         if (open)
             wait = lg_wait_ms(plan->stop_s, now, wait);
         int still = 0;
-        curl_multi_socket_action(e->multi, CURL_SOCKET_TIMEOUT, 0, &still);
+        curl_multi_socket_action(cep_multi(&e->cep), CURL_SOCKET_TIMEOUT, 0, &still);
         lg_step(e, wait);
     }
 }
@@ -521,7 +465,7 @@ int lg_hold(const char *base_url, size_t n, double ramp_per_s, double hold_s, do
             st->opened++;
         }
         int still = 0;
-        curl_multi_socket_action(e.multi, CURL_SOCKET_TIMEOUT, 0, &still);
+        curl_multi_socket_action(cep_multi(&e.cep), CURL_SOCKET_TIMEOUT, 0, &still);
         lg_step(&e, 10);
     }
     st->ramp_s = lg_now() - t0;

@@ -1,6 +1,8 @@
 /* Pooled percentiles and their bootstrap interval (see pooled.h). */
 #include "tests/bench/pooled.h"
 
+#include "common/rng.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
@@ -152,20 +154,11 @@ double pl_pooled_pct(const struct pl_run *runs, size_t n_runs, double q)
     return r;
 }
 
-/* splitmix64: a fixed, portable sequence, so a report can be recomputed. */
-static uint64_t pl_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Draws n run indices in [0, n) with replacement. */
-static void pl_draw(size_t n, uint64_t *seed, size_t *pick)
+static void pl_draw(size_t n, struct rng *rng, size_t *pick)
 {
     for (size_t i = 0; i < n; i++)
-        pick[i] = (size_t)(pl_next(seed) % n);
+        pick[i] = (size_t)rng_below(rng, n);
 }
 
 /* Both bootstraps: paired draws one set of indices for both sides. */
@@ -186,11 +179,14 @@ static int pl_bootstrap(const struct pl_run *a, size_t n_a, const struct pl_run 
     double *ratios = malloc(iters * sizeof(*ratios));
     int rc = buf != NULL && pick != NULL && ratios != NULL ? 0 : -ENOMEM;
     size_t kept = 0;
+    /* splitmix64 from seed: a fixed, portable sequence, so a report can be recomputed. */
+    struct rng rng;
+    rng_seed(&rng, seed);
     for (unsigned it = 0; rc == 0 && it < iters; it++) {
-        pl_draw(n_a, &seed, pick);
+        pl_draw(n_a, &rng, pick);
         double x = pl_rank(buf, pl_gather(a, pick, n_a, buf), q);
         if (!paired)
-            pl_draw(n_b, &seed, pick);
+            pl_draw(n_b, &rng, pick);
         double y = pl_rank(buf, pl_gather(b, pick, n_b, buf), q);
         if (isfinite(x) && isfinite(y) && y > 0)
             ratios[kept++] = x / y;

@@ -14,6 +14,9 @@
  */
 #include "tests/bench/workload.h"
 
+#include "common/buf.h"
+#include "common/rng.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -26,27 +29,27 @@
 #define WL_MAX_FILE (1u << 20)
 #define WL_MAX_REQS 1000000u
 
-/* ---- random numbers (splitmix64) ------------------------------------------ */
+/* ---- random numbers --------------------------------------------------------- */
 
-static uint64_t wl_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in (0, 1]. */
-static double wl_unit(uint64_t *s)
-{
-    return ((double)(wl_next(s) >> 11) + 1.0) / 9007199254740992.0;
-}
-
+/*
+ * The seed of the generator for (seed, a, b): splitmix64 (common/rng.h)
+ * started from a mix of the three and advanced once. Plans, and the
+ * reports computed from them, depend on this exact derivation.
+ */
 static uint64_t wl_seed3(uint64_t seed, uint64_t a, uint64_t b)
 {
-    uint64_t s = seed ^ (a * 0x100000001b3ull) ^ (b * 0xc2b2ae3d27d4eb4full);
-    wl_next(&s);
-    return s;
+    struct rng r;
+    rng_seed(&r, seed ^ (a * 0x100000001b3ull) ^ (b * 0xc2b2ae3d27d4eb4full));
+    (void)rng_next(&r);
+    return r.state;
+}
+
+/* A generator started at wl_seed3(seed, a, b). */
+static struct rng wl_rng3(uint64_t seed, uint64_t a, uint64_t b)
+{
+    struct rng r;
+    rng_seed(&r, wl_seed3(seed, a, b));
+    return r;
 }
 
 /* ---- parsing -------------------------------------------------------------- */
@@ -372,44 +375,34 @@ int wl_parse_file(const char *path, bool quick, struct wl_spec *spec, char *err,
 
 /* ---- text ------------------------------------------------------------------ */
 
-/* A growable buffer capped at creation (curl's rule). */
-struct wl_buf {
-    char *p;
-    size_t len, cap, max;
-    bool failed;
-};
+/* Every text and body is capped at 64 MiB including its NUL. */
+#define WL_TEXT_MAX ((64u << 20) - 1)
 
-static void wl_put(struct wl_buf *b, const char *s, size_t n)
+/* Appends; a failure stays in b's sticky error, checked once at the end. */
+static void wl_put(struct buf *b, const char *s, size_t n)
 {
-    if (b->failed)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = cap <= b->max ? realloc(b->p, cap) : NULL;
-        if (p == NULL) {
-            b->failed = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
+    (void)buf_append(b, s, n);
 }
 
-static void wl_puts(struct wl_buf *b, const char *s)
+/* Empties b for the next part, keeping a failure. */
+static void wl_restart(struct buf *b)
+{
+    if (buf_error(b) == 0)
+        buf_reset(b);
+}
+
+static void wl_puts(struct buf *b, const char *s)
 {
     wl_put(b, s, strlen(s));
 }
 
 /* tokens 4-byte words ("abc ") drawn from seed s. */
-static void wl_words(struct wl_buf *b, uint64_t s, unsigned tokens)
+static void wl_words(struct buf *b, uint64_t s, unsigned tokens)
 {
+    struct rng g;
+    rng_seed(&g, s);
     for (unsigned i = 0; i < tokens; i++) {
-        uint64_t r = wl_next(&s);
+        uint64_t r = rng_next(&g);
         char w[4] = {(char)('a' + r % 26), (char)('a' + (r >> 8) % 26),
                      (char)('a' + (r >> 16) % 26), ' '};
         wl_put(b, w, 4);
@@ -421,7 +414,7 @@ static void wl_words(struct wl_buf *b, uint64_t s, unsigned tokens)
 static int wl_completion(const struct wl_spec *sp, struct wl_request *r, unsigned group,
                          unsigned index)
 {
-    struct wl_buf text = {.max = 64u << 20}, body = {.max = 64u << 20};
+    struct buf text = BUF_INIT(WL_TEXT_MAX), body = BUF_INIT(WL_TEXT_MAX);
     wl_words(&text, wl_seed3(sp->seed, group, 0xffffffffu), sp->system_tokens);
     wl_words(&text, wl_seed3(sp->seed, group, index), sp->question_tokens);
     char tail[160];
@@ -429,17 +422,17 @@ static int wl_completion(const struct wl_spec *sp, struct wl_request *r, unsigne
              "\",\"max_tokens\":%u,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
              sp->output_tokens);
     wl_puts(&body, "{\"model\":\"mock\",\"prompt\":\"");
-    wl_put(&body, text.p, text.len);
+    wl_put(&body, text.data, text.len);
     wl_puts(&body, tail);
-    if (text.failed || body.failed) {
-        free(text.p);
-        free(body.p);
+    if (buf_error(&text) != 0 || buf_error(&body) != 0) {
+        buf_fini(&text);
+        buf_fini(&body);
         return -ENOMEM;
     }
     r->group = group;
-    r->text = text.p;
+    r->text = text.data;
     r->text_len = text.len;
-    r->body = body.p;
+    r->body = body.data;
     r->body_len = body.len;
     r->output_tokens = sp->output_tokens;
     snprintf(r->session, sizeof(r->session), "g%u", group);
@@ -461,8 +454,8 @@ static bool wl_private_head(const struct wl_spec *sp, unsigned c)
 {
     if (sp->private_head_share <= 0)
         return false;
-    uint64_t s = wl_seed3(sp->seed, c, WL_PRIVATE_DRAW_INDEX);
-    return wl_unit(&s) < sp->private_head_share;
+    struct rng s = wl_rng3(sp->seed, c, WL_PRIVATE_DRAW_INDEX);
+    return rng_unit(&s) < sp->private_head_share;
 }
 
 /* Turn t of conversation c: system prompt (the workload's shared head, then
@@ -472,7 +465,8 @@ static bool wl_private_head(const struct wl_spec *sp, unsigned c)
  * t-1's, and every conversation's text starts with the same shared head. */
 static int wl_chat_turn(const struct wl_spec *sp, struct wl_request *r, unsigned c, unsigned t)
 {
-    struct wl_buf text = {.max = 64u << 20}, body = {.max = 64u << 20}, part = {.max = 64u << 20};
+    struct buf text = BUF_INIT(WL_TEXT_MAX), body = BUF_INIT(WL_TEXT_MAX),
+               part = BUF_INIT(WL_TEXT_MAX);
     wl_puts(&body, "{\"model\":\"mock\",\"messages\":[");
     if (sp->shared_system_tokens > 0 || sp->system_tokens > 0) {
         wl_words(&part,
@@ -481,27 +475,27 @@ static int wl_chat_turn(const struct wl_spec *sp, struct wl_request *r, unsigned
                  sp->shared_system_tokens);
         wl_words(&part, wl_seed3(sp->seed, c, 0xffffffffu), sp->system_tokens);
         wl_puts(&text, "system");
-        wl_put(&text, part.p, part.len);
+        wl_put(&text, part.data, part.len);
         wl_puts(&body, "{\"role\":\"system\",\"content\":\"");
-        wl_put(&body, part.p, part.len);
+        wl_put(&body, part.data, part.len);
         wl_puts(&body, "\"},");
     }
     for (unsigned i = 0; i <= t; i++) {
-        part.len = 0;
+        wl_restart(&part);
         wl_words(&part, wl_seed3(sp->seed, c, 2 * i), sp->question_tokens);
         wl_puts(&text, "user");
-        wl_put(&text, part.p, part.len);
+        wl_put(&text, part.data, part.len);
         wl_puts(&body, "{\"role\":\"user\",\"content\":\"");
-        wl_put(&body, part.p, part.len);
+        wl_put(&body, part.data, part.len);
         wl_puts(&body, "\"}");
         if (i == t)
             break;
-        part.len = 0;
+        wl_restart(&part);
         wl_words(&part, wl_seed3(sp->seed, c, 2 * i + 1), sp->output_tokens);
         wl_puts(&text, "assistant");
-        wl_put(&text, part.p, part.len);
+        wl_put(&text, part.data, part.len);
         wl_puts(&body, ",{\"role\":\"assistant\",\"content\":\"");
-        wl_put(&body, part.p, part.len);
+        wl_put(&body, part.data, part.len);
         wl_puts(&body, "\"},");
     }
     char tail[160];
@@ -509,18 +503,19 @@ static int wl_chat_turn(const struct wl_spec *sp, struct wl_request *r, unsigned
              "],\"max_tokens\":%u,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
              sp->output_tokens);
     wl_puts(&body, tail);
-    free(part.p);
-    if (text.failed || body.failed || part.failed) {
-        free(text.p);
-        free(body.p);
+    int part_err = buf_error(&part);
+    buf_fini(&part);
+    if (buf_error(&text) != 0 || buf_error(&body) != 0 || part_err != 0) {
+        buf_fini(&text);
+        buf_fini(&body);
         return -ENOMEM;
     }
     r->group = c;
     r->turn = t;
     r->chat = true;
-    r->text = text.p;
+    r->text = text.data;
     r->text_len = text.len;
-    r->body = body.p;
+    r->body = body.data;
     r->body_len = body.len;
     r->output_tokens = sp->output_tokens;
     snprintf(r->session, sizeof(r->session), "c%u", c);
@@ -545,7 +540,7 @@ static size_t wl_count(const struct wl_spec *sp)
 /* Sequential model: conversation starts of a Poisson process at
  * rate / turns per second during [0, duration_s), first one at 0; their
  * count in *n (capped so the plan stays under WL_MAX_REQS). */
-static double *wl_conversation_starts(const struct wl_spec *sp, uint64_t *rng, size_t *n)
+static double *wl_conversation_starts(const struct wl_spec *sp, struct rng *rng, size_t *n)
 {
     size_t cap = 64, max = WL_MAX_REQS / sp->turns;
     double *at = malloc(cap * sizeof(*at)), t = 0;
@@ -561,12 +556,12 @@ static double *wl_conversation_starts(const struct wl_spec *sp, uint64_t *rng, s
             cap *= 2;
         }
         at[(*n)++] = t;
-        t += -log(wl_unit(rng)) * (double)sp->turns / sp->rate;
+        t += -log(rng_unit(rng)) * (double)sp->turns / sp->rate;
     }
     return at;
 }
 
-static int wl_plan_sequential(const struct wl_spec *sp, struct wl_plan *plan, uint64_t *rng)
+static int wl_plan_sequential(const struct wl_spec *sp, struct wl_plan *plan, struct rng *rng)
 {
     size_t conversations = 0;
     double *start = wl_conversation_starts(sp, rng, &conversations);
@@ -586,12 +581,12 @@ static int wl_plan_sequential(const struct wl_spec *sp, struct wl_plan *plan, ui
     for (size_t c = 0; c < conversations && rc == 0; c++) {
         /* Think times from their own generator: the same (seed, c, t)
          * always waits as long, whatever the rate. */
-        uint64_t think = wl_seed3(sp->seed, 0x7417c, c);
+        struct rng think = wl_rng3(sp->seed, 0x7417c, c);
         for (unsigned t = 0; t < sp->turns && rc == 0; t++, plan->n++) {
             struct wl_request *r = &plan->req[plan->n];
             rc = wl_chat_turn(sp, r, (unsigned)c, t);
             r->at_s = start[c];
-            double u = wl_unit(&think);
+            double u = rng_unit(&think);
             r->think_s = t > 0 ? -log(u) * sp->think_ms / 1000.0 : 0;
         }
     }
@@ -603,7 +598,7 @@ out:
 int wl_plan_build(const struct wl_spec *sp, struct wl_plan *plan)
 {
     memset(plan, 0, sizeof(*plan));
-    uint64_t rng = wl_seed3(sp->seed, 0x5eed, 0);
+    struct rng rng = wl_rng3(sp->seed, 0x5eed, 0);
     if (sp->rate <= 0)
         return -EINVAL;
     if (sp->sequential_turns) {
@@ -633,7 +628,7 @@ int wl_plan_build(const struct wl_spec *sp, struct wl_plan *plan)
         for (size_t i = 0; i < n; i++)
             order[i] = (unsigned)i;
         for (size_t i = n - 1; i > 0; i--) {
-            size_t j = wl_next(&rng) % (i + 1);
+            size_t j = rng_next(&rng) % (i + 1);
             unsigned tmp = order[i];
             order[i] = order[j];
             order[j] = tmp;
@@ -645,8 +640,8 @@ int wl_plan_build(const struct wl_spec *sp, struct wl_plan *plan)
     } else if (sp->kind == WL_KIND_HOT_PREFIX) {
         for (size_t i = 0; i < n && rc == 0; i++, plan->n++) {
             unsigned g = 0;
-            if (wl_unit(&rng) > sp->hot_share)
-                g = 1 + (unsigned)(wl_next(&rng) % (sp->groups - 1));
+            if (rng_unit(&rng) > sp->hot_share)
+                g = 1 + (unsigned)(rng_next(&rng) % (sp->groups - 1));
             rc = wl_completion(sp, &plan->req[i], g, (unsigned)i);
         }
     } else {
@@ -664,7 +659,7 @@ int wl_plan_build(const struct wl_spec *sp, struct wl_plan *plan)
     double at = 0;
     for (size_t i = 0; i < plan->n; i++) {
         plan->req[i].at_s = at;
-        at += -log(wl_unit(&rng)) / sp->rate;
+        at += -log(rng_unit(&rng)) / sp->rate;
     }
 out:
     if (rc != 0)

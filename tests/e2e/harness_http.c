@@ -19,6 +19,9 @@
  */
 #include "tests/e2e/harness.h"
 
+#include "common/buf.h"
+#include "common/list.h"
+
 #include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
@@ -44,51 +47,14 @@ static void h_curl_init(void)
 
 /* ---- bounded buffers ---------------------------------------------------- */
 
-/* A growable byte buffer capped at H_BODY_MAX, always NUL-terminated. */
-struct h_buf {
-    char *data;
-    size_t len;
-    size_t cap;
-};
-
-static int h_buf_append(struct h_buf *b, const char *p, size_t n)
-{
-    if (b->len + n + 1 > H_BODY_MAX)
-        return -E2BIG;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap != 0 ? b->cap : 1024;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        if (cap > H_BODY_MAX)
-            cap = H_BODY_MAX;
-        char *d = realloc(b->data, cap);
-        if (d == NULL)
-            return -ENOMEM;
-        b->data = d;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-    return 0;
-}
-
-static void h_buf_reset(struct h_buf *b)
-{
-    b->len = 0;
-    if (b->data != NULL)
-        b->data[0] = '\0';
-}
+/* Every response buffer: H_BODY_MAX including the terminating NUL. */
+#define H_BUF_MAX (H_BODY_MAX - 1)
 
 /* Hands the bytes over to *out (an empty string when nothing arrived). */
-static int h_buf_move(struct h_buf *b, char **out, size_t *out_len)
+static int h_buf_move(struct buf *b, char **out, size_t *out_len)
 {
-    if (b->data == NULL && h_buf_append(b, "", 0) != 0)
-        return -ENOMEM;
-    *out = b->data;
-    *out_len = b->len;
-    memset(b, 0, sizeof(*b));
-    return 0;
+    *out = buf_detach(b, out_len);
+    return *out != NULL ? 0 : -ENOMEM;
 }
 
 /* ---- responses ---------------------------------------------------------- */
@@ -136,11 +102,11 @@ json_t *h_resp_json(const struct h_resp *resp)
 
 /* State shared by the callbacks of one blocking transfer. */
 struct h_xfer {
-    struct h_buf body;
-    struct h_buf headers;
+    struct buf body;
+    struct buf headers;
     int64_t t0;
-    struct h_sse *sse;    /* NULL unless streaming */
-    struct h_buf pending; /* SSE bytes not yet split into events */
+    struct h_sse *sse;  /* NULL unless streaming */
+    struct buf pending; /* SSE bytes not yet split into events */
 };
 
 static bool h_headers_have(const char *const *headers, const char *name)
@@ -183,12 +149,12 @@ out_free:
 
 static size_t h_on_header(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
-    struct h_buf *b = userdata;
+    struct buf *b = userdata;
     size_t n = size * nmemb;
     /* Keep only the last response's headers (after 1xx or redirects). */
     if (n >= 5 && strncmp(ptr, "HTTP/", 5) == 0)
-        h_buf_reset(b);
-    return h_buf_append(b, ptr, n) == 0 ? n : 0;
+        buf_reset(b);
+    return buf_append(b, ptr, n) == 0 ? n : 0;
 }
 
 /* Records one complete SSE event (text without the blank line ending it). */
@@ -243,10 +209,7 @@ static int h_sse_split(struct h_xfer *x)
             return rc;
         start = sep + 2;
     }
-    size_t rest = (size_t)(end - start);
-    memmove(x->pending.data, start, rest);
-    x->pending.len = rest;
-    x->pending.data[rest] = '\0';
+    buf_consume(&x->pending, (size_t)(start - x->pending.data));
     return 0;
 }
 
@@ -254,10 +217,10 @@ static size_t h_on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
     struct h_xfer *x = userdata;
     size_t n = size * nmemb;
-    if (h_buf_append(&x->body, ptr, n) != 0)
+    if (buf_append(&x->body, ptr, n) != 0)
         return 0;
     if (x->sse != NULL) {
-        if (h_buf_append(&x->pending, ptr, n) != 0 || h_sse_split(x) != 0)
+        if (buf_append(&x->pending, ptr, n) != 0 || h_sse_split(x) != 0)
             return 0;
     }
     return n;
@@ -291,7 +254,11 @@ static int h_perform(const struct h_req *req, struct h_sse *sse, struct h_resp *
 {
     pthread_once(&h_curl_once, h_curl_init);
     memset(resp, 0, sizeof(*resp));
-    struct h_xfer x = {.t0 = h_now_ms(), .sse = sse};
+    struct h_xfer x = {.body = BUF_INIT(H_BUF_MAX),
+                       .headers = BUF_INIT(H_BUF_MAX),
+                       .t0 = h_now_ms(),
+                       .sse = sse,
+                       .pending = BUF_INIT(H_BUF_MAX)};
     size_t body_len = req->body == NULL    ? 0
                       : req->body_len != 0 ? req->body_len
                                            : strlen(req->body);
@@ -327,7 +294,7 @@ out_free_headers:
     if (h_buf_move(&x.body, &resp->body, &resp->body_len) != 0 ||
         h_buf_move(&x.headers, &resp->headers, &resp->headers_len) != 0)
         rc = -ENOMEM;
-    free(x.pending.data);
+    buf_fini(&x.pending);
     return rc;
 }
 
@@ -394,15 +361,14 @@ struct h_async {
     bool cb_abort; /* thread only: a callback decided to close */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct h_async_state st; /* mu */
-    struct h_buf body_buf;   /* mu */
-    struct h_buf hdr_buf;    /* mu */
-    struct h_async *prev;    /* registry */
-    struct h_async *next;
+    struct h_async_state st;   /* mu */
+    struct buf body_buf;       /* mu */
+    struct buf hdr_buf;        /* mu */
+    struct list_node reg_link; /* on h_async_reg, under h_async_reg_mu */
 };
 
 static pthread_mutex_t h_async_reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct h_async *h_async_reg;
+static struct list_node h_async_reg = LIST_STATIC_INIT(h_async_reg);
 
 static size_t h_async_on_header(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
@@ -410,8 +376,8 @@ static size_t h_async_on_header(char *ptr, size_t size, size_t nmemb, void *user
     size_t n = size * nmemb;
     pthread_mutex_lock(&a->mu);
     if (n >= 5 && strncmp(ptr, "HTTP/", 5) == 0)
-        h_buf_reset(&a->hdr_buf);
-    int rc = h_buf_append(&a->hdr_buf, ptr, n);
+        buf_reset(&a->hdr_buf);
+    int rc = buf_append(&a->hdr_buf, ptr, n);
     bool end_of_headers = (n == 2 && ptr[0] == '\r') || (n == 1 && ptr[0] == '\n');
     long status = 0;
     if (end_of_headers) {
@@ -439,7 +405,7 @@ static size_t h_async_on_body(char *ptr, size_t size, size_t nmemb, void *userda
     struct h_async *a = userdata;
     size_t n = size * nmemb;
     pthread_mutex_lock(&a->mu);
-    int rc = h_buf_append(&a->body_buf, ptr, n);
+    int rc = buf_append(&a->body_buf, ptr, n);
     if (a->st.body_bytes == 0)
         a->st.body_ms = h_now_ms() - a->t0;
     a->st.body_bytes += n;
@@ -520,8 +486,8 @@ static void h_async_free(struct h_async *a)
     curl_slist_free_all(a->headers);
     free(a->url);
     free(a->body);
-    free(a->body_buf.data);
-    free(a->hdr_buf.data);
+    buf_fini(&a->body_buf);
+    buf_fini(&a->hdr_buf);
     pthread_cond_destroy(&a->cv);
     pthread_mutex_destroy(&a->mu);
     free(a);
@@ -544,6 +510,8 @@ int h_async_start(const char *url, const char *body, const struct h_async_opts *
     struct h_async *a = calloc(1, sizeof(*a));
     if (a == NULL)
         return -ENOMEM;
+    buf_init(&a->body_buf, H_BUF_MAX);
+    buf_init(&a->hdr_buf, H_BUF_MAX);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -592,10 +560,7 @@ int h_async_start(const char *url, const char *body, const struct h_async_opts *
     }
 
     pthread_mutex_lock(&h_async_reg_mu);
-    a->next = h_async_reg;
-    if (h_async_reg != NULL)
-        h_async_reg->prev = a;
-    h_async_reg = a;
+    list_push_front(&h_async_reg, &a->reg_link);
     pthread_mutex_unlock(&h_async_reg_mu);
     *out = a;
     return 0;
@@ -699,12 +664,7 @@ void h_async_destroy(struct h_async *a)
     h_async_abort(a);
     pthread_join(a->thread, NULL);
     pthread_mutex_lock(&h_async_reg_mu);
-    if (a->prev != NULL)
-        a->prev->next = a->next;
-    else
-        h_async_reg = a->next;
-    if (a->next != NULL)
-        a->next->prev = a->prev;
+    list_remove(&a->reg_link);
     pthread_mutex_unlock(&h_async_reg_mu);
     h_async_free(a);
 }
@@ -713,10 +673,11 @@ void h_async_destroy_all(void)
 {
     for (;;) {
         pthread_mutex_lock(&h_async_reg_mu);
-        struct h_async *a = h_async_reg;
+        struct list_node *first = list_first(&h_async_reg);
         pthread_mutex_unlock(&h_async_reg_mu);
-        if (a == NULL)
+        if (first == NULL)
             return;
+        struct h_async *a = list_entry(first, struct h_async, reg_link);
         h_async_destroy(a);
     }
 }

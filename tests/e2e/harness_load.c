@@ -6,6 +6,9 @@
  */
 #include "tests/e2e/harness_load.h"
 
+#include "common/buf.h"
+#include "common/rng.h"
+
 #include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
@@ -28,8 +31,7 @@ struct h_load_xfer {
     bool stream;
     bool done_marker; /* "[DONE]" seen (streams) */
     bool error_event; /* an "error" object seen (streams) */
-    char *resp;       /* a non-streamed answer, up to H_LOAD_BODY_CAP */
-    size_t resp_len;
+    struct buf resp;  /* a non-streamed answer, up to H_LOAD_BODY_CAP */
     bool resp_overflow;
     char tail[H_LOAD_TAIL];
     size_t tail_len;
@@ -46,7 +48,7 @@ struct h_load {
     long finished;          /* under mu */
     atomic_bool stop;
     atomic_bool abort_rest;
-    uint64_t rng;
+    struct rng rng; /* seeded from opts.seed: a run's mix repeats */
     CURLM *multi;
     struct h_load_xfer *slot[H_LOAD_MAX_CONC];
 };
@@ -56,8 +58,7 @@ static struct h_load *h_load_all;
 
 static uint32_t h_load_rand(struct h_load *l)
 {
-    l->rng = l->rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(l->rng >> 33);
+    return (uint32_t)(rng_next(&l->rng) >> 32);
 }
 
 /* Whether needle occurs in tail (the previous chunk's last bytes) + data. */
@@ -86,29 +87,18 @@ static size_t h_load_on_body(char *data, size_t size, size_t n, void *arg)
         x->tail_len = keep;
         return len;
     }
-    if (x->resp_len + len > H_LOAD_BODY_CAP) {
+    if (buf_append(&x->resp, data, len) != 0)
         x->resp_overflow = true;
-        return len;
-    }
-    char *nr = realloc(x->resp, x->resp_len + len + 1);
-    if (nr == NULL) {
-        x->resp_overflow = true;
-        return len;
-    }
-    x->resp = nr;
-    memcpy(x->resp + x->resp_len, data, len);
-    x->resp_len += len;
-    x->resp[x->resp_len] = '\0';
     return len;
 }
 
 /* A non-streamed 200 is whole: a JSON object with one choice. */
 static bool h_load_plain_is_whole(const struct h_load_xfer *x)
 {
-    if (x->resp == NULL || x->resp_overflow)
+    if (x->resp.data == NULL || x->resp_overflow)
         return false;
     json_error_t jerr;
-    json_t *j = json_loadb(x->resp, x->resp_len, 0, &jerr);
+    json_t *j = json_loadb(x->resp.data, x->resp.len, 0, &jerr);
     bool whole = j != NULL && json_array_size(json_object_get(j, "choices")) == 1;
     json_decref(j);
     return whole;
@@ -125,6 +115,7 @@ static int h_load_start_one(struct h_load *l, int i)
     struct h_load_xfer *x = calloc(1, sizeof(*x));
     if (x == NULL)
         return -ENOMEM;
+    buf_init(&x->resp, H_LOAD_BODY_CAP);
     x->stream = (int)(h_load_rand(l) % 100) < l->o.stream_percent;
     int max_tokens =
         1 + (int)(h_load_rand(l) % (uint32_t)(l->o.max_tokens > 0 ? l->o.max_tokens : 1));
@@ -176,7 +167,7 @@ static void h_load_free_xfer(struct h_load *l, int i)
     curl_multi_remove_handle(l->multi, x->easy);
     curl_easy_cleanup(x->easy);
     curl_slist_free_all(x->headers);
-    free(x->resp);
+    buf_fini(&x->resp);
     free(x);
     l->slot[i] = NULL;
 }
@@ -209,7 +200,7 @@ static void h_load_finish(struct h_load *l, int i, CURLcode code)
     } else if (!x->stream && !h_load_plain_is_whole(x)) {
         l->r.truncated++;
         snprintf(what, sizeof(what), "answer truncated or not JSON: %.120s",
-                 x->resp != NULL ? x->resp : "");
+                 x->resp.data != NULL ? x->resp.data : "");
         h_load_fail(l, what);
     } else {
         l->r.ok++;
@@ -283,7 +274,7 @@ int h_load_start(const struct h_load_opts *opts, struct h_load **out)
     if (l == NULL)
         return -ENOMEM;
     l->o = *opts;
-    l->rng = opts->seed ? opts->seed : 1;
+    rng_seed(&l->rng, opts->seed ? opts->seed : 1);
     pthread_mutex_init(&l->mu, NULL);
     l->multi = curl_multi_init();
     if (l->multi == NULL || pthread_create(&l->thread, NULL, h_load_main, l) != 0) {

@@ -200,6 +200,9 @@ int mw_engine_init(struct mw_engine *e, uint32_t kv_blocks, uint32_t block_token
         mw_kv_fini(&e->kv);
         return -rc;
     }
+    list_init(&e->waiting_list);
+    for (unsigned i = 0; i < MW_ENGINE_MAX_OWNERS; i++)
+        list_init(&e->ready_list[i]);
     e->block_tokens = block_tokens;
     e->max_running = max_running;
     return 0;
@@ -209,33 +212,6 @@ void mw_engine_fini(struct mw_engine *e)
 {
     pthread_mutex_destroy(&e->lock);
     mw_kv_fini(&e->kv);
-}
-
-static void list_append(struct mw_sched_entry **head, struct mw_sched_entry **tail,
-                        struct mw_sched_entry *x)
-{
-    x->next = NULL;
-    x->prev = *tail;
-    if (*tail != NULL)
-        (*tail)->next = x;
-    else
-        *head = x;
-    *tail = x;
-}
-
-static void list_remove(struct mw_sched_entry **head, struct mw_sched_entry **tail,
-                        struct mw_sched_entry *x)
-{
-    if (x->prev != NULL)
-        x->prev->next = x->next;
-    else
-        *head = x->next;
-    if (x->next != NULL)
-        x->next->prev = x->prev;
-    else
-        *tail = x->prev;
-    x->prev = NULL;
-    x->next = NULL;
 }
 
 /* Takes a running slot for x and does its prefix lookup. Engine lock held. */
@@ -269,12 +245,12 @@ bool mw_engine_submit(struct mw_engine *e, struct mw_sched_entry *entry)
     assert(entry->owner < MW_ENGINE_MAX_OWNERS);
     bool admitted = false;
     pthread_mutex_lock(&e->lock);
-    if (e->running < e->max_running && e->wait_head == NULL) {
+    if (e->running < e->max_running && list_is_empty(&e->waiting_list)) {
         engine_admit(e, entry);
         entry->state = MW_SCHED_RUNNING;
         admitted = true;
     } else {
-        list_append(&e->wait_head, &e->wait_tail, entry);
+        list_push_back(&e->waiting_list, &entry->link);
         entry->state = MW_SCHED_WAITING;
         e->waiting++;
     }
@@ -289,11 +265,11 @@ uint64_t mw_engine_finish(struct mw_engine *e, struct mw_sched_entry *entry,
     pthread_mutex_lock(&e->lock);
     switch (entry->state) {
     case MW_SCHED_WAITING:
-        list_remove(&e->wait_head, &e->wait_tail, entry);
+        list_remove(&entry->link);
         e->waiting--;
         break;
     case MW_SCHED_READY:
-        list_remove(&e->ready_head[entry->owner], &e->ready_tail[entry->owner], entry);
+        list_remove(&entry->link);
         /* It holds a running slot like a running entry. */
         __attribute__((fallthrough));
     case MW_SCHED_RUNNING:
@@ -306,13 +282,13 @@ uint64_t mw_engine_finish(struct mw_engine *e, struct mw_sched_entry *entry,
         break;
     }
     entry->state = MW_SCHED_NONE;
-    while (e->running < e->max_running && e->wait_head != NULL) {
-        struct mw_sched_entry *x = e->wait_head;
-        list_remove(&e->wait_head, &e->wait_tail, x);
+    while (e->running < e->max_running && !list_is_empty(&e->waiting_list)) {
+        struct mw_sched_entry *x =
+            list_entry(list_pop_front(&e->waiting_list), struct mw_sched_entry, link);
         e->waiting--;
         engine_admit(e, x);
         x->state = MW_SCHED_READY;
-        list_append(&e->ready_head[x->owner], &e->ready_tail[x->owner], x);
+        list_push_back(&e->ready_list[x->owner], &x->link);
         wake |= 1ull << x->owner;
     }
     pthread_mutex_unlock(&e->lock);
@@ -323,15 +299,17 @@ struct mw_sched_entry *mw_engine_take_ready(struct mw_engine *e, unsigned owner)
 {
     assert(owner < MW_ENGINE_MAX_OWNERS);
     pthread_mutex_lock(&e->lock);
-    struct mw_sched_entry *list = e->ready_head[owner];
-    e->ready_head[owner] = NULL;
-    e->ready_tail[owner] = NULL;
-    for (struct mw_sched_entry *x = list; x != NULL; x = x->next) {
+    struct mw_sched_entry *chain = NULL, **tail = &chain;
+    struct list_node *node;
+    while ((node = list_pop_front(&e->ready_list[owner])) != NULL) {
+        struct mw_sched_entry *x = list_entry(node, struct mw_sched_entry, link);
         x->state = MW_SCHED_RUNNING;
-        x->prev = NULL;
+        x->next = NULL;
+        *tail = x;
+        tail = &x->next;
     }
     pthread_mutex_unlock(&e->lock);
-    return list;
+    return chain;
 }
 
 void mw_engine_snapshot(struct mw_engine *e, struct mw_engine_snapshot *out)

@@ -34,6 +34,8 @@
 #ifndef SY_TESTS_MOCKWORKER_COST_MODEL_H
 #define SY_TESTS_MOCKWORKER_COST_MODEL_H
 
+#include "common/list.h"
+
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -115,9 +117,10 @@ enum mw_sched_state {
  * mw_engine_submit and mw_engine_finish; inputs must stay valid meanwhile.
  */
 struct mw_sched_entry {
-    struct mw_sched_entry *prev, *next; /* engine's lists; engine lock */
-    enum mw_sched_state state;          /* engine lock */
-    unsigned owner;                     /* event loop index < MW_ENGINE_MAX_OWNERS */
+    struct list_node link;       /* on the engine's wait or ready list; engine lock */
+    struct mw_sched_entry *next; /* mw_engine_take_ready's hand-off chain; owner only */
+    enum mw_sched_state state;   /* engine lock */
+    unsigned owner;              /* event loop index < MW_ENGINE_MAX_OWNERS */
     /* Inputs. */
     const uint64_t *hashes; /* full-block hashes of the prompt (may be NULL if n_hashes 0) */
     size_t n_hashes;
@@ -154,9 +157,8 @@ struct mw_engine {
     uint64_t running; /* RUNNING + READY */
     uint64_t waiting;
     uint64_t held_blocks;
-    struct mw_sched_entry *wait_head, *wait_tail;
-    struct mw_sched_entry *ready_head[MW_ENGINE_MAX_OWNERS];
-    struct mw_sched_entry *ready_tail[MW_ENGINE_MAX_OWNERS];
+    struct list_node waiting_list;                     /* FIFO of WAITING entries */
+    struct list_node ready_list[MW_ENGINE_MAX_OWNERS]; /* READY entries, per owner */
     uint64_t prefix_query_tokens;
     uint64_t prefix_hit_tokens;
     uint64_t prompt_tokens;

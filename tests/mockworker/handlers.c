@@ -17,6 +17,7 @@
 #include "tests/mockworker/handlers.h"
 
 #include "common/log.h"
+#include "common/prom.h"
 #include "common/version.h"
 #include "tests/mockworker/server.h"
 
@@ -36,47 +37,8 @@
 
 /* ---- small helpers ------------------------------------------------------------ */
 
-/* A growing byte buffer local to one handler call; data is handed on or freed. */
-struct grow_buf {
-    char *data;
-    size_t len;
-    size_t cap;
-    bool failed;
-};
-
-static void grow_append(struct grow_buf *b, const char *src, size_t n)
-{
-    if (b->failed)
-        return;
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap > 0 ? b->cap : 512;
-        while (cap < b->len + n)
-            cap *= 2;
-        char *grown = realloc(b->data, cap);
-        if (grown == NULL) {
-            b->failed = true;
-            return;
-        }
-        b->data = grown;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, src, n);
-    b->len += n;
-}
-
-static void grow_printf(struct grow_buf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void grow_printf(struct grow_buf *b, const char *fmt, ...)
-{
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        grow_append(b, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
-}
+/* Collected request headers and the /metrics text are small; past this something is wrong. */
+#define TEXT_MAX (1u << 20)
 
 static uint64_t ms_to_ns(uint64_t ms)
 {
@@ -236,7 +198,8 @@ static struct mw_req *req_new(struct mw_loop *loop, struct mw_server *s,
     req->server = s;
     req->conn = conn;
     req->watch_fd = -1;
-    req->timer.index = MW_TIMER_NONE;
+    buf_init(&req->body, s->opts.max_body_bytes);
+    th_timer_init(&req->timer);
     req->phase = MW_PHASE_RECEIVING;
     req->route = route_of(req, url, method);
     req->sched.owner = mw_loop_index(loop);
@@ -251,65 +214,40 @@ static void body_append(struct mw_req *req, const char *data, size_t n)
 {
     if (req->too_large)
         return;
-    uint64_t limit = req->server->opts.max_body_bytes;
-    if (req->body_len + n > limit) {
+    /* -E2BIG past --max-body-bytes; -ENOMEM is answered as 413 too: the mock has no better status.
+     */
+    if (buf_append(&req->body, data, n) != 0)
         req->too_large = true;
-        return;
-    }
-    if (req->body_len + n > req->body_cap) {
-        size_t cap = req->body_cap > 0 ? req->body_cap : 1024;
-        while (cap < req->body_len + n)
-            cap *= 2;
-        char *grown = realloc(req->body, cap);
-        if (grown == NULL) {
-            req->too_large = true; /* answered as 413: the mock has no better status */
-            return;
-        }
-        req->body = grown;
-        req->body_cap = cap;
-    }
-    memcpy(req->body + req->body_len, data, n);
-    req->body_len += n;
 }
 
 static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *key,
                                       const char *value)
 {
     (void)kind;
-    struct grow_buf *b = cls;
+    struct buf *b = cls;
     size_t klen = strlen(key);
     size_t start = b->len;
-    grow_append(b, key, klen + 1);
-    if (!b->failed) {
+    if (buf_append(b, key, klen + 1) == 0) {
         for (size_t i = start; i < start + klen; i++)
             b->data[i] = (char)tolower((unsigned char)b->data[i]);
     }
     const char *v = value != NULL ? value : "";
-    grow_append(b, v, strlen(v) + 1);
+    (void)buf_append(b, v, strlen(v) + 1);
     return MHD_YES;
 }
 
 /* Hands body and headers to the stats as the last request. */
 static void record_last_request(struct mw_req *req)
 {
-    struct grow_buf h = {0};
+    struct buf h = BUF_INIT(TEXT_MAX);
     MHD_get_connection_values(req->conn, MHD_HEADER_KIND, collect_header, &h);
-    if (h.failed) {
-        free(h.data);
-        h = (struct grow_buf){0};
-    }
-    char *body = req->body;
-    size_t len = req->body_len;
-    if (req->too_large) {
-        free(body);
-        body = NULL;
-        len = 0;
-    } else if (body == NULL) {
-        body = calloc(1, 1);
-    }
-    req->body = NULL;
-    req->body_len = 0;
-    req->body_cap = 0;
+    if (buf_error(&h) != 0)
+        buf_fini(&h);
+    char *body = NULL;
+    size_t len = 0;
+    if (!req->too_large)
+        body = buf_detach(&req->body, &len);
+    buf_fini(&req->body);
     mw_stats_last_request(&req->server->stats, body, len, h.data, h.len);
 }
 
@@ -324,8 +262,8 @@ static void infer_receive(struct mw_req *req)
         snprintf(err.message, sizeof(err.message),
                  "Request body larger than %" PRIu64 " bytes (--max-body-bytes)",
                  s->opts.max_body_bytes);
-    } else if (mw_openai_parse(req->ep, req->body != NULL ? req->body : "", req->body_len, &s->ocfg,
-                               &req->infer, &err) != 0) {
+    } else if (mw_openai_parse(req->ep, req->body.data != NULL ? req->body.data : "", req->body.len,
+                               &s->ocfg, &req->infer, &err) != 0) {
         req->parse_status = err.status;
     }
     if (req->parse_status != 0)
@@ -660,13 +598,13 @@ static enum MHD_Result infer_step(struct mw_req *req)
 
 /* ---- other endpoints ---------------------------------------------------------------- */
 
-static void prom_metric(struct grow_buf *b, const char *name, const char *type, const char *help,
-                        const char *model, const char *value)
+/* One vLLM-named family with its single series; value spelled as vLLM does ("3.0"). */
+static void vllm_metric(struct prom_writer *w, const char *name, enum prom_type type,
+                        const char *help, const char *model, const char *value)
 {
-    bool counter = strcmp(type, "counter") == 0;
-    grow_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-    grow_printf(b, "%s%s{engine=\"0\",model_name=\"%s\"} %s\n", name, counter ? "_total" : "",
-                model, value);
+    const struct prom_label labels[] = {{"engine", "0"}, {"model_name", model}};
+    prom_family(w, name, type, help);
+    prom_sample_text(w, type == PROM_COUNTER ? "_total" : "", labels, 2, value);
 }
 
 static enum MHD_Result respond_metrics(struct mw_req *req)
@@ -675,30 +613,33 @@ static enum MHD_Result respond_metrics(struct mw_req *req)
     struct mw_engine_snapshot snap;
     mw_engine_snapshot(&s->engine, &snap);
     const char *m = s->opts.model;
-    struct grow_buf b = {0};
+    struct buf b = BUF_INIT(TEXT_MAX);
+    struct prom_writer w;
+    prom_init(&w, &b);
     char v[64];
     snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.running);
-    prom_metric(&b, "vllm:num_requests_running", "gauge",
+    vllm_metric(&w, "vllm:num_requests_running", PROM_GAUGE,
                 "Number of requests in model execution batches.", m, v);
     snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.waiting);
-    prom_metric(&b, "vllm:num_requests_waiting", "gauge",
+    vllm_metric(&w, "vllm:num_requests_waiting", PROM_GAUGE,
                 "Number of requests waiting to be processed.", m, v);
     snprintf(v, sizeof(v), "%.6f", snap.kv_usage);
-    prom_metric(&b, "vllm:kv_cache_usage_perc", "gauge",
+    vllm_metric(&w, "vllm:kv_cache_usage_perc", PROM_GAUGE,
                 "KV-cache usage. 1 means 100 percent usage.", m, v);
     snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.prefix_query_tokens);
-    prom_metric(&b, "vllm:prefix_cache_queries", "counter",
+    vllm_metric(&w, "vllm:prefix_cache_queries", PROM_COUNTER,
                 "Prefix cache queries, in terms of number of queried tokens.", m, v);
     snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.prefix_hit_tokens);
-    prom_metric(&b, "vllm:prefix_cache_hits", "counter",
+    vllm_metric(&w, "vllm:prefix_cache_hits", PROM_COUNTER,
                 "Prefix cache hits, in terms of number of cached tokens.", m, v);
     snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.prompt_tokens);
-    prom_metric(&b, "vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", m, v);
+    vllm_metric(&w, "vllm:prompt_tokens", PROM_COUNTER, "Number of prefill tokens processed.", m,
+                v);
     snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.generation_tokens);
-    prom_metric(&b, "vllm:generation_tokens", "counter", "Number of generation tokens processed.",
-                m, v);
-    if (b.failed) {
-        free(b.data);
+    vllm_metric(&w, "vllm:generation_tokens", PROM_COUNTER,
+                "Number of generation tokens processed.", m, v);
+    if (prom_error(&w) != 0) {
+        buf_fini(&b);
         return respond(req, 500, NULL, 1, CT_JSON);
     }
     return respond(req, 200, b.data, b.len, CT_PROM);
@@ -741,8 +682,8 @@ static enum MHD_Result respond_mock_faults(struct mw_req *req, const char *metho
     if (req->too_large)
         return respond_error(req, 413, "body too large");
     char err[256];
-    if (mw_fault_state_update(&s->faults, req->body != NULL ? req->body : "", req->body_len, &f,
-                              err, sizeof(err)) != 0)
+    if (mw_fault_state_update(&s->faults, req->body.data != NULL ? req->body.data : "",
+                              req->body.len, &f, err, sizeof(err)) != 0)
         return respond_error(req, 400, err);
     log_info(
         "faults updated: fail_status=%d fail_count=%" PRId64 " stall_before_headers_ms=%" PRIu64
@@ -856,7 +797,7 @@ void mw_handle_completed(struct mw_req *req, enum MHD_RequestTerminationCode toe
         }
     }
     mw_infer_fini(&req->infer);
-    free(req->body);
+    buf_fini(&req->body);
     free(req->parse_error);
     free(req->hashes);
     free(req->block_ids);

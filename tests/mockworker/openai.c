@@ -7,6 +7,9 @@
  */
 #include "tests/mockworker/openai.h"
 
+#include "common/buf.h"
+#include "common/rng.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -17,36 +20,21 @@
 
 /* ---- prompt text ------------------------------------------------------------ */
 
-/* A growing byte buffer local to one parse call; the caller frees data. */
-struct text_buf {
-    char *data;
-    size_t len;
-    size_t cap;
-    bool failed;
-};
+/*
+ * Prompt text is at most twice the body: a token id adds 4 bytes and takes
+ * at least 2 bytes of JSON ("1,"); strings add at most their JSON length.
+ */
+#define PROMPT_TEXT_MAX(body_len) (2 * (body_len) + 64)
 
-static void text_append(struct text_buf *t, const void *src, size_t n)
+/* Appends n bytes; a failure is kept in t's sticky error and checked once. */
+static void text_append(struct buf *t, const void *src, size_t n)
 {
-    if (t->failed || n == 0)
-        return;
-    if (t->len + n > t->cap) {
-        size_t cap = t->cap > 0 ? t->cap : 256;
-        while (cap < t->len + n)
-            cap *= 2;
-        char *grown = realloc(t->data, cap);
-        if (grown == NULL) {
-            t->failed = true;
-            return;
-        }
-        t->data = grown;
-        t->cap = cap;
-    }
-    memcpy(t->data + t->len, src, n);
-    t->len += n;
+    if (n > 0)
+        (void)buf_append(t, src, n);
 }
 
 /* A token id counts 4 bytes (one token): its little-endian bytes. */
-static void text_append_token_id(struct text_buf *t, json_int_t id)
+static void text_append_token_id(struct buf *t, json_int_t id)
 {
     uint32_t v = (uint32_t)id;
     unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
@@ -73,7 +61,7 @@ static bool is_token_array(const json_t *a)
  * a list of token ids, or a list of lists of token ids. *n_items is the
  * number of separate inputs.
  */
-static int append_prompt(struct text_buf *t, const json_t *p, uint64_t *n_items)
+static int append_prompt(struct buf *t, const json_t *p, uint64_t *n_items)
 {
     size_t i;
     json_t *v;
@@ -106,7 +94,7 @@ static int append_prompt(struct text_buf *t, const json_t *p, uint64_t *n_items)
 }
 
 /* role + content of every message, in order. */
-static int append_messages(struct text_buf *t, const json_t *msgs, char *why, size_t why_len)
+static int append_messages(struct buf *t, const json_t *msgs, char *why, size_t why_len)
 {
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
         snprintf(why, why_len, "'messages' must be a non-empty array");
@@ -236,7 +224,7 @@ int mw_openai_parse(enum mw_endpoint ep, const char *body, size_t len,
 {
     memset(out, 0, sizeof(*out));
     out->ep = ep;
-    struct text_buf t = {0};
+    struct buf t = BUF_INIT(PROMPT_TEXT_MAX(len));
     char why[160] = "";
     uint64_t n_items = 1;
     json_error_t jerr;
@@ -275,7 +263,7 @@ int mw_openai_parse(enum mw_endpoint ep, const char *body, size_t len,
         rc = fail(err, 400, why);
         goto out_decref;
     }
-    if (t.failed) {
+    if (buf_error(&t) != 0) {
         rc = fail(err, 500, "out of memory");
         goto out_decref;
     }
@@ -396,30 +384,26 @@ static const char *const mw_words[] = {
 
 #define MW_N_WORDS (sizeof(mw_words) / sizeof(mw_words[0]))
 
-/* splitmix64's finaliser: a cheap, well-mixed function of its input. */
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 const char *mw_openai_token_text(uint64_t seed, uint64_t prompt_hash, uint64_t i)
 {
-    return mw_words[mix64(seed ^ mix64(prompt_hash ^ mix64(i))) % MW_N_WORDS];
+    return mw_words[rng_mix64(seed ^ rng_mix64(prompt_hash ^ rng_mix64(i))) % MW_N_WORDS];
 }
 
 static char *generated_text(const struct mw_infer *r, const struct mw_gen *g)
 {
-    struct text_buf t = {0};
+    size_t longest = 0;
+    for (size_t i = 0; i < MW_N_WORDS; i++) {
+        size_t n = strlen(mw_words[i]);
+        longest = n > longest ? n : longest;
+    }
+    struct buf t = BUF_INIT(g->n_tokens * longest + 1);
     for (uint64_t i = 0; i < g->n_tokens; i++) {
         const char *w = mw_openai_token_text(g->seed, r->prompt_hash, i);
         text_append(&t, w, strlen(w));
     }
     text_append(&t, "", 1);
-    if (t.failed) {
-        free(t.data);
+    if (buf_error(&t) != 0) {
+        buf_fini(&t);
         return NULL;
     }
     return t.data;
@@ -482,7 +466,7 @@ char *mw_openai_embeddings_body(const struct mw_infer *r, const struct mw_gen *g
     for (uint64_t k = 0; k < r->n_inputs; k++) {
         double norm = 0;
         for (uint32_t d = 0; d < dim; d++) {
-            uint64_t h = mix64(g->seed ^ mix64(r->prompt_hash ^ mix64(k * 65537 + d)));
+            uint64_t h = rng_mix64(g->seed ^ rng_mix64(r->prompt_hash ^ rng_mix64(k * 65537 + d)));
             vec[d] = (double)(h >> 11) / (double)(1ull << 53) * 2.0 - 1.0;
             norm += vec[d] * vec[d];
         }

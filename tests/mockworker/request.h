@@ -15,12 +15,14 @@
 #ifndef SY_TESTS_MOCKWORKER_REQUEST_H
 #define SY_TESTS_MOCKWORKER_REQUEST_H
 
+#include "common/buf.h"
+#include "common/list.h"
+#include "common/timer_heap.h"
 #include "tests/mockworker/cost_model.h"
 #include "tests/mockworker/faults.h"
 #include "tests/mockworker/openai.h"
 #include "tests/mockworker/options.h"
 #include "tests/mockworker/stats.h"
-#include "tests/mockworker/timer_heap.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -85,16 +87,14 @@ struct mw_req {
     bool reset_by_us;  /* closed on purpose by a reset fault: not a client abort */
 
     /* Body, capped at opts.max_body_bytes (too_large then, rest discarded). */
-    char *body;
-    size_t body_len;
-    size_t body_cap;
+    struct buf body;
     bool too_large;
 
     /* Parking (server.c). */
     bool parked;
-    int watch_fd;          /* client fd in the loop's epoll, -1 when not watched */
-    struct mw_timer timer; /* in the loop's heap while parked with a deadline */
-    struct mw_req *park_prev, *park_next;
+    int watch_fd;               /* client fd in the loop's epoll, -1 when not watched */
+    struct th_timer timer;      /* in the loop's heap while parked with a deadline */
+    struct list_node park_link; /* on the loop's parked list while parked */
 
     /* Inference. */
     struct mw_infer infer;

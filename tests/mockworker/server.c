@@ -13,6 +13,7 @@
 #include "tests/mockworker/server.h"
 
 #include "common/log.h"
+#include "common/rng.h"
 #include "tests/mockworker/handlers.h"
 
 #include <arpa/inet.h>
@@ -29,7 +30,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
@@ -54,10 +54,10 @@ struct mw_loop {
     int timerfd;
     int wakefd;
     struct MHD_Daemon *daemon;
-    struct mw_timer_heap heap;
-    uint64_t armed_ns;     /* deadline the timerfd is set to, 0 = disarmed */
-    struct mw_req *parked; /* all parked requests, for shutdown */
-    bool kick;             /* MHD needs another pass (see mw_loop_kick) */
+    struct th_heap heap;     /* parked requests' deadlines, in ns */
+    uint64_t armed_ns;       /* deadline the timerfd is set to, 0 = disarmed */
+    struct list_node parked; /* all parked requests (mw_req.park_link), for shutdown */
+    bool kick;               /* MHD needs another pass (see mw_loop_kick) */
     _Atomic bool stop;
 };
 
@@ -80,27 +80,6 @@ unsigned mw_loop_index(const struct mw_loop *loop)
 
 /* ---- parking ----------------------------------------------------------------- */
 
-static void parked_link(struct mw_loop *loop, struct mw_req *req)
-{
-    req->park_prev = NULL;
-    req->park_next = loop->parked;
-    if (loop->parked != NULL)
-        loop->parked->park_prev = req;
-    loop->parked = req;
-}
-
-static void parked_unlink(struct mw_loop *loop, struct mw_req *req)
-{
-    if (req->park_prev != NULL)
-        req->park_prev->park_next = req->park_next;
-    else
-        loop->parked = req->park_next;
-    if (req->park_next != NULL)
-        req->park_next->park_prev = req->park_prev;
-    req->park_prev = NULL;
-    req->park_next = NULL;
-}
-
 int mw_park(struct mw_req *req, uint64_t deadline_ns)
 {
     struct mw_loop *loop = req->loop;
@@ -115,8 +94,8 @@ int mw_park(struct mw_req *req, uint64_t deadline_ns)
     if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
         return -errno;
     if (deadline_ns != 0) {
-        req->timer.deadline_ns = deadline_ns;
-        int rc = mw_timer_heap_push(&loop->heap, &req->timer);
+        req->timer.deadline = deadline_ns;
+        int rc = th_heap_push(&loop->heap, &req->timer);
         if (rc != 0) {
             epoll_ctl(loop->epfd, EPOLL_CTL_DEL, fd, NULL);
             return rc;
@@ -124,7 +103,7 @@ int mw_park(struct mw_req *req, uint64_t deadline_ns)
     }
     req->watch_fd = fd;
     req->parked = true;
-    parked_link(loop, req);
+    list_push_front(&loop->parked, &req->park_link);
     MHD_suspend_connection(req->conn);
     return 0;
 }
@@ -138,8 +117,8 @@ static void park_detach(struct mw_req *req)
     if (req->watch_fd >= 0)
         epoll_ctl(loop->epfd, EPOLL_CTL_DEL, req->watch_fd, NULL);
     req->watch_fd = -1;
-    mw_timer_heap_remove(&loop->heap, &req->timer);
-    parked_unlink(loop, req);
+    th_heap_remove(&loop->heap, &req->timer);
+    list_remove(&req->park_link);
     req->parked = false;
 }
 
@@ -157,8 +136,8 @@ static void fire_timers(struct mw_loop *loop)
 {
     uint64_t now = mw_now_ns();
     for (;;) {
-        struct mw_timer *t = mw_timer_heap_top(&loop->heap);
-        if (t == NULL || t->deadline_ns > now)
+        struct th_timer *t = th_heap_top(&loop->heap);
+        if (t == NULL || t->deadline > now)
             break;
         struct mw_req *req = (struct mw_req *)((char *)t - offsetof(struct mw_req, timer));
         unpark(req);
@@ -167,8 +146,8 @@ static void fire_timers(struct mw_loop *loop)
 
 static void rearm_timer(struct mw_loop *loop)
 {
-    struct mw_timer *t = mw_timer_heap_top(&loop->heap);
-    uint64_t want = t != NULL ? t->deadline_ns : 0;
+    struct th_timer *t = th_heap_top(&loop->heap);
+    uint64_t want = t != NULL ? t->deadline : 0;
     if (want == loop->armed_ns)
         return;
     struct itimerspec its = {0};
@@ -215,18 +194,18 @@ static void drain_fd(int fd)
 static void loop_shutdown(struct mw_loop *loop)
 {
     for (int round = 0; round < 100; round++) {
-        if (loop->parked == NULL && round > 0)
+        if (list_is_empty(&loop->parked) && round > 0)
             break;
-        while (loop->parked != NULL) {
-            struct mw_req *req = loop->parked;
+        while (!list_is_empty(&loop->parked)) {
+            struct mw_req *req = list_entry(list_first(&loop->parked), struct mw_req, park_link);
             mw_handle_gone(req, true);
             unpark(req);
         }
         MHD_run(loop->daemon);
     }
     /* MHD must not be stopped with suspended connections (API contract). */
-    while (loop->parked != NULL) {
-        struct mw_req *req = loop->parked;
+    while (!list_is_empty(&loop->parked)) {
+        struct mw_req *req = list_entry(list_first(&loop->parked), struct mw_req, park_link);
         mw_handle_gone(req, true);
         unpark(req);
     }
@@ -337,8 +316,9 @@ static int loop_init(struct mw_loop *loop, struct mw_server *s, unsigned index)
     loop->epfd = -1;
     loop->timerfd = -1;
     loop->wakefd = -1;
+    list_init(&loop->parked);
     atomic_init(&loop->stop, false);
-    mw_timer_heap_init(&loop->heap);
+    th_heap_init(&loop->heap);
     loop->epfd = epoll_create1(EPOLL_CLOEXEC);
     loop->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     loop->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -375,7 +355,7 @@ static void loop_fini(struct mw_loop *loop)
     if (loop->daemon != NULL)
         MHD_stop_daemon(loop->daemon);
     loop->daemon = NULL;
-    mw_timer_heap_fini(&loop->heap);
+    th_heap_fini(&loop->heap);
     if (loop->epfd >= 0)
         close(loop->epfd);
     if (loop->timerfd >= 0)
@@ -442,7 +422,7 @@ static void raise_fd_limit(void)
 static void random_engine_id(char *out, size_t len)
 {
     uint64_t r[2] = {0, 0};
-    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+    if (rng_fill_random(r, sizeof(r)) != 0) {
         r[0] = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
         r[1] = mw_now_ns();
     }
@@ -469,7 +449,7 @@ int mw_server_init(struct mw_server *s, const struct mw_options *opts, char *err
     else
         random_engine_id(s->engine_id, sizeof(s->engine_id));
     uint64_t seed = 0;
-    if (getrandom(&seed, sizeof(seed), 0) == (ssize_t)sizeof(seed))
+    if (rng_fill_random(&seed, sizeof(seed)) == 0)
         atomic_store_explicit(&s->unique, seed, memory_order_relaxed);
 
     int rc = mw_engine_init(&s->engine, opts->kv_blocks, opts->block_tokens, opts->max_num_seqs);

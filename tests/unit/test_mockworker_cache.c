@@ -2,13 +2,12 @@
  * Unit tests of the mock worker's pure parts: token and block arithmetic,
  * chained block hashing, the LRU KV cache (eviction order, prefix matching,
  * block ids), the FIFO scheduler's accounting (admission, waiting, wake-up
- * masks, cancels in every state, prefix and KV usage counters), the timer
- * heap and the fault merging rules. The .c files are included so static
- * helpers are reachable; the archive's copies are then never linked.
+ * masks, cancels in every state, prefix and KV usage counters) and the
+ * fault merging rules (the timer heap moved to common/: test_common_timer_heap). The .c files are
+ * included so static helpers are reachable; the archive's copies are then never linked.
  */
 #include "tests/mockworker/cost_model.c"
 #include "tests/mockworker/faults.c"
-#include "tests/mockworker/timer_heap.c"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -344,42 +343,6 @@ static void test_engine_prefix_and_usage_accounting(void **state)
     mw_engine_fini(&e);
 }
 
-/* ---- timer heap ---------------------------------------------------------------------- */
-
-static void test_timer_heap_order_and_remove(void **state)
-{
-    (void)state;
-    enum { N = 200 };
-    struct mw_timer t[N];
-    struct mw_timer_heap h;
-    mw_timer_heap_init(&h);
-    uint64_t x = 12345;
-    for (int i = 0; i < N; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        t[i].deadline_ns = (x >> 33) % 1000;
-        t[i].index = MW_TIMER_NONE;
-        assert_int_equal(mw_timer_heap_push(&h, &t[i]), 0);
-        assert_true(mw_timer_is_pending(&t[i]));
-    }
-    for (int i = 0; i < N; i += 3)
-        mw_timer_heap_remove(&h, &t[i]);
-    mw_timer_heap_remove(&h, &t[0]); /* removing twice is a no-op */
-    uint64_t last = 0;
-    size_t popped = 0;
-    for (;;) {
-        struct mw_timer *top = mw_timer_heap_top(&h);
-        if (top == NULL)
-            break;
-        assert_true(top->deadline_ns >= last);
-        last = top->deadline_ns;
-        mw_timer_heap_remove(&h, top);
-        assert_false(mw_timer_is_pending(top));
-        popped++;
-    }
-    assert_int_equal(popped, N - (N + 2) / 3);
-    mw_timer_heap_fini(&h);
-}
-
 /* ---- faults ---------------------------------------------------------------------------- */
 
 static int merge(struct mw_faults *f, const char *text)
@@ -457,7 +420,6 @@ int main(void)
         cmocka_unit_test(test_engine_no_overtaking_queue),
         cmocka_unit_test(test_engine_cancel_ready_entry_frees_slot),
         cmocka_unit_test(test_engine_prefix_and_usage_accounting),
-        cmocka_unit_test(test_timer_heap_order_and_remove),
         cmocka_unit_test(test_faults_merge_rules),
         cmocka_unit_test(test_faults_arrival_consumes_count),
     };
