@@ -99,6 +99,9 @@ on_signal() {
 }
 trap on_signal INT TERM
 
+# Every section may hold many connections: the soft fd limit up to the hard
+# one (the streams section raises the hard one too when it can).
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 export BENCH_BUILD=$build BENCH_MODE=$mode BENCH_DATA=$data
 if [ "$partial" = no ]; then rm -rf "$data" && mkdir -p "$data"; fi
 meta=$data/meta.csv
