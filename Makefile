@@ -158,16 +158,24 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	@deploy/run-local.sh $(BUILD)
 
+# Benchmarks (tests/bench/run.sh): each section of tests/bench/sections/
+# measures and writes data files, the report (tests/bench/report/) writes
+# the page and plots from them. make bench writes docs/benchmarks.md and
+# docs/bench-*.png; make bench-quick is a smoke run whose page and plots go
+# to $(BUILD)/bench-quick/, never over docs/. BENCH_SECTIONS="proxy streams"
+# runs only those sections and replaces only their parts of the page.
+BENCH_SECTIONS ?= all
+
 bench: deps
 	@$(MAKE) --no-print-directory all $(MICRO_BENCHES)
-	@tests/bench/run.sh $(BUILD) full
+	@tests/bench/run.sh $(BUILD) full $(BENCH_SECTIONS)
 
 bench-quick: deps
 	@$(MAKE) --no-print-directory all $(MICRO_BENCHES)
-	@tests/bench/run.sh $(BUILD) quick
+	@tests/bench/run.sh $(BUILD) quick $(BENCH_SECTIONS)
 
 # The prefill/decode section of make bench alone (rewrites only its part of
-# docs/benchmarks.md and docs/bench-pd.png).
+# docs/benchmarks.md and docs/bench-pd.png; quick: of $(BUILD)/bench-quick/).
 bench-pd: deps
 	@$(MAKE) --no-print-directory all
 	@tests/bench/run.sh $(BUILD) full pd

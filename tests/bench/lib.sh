@@ -1,8 +1,15 @@
-# Helpers sourced by tests/bench/run.sh: free loopback ports, background
+# shellcheck shell=bash
+# Helpers sourced by the benchmark sections (tests/bench/sections/*.sh): the
+# section's set-up (bench_section), free loopback ports, background
 # processes that are always stopped (bench_cleanup runs from the EXIT trap),
 # readiness polls with deadlines, /proc readings, and the generated configs
 # of the static nginx upstream, the nginx proxy and switchyard.
 # Everything listens on 127.0.0.1 only.
+
+# here: tests/bench (the load generator's scripts and workloads).
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/bench/data.sh
+. "$here/data.sh"
 
 bench_pids=()
 bench_tmp=$(mktemp -d /tmp/switchyard-bench.XXXXXX)
@@ -104,6 +111,48 @@ proc_rss_kb() {
 }
 
 clk_tck=$(getconf CLK_TCK)
+
+# proc_cpu_s PID...: their summed utime + stime in seconds.
+proc_cpu_s() {
+    local s=0 p
+    for p in "$@"; do s=$(awk -v s="$s" -v t="$(proc_cpu_ticks "$p")" -v h="$clk_tck" 'BEGIN {print s + t / h}'); done
+    echo "$s"
+}
+# nginx_procs MASTER: the master and its worker processes.
+nginx_procs() {
+    local kids
+    kids=$(pgrep -P "$1" | tr '\n' ' ' || true)
+    echo "$1 $kids"
+}
+
+# wrk_field KEY LINE: KEY's value in wrk_post.lua's summary line
+# ("WRK requests=N rps=R p50_us=X p99_us=Y errors=E non2xx=M").
+wrk_field() {
+    awk -v k="$1" '{ for (i = 1; i <= NF; i++) if (index($i, k "=") == 1) print substr($i, length(k) + 2) }' <<<"$2"
+}
+
+# bench_section NAME: what every section does first. Reads the driver's
+# environment (BENCH_BUILD, BENCH_MODE full|quick, BENCH_DATA), sets $build,
+# $mode and $quick_flag, starts the section's data file
+# $BENCH_DATA/NAME.csv (data.sh) and empties its folder of raw files
+# $BENCH_DATA/NAME/ ($raw: per-request CSVs and the like, which the report
+# may read too), and stops every process it starts on exit, failure and
+# INT/TERM included.
+bench_section() {
+    build=${BENCH_BUILD:?run by tests/bench/run.sh} mode=${BENCH_MODE:?} raw=${BENCH_DATA:?}/$1
+    rm -rf "$raw"
+    mkdir -p "$raw"
+    data_init "$BENCH_DATA/$1.csv"
+    # shellcheck disable=SC2034 # used by the sections
+    if [ "$mode" = quick ]; then quick_flag=(--quick); else quick_flag=(); fi
+    trap bench_cleanup EXIT
+    trap 'exit 130' INT TERM
+}
+
+# Shared by the sections: the dataplane's event loops (one per core) and the
+# mocks' KV cache size in blocks of 16 tokens (routing and P/D).
+# shellcheck disable=SC2034 # used by the sections
+dp_threads=$(nproc) kv_blocks=512
 
 # Static upstream: one nginx serving a fixed chat completion on several ports,
 # plus /health and /v1/models so switchyard's control plane can probe it.

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Report fragment of section "routing": hit rate, TTFT, tokens/s and load
+# of each policy on each workload, against round_robin and the hit-rate
+# ceiling; plots bench-routing-hit.png, bench-routing-ttft.png and
+# bench-ttft-cdf.png (from the runs' per-request CSVs).
+# shellcheck source=tests/bench/report/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+policies=$(v route_policies) workloads=$(v route_workloads) n_mocks=$(v route_n_mocks)
+target=$(v target | tr '"' "'")
+
+for k in hit_rate ttft_p50_ms ttft_p99_ms output_tok_s; do
+    {
+        echo "workload $policies ceiling"
+        for w in $workloads; do
+            echo -n "$w"
+            for pol in $policies; do echo -n " $(v "route_${w}_${pol}_$k")"; done
+            echo " $(v "route_${w}_round_robin_hit_ceiling")"
+        done
+    } >"$tmp/route-$k.dat"
+done
+ncol=$(wc -w <<<"$policies")
+plot_or_warn "bench-routing-hit.png and bench-routing-ttft.png" <<GP
+set style data histogram
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set grid ytics
+set key outside right top
+
+set terminal pngcairo size 900,420 font ",10" noenhanced
+set output "$plots/bench-routing-hit.png"
+set title "Prefix cache hit rate by policy ($n_mocks mock workers, $target)"
+set ylabel "prompt tokens served from cache"
+set yrange [0:1]
+plot for [i=2:$((ncol + 2))] "$tmp/route-hit_rate.dat" using i:xtic(1) title columnheader(i)
+
+set terminal pngcairo size 1200,450 font ",10" noenhanced
+set output "$plots/bench-routing-ttft.png"
+set title "TTFT p50 / p99 by policy ($n_mocks mock workers, $target)"
+set ylabel "ms (log)"
+set logscale y
+set yrange [*:*]
+set multiplot layout 1,2
+set title "TTFT p50"
+set key off
+plot for [i=2:$((ncol + 1))] "$tmp/route-ttft_p50_ms.dat" using i:xtic(1) title columnheader(i)
+set title "TTFT p99"
+set key outside right top
+plot for [i=2:$((ncol + 1))] "$tmp/route-ttft_p99_ms.dat" using i:xtic(1) title columnheader(i)
+unset multiplot
+GP
+# TTFT CDF of the shared-prefix workload, one curve per policy.
+cdf_plot="set terminal pngcairo size 900,420 font \",10\" noenhanced
+set output \"$plots/bench-ttft-cdf.png\"
+set title \"shared_prefix: TTFT distribution by policy ($target)\"
+set xlabel \"TTFT (ms, log)\"; set ylabel \"fraction of requests\"; set logscale x; set grid
+set key bottom right
+plot"
+sep=""
+for pol in $policies; do
+    f=${BENCH_DATA:?}/routing/route-shared_prefix-$pol.csv
+    [ -f "$f" ] || continue
+    awk -F, 'NR > 1 && $10 == 1 {print $5}' "$f" | sort -g |
+        awk '{v[NR] = $1} END {for (i = 1; i <= NR; i++) print v[i], i / NR}' >"$tmp/cdf-$pol.dat"
+    cdf_plot+="$sep \"$tmp/cdf-$pol.dat\" using 1:2 with lines lw 2 title \"$pol\""
+    sep=","
+done
+plot_or_warn bench-ttft-cdf.png <<<"$cdf_plot"
+
+echo "## Routing quality (issue: Routing policies)"
+echo
+measured_alone routing
+echo "\`build/switchyard-bench run\` replays each workload of"
+echo "[\`tests/bench/workloads/\`](../tests/bench/workloads/) open-loop (Poisson arrivals, fixed"
+echo "seed, every request streamed) through switchyard ($(v route_dp_threads) event loops) to $n_mocks mock"
+echo "workers: \`$(v route_mock_flags)\` — small KV caches, so where a prompt"
+echo "goes decides whether its prefix is cached, and a cached prefix makes prefill cheap."
+echo "The router is restarted and the mocks reset before each run. Hit rate = the mocks'"
+echo "\`prefix_hit_tokens / prefix_query_tokens\` (\`/mock/stats\`); ceiling = the share of"
+echo "prompt tokens one LRU cache of the whole fleet's capacity ($n_mocks × $(v route_kv_blocks) blocks) would"
+echo "serve from cache fed the same requests in order (an ideal router pooling the KV"
+echo "caches); load max/mean = the busiest worker's time-averaged in-flight count"
+echo "(\`/mock/stats\` sampled every 100 ms) over the mean; tokens/s = output tokens over"
+echo "the time to the last completion. consistent_hash keys on \`X-Session-Id\`, sent per"
+echo "group / conversation. cache_aware_fleet = \`cache_aware\` with \`balance_gate: fleet\`."
+echo "Both cache_aware variants run with \`balance_abs_threshold: 6\` (3 × the mocks'"
+echo "\`--max-num-seqs 2\`; the default 32 suits vLLM workers running up to 256 sequences):"
+echo "an overload threshold only means something relative to what a worker runs at once."
+echo
+for w in $workloads; do
+    echo "### $w"
+    echo
+    echo "Workload ([\`$w.yaml\`](../tests/bench/workloads/$w.yaml)$(is_quick && echo ", its \`quick:\` values")): \`$(v "route_${w}_spec")\`; $(v "route_${w}_round_robin_requests") requests; hit-rate ceiling $(v "route_${w}_round_robin_hit_ceiling")."
+    echo
+    echo "| policy | hit rate | of ceiling | TTFT p50 | TTFT p90 | TTFT p99 | e2e p50 | e2e p99 | output tok/s | load max/mean | failed |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    for pol in $policies; do
+        p="route_${w}_${pol}"
+        echo "| $pol | $(v "${p}_hit_rate") | $(ratio "$(v "${p}_hit_rate")" "$(v "${p}_hit_ceiling")") | $(v "${p}_ttft_p50_ms") ms | $(v "${p}_ttft_p90_ms") ms | $(v "${p}_ttft_p99_ms") ms | $(v "${p}_e2e_p50_ms") ms | $(v "${p}_e2e_p99_ms") ms | $(v "${p}_output_tok_s") | $(v "${p}_load_max_mean") | $(v "${p}_failed") |"
+    done
+    echo
+    echo "Ratios against round_robin (hit rate and tokens/s: higher is better; TTFT and e2e: lower is better):"
+    echo
+    echo "| policy | hit rate | TTFT p50 | TTFT p99 | e2e p50 | e2e p99 | output tok/s |"
+    echo "|---|---|---|---|---|---|---|"
+    for pol in $policies; do
+        [ "$pol" = round_robin ] && continue
+        p="route_${w}_${pol}" r="route_${w}_round_robin"
+        echo -n "| $pol"
+        for k in hit_rate ttft_p50_ms ttft_p99_ms e2e_p50_ms e2e_p99_ms output_tok_s; do
+            echo -n " | $(ratio "$(v "${p}_$k")" "$(v "${r}_$k")")×"
+        done
+        echo " |"
+    done
+    echo
+done
+echo "Goals (issue: Benchmarks): shared-prefix hit rate ≥ 95% of the ceiling and ≥ 2×"
+echo "round_robin throughput; on hot_prefix no worker above 2× mean load while the hit"
+echo "rate stays ≥ 80%. Measured above for cache_aware: shared_prefix"
+echo "$(ratio "$(v route_shared_prefix_cache_aware_hit_rate)" "$(v route_shared_prefix_cache_aware_hit_ceiling)") of the ceiling,"
+echo "$(ratio "$(v route_shared_prefix_cache_aware_output_tok_s)" "$(v route_shared_prefix_round_robin_output_tok_s)")× round_robin tokens/s"
+echo "(open loop: a router that keeps up serves the offered rate, so the throughput ratio"
+echo "only exceeds 1 once round_robin's workers saturate); hot_prefix load max/mean"
+echo "$(v route_hot_prefix_cache_aware_load_max_mean) at hit rate $(v route_hot_prefix_cache_aware_hit_rate)."
+echo
+echo "![hit rate](bench-routing-hit.png)"
+echo
+echo "![TTFT](bench-routing-ttft.png)"
+echo
+echo "![TTFT CDF](bench-ttft-cdf.png)"
+echo

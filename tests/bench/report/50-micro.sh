@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Report fragment of section "micro": the load counters and one cache_aware
+# decision.
+# shellcheck source=tests/bench/report/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+echo "## Load counters (shm/load.c)"
+echo
+measured_alone micro
+echo "| measure | result | goal |"
+echo "|---|---|---|"
+echo "| uncontended increment + decrement (one guard's life) | $(v shm_inc_dec_pair) ns | ≤ 50 ns |"
+echo "| read the loads of 256 workers (one routing decision) | $(v shm_read_256_loads) µs | ≤ 2 µs |"
+echo
+echo "Single thread, one dataplane lease, 20 M pairs and 200 k reads"
+echo "(\`tests/bench/micro_shm.c\`)."
+echo
+echo "## cache_aware decision (dataplane/policy/cache_aware.c)"
+echo
+echo "Hashing, index lookups and recording included; 256 workers; index pre-filled"
+echo "with 1 M blocks ($(v pix_memory) MiB); prompts of 4 bytes per token sharing one"
+echo "of 64 prefixes (\`tests/bench/micro_policy.c\`, $(v micro_decisions) decisions)."
+echo
+echo "| measure | p50 | p99 | goal |"
+echo "|---|---|---|---|"
+echo "| 8K-token prompt | $(v cache_aware_8k_p50) µs | $(v cache_aware_8k_p99) µs | p99 ≤ 10 µs |"
+echo "| 32K-token prompt | $(v cache_aware_32k_p50) µs | $(v cache_aware_32k_p99) µs | (reported) |"
+echo
+echo "| threads sharing the index | decisions/s (8K tokens) |"
+echo "|---|---|"
+for t in 1 2 4; do
+    echo "| $t | $(v "cache_aware_8k_threads_$t") |"
+done
+echo
