@@ -16,7 +16,6 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "controlplane/admin_channel.h"
-#include "controlplane/admin_http.h"
 #include "controlplane/health_prober.h"
 #include "controlplane/reset_load.h"
 #include "shm/lease.h"
@@ -68,19 +67,6 @@ enum adm_route_id adm_route_match(const char *url)
     return adm_split(url, id, sizeof(id));
 }
 
-void adm_dataplane_key(const struct shm_segment *seg, uint32_t lease, char *buf, size_t len)
-{
-    int32_t pid = atomic_load_explicit(&seg->leases[lease].pid, memory_order_relaxed);
-    bool shared = false;
-    for (uint32_t i = 0; i < seg->max_dataplanes && !shared; i++)
-        shared = i != lease && shm_lease_is_active(seg, i) &&
-                 atomic_load_explicit(&seg->leases[i].pid, memory_order_relaxed) == pid;
-    if (shared)
-        snprintf(buf, len, "%d@%u", (int)pid, lease);
-    else
-        snprintf(buf, len, "%d", (int)pid);
-}
-
 static json_t *adm_worker_json(const struct adm_ctx *ctx, const struct shm_worker_info *w)
 {
     const struct shm_segment *seg = ctx->seg;
@@ -89,7 +75,7 @@ static json_t *adm_worker_json(const struct adm_ctx *ctx, const struct shm_worke
         if (!shm_lease_is_active(seg, i))
             continue;
         char key[40];
-        adm_dataplane_key(seg, i, key, sizeof(key));
+        shm_lease_holder_key(seg, i, key, sizeof(key));
         json_object_set_new(by_dp, key,
                             json_integer(shm_load_in_lease(seg, i, w->slot, w->generation)));
     }
@@ -341,8 +327,8 @@ static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
             (unsigned long long)atomic_load_explicit(&ctx->seg->hdr->leases_reaped,
                                                      memory_order_relaxed),
             (unsigned long long)shm_load_underflows(ctx->seg));
-    if (ctx->http != NULL)
-        adm_http_write_metrics(ctx->http, f);
+    if (ctx->http_metrics != NULL)
+        ctx->http_metrics(ctx->http_metrics_arg, f);
     fclose(f);
     free(all);
     free(st);
@@ -364,7 +350,7 @@ static bool adm_method_is(const char *method, const char *want, struct adm_reply
 }
 
 int adm_route_serve(struct adm_ctx *ctx, const char *method, const char *url, const char *body,
-                    size_t body_len, struct adm_pending *p, struct adm_reply *reply)
+                    size_t body_len, const struct adm_reply_later *later, struct adm_reply *reply)
 {
     char id[CFG_ID_MAX];
     enum adm_route_id route = adm_split(url, id, sizeof(id));
@@ -416,7 +402,7 @@ int adm_route_serve(struct adm_ctx *ctx, const char *method, const char *url, co
     } else if (route == ADM_ROUTE_DRAIN) {
         adm_drain(ctx, &w, body, body_len, reply);
     } else {
-        return cp_reset_start(ctx->reset, &w, p, reply);
+        return cp_reset_start(ctx->reset, &w, later, reply);
     }
     return 1;
 }

@@ -109,6 +109,19 @@ bool shm_lease_is_active(const struct shm_segment *seg, uint32_t index)
            SHM_LEASE_ACTIVE;
 }
 
+void shm_lease_holder_key(const struct shm_segment *seg, uint32_t index, char *buf, size_t len)
+{
+    int32_t pid = atomic_load_explicit(&shm_lease_at(seg, index)->pid, memory_order_relaxed);
+    bool shared = false;
+    for (uint32_t i = 0; i < seg->max_dataplanes && !shared; i++)
+        shared = i != index && shm_lease_is_active(seg, i) &&
+                 atomic_load_explicit(&shm_lease_at(seg, i)->pid, memory_order_relaxed) == pid;
+    if (shared)
+        snprintf(buf, len, "%d@%u", (int)pid, index);
+    else
+        snprintf(buf, len, "%d", (int)pid);
+}
+
 void shm_lease_release(struct shm_lease_handle *h)
 {
     if (h == NULL || !h->held)

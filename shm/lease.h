@@ -55,6 +55,15 @@ void shm_lease_release(struct shm_lease_handle *h);
 /* True while lease i is ACTIVE. */
 bool shm_lease_is_active(const struct shm_segment *seg, uint32_t index);
 
+/*
+ * A printable name for the holder of lease `index` (inflight_by_dataplane's
+ * key in the admin API): the holder's pid, or "<pid>@<index>" when another
+ * active lease has the same pid (dataplanes in separate PID namespaces,
+ * e.g. sidecar containers, are all pid 1), so no holder's name hides
+ * another's. Writes at most len bytes, NUL-terminated.
+ */
+void shm_lease_holder_key(const struct shm_segment *seg, uint32_t index, char *buf, size_t len);
+
 /* ---- control plane: judging and reaping ----------------------------------- */
 
 enum shm_lease_verdict {
