@@ -138,9 +138,11 @@ int cp_reset_start(struct cp_reset *r, const struct shm_worker_info *w,
      * arrive synchronously while asking. */
     uint64_t nonce[SHM_MAX_DATAPLANES_LIMIT] = {0};
     for (uint32_t i = 0; i < seg->max_dataplanes; i++) {
-        if (!shm_lease_is_active(seg, i))
+        struct shm_lease_info l;
+        shm_lease_snapshot(seg, i, &l);
+        if (!l.active)
             continue;
-        nonce[i] = atomic_load_explicit(&seg->leases[i].nonce, memory_order_acquire);
+        nonce[i] = l.nonce;
         r->answer[i] = CP_RESET_ANSWER_WAITING;
     }
     uint64_t rid = r->request_id;

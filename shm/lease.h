@@ -55,6 +55,29 @@ void shm_lease_release(struct shm_lease_handle *h);
 /* True while lease i is ACTIVE. */
 bool shm_lease_is_active(const struct shm_segment *seg, uint32_t index);
 
+/* A reader's copy of one lease. Plain caller storage. */
+struct shm_lease_info {
+    uint32_t index;
+    bool active; /* ACTIVE when read; the other fields are meaningful only then */
+    int32_t pid; /* in the holder's PID namespace */
+    uint64_t start_time;
+    uint64_t pid_namespace;
+    uint64_t nonce; /* names one holding of the lease */
+    uint64_t heartbeat;
+    uint64_t claimed_unix_ms;
+    uint64_t underflows;
+    uint64_t stale_releases;
+};
+
+/*
+ * Copies lease `index` (< seg->max_dataplanes) into out. The state is read
+ * first (acquire), then the nonce (acquire), then the rest (relaxed); each
+ * field is read on its own, so a holding that changes meanwhile may show a
+ * mix. Callers that act on a holding name it by (index, nonce), which the
+ * lease's owner checks again (shm_lease_reap, the admin channel's hello).
+ */
+void shm_lease_snapshot(const struct shm_segment *seg, uint32_t index, struct shm_lease_info *out);
+
 /*
  * A printable name for the holder of lease `index` (inflight_by_dataplane's
  * key in the admin API): the holder's pid, or "<pid>@<index>" when another

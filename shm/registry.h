@@ -30,9 +30,9 @@ struct shm_worker_info {
     bool healthy;
     bool draining;
     bool from_api;
-    char id[CFG_ID_MAX];
-    char url[CFG_URL_MAX];
-    char model[CFG_MODEL_MAX];
+    char id[SHM_ID_MAX];
+    char url[SHM_URL_MAX];
+    char model[SHM_MODEL_MAX];
 };
 
 /* How many times a reader retries a slot the writer keeps changing. */
