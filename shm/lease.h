@@ -42,7 +42,7 @@ struct shm_lease_handle {
 int shm_lease_claim(struct shm_segment *seg, struct shm_lease_handle *out, char *err,
                     size_t err_len);
 
-/* One heartbeat; call every header.heartbeat_interval_ms. */
+/* One heartbeat; call every shm_segment_heartbeat_interval_ms(seg). */
 void shm_lease_heartbeat(const struct shm_lease_handle *h);
 
 /* False once the control plane has reaped this holding of the lease. */
