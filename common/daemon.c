@@ -11,11 +11,10 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "common/version.h"
-#include "shm/layout.h"
 
-void daemon_print_version(const char *name)
+void daemon_print_version(const char *name, unsigned layout_version)
 {
-    printf("switchyard-%s %s (shm layout version %u)\n", name, SY_VERSION, SHM_LAYOUT_VERSION);
+    printf("switchyard-%s %s (shm layout version %u)\n", name, SY_VERSION, layout_version);
 }
 
 int daemon_main(const char *name, const char *config_path, int (*run)(struct cfg *cfg, void *arg),

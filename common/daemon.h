@@ -9,8 +9,9 @@
 
 #include "common/config.h"
 
-/* "switchyard-NAME VERSION (shm layout version N)" on stdout. */
-void daemon_print_version(const char *name);
+/* "switchyard-NAME VERSION (shm layout version N)" on stdout. The caller
+ * passes N (SHM_LAYOUT_VERSION): common/ does not depend on shm/. */
+void daemon_print_version(const char *name, unsigned layout_version);
 
 /*
  * log_init(name), libcurl's global init, the config from config_path (its

@@ -147,9 +147,9 @@ static bool adm_chan_hello(struct adm_channel *ch, size_t i, const Switchyard__A
                  ch->seg->max_dataplanes);
         return false;
     }
-    const struct shm_lease *l = &ch->seg->leases[h->lease_index];
-    uint64_t nonce = atomic_load_explicit((_Atomic uint64_t *)&l->nonce, memory_order_acquire);
-    if (!shm_lease_is_active(ch->seg, h->lease_index) || nonce != h->lease_nonce) {
+    struct shm_lease_info l;
+    shm_lease_snapshot(ch->seg, h->lease_index, &l);
+    if (!l.active || l.nonce != h->lease_nonce) {
         snprintf(why, why_len, "lease %u nonce %llu is not an active holding", h->lease_index,
                  (unsigned long long)h->lease_nonce);
         return false;
@@ -209,7 +209,7 @@ static int adm_chan_dispatch(struct adm_channel *ch, size_t i, Switchyard__Admin
         }
         Switchyard__Admin__Welcome w = SWITCHYARD__ADMIN__WELCOME__INIT;
         w.protocol_version = ADMIN_PROTOCOL_VERSION;
-        w.epoch = atomic_load_explicit(&ch->seg->hdr->epoch, memory_order_relaxed);
+        w.epoch = shm_segment_epoch(ch->seg);
         Switchyard__Admin__AdminMessage out = SWITCHYARD__ADMIN__ADMIN_MESSAGE__INIT;
         out.request_id = m->request_id;
         out.body_case = SWITCHYARD__ADMIN__ADMIN_MESSAGE__BODY_WELCOME;

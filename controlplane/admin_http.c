@@ -7,15 +7,16 @@
  * thread. MHD's epoll descriptor is level-readable whenever MHD has work.
  *
  * Per request, an adm_pending (the "connection class") accumulates the body
- * up to ADM_HTTP_BODY_MAX and carries the answer of a suspended route.
+ * up to ADM_HTTP_BODY_MAX and carries the answer of a suspended route, which
+ * arrives through adm_http_finish, the completion handed to the route.
  */
 #include "controlplane/admin_http.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
-#include <stdarg.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -25,6 +26,7 @@
 
 #include "common/log.h"
 #include "common/proc.h"
+#include "controlplane/admin_reply.h"
 #include "controlplane/admin_routes.h"
 
 #define ADM_TOKEN_MAX       4096u
@@ -55,30 +57,6 @@ struct adm_pending {
     bool done; /* reply holds the answer of an asynchronous route */
     struct adm_reply reply;
 };
-
-void adm_reply_fini(struct adm_reply *r)
-{
-    json_decref(r->json);
-    free(r->text);
-    memset(r, 0, sizeof(*r));
-}
-
-void adm_reply_json(struct adm_reply *r, unsigned status, json_t *json)
-{
-    adm_reply_fini(r);
-    r->status = status;
-    r->json = json;
-}
-
-void adm_reply_error(struct adm_reply *r, unsigned status, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    adm_reply_json(r, status, json_pack("{s:s}", "error", msg));
-}
 
 /* Constant-time in the length of the configured token. */
 static bool adm_token_matches(const struct adm_http *h, const char *given)
@@ -114,7 +92,8 @@ static void adm_count(struct adm_http *h, enum adm_route_id route, unsigned code
     }
 }
 
-void adm_http_write_metrics(const struct adm_http *h, FILE *f)
+/* Writes switchyard_admin_requests_total in Prometheus text format. */
+static void adm_http_write_metrics(const struct adm_http *h, FILE *f)
 {
     fprintf(f, "# HELP switchyard_admin_requests_total Admin API requests by route and status.\n"
                "# TYPE switchyard_admin_requests_total counter\n");
@@ -123,6 +102,11 @@ void adm_http_write_metrics(const struct adm_http *h, FILE *f)
             fprintf(f, "switchyard_admin_requests_total{route=\"%s\",code=\"%u\"} %llu\n",
                     adm_route_labels[r], h->counts[r][i].code,
                     (unsigned long long)h->counts[r][i].n);
+}
+
+static void adm_http_metrics_hook(const void *arg, FILE *f)
+{
+    adm_http_write_metrics(arg, f);
 }
 
 static enum MHD_Result adm_send(struct adm_pending *p, const char *url, struct adm_reply *reply)
@@ -156,6 +140,20 @@ static enum MHD_Result adm_send(struct adm_pending *p, const char *url, struct a
     MHD_destroy_response(resp);
     adm_reply_fini(reply);
     return rc;
+}
+
+/* Completes a request that went asynchronous (adm_reply_done_fn); takes
+ * reply's contents. */
+static void adm_http_finish(void *arg, struct adm_reply *reply)
+{
+    struct adm_pending *p = arg;
+    p->reply = *reply;
+    memset(reply, 0, sizeof(*reply));
+    p->done = true;
+    if (p->suspended) {
+        p->suspended = false;
+        MHD_resume_connection(p->conn);
+    }
 }
 
 static enum MHD_Result adm_handler(void *cls, struct MHD_Connection *conn, const char *url,
@@ -211,24 +209,15 @@ static enum MHD_Result adm_handler(void *cls, struct MHD_Connection *conn, const
     }
     if (p->body != NULL)
         p->body[p->len] = '\0';
-    if (adm_route_serve(h->ctx, method, url, p->body != NULL ? p->body : "", p->len, p, &reply))
+    struct adm_reply_later later = {.fn = adm_http_finish, .arg = p};
+    if (adm_route_serve(h->ctx, method, url, p->body != NULL ? p->body : "", p->len, &later,
+                        &reply))
         return adm_send(p, url, &reply);
     if (p->done)
         return adm_send(p, url, &p->reply);
     p->suspended = true;
     MHD_suspend_connection(conn);
     return MHD_YES;
-}
-
-void adm_http_finish(struct adm_pending *p, struct adm_reply *reply)
-{
-    p->reply = *reply;
-    memset(reply, 0, sizeof(*reply));
-    p->done = true;
-    if (p->suspended) {
-        p->suspended = false;
-        MHD_resume_connection(p->conn);
-    }
 }
 
 static void adm_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -328,6 +317,8 @@ int adm_http_create(struct adm_ctx *ctx, struct adm_http **out)
     }
     log_info("admin API listening on %s%s", cp->admin_listen,
              h->token != NULL ? " (bearer token required)" : "");
+    ctx->http_metrics = adm_http_metrics_hook;
+    ctx->http_metrics_arg = h;
     *out = h;
     return 0;
 
@@ -340,6 +331,10 @@ void adm_http_destroy(struct adm_http *h)
 {
     if (h == NULL)
         return;
+    if (h->ctx->http_metrics_arg == h) {
+        h->ctx->http_metrics = NULL;
+        h->ctx->http_metrics_arg = NULL;
+    }
     if (h->daemon != NULL)
         MHD_stop_daemon(h->daemon);
     if (h->token != NULL)

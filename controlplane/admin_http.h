@@ -5,36 +5,31 @@
  * writes the registry as its single writer: no locks, and a slow probe can
  * never race an admin write. Routes are short; the one that must wait
  * (reset_load, for the dataplanes' answers) suspends its connection and is
- * finished later with adm_http_finish.
+ * finished later through the struct adm_reply_later the server hands it.
  *
  * Every request is authenticated first when controlplane.admin_token_file is
  * set (Authorization: Bearer <token>, compared in constant time, else 401).
  * Bodies over ADM_HTTP_BODY_MAX are refused with 413. Routing and answers
- * are in admin_routes.c; per-route request counts feed /metrics.
+ * are in admin_routes.c; per-route request counts feed /metrics through the
+ * hook adm_http_create registers in the adm_ctx (adm_ctx.http_metrics).
  */
 #ifndef SY_CONTROLPLANE_ADMIN_HTTP_H
 #define SY_CONTROLPLANE_ADMIN_HTTP_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 #include "controlplane/admin_ctx.h"
 
 #define ADM_HTTP_BODY_MAX (64u * 1024u)
 
-/* Starts listening. ctx is borrowed. 0 or a negative errno (logged). */
+/* Starts listening and registers the request counters in ctx->http_metrics.
+ * ctx is borrowed. 0 or a negative errno (logged). */
 int adm_http_create(struct adm_ctx *ctx, struct adm_http **out);
 void adm_http_destroy(struct adm_http *h);
 
 int adm_http_fd(const struct adm_http *h);
 int adm_http_timeout_ms(const struct adm_http *h);
 void adm_http_run(struct adm_http *h);
-
-/* Completes a suspended request; takes reply's contents. */
-void adm_http_finish(struct adm_pending *p, struct adm_reply *reply);
-
-/* Writes switchyard_admin_requests_total in Prometheus text format. */
-void adm_http_write_metrics(const struct adm_http *h, FILE *f);
 
 #endif

@@ -16,7 +16,6 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "controlplane/admin_channel.h"
-#include "controlplane/admin_http.h"
 #include "controlplane/health_prober.h"
 #include "controlplane/reset_load.h"
 #include "controlplane/source_api.h"
@@ -69,19 +68,6 @@ enum adm_route_id adm_route_match(const char *url)
     return adm_split(url, id, sizeof(id));
 }
 
-void adm_dataplane_key(const struct shm_segment *seg, uint32_t lease, char *buf, size_t len)
-{
-    int32_t pid = atomic_load_explicit(&seg->leases[lease].pid, memory_order_relaxed);
-    bool shared = false;
-    for (uint32_t i = 0; i < seg->max_dataplanes && !shared; i++)
-        shared = i != lease && shm_lease_is_active(seg, i) &&
-                 atomic_load_explicit(&seg->leases[i].pid, memory_order_relaxed) == pid;
-    if (shared)
-        snprintf(buf, len, "%d@%u", (int)pid, lease);
-    else
-        snprintf(buf, len, "%d", (int)pid);
-}
-
 static json_t *adm_worker_json(const struct adm_ctx *ctx, const struct shm_worker_info *w)
 {
     const struct shm_segment *seg = ctx->seg;
@@ -90,7 +76,7 @@ static json_t *adm_worker_json(const struct adm_ctx *ctx, const struct shm_worke
         if (!shm_lease_is_active(seg, i))
             continue;
         char key[40];
-        adm_dataplane_key(seg, i, key, sizeof(key));
+        shm_lease_holder_key(seg, i, key, sizeof(key));
         json_object_set_new(by_dp, key,
                             json_integer(shm_load_in_lease(seg, i, w->slot, w->generation)));
     }
@@ -257,34 +243,30 @@ static void adm_status(struct adm_ctx *ctx, struct adm_reply *reply)
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t now_unix_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
     for (uint32_t i = 0; i < seg->max_dataplanes; i++) {
-        if (!shm_lease_is_active(seg, i))
+        struct shm_lease_info l;
+        shm_lease_snapshot(seg, i, &l);
+        if (!l.active)
             continue;
-        const struct shm_lease *l = &seg->leases[i];
-        uint64_t nonce = atomic_load_explicit((_Atomic uint64_t *)&l->nonce, memory_order_relaxed);
-        uint64_t claimed =
-            atomic_load_explicit((_Atomic uint64_t *)&l->claimed_unix_ms, memory_order_relaxed);
+        uint64_t claimed = l.claimed_unix_ms;
         json_array_append_new(
-            dps,
-            json_pack("{s:i, s:i, s:I, s:I, s:b, s:I}", "pid",
-                      (int)atomic_load_explicit((_Atomic int32_t *)&l->pid, memory_order_relaxed),
-                      "lease", (int)i, "nonce", (json_int_t)nonce, "uptime_ms",
-                      (json_int_t)(now_unix_ms > claimed ? now_unix_ms - claimed : 0),
-                      "admin_channel",
-                      ctx->chan != NULL && adm_chan_is_connected(ctx->chan, i, nonce), "heartbeat",
-                      (json_int_t)atomic_load_explicit((_Atomic uint64_t *)&l->heartbeat,
-                                                       memory_order_relaxed)));
+            dps, json_pack("{s:i, s:i, s:I, s:I, s:b, s:I}", "pid", (int)l.pid, "lease", (int)i,
+                           "nonce", (json_int_t)l.nonce, "uptime_ms",
+                           (json_int_t)(now_unix_ms > claimed ? now_unix_ms - claimed : 0),
+                           "admin_channel",
+                           ctx->chan != NULL && adm_chan_is_connected(ctx->chan, i, l.nonce),
+                           "heartbeat", (json_int_t)l.heartbeat));
     }
-    json_t *segj = json_pack(
-        "{s:s, s:i, s:I, s:i, s:i, s:I}", "name", seg->name, "layout_version",
-        (int)seg->hdr->layout_version, "size", (json_int_t)seg->size, "max_workers",
-        (int)seg->max_workers, "max_dataplanes", (int)seg->max_dataplanes, "leases_reaped",
-        (json_int_t)atomic_load_explicit(&seg->hdr->leases_reaped, memory_order_relaxed));
-    adm_reply_json(
-        reply, 200,
-        json_pack("{s:i, s:I, s:I, s:o, s:o}", "pid", (int)getpid(), "epoch",
-                  (json_int_t)atomic_load_explicit(&seg->hdr->epoch, memory_order_relaxed),
-                  "uptime_ms", (json_int_t)(proc_monotonic_ms() - ctx->started_ms), "segment", segj,
-                  "dataplanes", dps));
+    struct shm_segment_stats st;
+    shm_segment_stats(seg, &st);
+    json_t *segj = json_pack("{s:s, s:i, s:I, s:i, s:i, s:I}", "name", seg->name, "layout_version",
+                             (int)st.layout_version, "size", (json_int_t)seg->size, "max_workers",
+                             (int)seg->max_workers, "max_dataplanes", (int)seg->max_dataplanes,
+                             "leases_reaped", (json_int_t)st.leases_reaped);
+    adm_reply_json(reply, 200,
+                   json_pack("{s:i, s:I, s:I, s:o, s:o}", "pid", (int)getpid(), "epoch",
+                             (json_int_t)st.epoch, "uptime_ms",
+                             (json_int_t)(proc_monotonic_ms() - ctx->started_ms), "segment", segj,
+                             "dataplanes", dps));
 }
 
 static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
@@ -327,7 +309,8 @@ static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
         fprintf(f, "switchyard_health_checks_total{worker=\"%s\",result=\"failure\"} %llu\n",
                 st[i].id, (unsigned long long)st[i].checks_failed);
     }
-    uint64_t mask = atomic_load_explicit(&ctx->seg->hdr->active_leases, memory_order_acquire);
+    struct shm_segment_stats seg_stats;
+    shm_segment_stats(ctx->seg, &seg_stats);
     fprintf(f,
             "# HELP switchyard_dataplanes Dataplanes holding an active lease.\n"
             "# TYPE switchyard_dataplanes gauge\n"
@@ -338,12 +321,11 @@ static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
             "# HELP switchyard_load_underflows_total Load releases at zero (live leases).\n"
             "# TYPE switchyard_load_underflows_total counter\n"
             "switchyard_load_underflows_total %llu\n",
-            __builtin_popcountll(mask),
-            (unsigned long long)atomic_load_explicit(&ctx->seg->hdr->leases_reaped,
-                                                     memory_order_relaxed),
+            __builtin_popcountll(seg_stats.active_leases),
+            (unsigned long long)seg_stats.leases_reaped,
             (unsigned long long)shm_load_underflows(ctx->seg));
-    if (ctx->http != NULL)
-        adm_http_write_metrics(ctx->http, f);
+    if (ctx->http_metrics != NULL)
+        ctx->http_metrics(ctx->http_metrics_arg, f);
     fclose(f);
     free(all);
     free(st);
@@ -365,7 +347,7 @@ static bool adm_method_is(const char *method, const char *want, struct adm_reply
 }
 
 int adm_route_serve(struct adm_ctx *ctx, const char *method, const char *url, const char *body,
-                    size_t body_len, struct adm_pending *p, struct adm_reply *reply)
+                    size_t body_len, const struct adm_reply_later *later, struct adm_reply *reply)
 {
     char id[CFG_ID_MAX];
     enum adm_route_id route = adm_split(url, id, sizeof(id));
@@ -417,7 +399,7 @@ int adm_route_serve(struct adm_ctx *ctx, const char *method, const char *url, co
     } else if (route == ADM_ROUTE_DRAIN) {
         adm_drain(ctx, &w, body, body_len, reply);
     } else {
-        return cp_reset_start(ctx->reset, &w, p, reply);
+        return cp_reset_start(ctx->reset, &w, later, reply);
     }
     return 1;
 }

@@ -10,7 +10,7 @@
 #include <stddef.h>
 
 #include "controlplane/admin_ctx.h"
-#include "shm/segment.h"
+#include "controlplane/admin_reply.h"
 
 /* Route labels for metrics: index into adm_route_labels. */
 enum adm_route_id {
@@ -31,18 +31,10 @@ extern const char *const adm_route_labels[ADM_ROUTE_COUNT];
 enum adm_route_id adm_route_match(const char *url);
 
 /*
- * The key of lease `lease` in inflight_by_dataplane: the holder's pid, or
- * "<pid>@<lease>" when another active lease has the same pid (dataplanes in
- * separate PID namespaces, e.g. sidecar containers, are all pid 1), so no
- * dataplane's entry hides another's.
- */
-void adm_dataplane_key(const struct shm_segment *seg, uint32_t lease, char *buf, size_t len);
-
-/*
  * Serves one request. Returns 1 with reply filled, or 0 when the route went
- * asynchronous and will answer through adm_http_finish(p, ...).
+ * asynchronous: it copied *later and will answer through it exactly once.
  */
 int adm_route_serve(struct adm_ctx *ctx, const char *method, const char *url, const char *body,
-                    size_t body_len, struct adm_pending *p, struct adm_reply *reply);
+                    size_t body_len, const struct adm_reply_later *later, struct adm_reply *reply);
 
 #endif

@@ -62,7 +62,7 @@ static int cp_open_segment(struct cp_daemon *d)
         log_error("%s: %s", d->cfg->path, err);
         return rc;
     }
-    uint64_t epoch = atomic_load_explicit(&d->seg.hdr->epoch, memory_order_relaxed);
+    uint64_t epoch = shm_segment_epoch(&d->seg);
     log_info("%s segment %s (layout version %u, %zu bytes, epoch %llu)", cp_outcome_name(outcome),
              d->seg.name, SHM_LAYOUT_VERSION, d->seg.size, (unsigned long long)epoch);
     if (outcome == SHM_OPEN_REATTACHED) {
@@ -196,7 +196,7 @@ int cp_run(const struct cfg *cfg)
     if (cp_open_segment(&d) != 0)
         goto out_close_signals;
     cp_lease_reaper_init(&d.reaper, &d.seg);
-    d.tickfd = evfd_timer_open(d.seg.hdr->heartbeat_interval_ms);
+    d.tickfd = evfd_timer_open(shm_segment_heartbeat_interval_ms(&d.seg));
     d.epfd = epoll_create1(EPOLL_CLOEXEC);
     if (d.tickfd < 0 || d.epfd < 0 || cp_watch(&d, d.tickfd) != 0 || cp_watch(&d, d.sigfd) != 0) {
         log_error("setting up the event loop: %s", strerror(errno));

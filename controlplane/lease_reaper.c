@@ -38,8 +38,9 @@ int cp_lease_reaper_tick(struct cp_lease_reaper *r, uint64_t now_ms)
         bool lost = v == SHM_LEASE_VERDICT_ALIVE && cp_lost_and_stale(r, i, now_ms);
         if (v == SHM_LEASE_VERDICT_ALIVE && !lost)
             continue;
-        const struct shm_lease *l = &r->seg->leases[i];
-        int pid = atomic_load_explicit((_Atomic int32_t *)&l->pid, memory_order_relaxed);
+        struct shm_lease_info l;
+        shm_lease_snapshot(r->seg, i, &l);
+        int pid = l.pid;
         if (shm_lease_reap(r->seg, i, r->watch[i].nonce) != 0)
             continue;
         reaped++;

@@ -16,12 +16,11 @@
 #ifndef SY_CONTROLPLANE_LEASE_REAPER_H
 #define SY_CONTROLPLANE_LEASE_REAPER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "shm/lease.h"
 #include "shm/segment.h"
-
-#include <stdbool.h>
 
 #define CP_REAPER_LOST_STALE_MS 1000u
 

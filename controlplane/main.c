@@ -8,6 +8,7 @@
 #include "common/config.h"
 #include "common/daemon.h"
 #include "controlplane/controlplane.h"
+#include "shm/layout.h"
 
 static void usage(FILE *out)
 {
@@ -46,7 +47,7 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         case 'V':
-            daemon_print_version("controlplane");
+            daemon_print_version("controlplane", SHM_LAYOUT_VERSION);
             return 0;
         default:
             usage(stderr);

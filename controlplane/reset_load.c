@@ -14,8 +14,6 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "controlplane/admin_channel.h"
-#include "controlplane/admin_http.h"
-#include "controlplane/admin_routes.h"
 #include "shm/lease.h"
 #include "shm/load.h"
 
@@ -30,7 +28,7 @@ enum cp_reset_answer {
 struct cp_reset {
     struct adm_ctx *ctx; /* borrowed */
     bool running;
-    struct adm_pending *pending;
+    struct adm_reply_later later; /* fn != NULL while a request waits for the answer */
     struct shm_worker_info w;
     bool was_draining;
     uint64_t request_id;
@@ -61,7 +59,7 @@ static void cp_reset_conclude(struct cp_reset *r, bool timed_out, struct adm_rep
         if (r->answer[i] == CP_RESET_ANSWER_UNSET)
             continue;
         char key[40];
-        adm_dataplane_key(seg, i, key, sizeof(key));
+        shm_lease_holder_key(seg, i, key, sizeof(key));
         if (r->answer[i] == CP_RESET_ANSWER_COUNT) {
             json_object_set_new(by_dp, key, json_integer((json_int_t)r->count[i]));
             all_zero = all_zero && r->count[i] == 0;
@@ -111,14 +109,12 @@ static bool cp_reset_all_answered(const struct cp_reset *r)
 static void cp_reset_finish_async(struct cp_reset *r, bool timed_out)
 {
     struct adm_reply reply = {0};
-    struct adm_pending *p = r->pending;
-    r->pending = NULL;
     cp_reset_conclude(r, timed_out, &reply);
-    adm_http_finish(p, &reply);
+    adm_reply_deliver(&r->later, &reply);
 }
 
-int cp_reset_start(struct cp_reset *r, const struct shm_worker_info *w, struct adm_pending *p,
-                   struct adm_reply *reply)
+int cp_reset_start(struct cp_reset *r, const struct shm_worker_info *w,
+                   const struct adm_reply_later *later, struct adm_reply *reply)
 {
     if (r->running) {
         adm_reply_error(reply, 409, "a reset_load of worker '%s' is already running", r->w.id);
@@ -142,9 +138,11 @@ int cp_reset_start(struct cp_reset *r, const struct shm_worker_info *w, struct a
      * arrive synchronously while asking. */
     uint64_t nonce[SHM_MAX_DATAPLANES_LIMIT] = {0};
     for (uint32_t i = 0; i < seg->max_dataplanes; i++) {
-        if (!shm_lease_is_active(seg, i))
+        struct shm_lease_info l;
+        shm_lease_snapshot(seg, i, &l);
+        if (!l.active)
             continue;
-        nonce[i] = atomic_load_explicit(&seg->leases[i].nonce, memory_order_acquire);
+        nonce[i] = l.nonce;
         r->answer[i] = CP_RESET_ANSWER_WAITING;
     }
     uint64_t rid = r->request_id;
@@ -162,7 +160,7 @@ int cp_reset_start(struct cp_reset *r, const struct shm_worker_info *w, struct a
         cp_reset_conclude(r, false, reply);
         return 1;
     }
-    r->pending = p;
+    r->later = *later;
     return 0;
 }
 
@@ -174,20 +172,20 @@ void cp_reset_on_reply(void *arg, uint32_t lease, uint64_t request_id, bool ok, 
         return;
     r->answer[lease] = ok ? CP_RESET_ANSWER_COUNT : CP_RESET_ANSWER_NONE;
     r->count[lease] = count;
-    if (r->pending != NULL && cp_reset_all_answered(r))
+    if (r->later.fn != NULL && cp_reset_all_answered(r))
         cp_reset_finish_async(r, false);
 }
 
 int cp_reset_timeout_ms(const struct cp_reset *r, uint64_t now_ms)
 {
-    if (r == NULL || !r->running || r->pending == NULL)
+    if (r == NULL || !r->running || r->later.fn == NULL)
         return -1;
     return r->deadline_ms > now_ms ? (int)(r->deadline_ms - now_ms) : 0;
 }
 
 void cp_reset_run(struct cp_reset *r, uint64_t now_ms)
 {
-    if (r == NULL || !r->running || r->pending == NULL || now_ms < r->deadline_ms)
+    if (r == NULL || !r->running || r->later.fn == NULL || now_ms < r->deadline_ms)
         return;
     for (uint32_t i = 0; i < r->ctx->seg->max_dataplanes; i++)
         if (r->answer[i] == CP_RESET_ANSWER_WAITING)
@@ -199,15 +197,13 @@ void cp_reset_destroy(struct cp_reset *r)
 {
     if (r == NULL)
         return;
-    if (r->running && r->pending != NULL) {
+    if (r->running && r->later.fn != NULL) {
         struct adm_reply reply = {0};
-        struct adm_pending *p = r->pending;
-        r->pending = NULL;
         if (!r->was_draining)
             shm_registry_set_draining(r->ctx->seg, r->w.slot, false);
         r->running = false;
         adm_reply_error(&reply, 503, "the control plane is shutting down");
-        adm_http_finish(p, &reply);
+        adm_reply_deliver(&r->later, &reply);
     }
     free(r);
 }

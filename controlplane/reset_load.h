@@ -9,8 +9,9 @@
  *      connected to the channel, or does not answer in time, change nothing
  *      and answer 409 with the per-dataplane counts;
  *   4. either way restore the worker's previous draining state.
- * The HTTP request is suspended while the answers come in: the loop never
- * blocks. One reset runs at a time; a second one gets 409 meanwhile.
+ * The HTTP request is suspended while the answers come in (the answer goes
+ * out through the completion the caller registered): the loop never blocks.
+ * One reset runs at a time; a second one gets 409 meanwhile.
  *
  * Threading: the control plane's loop thread only.
  */
@@ -21,6 +22,7 @@
 #include <stdint.h>
 
 #include "controlplane/admin_ctx.h"
+#include "controlplane/admin_reply.h"
 #include "shm/registry.h"
 
 #define CP_RESET_TIMEOUT_MS 2000u
@@ -31,12 +33,13 @@ int cp_reset_create(struct adm_ctx *ctx, struct cp_reset **out);
 void cp_reset_destroy(struct cp_reset *r);
 
 /*
- * Starts a reset of worker w for the suspended request p. Returns 0 when the
- * answer will come through adm_http_finish(p, ...), or fills reply (409 when
- * a reset is already running, or an immediate 409/200) and returns 1.
+ * Starts a reset of worker w. Returns 0 when the answer will come later
+ * through a copy of *later (called exactly once, also on cp_reset_destroy),
+ * or fills reply (409 when a reset is already running, or an immediate
+ * 409/200) and returns 1.
  */
-int cp_reset_start(struct cp_reset *r, const struct shm_worker_info *w, struct adm_pending *p,
-                   struct adm_reply *reply);
+int cp_reset_start(struct cp_reset *r, const struct shm_worker_info *w,
+                   const struct adm_reply_later *later, struct adm_reply *reply);
 
 /* Channel answers land here (adm_chan_reply_fn). */
 void cp_reset_on_reply(void *arg, uint32_t lease, uint64_t request_id, bool ok, uint64_t count);

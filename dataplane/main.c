@@ -8,6 +8,7 @@
 #include "common/config.h"
 #include "common/daemon.h"
 #include "dataplane/dataplane.h"
+#include "shm/layout.h"
 
 static void usage(FILE *out)
 {
@@ -67,7 +68,7 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         case 'V':
-            daemon_print_version("dataplane");
+            daemon_print_version("dataplane", SHM_LAYOUT_VERSION);
             return 0;
         default:
             usage(stderr);

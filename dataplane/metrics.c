@@ -364,8 +364,7 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
              "# HELP switchyard_load_underflows_total Load releases at zero in this "
              "dataplane's lease.\n# TYPE switchyard_load_underflows_total counter\n"
              "switchyard_load_underflows_total %llu\n",
-             (unsigned long long)atomic_load_explicit(
-                 &guards->seg->leases[guards->lease].underflows, memory_order_relaxed));
+             (unsigned long long)shm_load_underflows_in_lease(guards->seg, guards->lease));
 
     render_hist(&t, "switchyard_request_duration_seconds",
                 "Time from request arrival to the end of its response.", &m->duration);

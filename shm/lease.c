@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/proc.h"
+#include "shm/layout_private.h"
 
 uint64_t shm_lease_offset(const struct shm_segment *seg, uint32_t index)
 {
@@ -97,16 +98,43 @@ bool shm_lease_is_mine(const struct shm_lease_handle *h)
 {
     if (!h->held)
         return false;
-    const struct shm_lease *l = shm_lease_at(h->seg, h->index);
-    return atomic_load_explicit((_Atomic uint32_t *)&l->state, memory_order_acquire) ==
-               SHM_LEASE_ACTIVE &&
-           atomic_load_explicit((_Atomic uint64_t *)&l->nonce, memory_order_relaxed) == h->nonce;
+    struct shm_lease *l = shm_lease_at(h->seg, h->index);
+    return atomic_load_explicit(&l->state, memory_order_acquire) == SHM_LEASE_ACTIVE &&
+           atomic_load_explicit(&l->nonce, memory_order_relaxed) == h->nonce;
 }
 
 bool shm_lease_is_active(const struct shm_segment *seg, uint32_t index)
 {
     return atomic_load_explicit(&shm_lease_at(seg, index)->state, memory_order_acquire) ==
            SHM_LEASE_ACTIVE;
+}
+
+void shm_lease_snapshot(const struct shm_segment *seg, uint32_t index, struct shm_lease_info *out)
+{
+    struct shm_lease *l = shm_lease_at(seg, index);
+    out->index = index;
+    out->active = atomic_load_explicit(&l->state, memory_order_acquire) == SHM_LEASE_ACTIVE;
+    out->nonce = atomic_load_explicit(&l->nonce, memory_order_acquire);
+    out->pid = atomic_load_explicit(&l->pid, memory_order_relaxed);
+    out->start_time = atomic_load_explicit(&l->start_time, memory_order_relaxed);
+    out->pid_namespace = atomic_load_explicit(&l->pid_namespace, memory_order_relaxed);
+    out->heartbeat = atomic_load_explicit(&l->heartbeat, memory_order_relaxed);
+    out->claimed_unix_ms = atomic_load_explicit(&l->claimed_unix_ms, memory_order_relaxed);
+    out->underflows = atomic_load_explicit(&l->underflows, memory_order_relaxed);
+    out->stale_releases = atomic_load_explicit(&l->stale_releases, memory_order_relaxed);
+}
+
+void shm_lease_holder_key(const struct shm_segment *seg, uint32_t index, char *buf, size_t len)
+{
+    int32_t pid = atomic_load_explicit(&shm_lease_at(seg, index)->pid, memory_order_relaxed);
+    bool shared = false;
+    for (uint32_t i = 0; i < seg->max_dataplanes && !shared; i++)
+        shared = i != index && shm_lease_is_active(seg, i) &&
+                 atomic_load_explicit(&shm_lease_at(seg, i)->pid, memory_order_relaxed) == pid;
+    if (shared)
+        snprintf(buf, len, "%d@%u", (int)pid, index);
+    else
+        snprintf(buf, len, "%d", (int)pid);
 }
 
 void shm_lease_release(struct shm_lease_handle *h)

@@ -42,7 +42,7 @@ struct shm_lease_handle {
 int shm_lease_claim(struct shm_segment *seg, struct shm_lease_handle *out, char *err,
                     size_t err_len);
 
-/* One heartbeat; call every header.heartbeat_interval_ms. */
+/* One heartbeat; call every shm_segment_heartbeat_interval_ms(seg). */
 void shm_lease_heartbeat(const struct shm_lease_handle *h);
 
 /* False once the control plane has reaped this holding of the lease. */
@@ -54,6 +54,38 @@ void shm_lease_release(struct shm_lease_handle *h);
 
 /* True while lease i is ACTIVE. */
 bool shm_lease_is_active(const struct shm_segment *seg, uint32_t index);
+
+/* A reader's copy of one lease. Plain caller storage. */
+struct shm_lease_info {
+    uint32_t index;
+    bool active; /* ACTIVE when read; the other fields are meaningful only then */
+    int32_t pid; /* in the holder's PID namespace */
+    uint64_t start_time;
+    uint64_t pid_namespace;
+    uint64_t nonce; /* names one holding of the lease */
+    uint64_t heartbeat;
+    uint64_t claimed_unix_ms;
+    uint64_t underflows;
+    uint64_t stale_releases;
+};
+
+/*
+ * Copies lease `index` (< seg->max_dataplanes) into out. The state is read
+ * first (acquire), then the nonce (acquire), then the rest (relaxed); each
+ * field is read on its own, so a holding that changes meanwhile may show a
+ * mix. Callers that act on a holding name it by (index, nonce), which the
+ * lease's owner checks again (shm_lease_reap, the admin channel's hello).
+ */
+void shm_lease_snapshot(const struct shm_segment *seg, uint32_t index, struct shm_lease_info *out);
+
+/*
+ * A printable name for the holder of lease `index` (inflight_by_dataplane's
+ * key in the admin API): the holder's pid, or "<pid>@<index>" when another
+ * active lease has the same pid (dataplanes in separate PID namespaces,
+ * e.g. sidecar containers, are all pid 1), so no holder's name hides
+ * another's. Writes at most len bytes, NUL-terminated.
+ */
+void shm_lease_holder_key(const struct shm_segment *seg, uint32_t index, char *buf, size_t len);
 
 /* ---- control plane: judging and reaping ----------------------------------- */
 

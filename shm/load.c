@@ -12,6 +12,7 @@
 #include <errno.h>
 
 #include "common/log.h"
+#include "shm/layout_private.h"
 
 #define SHM_COUNT_MASK UINT64_C(0xffffffff)
 
@@ -116,9 +117,9 @@ static uint64_t shm_load_sum(const struct shm_segment *seg, uint64_t active, uin
     while (active != 0) {
         uint32_t lease = (uint32_t)__builtin_ctzll(active);
         active &= active - 1;
-        uint64_t w = atomic_load_explicit((_Atomic uint64_t *)&lines[lease / SHM_LEASES_PER_LINE]
-                                              .counter[lease % SHM_LEASES_PER_LINE],
-                                          memory_order_relaxed);
+        uint64_t w = atomic_load_explicit(
+            &lines[lease / SHM_LEASES_PER_LINE].counter[lease % SHM_LEASES_PER_LINE],
+            memory_order_relaxed);
         if (shm_word_gen(w) == generation)
             sum += shm_word_count(w);
     }
@@ -182,4 +183,9 @@ uint64_t shm_load_underflows(const struct shm_segment *seg)
 uint64_t shm_load_stale_releases(const struct shm_segment *seg)
 {
     return shm_sum_lease_field(seg, offsetof(struct shm_lease, stale_releases));
+}
+
+uint64_t shm_load_underflows_in_lease(const struct shm_segment *seg, uint32_t lease)
+{
+    return atomic_load_explicit(&seg->leases[lease].underflows, memory_order_relaxed);
 }

@@ -66,4 +66,7 @@ uint64_t shm_load_reset(struct shm_segment *seg, uint32_t slot, uint32_t generat
 uint64_t shm_load_underflows(const struct shm_segment *seg);
 uint64_t shm_load_stale_releases(const struct shm_segment *seg);
 
+/* Underflows counted in one lease only (a dataplane's own, for its metrics). */
+uint64_t shm_load_underflows_in_lease(const struct shm_segment *seg, uint32_t lease);
+
 #endif

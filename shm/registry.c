@@ -13,6 +13,15 @@
 #include <sched.h>
 #include <string.h>
 
+#include "common/config.h"
+#include "shm/layout_private.h"
+
+/* The config validates against the layout: every worker string the loader
+ * accepts must fit the slot that will hold it. */
+_Static_assert(CFG_ID_MAX <= SHM_ID_MAX && CFG_URL_MAX <= SHM_URL_MAX &&
+                   CFG_MODEL_MAX <= SHM_MODEL_MAX,
+               "the config's worker limits must fit the segment's string fields");
+
 static struct shm_worker_slot *shm_slot(const struct shm_segment *seg, uint32_t slot)
 {
     return &seg->slots[slot];
@@ -20,7 +29,7 @@ static struct shm_worker_slot *shm_slot(const struct shm_segment *seg, uint32_t 
 
 static void shm_words_store(_Atomic uint64_t *words, size_t n_words, const char *text)
 {
-    char buf[CFG_URL_MAX] = {0};
+    char buf[SHM_URL_MAX] = {0};
     size_t cap = n_words * 8;
     size_t len = strnlen(text, cap - 1);
     memcpy(buf, text, len);
@@ -34,7 +43,7 @@ static void shm_words_store(_Atomic uint64_t *words, size_t n_words, const char 
 static void shm_words_load(const _Atomic uint64_t *words, size_t n_words, char *out)
 {
     for (size_t i = 0; i < n_words; i++) {
-        uint64_t w = atomic_load_explicit((_Atomic uint64_t *)&words[i], memory_order_relaxed);
+        uint64_t w = atomic_load_explicit(&words[i], memory_order_relaxed);
         memcpy(out + i * 8, &w, 8);
     }
     /* Terminated even if the writer left garbage: the reader never overruns. */

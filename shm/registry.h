@@ -31,9 +31,9 @@ struct shm_worker_info {
     bool draining;
     bool from_api;  /* read side: source == 1 (the admin API) */
     uint8_t source; /* tag of the worker source that added it, 0..31; 0 = the config */
-    char id[CFG_ID_MAX];
-    char url[CFG_URL_MAX];
-    char model[CFG_MODEL_MAX];
+    char id[SHM_ID_MAX];
+    char url[SHM_URL_MAX];
+    char model[SHM_MODEL_MAX];
 };
 
 /* How many times a reader retries a slot the writer keeps changing. */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/proc.h"
+#include "shm/layout_private.h"
 
 /* The owner lock covers the magic word. */
 #define SHM_OWNER_LOCK_OFFSET 0u
@@ -429,4 +430,29 @@ int shm_segment_unlink(const char *name)
 void shm_segment_heartbeat(struct shm_segment *seg)
 {
     atomic_fetch_add_explicit(&seg->hdr->cp_heartbeat, 1, memory_order_relaxed);
+}
+
+void shm_segment_stats(const struct shm_segment *seg, struct shm_segment_stats *out)
+{
+    struct shm_header *h = seg->hdr;
+    out->layout_version = h->layout_version;
+    out->heartbeat_interval_ms = h->heartbeat_interval_ms;
+    out->heartbeat_timeout_ms = h->heartbeat_timeout_ms;
+    out->epoch = atomic_load_explicit(&h->epoch, memory_order_relaxed);
+    out->cp_pid = atomic_load_explicit(&h->cp_pid, memory_order_relaxed);
+    out->cp_pid_namespace = atomic_load_explicit(&h->cp_pid_namespace, memory_order_relaxed);
+    out->cp_heartbeat = atomic_load_explicit(&h->cp_heartbeat, memory_order_relaxed);
+    out->registry_changes = atomic_load_explicit(&h->registry_changes, memory_order_relaxed);
+    out->leases_reaped = atomic_load_explicit(&h->leases_reaped, memory_order_relaxed);
+    out->active_leases = atomic_load_explicit(&h->active_leases, memory_order_acquire);
+}
+
+uint64_t shm_segment_epoch(const struct shm_segment *seg)
+{
+    return atomic_load_explicit(&seg->hdr->epoch, memory_order_relaxed);
+}
+
+uint32_t shm_segment_heartbeat_interval_ms(const struct shm_segment *seg)
+{
+    return seg->hdr->heartbeat_interval_ms;
 }

@@ -1,6 +1,7 @@
 /*
- * Creating, re-attaching and attaching the shared-memory segment (layout in
- * shm/layout.h). The control plane is the segment's owner: it creates it, or
+ * Creating, re-attaching and attaching the shared-memory segment (its public
+ * numbers in shm/layout.h, its bytes in the shm/-private
+ * shm/layout_private.h). The control plane is the segment's owner: it creates it, or
  * re-attaches after a restart, and holds an exclusive OFD lock on the header
  * for its lifetime so a second control plane on the same segment is refused.
  * Dataplanes attach to a segment that is already valid and never create one.
@@ -11,7 +12,9 @@
  *
  * A struct shm_segment is caller storage; its mapping and fd live until
  * shm_segment_close. The descriptor must stay open: the OFD locks that prove
- * a lease holder alive hang on it.
+ * a lease holder alive hang on it. Outside shm/ its fields are read-only and
+ * the pointers into the mapping are opaque (their types are shm/-private):
+ * the header's values come from shm_segment_stats.
  */
 #ifndef SY_SHM_SEGMENT_H
 #define SY_SHM_SEGMENT_H
@@ -20,7 +23,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/config.h"
 #include "shm/layout.h"
+
+/* The segment's records; defined in shm/layout_private.h, opaque elsewhere. */
+struct shm_header;
+struct shm_worker_slot;
+struct shm_lease;
+struct shm_load_line;
 
 struct shm_segment {
     int fd;
@@ -81,6 +91,30 @@ int shm_segment_unlink(const char *name);
 
 /* Control plane: one heartbeat (+1 on cp_heartbeat). */
 void shm_segment_heartbeat(struct shm_segment *seg);
+
+/* A reader's copy of the header's values. Each field is read on its own
+ * (relaxed, active_leases with acquire): a consistent set is not promised,
+ * and none is needed by status pages and metrics. Plain caller storage. */
+struct shm_segment_stats {
+    uint32_t layout_version;
+    uint32_t heartbeat_interval_ms;
+    uint32_t heartbeat_timeout_ms;
+    uint64_t epoch;            /* +1 at each control-plane (re)attach */
+    int32_t cp_pid;            /* in the control plane's PID namespace */
+    uint64_t cp_pid_namespace; /* inode of that namespace */
+    uint64_t cp_heartbeat;
+    uint64_t registry_changes;
+    uint64_t leases_reaped; /* since the segment was created */
+    uint64_t active_leases; /* bit i set while lease i is ACTIVE */
+};
+
+void shm_segment_stats(const struct shm_segment *seg, struct shm_segment_stats *out);
+
+/* The control plane's epoch (relaxed). */
+uint64_t shm_segment_epoch(const struct shm_segment *seg);
+
+/* How often lease holders and the control plane beat, as the segment says. */
+uint32_t shm_segment_heartbeat_interval_ms(const struct shm_segment *seg);
 
 /*
  * Byte-range OFD locks on the segment file: the proof of life of a lease

@@ -42,6 +42,8 @@
 #include "shm/load.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
+/* This test forges and inspects the segment's bytes. */
+#include "shm/layout_private.h"
 #include "tests/e2e/harness.h"
 #include "tests/e2e/harness_fleet.h"
 #include "tests/e2e/harness_load.h"
