@@ -242,6 +242,11 @@ static CURL *hc_easy(struct hc_target *t, CURL **slot, const char *url, long tim
     curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
     curl_easy_setopt(e, CURLOPT_PRIVATE, t);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    /* Probes take the path traffic takes: the data plane ignores proxy
+     * variables, so a probe through http_proxy would judge another path
+     * (or send the worker's address to whoever the variable names). */
+    curl_easy_setopt(e, CURLOPT_PROXY, "");
+    curl_easy_setopt(e, CURLOPT_NOPROXY, "");
     return e;
 }
 

@@ -32,6 +32,7 @@
 
 #include <cmocka.h>
 
+#include "shm/registry.h"
 #include "shm/segment.h"
 #include "tests/e2e/harness.h"
 #include "tests/e2e/harness_fleet.h"
@@ -270,6 +271,47 @@ static void test_descriptor_exhaustion_does_not_reap_a_live_dataplane(void **sta
     h_fleet_stop(&f);
 }
 
+struct health_cond {
+    struct h_fleet *f;
+    bool healthy;
+};
+
+static bool w1_health_is(void *arg)
+{
+    struct health_cond *c = arg;
+    struct shm_worker_info w;
+    return shm_registry_find(&c->f->seg, "w1", &w) == 0 && w.healthy == c->healthy;
+}
+
+/*
+ * The control plane runs with http_proxy pointing at a port where nothing
+ * listens. Probes must still reach the worker directly, as the data
+ * plane's requests do: a worker that failed and recovered turns healthy
+ * again. A prober that honoured the variable would never see it recover.
+ */
+static void test_probes_ignore_proxy_variables(void **state)
+{
+    (void)state;
+    uint16_t dead = 0;
+    assert_int_equal(h_free_port(&dead), 0);
+    char proxy[64];
+    snprintf(proxy, sizeof(proxy), "http://127.0.0.1:%u", (unsigned)dead);
+    setenv("http_proxy", proxy, 1);
+    setenv("HTTP_PROXY", proxy, 1);
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .health_interval = "100ms"});
+    unsetenv("http_proxy");
+    unsetenv("HTTP_PROXY");
+
+    struct health_cond c = {.f = &f, .healthy = false};
+    assert_int_equal(h_mock_faults(f.mock[0].url, "{\"health_status\":503}"), 0);
+    assert_int_equal(h_wait_until(w1_health_is, &c, H_READY_TIMEOUT_MS), 0);
+    assert_int_equal(h_mock_faults(f.mock[0].url, "{\"health_status\":200}"), 0);
+    c.healthy = true;
+    assert_int_equal(h_wait_until(w1_health_is, &c, H_READY_TIMEOUT_MS), 0);
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -278,6 +320,7 @@ int main(void)
         H_TEST(test_malformed_headers_are_refused),
         H_TEST(test_connection_named_headers_are_stripped),
         H_TEST(test_descriptor_exhaustion_does_not_reap_a_live_dataplane),
+        H_TEST(test_probes_ignore_proxy_variables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
