@@ -19,7 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
@@ -242,6 +245,19 @@ static int adm_load_token(struct adm_http *h, const char *path)
         log_error("admin_token_file %s: %s", path, strerror(errno));
         return -errno;
     }
+    /* The token grants every admin action: a file others can read is as
+     * good as none. Group access is accepted only for the daemon's own
+     * group, which is how Kubernetes projects a Secret for a non-root
+     * container (owner root, group fsGroup, defaultMode 0440). */
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (st.st_mode & 0007) != 0 ||
+        ((st.st_mode & 0070) != 0 && st.st_gid != getegid())) {
+        log_error("admin_token_file %s is open to other users (mode %04o, group %u): make it "
+                  "0600 or 0400, or 0440 with the control plane's own group",
+                  path, (unsigned)(st.st_mode & 07777), (unsigned)st.st_gid);
+        close(fd);
+        return -EPERM;
+    }
     char *buf = calloc(1, ADM_TOKEN_MAX + 1);
     ssize_t n = buf != NULL ? read(fd, buf, ADM_TOKEN_MAX + 1) : -1;
     close(fd);
@@ -261,6 +277,15 @@ static int adm_load_token(struct adm_http *h, const char *path)
     h->token = buf;
     h->token_len = (size_t)n;
     return 0;
+}
+
+static bool adm_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6)
+        return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+    return false;
 }
 
 /*
@@ -301,6 +326,20 @@ int adm_http_create(struct adm_ctx *ctx, struct adm_http **out)
         log_error("admin_listen %s: %s", cp->admin_listen, gai_strerror(gai));
         rc = -EINVAL;
         goto out_fail;
+    }
+    if (h->token == NULL && !adm_is_loopback(ai->ai_addr)) {
+        if (!cp->admin_insecure) {
+            log_error("admin_listen %s is not a loopback address and admin_token_file is empty: "
+                      "anyone who reaches it could add, drain and remove workers. Set "
+                      "admin_token_file, listen on loopback, or set admin_insecure: true",
+                      cp->admin_listen);
+            freeaddrinfo(ai);
+            rc = -EPERM;
+            goto out_fail;
+        }
+        log_warn("admin API on %s without a token (admin_insecure: true): anyone who reaches "
+                 "it can change the fleet",
+                 cp->admin_listen);
     }
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
     if (ai->ai_family == AF_INET6)

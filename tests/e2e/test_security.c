@@ -312,6 +312,83 @@ static void test_probes_ignore_proxy_variables(void **state)
     h_fleet_stop(&f);
 }
 
+static bool log_has_insecure_warning(void *arg)
+{
+    return log_contains(arg, "without a token (admin_insecure: true)");
+}
+
+static bool log_has_token_line(void *arg)
+{
+    return log_contains(arg, "(bearer token required)");
+}
+
+/* A control-plane config with admin_listen on `listen_host` and the lines
+ * in extra under controlplane:. Returns its path in path. */
+static void write_admin_config(const char *listen_host, const char *extra, char *path, size_t len)
+{
+    char shm[H_NAME_MAX], sock[H_PATH_MAX];
+    uint16_t admin = 0, dp = 0;
+    assert_int_equal(h_shm_name(shm, sizeof(shm)), 0);
+    assert_int_equal(h_tmp_path("admin.sock", sock, sizeof(sock)), 0);
+    assert_int_equal(h_free_port(&admin), 0);
+    assert_int_equal(h_free_port(&dp), 0);
+    char text[2048];
+    snprintf(text, sizeof(text),
+             "shm:\n  name: %s\ncontrolplane:\n  admin_listen: \"%s:%u\"\n  admin_socket: %s\n%s"
+             "dataplane:\n  listen: 127.0.0.1:%u\nworkers:\n  - url: http://127.0.0.1:9\n"
+             "    model: m\n",
+             shm, listen_host, (unsigned)admin, sock, extra, (unsigned)dp);
+    assert_int_equal(h_write_file("admin.yaml", text, path, len), 0);
+}
+
+static void test_admin_api_without_token_stays_on_loopback(void **state)
+{
+    (void)state;
+    char path[H_PATH_MAX];
+    write_admin_config("0.0.0.0", "", path, sizeof(path));
+    assert_refuses(h_start_controlplane, path,
+                   "is not a loopback address and admin_token_file "
+                   "is empty");
+
+    /* The operator may insist; then it starts and says so. */
+    write_admin_config("0.0.0.0", "  admin_insecure: true\n", path, sizeof(path));
+    struct h_proc *cp = NULL;
+    assert_int_equal(h_start_controlplane(path, &cp), 0);
+    assert_int_equal(h_wait_until(log_has_insecure_warning, cp, H_READY_TIMEOUT_MS), 0);
+    assert_true(h_proc_is_running(cp));
+    assert_int_equal(h_proc_stop(cp, H_STOP_TIMEOUT_MS), 0);
+}
+
+static void test_token_file_open_to_others_is_refused(void **state)
+{
+    (void)state;
+    char token[H_PATH_MAX], extra[H_PATH_MAX + 64], path[H_PATH_MAX];
+    assert_int_equal(h_write_file("token", "s3cret\n", token, sizeof(token)), 0);
+    snprintf(extra, sizeof(extra), "  admin_token_file: \"%s\"\n", token);
+
+    assert_int_equal(chmod(token, 0644), 0);
+    write_admin_config("127.0.0.1", extra, path, sizeof(path));
+    assert_refuses(h_start_controlplane, path, "is open to other users (mode 0644");
+
+    /* Group-readable is refused too when the group is not ours. */
+    if (geteuid() == 0) {
+        assert_int_equal(chown(token, 0, NOBODY), 0);
+        assert_int_equal(chmod(token, 0640), 0);
+        write_admin_config("127.0.0.1", extra, path, sizeof(path));
+        assert_refuses(h_start_controlplane, path, "is open to other users (mode 0640");
+    }
+
+    /* Private to us: it starts. */
+    assert_int_equal(chown(token, geteuid(), getegid()), 0);
+    assert_int_equal(chmod(token, 0600), 0);
+    write_admin_config("127.0.0.1", extra, path, sizeof(path));
+    struct h_proc *cp = NULL;
+    assert_int_equal(h_start_controlplane(path, &cp), 0);
+    assert_int_equal(h_wait_until(log_has_token_line, cp, H_READY_TIMEOUT_MS), 0);
+    assert_true(h_proc_is_running(cp));
+    assert_int_equal(h_proc_stop(cp, H_STOP_TIMEOUT_MS), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -321,6 +398,8 @@ int main(void)
         H_TEST(test_connection_named_headers_are_stripped),
         H_TEST(test_descriptor_exhaustion_does_not_reap_a_live_dataplane),
         H_TEST(test_probes_ignore_proxy_variables),
+        H_TEST(test_admin_api_without_token_stays_on_loopback),
+        H_TEST(test_token_file_open_to_others_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
