@@ -76,6 +76,43 @@ int proc_pid_namespace(uint64_t *out_inode)
     return 0;
 }
 
+int proc_pid_identity(pid_t pid, uint64_t *ns_inode, pid_t *pid_in_ns)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)pid);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -errno;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return -errno;
+    char line[256];
+    long inner = -1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, "NSpid:", 6) != 0)
+            continue;
+        /* One pid per nested namespace, outermost first: keep the last. */
+        char *p = line + 6;
+        char *end = NULL;
+        for (;;) {
+            errno = 0;
+            long v = strtol(p, &end, 10);
+            if (end == p || errno != 0)
+                break;
+            inner = v;
+            p = end;
+        }
+        break;
+    }
+    fclose(f);
+    if (inner <= 0)
+        return -EIO;
+    *ns_inode = (uint64_t)st.st_ino;
+    *pid_in_ns = (pid_t)inner;
+    return 0;
+}
+
 bool proc_is_alive(pid_t pid, uint64_t start_time)
 {
     if (pid <= 0)

@@ -21,6 +21,14 @@ int proc_start_time(pid_t pid, uint64_t *out_ticks);
 int proc_pid_namespace(uint64_t *out_inode);
 
 /*
+ * Who pid (as numbered in our PID namespace) is in its own namespace: the
+ * inode of its PID namespace and its pid there (the last NSpid entry of
+ * /proc/PID/status). Lets a peer's SO_PEERCRED pid be compared with a pid
+ * it recorded itself from inside a container. 0 or a negative errno.
+ */
+int proc_pid_identity(pid_t pid, uint64_t *ns_inode, pid_t *pid_in_ns);
+
+/*
  * True unless we can prove the process (pid, start_time) is gone: no such
  * pid (ESRCH from kill, ENOENT/ESRCH from /proc), a zombie, or a pid whose
  * start time differs (recycled). A /proc read that fails for any other

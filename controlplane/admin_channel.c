@@ -25,10 +25,15 @@
 
 #define ADM_CHAN_LISTENER      UINT64_MAX
 #define ADM_CHAN_MAX_QUESTIONS 16
+/* A data plane says hello as soon as it connects; a silent peer would hold a
+ * slot of the fixed table for nothing. */
+#define ADM_CHAN_HELLO_DEADLINE_MS 2000u
 
 /* One accepted connection. Owned by the channel; dies in adm_chan_close. */
 struct adm_chan_conn {
     int fd;
+    struct ucred cred;    /* the peer process, from SO_PEERCRED at accept */
+    uint64_t accepted_ms; /* a hello is due within ADM_CHAN_HELLO_DEADLINE_MS */
     bool helloed;
     bool want_out;
     struct adm_chan_peer peer;
@@ -152,6 +157,18 @@ static bool adm_chan_hello(struct adm_channel *ch, size_t i, const Switchyard__A
     if (!l.active || l.nonce != h->lease_nonce) {
         snprintf(why, why_len, "lease %u nonce %llu is not an active holding", h->lease_index,
                  (unsigned long long)h->lease_nonce);
+        return false;
+    }
+    /* Index and nonce are public (GET /status): only the process holding
+     * the lease may speak for it, or an impostor could evict the real data
+     * plane's connection or answer reset_load's question for it. */
+    uint64_t peer_ns = 0;
+    pid_t peer_pid = 0;
+    int prc = proc_pid_identity(c->cred.pid, &peer_ns, &peer_pid);
+    if (prc != 0 || peer_ns != l.pid_namespace || peer_pid != l.pid || h->pid != l.pid) {
+        snprintf(why, why_len,
+                 "peer pid %d (pid %d in its namespace) does not hold lease %u (held by pid %d)",
+                 (int)c->cred.pid, prc == 0 ? (int)peer_pid : -1, h->lease_index, (int)l.pid);
         return false;
     }
     /* A reconnect of the same holding replaces the older connection. */
@@ -314,7 +331,18 @@ static void adm_chan_accept(struct adm_channel *ch)
             close(fd);
             continue;
         }
+        socklen_t len = sizeof(c->cred);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) != 0 ||
+            c->cred.uid != geteuid()) {
+            log_warn("admin channel: refusing a peer of uid %d (this control plane runs as %u)",
+                     len == sizeof(c->cred) ? (int)c->cred.uid : -1, (unsigned)geteuid());
+            epoll_ctl(ch->epfd, EPOLL_CTL_DEL, fd, NULL);
+            free(c);
+            close(fd);
+            continue;
+        }
         c->fd = fd;
+        c->accepted_ms = proc_monotonic_ms();
         frame_reader_init(&c->rd);
         frame_writer_init(&c->wr);
         ch->conns[i] = c;
@@ -399,6 +427,11 @@ int adm_chan_fd(const struct adm_channel *ch)
 
 void adm_chan_run(struct adm_channel *ch, uint64_t now_ms)
 {
+    for (size_t i = 0; i < ADM_CHAN_MAX_CONNS; i++) {
+        struct adm_chan_conn *c = ch->conns[i];
+        if (c != NULL && !c->helloed && now_ms - c->accepted_ms > ADM_CHAN_HELLO_DEADLINE_MS)
+            adm_chan_close(ch, i, "no hello within 2 s");
+    }
     struct epoll_event evs[32];
     int n = epoll_wait(ch->epfd, evs, 32, 0);
     for (int k = 0; k < n; k++) {

@@ -27,11 +27,14 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "proto/frame.h"
+#include "shm/lease.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
 #include "tests/e2e/harness.h"
@@ -389,6 +392,113 @@ static void test_token_file_open_to_others_is_refused(void **state)
     assert_int_equal(h_proc_stop(cp, H_STOP_TIMEOUT_MS), 0);
 }
 
+static bool log_has_refused_impostor(void *arg)
+{
+    return log_contains(arg, "hello refused: peer pid");
+}
+
+/* GET /status's dataplanes[0].admin_channel (-1 when unreadable). */
+static int admin_channel_connected(const struct h_fleet *f)
+{
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/status", (unsigned)f->cfg.admin_port);
+    struct h_resp resp = {0};
+    if (h_http_get(url, &resp) != 0 || resp.status != 200) {
+        h_resp_fini(&resp);
+        return -1;
+    }
+    json_t *j = h_resp_json(&resp);
+    json_t *dp = json_array_get(json_object_get(j, "dataplanes"), 0);
+    json_t *ch = json_object_get(dp, "admin_channel");
+    int v = json_is_boolean(ch) ? json_is_true(ch) : -1;
+    json_decref(j);
+    h_resp_fini(&resp);
+    return v;
+}
+
+static bool channel_connected(void *arg)
+{
+    return admin_channel_connected(arg) == 1;
+}
+
+/*
+ * A same-uid process replays the data plane's lease index and nonce (both
+ * shown by GET /status) in a Hello of its own. The control plane must
+ * refuse it by the peer's credentials and keep the real data plane's
+ * connection; before, the impostor replaced it.
+ */
+static void test_admin_channel_impostor_is_refused(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
+    assert_int_equal(h_wait_until(channel_connected, &f, H_READY_TIMEOUT_MS), 0);
+    struct shm_lease_info lease = {0};
+    for (uint32_t i = 0; i < f.seg.max_dataplanes && !lease.active; i++)
+        shm_lease_snapshot(&f.seg, i, &lease);
+    assert_true(lease.active);
+
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    assert_true(strlen(f.cfg.admin_socket) < sizeof(sa.sun_path));
+    memcpy(sa.sun_path, f.cfg.admin_socket, strlen(f.cfg.admin_socket) + 1);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    Switchyard__Admin__Hello hello = SWITCHYARD__ADMIN__HELLO__INIT;
+    hello.protocol_version = ADMIN_PROTOCOL_VERSION;
+    hello.lease_index = lease.index;
+    hello.lease_nonce = lease.nonce;
+    hello.pid = lease.pid;
+    Switchyard__Admin__AdminMessage m = SWITCHYARD__ADMIN__ADMIN_MESSAGE__INIT;
+    m.body_case = SWITCHYARD__ADMIN__ADMIN_MESSAGE__BODY_HELLO;
+    m.hello = &hello;
+    uint8_t buf[256];
+    long n = frame_encode(&m, buf, sizeof(buf));
+    assert_true(n > 0);
+    assert_int_equal(write(fd, buf, (size_t)n), n);
+
+    /* Refused: the control plane closes the impostor's connection. */
+    char rd[64];
+    size_t len = 0;
+    while (h_fd_read_more(fd, rd, sizeof(rd), &len, H_READY_TIMEOUT_MS) > 0)
+        len = 0;
+    close(fd);
+    assert_int_equal(h_wait_until(log_has_refused_impostor, f.cp, H_READY_TIMEOUT_MS), 0);
+    assert_false(log_contains(f.cp, "replaced by a new connection for the same lease"));
+    assert_int_equal(admin_channel_connected(&f), 1);
+    h_fleet_stop(&f);
+}
+
+static bool log_has_hello_deadline(void *arg)
+{
+    return log_contains(arg, "no hello within 2 s");
+}
+
+/* Silent peers are dropped after the hello deadline instead of holding a
+ * slot of the channel's table forever. */
+static void test_admin_channel_silent_peer_is_dropped(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    assert_true(strlen(f.cfg.admin_socket) < sizeof(sa.sun_path));
+    memcpy(sa.sun_path, f.cfg.admin_socket, strlen(f.cfg.admin_socket) + 1);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    char rd[64];
+    size_t len = 0;
+    int64_t start = h_now_ms();
+    while (h_fd_read_more(fd, rd, sizeof(rd), &len, H_READY_TIMEOUT_MS) > 0)
+        len = 0;
+    int64_t closed_after = h_now_ms() - start;
+    close(fd);
+    assert_true(closed_after < H_READY_TIMEOUT_MS);
+    assert_int_equal(h_wait_until(log_has_hello_deadline, f.cp, H_READY_TIMEOUT_MS), 0);
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -400,6 +510,8 @@ int main(void)
         H_TEST(test_probes_ignore_proxy_variables),
         H_TEST(test_admin_api_without_token_stays_on_loopback),
         H_TEST(test_token_file_open_to_others_is_refused),
+        H_TEST(test_admin_channel_impostor_is_refused),
+        H_TEST(test_admin_channel_silent_peer_is_dropped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
