@@ -222,6 +222,13 @@ static void adm_drain(struct adm_ctx *ctx, const struct shm_worker_info *w, cons
     }
     bool draining = json_is_true(d);
     json_decref(root);
+    if (cp_reset_is_running_on(ctx->reset, w->slot, w->generation)) {
+        adm_reply_error(reply, 409,
+                        "a reset_load of worker '%s' is running; it restores the worker's draining "
+                        "state when it ends: retry then",
+                        w->id);
+        return;
+    }
     int rc = shm_registry_set_draining(ctx->seg, w->slot, draining);
     if (rc != 0) {
         adm_reply_error(reply, 404, "worker '%s' is gone", w->id);

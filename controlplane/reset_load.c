@@ -176,6 +176,11 @@ void cp_reset_on_reply(void *arg, uint32_t lease, uint64_t request_id, bool ok, 
         cp_reset_finish_async(r, false);
 }
 
+bool cp_reset_is_running_on(const struct cp_reset *r, uint32_t slot, uint32_t generation)
+{
+    return r != NULL && r->running && r->w.slot == slot && r->w.generation == generation;
+}
+
 int cp_reset_timeout_ms(const struct cp_reset *r, uint64_t now_ms)
 {
     if (r == NULL || !r->running || r->later.fn == NULL)

@@ -8,7 +8,9 @@
  *      answer 200 with the discarded amount; if any reports work, is not
  *      connected to the channel, or does not answer in time, change nothing
  *      and answer 409 with the per-dataplane counts;
- *   4. either way restore the worker's previous draining state.
+ *   4. either way restore the worker's previous draining state; a drain or
+ *      un-drain of that worker meanwhile is refused (409), so the state the
+ *      reset restores is always the operator's latest.
  * The HTTP request is suspended while the answers come in (the answer goes
  * out through the completion the caller registered): the loop never blocks.
  * One reset runs at a time; a second one gets 409 meanwhile.
@@ -40,6 +42,15 @@ void cp_reset_destroy(struct cp_reset *r);
  */
 int cp_reset_start(struct cp_reset *r, const struct shm_worker_info *w,
                    const struct adm_reply_later *later, struct adm_reply *reply);
+
+/*
+ * True while a reset of worker (slot, generation) runs. The drain route
+ * refuses to change such a worker's draining flag (409): the reset sets it
+ * and restores it at the end, so a change in between would either be
+ * overwritten or, an un-drain, let requests start after a data plane
+ * answered 0 and have their load zeroed.
+ */
+bool cp_reset_is_running_on(const struct cp_reset *r, uint32_t slot, uint32_t generation);
 
 /* Channel answers land here (adm_chan_reply_fn). */
 void cp_reset_on_reply(void *arg, uint32_t lease, uint64_t request_id, bool ok, uint64_t count);

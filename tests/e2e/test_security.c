@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -499,6 +500,85 @@ static void test_admin_channel_silent_peer_is_dropped(void **state)
     h_fleet_stop(&f);
 }
 
+static bool log_has_reset_start(void *arg)
+{
+    return log_contains(arg, "reset_load: worker w1 (slot");
+}
+
+struct drain_cond {
+    struct h_fleet *f;
+    bool draining;
+};
+
+static bool w1_draining_is(void *arg)
+{
+    struct drain_cond *c = arg;
+    struct shm_worker_info w;
+    return shm_registry_find(&c->f->seg, "w1", &w) == 0 && w.draining == c->draining;
+}
+
+static long admin_post(const struct h_fleet *f, const char *path, const char *body)
+{
+    char url[160];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", (unsigned)f->cfg.admin_port, path);
+    struct h_resp resp = {0};
+    int rc = h_http_post_json(url, body, &resp);
+    long status = rc == 0 ? resp.status : -1;
+    h_resp_fini(&resp);
+    return status;
+}
+
+/*
+ * One order of a drain change racing reset_load: the worker starts with
+ * `initially` draining; a reset is held open by a stopped data plane (it
+ * cannot answer); the operator asks for the opposite meanwhile. That must
+ * be refused (409), and the reset must end with the worker as the
+ * operator last left it. Before, the drain answered 200 and the reset then
+ * restored the state it saw at its start.
+ */
+static void drain_during_reset_case(bool initially)
+{
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
+    if (initially)
+        assert_int_equal(admin_post(&f, "/workers/w1/drain", "{\"draining\":true}"), 200);
+    assert_int_equal(h_proc_signal(f.dp, SIGSTOP), 0);
+    char url[160];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/workers/w1/reset_load",
+             (unsigned)f.cfg.admin_port);
+    struct h_async *reset = NULL;
+    assert_int_equal(h_async_start(url, "{}", NULL, &reset), 0);
+    /* The reset logs its start once it has marked the worker draining. */
+    assert_int_equal(h_wait_until(log_has_reset_start, f.cp, H_READY_TIMEOUT_MS), 0);
+    struct drain_cond c = {.f = &f, .draining = true};
+    assert_true(w1_draining_is(&c));
+    char body[40];
+    snprintf(body, sizeof(body), "{\"draining\":%s}", initially ? "false" : "true");
+    long drain_status = admin_post(&f, "/workers/w1/drain", body);
+
+    assert_int_equal(h_async_wait(reset, H_READY_TIMEOUT_MS), 0);
+    struct h_async_state st;
+    h_async_get_state(reset, &st);
+    assert_int_equal(h_proc_signal(f.dp, SIGCONT), 0);
+    assert_int_equal(st.status, 409); /* the stopped data plane did not answer */
+    assert_int_equal(drain_status, 409);
+    c.draining = initially;
+    assert_true(w1_draining_is(&c));
+    h_fleet_stop(&f);
+}
+
+static void test_drain_during_reset_is_refused(void **state)
+{
+    (void)state;
+    drain_during_reset_case(false);
+}
+
+static void test_undrain_during_reset_is_refused(void **state)
+{
+    (void)state;
+    drain_during_reset_case(true);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -512,6 +592,8 @@ int main(void)
         H_TEST(test_token_file_open_to_others_is_refused),
         H_TEST(test_admin_channel_impostor_is_refused),
         H_TEST(test_admin_channel_silent_peer_is_dropped),
+        H_TEST(test_drain_during_reset_is_refused),
+        H_TEST(test_undrain_during_reset_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
