@@ -8,8 +8,8 @@
  * is the only place an attempt's guard is released, apart from aborts
  * (client gone, timeout, shutdown), which detach the transfer first.
  *
- * The relay buffer (DP_OUT_CAP) sits between curl's write callback and
- * MHD's content reader. When a chunk does not fit, the write callback
+ * The request's relay buffer (relay.h) sits between curl's write callback
+ * and MHD's content reader. When a chunk does not fit, the write callback
  * pauses the transfer; the reader unpauses it once a full curl chunk fits
  * again, so memory per stream is bounded and a slow client slows its worker.
  */
@@ -26,6 +26,7 @@
 #include "dataplane/errors.h"
 #include "dataplane/listener.h"
 #include "dataplane/pd.h"
+#include "dataplane/relay.h"
 #include "dataplane/request.h"
 #include "dataplane/upstream.h"
 
@@ -480,9 +481,7 @@ size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
         a->state = DP_ATT_COLLECTING;
         return len;
     }
-    req->out = malloc(DP_OUT_INIT);
-    req->out_cap = DP_OUT_INIT;
-    if (req->out == NULL) {
+    if (dp_relay_open(&req->relay, !req->sse) != 0) {
         req->active = NULL;
         a->state = DP_ATT_DRAINING;
         fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
@@ -490,43 +489,11 @@ size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
     }
     a->state = DP_ATT_RELAYING;
     req->relay_status = status;
-    req->buffering = !req->sse;
-    req->relay_ready = !req->buffering;
+    req->relay_ready = !dp_relay_is_whole(&req->relay);
     fwd_drop_request_copies(req, a);
     if (req->relay_ready)
         dp_listener_wake(req);
     return len;
-}
-
-/*
- * Room for n more bytes at the relay buffer's tail: compacts, then grows it
- * up to DP_OUT_CAP (it starts at DP_OUT_INIT, so an idle stream costs a page,
- * not 64 KiB). 0, or -ENOSPC when the client is behind by DP_OUT_CAP (pause
- * the worker) or memory is short (the same: the client's reads make room).
- */
-static int fwd_out_reserve(struct dp_request *req, size_t n)
-{
-    size_t used = req->out_tail - req->out_head;
-    if (used + n > DP_OUT_CAP)
-        return -ENOSPC;
-    if (req->out_tail + n > req->out_cap && req->out_head > 0) {
-        memmove(req->out, req->out + req->out_head, used);
-        req->out_tail = used;
-        req->out_head = 0;
-    }
-    if (req->out_tail + n > req->out_cap) {
-        size_t cap = req->out_cap * 2;
-        while (cap < req->out_tail + n)
-            cap *= 2;
-        if (cap > DP_OUT_CAP)
-            cap = DP_OUT_CAP;
-        unsigned char *grown = realloc(req->out, cap);
-        if (grown == NULL)
-            return -ENOSPC;
-        req->out = grown;
-        req->out_cap = cap;
-    }
-    return 0;
 }
 
 size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
@@ -538,25 +505,23 @@ size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
         dp_pd_collect(req, data, len);
         return len;
     }
-    if (a->state != DP_ATT_RELAYING || req->client_gone || req->out == NULL)
+    if (a->state != DP_ATT_RELAYING || req->client_gone || !dp_relay_is_open(&req->relay))
         return len;
-    if (fwd_out_reserve(req, len) != 0) {
-        if (req->buffering) {
+    if (dp_relay_append(&req->relay, data, len) != 0) {
+        if (dp_relay_is_whole(&req->relay)) {
             /* Too large to send in one piece: relay it as it comes. */
-            req->buffering = false;
+            dp_relay_stream(&req->relay);
             req->relay_ready = true;
             dp_listener_wake(req);
         }
         a->paused = true;
         return CURL_WRITEFUNC_PAUSE;
     }
-    memcpy(req->out + req->out_tail, data, len);
-    req->out_tail += len;
     if (req->first_byte_ms == 0 && len > 0) {
         req->first_byte_ms = proc_monotonic_ms();
         dp_metrics_ttfb(&a->loop->sh->metrics, (req->first_byte_ms - req->start_ms) * 1000);
     }
-    if (!req->buffering)
+    if (!dp_relay_is_whole(&req->relay))
         dp_listener_wake(req);
     return len;
 }
@@ -565,21 +530,19 @@ size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
 static void fwd_cut_stream(struct dp_request *req, int status, const char *code, const char *msg)
 {
     dp_pd_finish(req, DP_PD_OUT_DECODE_ERROR);
-    if (req->buffering) {
+    if (dp_relay_is_whole(&req->relay)) {
         /* Nothing reached the client yet: an error answer, not a cut body. */
-        req->buffering = false;
+        dp_relay_stream(&req->relay);
         fwd_reply(req, status, code, msg);
         return;
     }
     req->up_done = true;
     req->up_failed = true;
-    if (req->sse && req->out != NULL) {
+    if (req->sse && dp_relay_is_open(&req->relay)) {
         char ev[512];
         size_t n = dp_error_sse_event(ev, sizeof(ev), status, code, msg);
-        if (n > 0 && fwd_out_reserve(req, n) == 0) {
-            memcpy(req->out + req->out_tail, ev, n);
-            req->out_tail += n;
-        }
+        if (n > 0)
+            (void)dp_relay_append(&req->relay, ev, n); /* no room: the stream is cut anyway */
     }
     dp_listener_wake(req);
 }
@@ -678,16 +641,10 @@ ssize_t dp_fwd_read(struct dp_request *req, char *buf, size_t max)
 {
     if (req->client_gone)
         return MHD_CONTENT_READER_END_WITH_ERROR;
-    size_t have = req->out_tail - req->out_head;
-    if (have > 0) {
-        size_t n = have < max ? have : max;
-        memcpy(buf, req->out + req->out_head, n);
-        req->out_head += n;
-        if (req->out_head == req->out_tail)
-            req->out_head = req->out_tail = 0;
+    if (dp_relay_pending(&req->relay) > 0) {
+        size_t n = dp_relay_read(&req->relay, buf, max);
         struct dp_attempt *a = req->active;
-        if (a != NULL && a->paused &&
-            DP_OUT_CAP - (req->out_tail - req->out_head) >= DP_UNPAUSE_ROOM)
+        if (a != NULL && a->paused && dp_relay_has_room(&req->relay, DP_UNPAUSE_ROOM))
             dp_up_unpause(a);
         return (ssize_t)n;
     }
@@ -707,9 +664,10 @@ void dp_fwd_cancel(struct dp_request *req, bool count_disconnect)
     req->client_gone = true;
     dp_pd_finish(req, dp_pd_abort_outcome(req));
     if (count_disconnect)
-        dp_metrics_disconnect(&req->loop->sh->metrics, req->relay_ready || req->buffering
-                                                           ? DP_PHASE_STREAM
-                                                           : DP_PHASE_HEADERS);
+        dp_metrics_disconnect(&req->loop->sh->metrics,
+                              req->relay_ready || dp_relay_is_whole(&req->relay)
+                                  ? DP_PHASE_STREAM
+                                  : DP_PHASE_HEADERS);
     fwd_unschedule_retry(req);
     dp_request_ref(req);
     while (req->attempt_list != NULL)

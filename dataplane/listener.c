@@ -27,6 +27,7 @@
 #include "common/proc.h"
 #include "dataplane/errors.h"
 #include "dataplane/forwarder.h"
+#include "dataplane/relay.h"
 #include "dataplane/request.h"
 #include "dataplane/routes.h"
 
@@ -125,7 +126,7 @@ void dp_listener_wake(struct dp_request *req)
  * on to its own end, as after a clean completion. */
 static bool lst_delivered(const struct dp_request *req)
 {
-    return req->relay_ready && req->up_done && req->out_head == req->out_tail;
+    return req->relay_ready && req->up_done && dp_relay_pending(&req->relay) == 0;
 }
 
 void dp_listener_client_event(struct dp_request *req, uint32_t events)
@@ -241,14 +242,13 @@ static void lst_add_relayed_headers(struct dp_request *req, struct MHD_Response 
 static enum MHD_Result lst_queue_relay(struct dp_request *req)
 {
     struct MHD_Response *resp;
-    if (req->buffering) {
-        /* The whole answer: one write of headers and body. MHD frees it.
-         * Nothing was read from it yet, so it starts at out_head 0. */
-        resp = MHD_create_response_from_buffer_with_free_callback(req->out_tail, req->out, free);
-        if (resp != NULL) {
-            req->out = NULL;
-            req->out_head = req->out_tail = req->out_cap = 0;
-        }
+    if (dp_relay_is_whole(&req->relay)) {
+        /* The whole answer: one write of headers and body. MHD frees it. */
+        size_t len = 0;
+        unsigned char *whole = dp_relay_release(&req->relay, &len);
+        resp = MHD_create_response_from_buffer_with_free_callback(len, whole, free);
+        if (resp == NULL)
+            free(whole);
     } else {
         resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, DP_RELAY_BLOCK, lst_reader, req,
                                                  NULL);

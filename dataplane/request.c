@@ -76,13 +76,12 @@ void dp_request_unref(struct dp_request *req)
     free(req->routing_text);
     req->routing_text = NULL;
     free(req->reply_body);
-    free(req->out);
+    dp_relay_fini(&req->relay);
     free(req->resp_hdrs);
     curl_slist_free_all(req->up_headers);
     dp_pd_fini(req);
     req->body = NULL;
     req->reply_body = NULL;
-    req->out = NULL;
     req->resp_hdrs = NULL;
     req->up_headers = NULL;
     dp_loop_bury(req->loop, req);

@@ -23,11 +23,10 @@
 
 #include "common/config.h"
 #include "dataplane/guard.h"
+#include "dataplane/relay.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
 
-#define DP_OUT_CAP  (64u * 1024u) /* per-request relay buffer toward the client, at most */
-#define DP_OUT_INIT (1u * 1024u)  /* ... and at first: SSE events and small answers fit */
 #define DP_RESP_HDRS_CAP                                                                           \
     1024u /* upstream response headers kept for the client (more are dropped) */
 #define DP_REQUEST_ID_MAX   128u
@@ -211,12 +210,9 @@ struct dp_request {
     char *resp_hdrs;
     size_t resp_hdrs_len;
     bool relay_ready; /* headers known, waiting for the handler to queue them */
-    /* A whole answer (not SSE) collected in out before anything is sent, so
-     * it leaves in one write with a Content-Length; past DP_OUT_CAP it is
-     * relayed like a stream. */
-    bool buffering;
-    unsigned char *out; /* DP_OUT_CAP bytes, allocated when relaying starts */
-    size_t out_head, out_tail, out_cap;
+    /* Toward the client, opened when relaying starts; a whole answer (not
+     * SSE) is collected in it before anything is sent (relay.h). */
+    struct dp_relay relay;
     bool up_done;   /* the worker's body ended (or was cut) */
     bool up_failed; /* ...abnormally: close the client connection with an error */
     bool sse;
