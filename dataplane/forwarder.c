@@ -25,7 +25,7 @@
 #include "common/proc.h"
 #include "dataplane/errors.h"
 #include "dataplane/listener.h"
-#include "dataplane/pd.h"
+#include "dataplane/legs.h"
 #include "dataplane/relay.h"
 #include "dataplane/request.h"
 #include "dataplane/upstream.h"
@@ -41,7 +41,7 @@ static void fwd_reply_body(struct dp_request *req, int status, char *body)
         free(body);
         return;
     }
-    dp_pd_finish(req, dp_pd_error_outcome(req)); /* P/D hook: an error ends the request */
+    dp_legs_next(req, DP_LEG_EV_FAILED, NULL); /* an error answer ends the plan */
     req->reply_status = status;
     req->reply_body = body;
     dp_listener_wake(req);
@@ -220,7 +220,7 @@ pick_again:;
     for (int pass = 0; pass < 2 && n == 0; pass++)
         for (size_t i = 0; i < v->n; i++) {
             const struct shm_worker_info *w = &v->w[i];
-            if (!dp_pd_is_eligible(req, w) || strcmp(w->model, req->model) != 0)
+            if (!req->leg->is_eligible(w) || strcmp(w->model, req->model) != 0)
                 continue;
             if (pass == 0 && fwd_was_tried(req, w->slot))
                 continue;
@@ -235,8 +235,8 @@ pick_again:;
         if (req->attempts == 0) {
             req->retry_after_s = 1;
             char msg[CFG_MODEL_MAX + 64];
-            snprintf(msg, sizeof(msg), "no healthy %sworker serves model '%s'",
-                     dp_pd_leg_label(req->pd.phase), req->model);
+            snprintf(msg, sizeof(msg), "no healthy %sworker serves model '%s'", req->leg->label,
+                     req->model);
             fwd_reply(req, 503, "no_healthy_worker", msg);
         } else {
             char msg[DP_CAUSE_MAX + 64];
@@ -259,12 +259,9 @@ pick_again:;
         .header_ctx = req,
     };
     const char *decision = NULL;
-    int pick = pol_pick(dp_pd_policy(loop, req), &pr, cands, n, &decision);
+    int pick = pol_pick(req->leg->policy(loop), &pr, cands, n, &decision);
     req->decision = decision;
-    if (req->pd.phase != DP_PD_NONE)
-        dp_metrics_pd_decision(&loop->sh->metrics, req->pd.phase, decision);
-    else
-        dp_metrics_decision(&loop->sh->metrics, decision);
+    req->leg->count_decision(&loop->sh->metrics, decision);
     if (pick < 0) {
         fwd_reply(req, 503, "no_worker_selected", "the routing policy selected no worker");
         goto out_free;
@@ -282,8 +279,8 @@ pick_again:;
     snprintf(a->worker_id, sizeof(a->worker_id), "%s", w->id);
     snprintf(req->worker_id, sizeof(req->worker_id), "%s", w->id);
     a->state = DP_ATT_WAITING;
-    a->leg = req->pd.phase;
-    dp_pd_leg_body(req, &a->body, &a->body_len);
+    a->leg = req->leg;
+    req->leg->body(req, &a->body, &a->body_len);
     a->started_ms = proc_monotonic_ms();
     fwd_set_deadline(a, a->started_ms + loop->sh->cfg->dataplane.first_byte_timeout_ms);
     int rc = dp_guard_acquire(&loop->sh->guards, &a->guard, w->slot, w->generation);
@@ -296,8 +293,8 @@ pick_again:;
     }
     if (rc != 0) {
         free(a);
-        snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: %s",
-                 dp_pd_leg_label(req->pd.phase), w->id, strerror(-rc));
+        snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: %s", req->leg->label,
+                 w->id, strerror(-rc));
         fwd_reply(req, 503, "no_healthy_worker", req->last_cause);
         goto out_free;
     }
@@ -312,7 +309,7 @@ pick_again:;
     rc = dp_up_start(a, url);
     if (rc != 0) {
         snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: cannot start transfer: %s",
-                 dp_pd_leg_label(a->leg), a->worker_id, strerror(-rc));
+                 a->leg->label, a->worker_id, strerror(-rc));
         attempt_end(a);
         fwd_reply(req, 500, "internal_error", req->last_cause);
     }
@@ -364,9 +361,10 @@ void dp_fwd_begin(struct dp_request *req)
         fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
         return;
     }
-    /* P/D hook: a model served by prefill and decode workers runs in two legs. */
-    if (dp_pd_applies(loop, req) && dp_pd_begin(req) != 0) {
-        fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
+    /* The plan (one leg, or prefill then decode) is chosen here, once. */
+    struct dp_leg_step step = {0};
+    if (dp_legs_begin(req, &step) == DP_LEG_ACT_ANSWER) {
+        fwd_reply_body(req, step.reply_status, step.reply_body);
         return;
     }
     fwd_try(req);
@@ -414,7 +412,7 @@ static void fwd_keep_header(struct dp_request *req, const char *line, size_t len
 
 /*
  * Relaying has begun, so no attempt will be made again: the routing text
- * goes, and so do the request's bodies (the client's and the P/D legs')
+ * goes, and so do the request's bodies (the client's and the plan's)
  * once curl has sent all of this attempt's. A held stream then costs the
  * same whatever the size of its prompt.
  */
@@ -432,7 +430,7 @@ static void fwd_drop_request_copies(struct dp_request *req, struct dp_attempt *a
     free(req->body);
     req->body = NULL;
     req->body_len = req->body_cap = 0;
-    dp_pd_fini(req);
+    dp_legs_next(req, DP_LEG_EV_SENT, NULL);
 }
 
 size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
@@ -469,15 +467,15 @@ size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
         req->active = NULL;
         req->last_status = (int)status;
         snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s answered HTTP %ld",
-                 dp_pd_leg_label(a->leg), a->worker_id, status);
+                 a->leg->label, a->worker_id, status);
         dp_metrics_upstream_error(&loop->sh->metrics, a->slot, DP_UPERR_STATUS);
         log_info("request %s: %s (attempt %u)", req->request_id, req->last_cause, req->attempts);
         fwd_failed(req, 502, "upstream_error");
         return len;
     }
-    if (a->leg == DP_PD_PREFILL) {
-        /* P/D hook: the router reads the prefill answer; the client never sees it. */
-        dp_pd_collect_reset(req);
+    if (a->leg->collects) {
+        /* The plan reads this answer; the client never sees it. */
+        dp_legs_next(req, DP_LEG_EV_RESPONSE, NULL);
         a->state = DP_ATT_COLLECTING;
         return len;
     }
@@ -502,7 +500,7 @@ size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
     /* Only ever later than before: the floor stays a lower bound. */
     a->deadline_ms = proc_monotonic_ms() + a->loop->sh->cfg->dataplane.idle_timeout_ms;
     if (a->state == DP_ATT_COLLECTING && req->active == a) {
-        dp_pd_collect(req, data, len);
+        a->leg->collect(req, data, len);
         return len;
     }
     if (a->state != DP_ATT_RELAYING || req->client_gone || !dp_relay_is_open(&req->relay))
@@ -529,7 +527,7 @@ size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
 /* Ends a relayed stream abnormally: an SSE error event when it is a stream. */
 static void fwd_cut_stream(struct dp_request *req, int status, const char *code, const char *msg)
 {
-    dp_pd_finish(req, DP_PD_OUT_DECODE_ERROR);
+    dp_legs_next(req, DP_LEG_EV_CUT, NULL);
     if (dp_relay_is_whole(&req->relay)) {
         /* Nothing reached the client yet: an error answer, not a cut body. */
         dp_relay_stream(&req->relay);
@@ -548,46 +546,45 @@ static void fwd_cut_stream(struct dp_request *req, int status, const char *code,
 }
 
 /*
- * P/D: a prefill leg's transfer ended (its guard already released) and a
- * is still the request's current attempt. A broken transfer is retried
- * like a connect failure; an error status goes to the client; a 2xx
- * starts the decode leg with the kv_transfer_params it carries.
+ * A collecting leg's transfer ended (its guard already released) and a is
+ * still the request's current attempt. A broken transfer is retried like a
+ * connect failure; a whole response goes to the plan, which answers the
+ * client or starts the next leg, whose attempts start afresh.
  */
-static void fwd_prefill_done(struct dp_attempt *a, CURLcode result)
+static void fwd_collected(struct dp_attempt *a, CURLcode result)
 {
     struct dp_request *req = a->req;
     struct dp_loop *loop = a->loop;
-    long status = a->status;
     char worker_id[CFG_ID_MAX];
     snprintf(worker_id, sizeof(worker_id), "%s", a->worker_id);
     if (result != CURLE_OK) {
         dp_metrics_upstream_error(&loop->sh->metrics, a->slot, DP_UPERR_TRANSFER);
-        snprintf(req->last_cause, sizeof(req->last_cause), "prefill worker %s: %s", worker_id,
-                 curl_easy_strerror(result));
+        snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: %s", a->leg->label,
+                 worker_id, curl_easy_strerror(result));
         log_info("request %s: %s (attempt %u)", req->request_id, req->last_cause, req->attempts);
         attempt_end(a);
         fwd_failed(req, 502, "upstream_error");
         return;
     }
+    struct dp_leg_step step = {.status = a->status, .worker_id = worker_id};
     attempt_end(a);
-    if (status < 200 || status >= 300) {
-        fwd_reply_body(req, (int)status, dp_pd_error_body(req, (int)status, worker_id));
+    switch (dp_legs_next(req, DP_LEG_EV_COLLECTED, &step)) {
+    case DP_LEG_ACT_ANSWER:
+        fwd_reply_body(req, step.reply_status, step.reply_body);
+        return;
+    case DP_LEG_ACT_NEXT:
+        /* The next leg has its own attempts, workers and backoff. */
+        req->attempts = 0;
+        req->n_tried = 0;
+        req->backoff_ms = loop->sh->cfg->dataplane.retry.backoff_ms;
+        req->last_status = 0;
+        req->last_cause[0] = '\0';
+        if (!req->client_gone && req->conn != NULL)
+            fwd_try(req);
+        return;
+    default:
         return;
     }
-    char err[DP_CAUSE_MAX + CFG_ID_MAX];
-    int rc = dp_pd_start_decode(req, worker_id, err, sizeof(err));
-    if (rc == -EPROTO) {
-        log_warn("request %s: %s", req->request_id, err);
-        dp_pd_finish(req, DP_PD_OUT_BAD_KV_PARAMS);
-        fwd_reply(req, 502, "bad_kv_transfer_params", err);
-        return;
-    }
-    if (rc != 0) {
-        fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
-        return;
-    }
-    if (!req->client_gone && req->conn != NULL)
-        fwd_try(req);
 }
 
 void dp_fwd_on_done(struct dp_attempt *a, CURLcode result)
@@ -606,7 +603,7 @@ void dp_fwd_on_done(struct dp_attempt *a, CURLcode result)
             log_info("request %s: stream cut: %s", req->request_id, msg);
             fwd_cut_stream(req, 502, "upstream_error", msg);
         } else {
-            dp_pd_finish(req, DP_PD_OUT_OK);
+            dp_legs_next(req, DP_LEG_EV_DONE, NULL);
             req->up_done = true;
             req->relay_ready = true; /* a buffered answer is whole now */
             dp_listener_wake(req);
@@ -614,16 +611,15 @@ void dp_fwd_on_done(struct dp_attempt *a, CURLcode result)
     } else if (state == DP_ATT_COLLECTING && req->active == a) {
         req->active = NULL;
         dp_request_ref(req);
-        fwd_prefill_done(a, result);
+        fwd_collected(a, result);
         dp_request_unref(req);
         return;
     } else if (state == DP_ATT_WAITING && req->active == a) {
         bool connect = result == CURLE_COULDNT_CONNECT || result == CURLE_COULDNT_RESOLVE_HOST ||
                        (result == CURLE_OPERATION_TIMEDOUT);
         dp_metrics_upstream_error(m, a->slot, connect ? DP_UPERR_CONNECT : DP_UPERR_TRANSFER);
-        snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: %s",
-                 dp_pd_leg_label(a->leg), a->worker_id,
-                 curl_easy_strerror(result != CURLE_OK ? result : CURLE_GOT_NOTHING));
+        snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: %s", a->leg->label,
+                 a->worker_id, curl_easy_strerror(result != CURLE_OK ? result : CURLE_GOT_NOTHING));
         log_info("request %s: %s (attempt %u)", req->request_id, req->last_cause, req->attempts);
         req->active = NULL;
         dp_request_ref(req);
@@ -662,7 +658,7 @@ void dp_fwd_cancel(struct dp_request *req, bool count_disconnect)
     if (req->client_gone)
         return;
     req->client_gone = true;
-    dp_pd_finish(req, dp_pd_abort_outcome(req));
+    dp_legs_next(req, DP_LEG_EV_ABORTED, NULL);
     if (count_disconnect)
         dp_metrics_disconnect(&req->loop->sh->metrics,
                               req->relay_ready || dp_relay_is_whole(&req->relay)
@@ -712,21 +708,20 @@ static void fwd_timeout(struct dp_attempt *a)
     struct dp_loop *loop = a->loop;
     enum dp_attempt_state state = a->state;
     bool active = req->active == a;
+    const char *label = a->leg->label; /* static: outlives a */
     char worker_id[CFG_ID_MAX];
     snprintf(worker_id, sizeof(worker_id), "%s", a->worker_id);
     dp_metrics_upstream_error(&loop->sh->metrics, a->slot, DP_UPERR_TIMEOUT);
     dp_request_ref(req);
     attempt_end(a);
     if (active && state == DP_ATT_COLLECTING) {
-        snprintf(req->last_cause, sizeof(req->last_cause),
-                 "prefill worker %s was silent for %llu ms", worker_id,
-                 (unsigned long long)loop->sh->cfg->dataplane.idle_timeout_ms);
+        snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s was silent for %llu ms",
+                 label, worker_id, (unsigned long long)loop->sh->cfg->dataplane.idle_timeout_ms);
         log_info("request %s: %s", req->request_id, req->last_cause);
         fwd_reply(req, 504, "upstream_timeout", req->last_cause);
     } else if (active && state == DP_ATT_WAITING) {
         snprintf(req->last_cause, sizeof(req->last_cause),
-                 "%sworker %s sent no response headers within %llu ms",
-                 dp_pd_leg_label(req->pd.phase), worker_id,
+                 "%sworker %s sent no response headers within %llu ms", label, worker_id,
                  (unsigned long long)loop->sh->cfg->dataplane.first_byte_timeout_ms);
         log_info("request %s: %s", req->request_id, req->last_cause);
         fwd_reply(req, 504, "upstream_timeout", req->last_cause);

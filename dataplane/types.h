@@ -117,6 +117,7 @@ enum dp_req_phase {
     DP_REQ_REPLIED,    /* a response was queued (ours or relayed) */
 };
 
+struct dp_leg;
 struct dp_request;
 struct dp_loop;
 
@@ -147,8 +148,8 @@ struct dp_attempt {
     uint32_t generation;
     char worker_id[CFG_ID_MAX];
     long status;
-    enum dp_pd_phase leg; /* DP_PD_NONE for a plain request */
-    const char *body;     /* borrowed from req: what this attempt POSTs */
+    const struct dp_leg *leg; /* the leg it runs (legs.h; static) */
+    const char *body;         /* borrowed from req: what this attempt POSTs */
     size_t body_len;
     bool paused; /* the write callback returned CURL_WRITEFUNC_PAUSE */
     uint64_t started_ms;
@@ -228,7 +229,8 @@ struct dp_request {
     struct dp_request *rprev, *rnext; /* loop->retrying while retry_at_ms != 0 */
     struct dp_attempt *attempt_list;  /* live attempts of this request */
     int final_status;                 /* what the client was sent, for metrics */
-    struct dp_pd_state pd;            /* prefill/decode legs (pd.h) */
+    const struct dp_leg *leg;         /* the plan's current leg (legs.h); NULL until forwarding */
+    struct dp_pd_state pd;            /* the prefill/decode plan's state (pd.h) */
     struct dp_request *lprev, *lnext; /* loop->requests while MHD knows it */
 
     struct dp_request *dead_next; /* loop->graveyard */
