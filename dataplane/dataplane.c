@@ -193,8 +193,8 @@ static void dp_hot_accept(struct dp_daemon *d)
     int fds[HR_MAX_SOCKETS];
     unsigned n = 0;
     for (unsigned i = 0; i < d->n_loops && n < HR_MAX_SOCKETS; i++)
-        if (d->loops[i].listen_fd >= 0)
-            fds[n++] = d->loops[i].listen_fd;
+        if (dp_listener_socket(&d->loops[i]) >= 0)
+            fds[n++] = dp_listener_socket(&d->loops[i]);
     if (why[0] == '\0' && n == 0)
         snprintf(why, sizeof(why), "pid %d has no listening socket to hand over", (int)getpid());
     if (why[0] != '\0') {
@@ -568,7 +568,7 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
 out_stop_loops:
     /* Inherited sockets a daemon took are closed when it stops. */
     for (unsigned i = 0; i < d.n_loops && i < take.n_sockets; i++)
-        if (d.loops[i].mhd != NULL)
+        if (dp_listener_is_running(&d.loops[i]))
             take.sockets[i] = -1;
     adm_client_destroy(d.admin);
     dp_stop_loops(&d);

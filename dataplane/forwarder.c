@@ -25,6 +25,7 @@
 #include "common/proc.h"
 #include "dataplane/errors.h"
 #include "dataplane/listener.h"
+#include "dataplane/loop.h"
 #include "dataplane/legs.h"
 #include "dataplane/relay.h"
 #include "dataplane/request.h"
@@ -57,10 +58,10 @@ static void fwd_reply(struct dp_request *req, int status, const char *code, cons
 static void attempt_link(struct dp_attempt *a)
 {
     struct dp_loop *loop = a->loop;
-    a->next = loop->attempts;
-    if (loop->attempts != NULL)
-        loop->attempts->prev = a;
-    loop->attempts = a;
+    a->next = loop->fwd.attempts;
+    if (loop->fwd.attempts != NULL)
+        loop->fwd.attempts->prev = a;
+    loop->fwd.attempts = a;
     a->sibling = a->req->attempt_list;
     a->req->attempt_list = a;
 }
@@ -71,7 +72,7 @@ static void attempt_unlink(struct dp_attempt *a)
     if (a->prev != NULL)
         a->prev->next = a->next;
     else
-        loop->attempts = a->next;
+        loop->fwd.attempts = a->next;
     if (a->next != NULL)
         a->next->prev = a->prev;
     struct dp_attempt **pp = &a->req->attempt_list;
@@ -98,8 +99,8 @@ static void attempt_end(struct dp_attempt *a)
 static void fwd_set_deadline(struct dp_attempt *a, uint64_t deadline_ms)
 {
     a->deadline_ms = deadline_ms;
-    if (deadline_ms < a->loop->deadline_floor_ms)
-        a->loop->deadline_floor_ms = deadline_ms;
+    if (deadline_ms < a->loop->fwd.deadline_floor_ms)
+        a->loop->fwd.deadline_floor_ms = deadline_ms;
 }
 
 static bool fwd_was_tried(const struct dp_request *req, uint32_t slot)
@@ -134,10 +135,10 @@ static void fwd_schedule_retry(struct dp_request *req)
     req->backoff_ms =
         req->backoff_ms * 2 > rc->backoff_max_ms ? rc->backoff_max_ms : req->backoff_ms * 2;
     req->rprev = NULL;
-    req->rnext = loop->retrying;
-    if (loop->retrying != NULL)
-        loop->retrying->rprev = req;
-    loop->retrying = req;
+    req->rnext = loop->fwd.retrying;
+    if (loop->fwd.retrying != NULL)
+        loop->fwd.retrying->rprev = req;
+    loop->fwd.retrying = req;
     dp_request_ref(req);
 }
 
@@ -148,7 +149,7 @@ static void fwd_unschedule_retry(struct dp_request *req)
     if (req->rprev != NULL)
         req->rprev->rnext = req->rnext;
     else
-        req->loop->retrying = req->rnext;
+        req->loop->fwd.retrying = req->rnext;
     if (req->rnext != NULL)
         req->rnext->rprev = req->rprev;
     req->retry_at_ms = 0;
@@ -189,27 +190,27 @@ static void fwd_try(struct dp_request *req)
     struct dp_workers *v = &loop->workers;
     dp_workers_refresh(v);
     size_t cap = v->cap ? v->cap : 1; /* v->n never exceeds it */
-    if (loop->pick_cands == NULL) {
-        loop->pick_cands = malloc(sizeof(*loop->pick_cands) * cap);
-        loop->pick_slots = malloc(sizeof(*loop->pick_slots) * cap * 2);
-        loop->pick_loads = malloc(sizeof(*loop->pick_loads) * cap);
-        loop->pick_refused = malloc(sizeof(*loop->pick_refused) * cap);
+    if (loop->fwd.pick_cands == NULL) {
+        loop->fwd.pick_cands = malloc(sizeof(*loop->fwd.pick_cands) * cap);
+        loop->fwd.pick_slots = malloc(sizeof(*loop->fwd.pick_slots) * cap * 2);
+        loop->fwd.pick_loads = malloc(sizeof(*loop->fwd.pick_loads) * cap);
+        loop->fwd.pick_refused = malloc(sizeof(*loop->fwd.pick_refused) * cap);
     }
-    struct pol_candidate *cands = loop->pick_cands;
-    uint32_t *slots = loop->pick_slots;
-    uint64_t *loads = loop->pick_loads;
+    struct pol_candidate *cands = loop->fwd.pick_cands;
+    uint32_t *slots = loop->fwd.pick_slots;
+    uint64_t *loads = loop->fwd.pick_loads;
     /* Workers that refused a guard in this call (draining since the snapshot
      * was taken, or removed): never picked again by this call. */
-    uint32_t *refused = loop->pick_refused;
+    uint32_t *refused = loop->fwd.pick_refused;
     size_t n_refused = 0;
     if (cands == NULL || slots == NULL || loads == NULL || refused == NULL) {
         free(cands);
         free(slots);
         free(loads);
         free(refused);
-        loop->pick_cands = NULL;
-        loop->pick_slots = loop->pick_refused = NULL;
-        loop->pick_loads = NULL;
+        loop->fwd.pick_cands = NULL;
+        loop->fwd.pick_slots = loop->fwd.pick_refused = NULL;
+        loop->fwd.pick_loads = NULL;
         fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
         return;
     }
@@ -323,6 +324,7 @@ void dp_fwd_begin(struct dp_request *req)
 {
     struct dp_loop *loop = req->loop;
     req->phase = DP_REQ_FORWARDING;
+    req->backoff_ms = loop->sh->cfg->dataplane.retry.backoff_ms;
     if (req->body_too_large) {
         char msg[96];
         snprintf(msg, sizeof(msg), "request body exceeds the limit of %llu bytes",
@@ -433,7 +435,7 @@ static void fwd_drop_request_copies(struct dp_request *req, struct dp_attempt *a
     dp_legs_next(req, DP_LEG_EV_SENT, NULL);
 }
 
-size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
+static size_t fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
 {
     struct dp_request *req = a->req;
     if (a->state != DP_ATT_WAITING)
@@ -494,7 +496,7 @@ size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
     return len;
 }
 
-size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
+static size_t fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
 {
     struct dp_request *req = a->req;
     /* Only ever later than before: the floor stays a lower bound. */
@@ -587,7 +589,7 @@ static void fwd_collected(struct dp_attempt *a, CURLcode result)
     }
 }
 
-void dp_fwd_on_done(struct dp_attempt *a, CURLcode result)
+static void fwd_on_done(struct dp_attempt *a, CURLcode result)
 {
     struct dp_request *req = a->req;
     struct dp_metrics *m = &a->loop->sh->metrics;
@@ -630,6 +632,12 @@ void dp_fwd_on_done(struct dp_attempt *a, CURLcode result)
     }
     attempt_end(a);
 }
+
+const struct dp_up_handlers dp_fwd_up_handlers = {
+    .on_header = fwd_on_header,
+    .on_body = fwd_on_body,
+    .on_done = fwd_on_done,
+};
 
 /* ---- the client side --------------------------------------------------------- */
 
@@ -676,8 +684,8 @@ void dp_fwd_abort_all(struct dp_loop *loop)
 {
     for (struct dp_request *r = loop->requests; r != NULL; r = r->lnext)
         dp_fwd_cancel(r, false);
-    while (loop->attempts != NULL)
-        attempt_end(loop->attempts);
+    while (loop->fwd.attempts != NULL)
+        attempt_end(loop->fwd.attempts);
 }
 
 void dp_fwd_cut_all(struct dp_loop *loop, const char *msg)
@@ -696,8 +704,8 @@ void dp_fwd_cut_all(struct dp_loop *loop, const char *msg)
             fwd_reply(r, 503, "shutting_down", msg);
         dp_request_unref(r);
     }
-    while (loop->attempts != NULL)
-        attempt_end(loop->attempts);
+    while (loop->fwd.attempts != NULL)
+        attempt_end(loop->fwd.attempts);
 }
 
 /* ---- timers -------------------------------------------------------------------- */
@@ -737,11 +745,11 @@ static void fwd_timeout(struct dp_attempt *a)
 
 void dp_fwd_tick(struct dp_loop *loop, uint64_t now_ms)
 {
-    if (now_ms >= loop->deadline_floor_ms) {
+    if (now_ms >= loop->fwd.deadline_floor_ms) {
         /* Deadlines set during the walk (a timeout's retry) lower it. */
-        loop->deadline_floor_ms = UINT64_MAX;
+        loop->fwd.deadline_floor_ms = UINT64_MAX;
         uint64_t floor = UINT64_MAX;
-        struct dp_attempt *a = loop->attempts;
+        struct dp_attempt *a = loop->fwd.attempts;
         while (a != NULL) {
             struct dp_attempt *next = a->next;
             if (a->deadline_ms != 0 && now_ms >= a->deadline_ms)
@@ -750,11 +758,11 @@ void dp_fwd_tick(struct dp_loop *loop, uint64_t now_ms)
                 floor = a->deadline_ms;
             a = next;
         }
-        if (floor < loop->deadline_floor_ms)
-            loop->deadline_floor_ms = floor;
+        if (floor < loop->fwd.deadline_floor_ms)
+            loop->fwd.deadline_floor_ms = floor;
     }
     /* fwd_timeout ends only `a`, so the saved next stays valid. */
-    struct dp_request *r = loop->retrying;
+    struct dp_request *r = loop->fwd.retrying;
     while (r != NULL) {
         struct dp_request *next = r->rnext;
         if (now_ms >= r->retry_at_ms) {
@@ -766,4 +774,29 @@ void dp_fwd_tick(struct dp_loop *loop, uint64_t now_ms)
         }
         r = next;
     }
+}
+
+/* ---- the loop's state ------------------------------------------------------------ */
+
+void dp_fwd_release(struct dp_request *req)
+{
+    dp_relay_fini(&req->relay);
+    dp_legs_next(req, DP_LEG_EV_FREE, NULL);
+}
+
+bool dp_fwd_has_attempts(const struct dp_loop *loop)
+{
+    return loop->fwd.attempts != NULL;
+}
+
+void dp_fwd_fini(struct dp_loop *loop)
+{
+    struct dp_fwd *f = &loop->fwd;
+    free(f->pick_cands);
+    free(f->pick_slots);
+    free(f->pick_loads);
+    free(f->pick_refused);
+    f->pick_cands = NULL;
+    f->pick_slots = f->pick_refused = NULL;
+    f->pick_loads = NULL;
 }

@@ -39,6 +39,7 @@ enum dp_leg_event {
     DP_LEG_EV_FAILED,    /* the request ends with an error answer of the router's */
     DP_LEG_EV_CUT,       /* the relayed body was cut (the worker failed or timed out) */
     DP_LEG_EV_ABORTED,   /* the client left */
+    DP_LEG_EV_FREE,      /* the request dies: the plan frees its state */
     DP_LEG_EV_COUNT,
 };
 

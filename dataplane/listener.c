@@ -27,6 +27,7 @@
 #include "common/proc.h"
 #include "dataplane/errors.h"
 #include "dataplane/forwarder.h"
+#include "dataplane/loop.h"
 #include "dataplane/relay.h"
 #include "dataplane/request.h"
 #include "dataplane/routes.h"
@@ -71,7 +72,7 @@ static void lst_dequeue_watch(struct dp_request *req)
     if (req->wprev != NULL)
         req->wprev->wnext = req->wnext;
     else
-        req->loop->watch_queue = req->wnext;
+        req->loop->lst.watch_queue = req->wnext;
     if (req->wnext != NULL)
         req->wnext->wprev = req->wprev;
     req->wprev = req->wnext = NULL;
@@ -83,17 +84,17 @@ void dp_listener_watch_soon(struct dp_request *req)
     if (req->watching || req->watch_queued || req->conn == NULL)
         return;
     req->wprev = NULL;
-    req->wnext = req->loop->watch_queue;
+    req->wnext = req->loop->lst.watch_queue;
     if (req->wnext != NULL)
         req->wnext->wprev = req;
-    req->loop->watch_queue = req;
+    req->loop->lst.watch_queue = req;
     req->watch_queued = true;
 }
 
 void dp_listener_watch_queued(struct dp_loop *loop)
 {
-    while (loop->watch_queue != NULL) {
-        struct dp_request *req = loop->watch_queue;
+    while (loop->lst.watch_queue != NULL) {
+        struct dp_request *req = loop->lst.watch_queue;
         lst_dequeue_watch(req);
         if (req->suspended && !req->client_gone)
             lst_watch(req);
@@ -115,7 +116,7 @@ void dp_listener_wake(struct dp_request *req)
     if (!req->suspended || req->conn == NULL)
         return;
     req->suspended = false;
-    req->loop->mhd_due = true;
+    req->loop->lst.due = true;
     MHD_resume_connection(req->conn);
 }
 
@@ -327,6 +328,14 @@ static enum MHD_Result lst_begin(struct dp_request *req)
     return MHD_YES;
 }
 
+/* A request's last reference went: what forwarding hung on it goes, and
+ * the loop frees it at the end of its pass. */
+static void lst_release(struct dp_request *req)
+{
+    dp_fwd_release(req);
+    dp_loop_bury(req->loop, req);
+}
+
 static enum MHD_Result lst_handler(void *cls, struct MHD_Connection *conn, const char *url,
                                    const char *method, const char *version, const char *upload_data,
                                    size_t *upload_data_size, void **con_cls)
@@ -334,9 +343,14 @@ static enum MHD_Result lst_handler(void *cls, struct MHD_Connection *conn, const
     struct dp_loop *loop = cls;
     struct dp_request *req = *con_cls;
     if (req == NULL) {
-        req = dp_request_create(loop, conn, url, method);
+        req = dp_request_create(loop, conn, url, method, loop->sh->cfg->dataplane.max_body,
+                                lst_release);
         if (req == NULL)
             return MHD_NO; /* out of memory: MHD closes this connection only */
+        req->lnext = loop->requests;
+        if (loop->requests != NULL)
+            loop->requests->lprev = req;
+        loop->requests = req;
         *con_cls = req;
         struct dp_conn *dc = lst_conn_of(conn);
         if (dc != NULL)
@@ -439,10 +453,10 @@ static void lst_notify_connection(void *cls, struct MHD_Connection *conn, void *
         if (dc == NULL)
             return; /* untracked: closed when the daemon stops, not earlier */
         dc->conn = conn;
-        dc->next = loop->conns;
-        if (loop->conns != NULL)
-            loop->conns->prev = dc;
-        loop->conns = dc;
+        dc->next = loop->lst.conns;
+        if (loop->lst.conns != NULL)
+            loop->lst.conns->prev = dc;
+        loop->lst.conns = dc;
         if (loop->draining)
             lst_close_when_idle(dc);
         return;
@@ -454,7 +468,7 @@ static void lst_notify_connection(void *cls, struct MHD_Connection *conn, void *
     if (dc->prev != NULL)
         dc->prev->next = dc->next;
     else
-        loop->conns = dc->next;
+        loop->lst.conns = dc->next;
     if (dc->next != NULL)
         dc->next->prev = dc->prev;
     free(dc);
@@ -474,7 +488,7 @@ int dp_listener_start(struct dp_loop *loop)
      * connections waiting in its accept queue are not lost. */
     int inherited = loop->index < sh->n_inherited ? sh->inherited[loop->index] : -1;
     if (inherited >= 0)
-        loop->mhd =
+        loop->lst.mhd =
             MHD_start_daemon(flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_LISTEN_SOCKET,
                              (MHD_socket)inherited, MHD_OPTION_NOTIFY_COMPLETED, lst_completed,
                              loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
@@ -482,28 +496,28 @@ int dp_listener_start(struct dp_loop *loop)
                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
     else
-        loop->mhd = MHD_start_daemon(
+        loop->lst.mhd = MHD_start_daemon(
             flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_SOCK_ADDR, &sh->listen_addr,
             MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_NOTIFY_COMPLETED,
             lst_completed, loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
             MHD_OPTION_CONNECTION_LIMIT, (unsigned int)DP_MAX_CONNECTIONS,
             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
             MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
-    if (loop->mhd == NULL)
+    if (loop->lst.mhd == NULL)
         return -EADDRINUSE;
-    const union MHD_DaemonInfo *li = MHD_get_daemon_info(loop->mhd, MHD_DAEMON_INFO_LISTEN_FD);
-    loop->listen_fd = li != NULL ? (int)li->listen_fd : -1;
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(loop->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    const union MHD_DaemonInfo *li = MHD_get_daemon_info(loop->lst.mhd, MHD_DAEMON_INFO_LISTEN_FD);
+    loop->lst.listen_fd = li != NULL ? (int)li->listen_fd : -1;
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(loop->lst.mhd, MHD_DAEMON_INFO_EPOLL_FD);
     if (di == NULL) {
-        MHD_stop_daemon(loop->mhd);
-        loop->mhd = NULL;
+        MHD_stop_daemon(loop->lst.mhd);
+        loop->lst.mhd = NULL;
         return -EINVAL;
     }
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = DP_TAG_MHD};
     if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, di->epoll_fd, &ev) != 0) {
         int rc = -errno;
-        MHD_stop_daemon(loop->mhd);
-        loop->mhd = NULL;
+        MHD_stop_daemon(loop->lst.mhd);
+        loop->lst.mhd = NULL;
         return rc;
     }
     return 0;
@@ -514,29 +528,61 @@ void dp_listener_quiesce(struct dp_loop *loop)
     /* Once only (drain, then stop, both quiesce): closing what a second
      * MHD_quiesce_daemon returns could close a fd number another loop's
      * new connection reused meanwhile (seen under ASan: MHD aborts). */
-    if (loop->mhd == NULL || loop->quiesced)
+    if (loop->lst.mhd == NULL || loop->lst.quiesced)
         return;
-    loop->quiesced = true;
-    MHD_socket s = MHD_quiesce_daemon(loop->mhd);
+    loop->lst.quiesced = true;
+    MHD_socket s = MHD_quiesce_daemon(loop->lst.mhd);
     /* After a hot restart the successor holds the same socket: closing our
      * copy leaves its accept queue to the successor. */
     if (s != MHD_INVALID_SOCKET)
         close(s);
-    loop->listen_fd = -1;
-    for (struct dp_conn *dc = loop->conns; dc != NULL; dc = dc->next)
+    loop->lst.listen_fd = -1;
+    for (struct dp_conn *dc = loop->lst.conns; dc != NULL; dc = dc->next)
         lst_close_when_idle(dc);
 }
 
 void dp_listener_close_idle(struct dp_loop *loop)
 {
-    for (struct dp_conn *dc = loop->conns; dc != NULL; dc = dc->next)
+    for (struct dp_conn *dc = loop->lst.conns; dc != NULL; dc = dc->next)
         lst_close_when_idle(dc);
+}
+
+bool dp_listener_is_running(const struct dp_loop *loop)
+{
+    return loop->lst.mhd != NULL;
+}
+
+int dp_listener_socket(const struct dp_loop *loop)
+{
+    return loop->lst.listen_fd;
+}
+
+int64_t dp_listener_timeout_ms(const struct dp_loop *loop)
+{
+    if (loop->lst.due)
+        return 0;
+    MHD_UNSIGNED_LONG_LONG mt;
+    if (loop->lst.mhd != NULL && MHD_get_timeout(loop->lst.mhd, &mt) == MHD_YES)
+        return (int64_t)mt;
+    return -1;
+}
+
+void dp_listener_run(struct dp_loop *loop, bool events)
+{
+    if (loop->lst.mhd == NULL)
+        return;
+    MHD_UNSIGNED_LONG_LONG mt;
+    /* MHD's epoll fd does not report our own resumes: track them. */
+    if (events || loop->lst.due || (MHD_get_timeout(loop->lst.mhd, &mt) == MHD_YES && mt == 0)) {
+        loop->lst.due = false;
+        MHD_run(loop->lst.mhd);
+    }
 }
 
 void dp_listener_stop(struct dp_loop *loop)
 {
-    if (loop->mhd == NULL)
+    if (loop->lst.mhd == NULL)
         return;
-    MHD_stop_daemon(loop->mhd);
-    loop->mhd = NULL;
+    MHD_stop_daemon(loop->lst.mhd);
+    loop->lst.mhd = NULL;
 }

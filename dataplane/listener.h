@@ -12,10 +12,38 @@
 #ifndef SY_DATAPLANE_LISTENER_H
 #define SY_DATAPLANE_LISTENER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
-#include "dataplane/loop.h"
+struct MHD_Connection;
+struct MHD_Daemon;
+struct dp_loop;
+struct dp_request;
 
+/*
+ * One client connection MHD holds open, tracked so a draining loop can
+ * close the idle keep-alive ones. Owned by its loop's listener: created
+ * and freed by MHD's connection notifications.
+ */
+struct dp_conn {
+    struct MHD_Connection *conn;
+    struct dp_request *req; /* the request in progress on it, or NULL when idle */
+    bool closing;           /* given a short timeout to close while idle */
+    struct dp_conn *prev, *next;
+};
+
+/* A loop's HTTP side (in struct dp_loop; touched only here). */
+struct dp_lst {
+    struct MHD_Daemon *mhd;
+    int listen_fd;                  /* the daemon's listening socket (set once at start) */
+    struct dp_conn *conns;          /* every open client connection */
+    struct dp_request *watch_queue; /* parked, not yet watched */
+    bool quiesced;                  /* the daemon stopped accepting (dp_listener_quiesce ran) */
+    bool due;                       /* run MHD at the end of this pass (a resume) */
+};
+
+/* Starts the loop's daemon: on the predecessor's socket after a hot
+ * restart, else bound to the listen address. 0 or -errno. */
 int dp_listener_start(struct dp_loop *loop);
 /* Stops accepting new connections (drain); in-flight ones continue. */
 void dp_listener_quiesce(struct dp_loop *loop);
@@ -23,6 +51,21 @@ void dp_listener_stop(struct dp_loop *loop);
 /* Draining: closes keep-alive connections once they are idle (call again
  * as requests finish; each connection is handled once). */
 void dp_listener_close_idle(struct dp_loop *loop);
+
+/* True from a successful dp_listener_start to dp_listener_stop: the daemon
+ * owns the socket it serves (an inherited one is closed when it stops). */
+bool dp_listener_is_running(const struct dp_loop *loop);
+
+/* The daemon's listening socket, or -1 (not started, or quiesced). */
+int dp_listener_socket(const struct dp_loop *loop);
+
+/* Milliseconds until MHD wants to run: 0 when a resume is pending, -1 when
+ * it has no timer. */
+int64_t dp_listener_timeout_ms(const struct dp_loop *loop);
+
+/* Runs MHD when it has work: events (its epoll fd was ready), a pending
+ * resume, or an expired timer. */
+void dp_listener_run(struct dp_loop *loop, bool events);
 
 /* Lets MHD process req again (resume) if it is suspended. */
 void dp_listener_wake(struct dp_request *req);

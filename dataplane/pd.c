@@ -25,7 +25,8 @@
 #include "dataplane/errors.h"
 #include "dataplane/json_skeleton.h"
 #include "dataplane/metrics.h"
-#include "dataplane/request.h"
+#include "dataplane/loop.h"
+#include "dataplane/random64.h"
 
 /* ---- bodies ------------------------------------------------------------------ */
 
@@ -174,17 +175,17 @@ int dp_pd_loop_init(struct dp_loop *loop)
     m->pd_policy[DP_PD_DECODE] = cfg_policy_name_str(loop->sh->cfg->policy.decode.name);
     struct cfg_policy pc = loop->sh->cfg->policy;
     pc.name = loop->sh->cfg->policy.prefill.name;
-    int rc = pol_create(&pc, &loop->pol_prefill);
+    int rc = pol_create(&pc, &loop->pd.prefill);
     if (rc != 0)
         return rc;
     pc.name = loop->sh->cfg->policy.decode.name;
-    return pol_create(&pc, &loop->pol_decode);
+    return pol_create(&pc, &loop->pd.decode);
 }
 
 void dp_pd_loop_fini(struct dp_loop *loop)
 {
-    pol_destroy(&loop->pol_prefill);
-    pol_destroy(&loop->pol_decode);
+    pol_destroy(&loop->pd.prefill);
+    pol_destroy(&loop->pd.decode);
 }
 
 bool dp_pd_applies(struct dp_loop *loop, const struct dp_request *req)
@@ -216,12 +217,12 @@ static bool pd_decode_eligible(const struct shm_worker_info *w)
 
 static struct pol_policy *pd_prefill_policy(struct dp_loop *loop)
 {
-    return &loop->pol_prefill;
+    return &loop->pd.prefill;
 }
 
 static struct pol_policy *pd_decode_policy(struct dp_loop *loop)
 {
-    return &loop->pol_decode;
+    return &loop->pd.decode;
 }
 
 static void pd_prefill_leg_body(const struct dp_request *req, const char **body, size_t *len)
@@ -409,6 +410,16 @@ static enum dp_leg_action pd_collected(struct dp_request *req, struct dp_leg_ste
     return DP_LEG_ACT_NEXT;
 }
 
+/* Frees what req->pd owns: its bodies once sent, everything when req dies. */
+static void pd_free(struct dp_request *req)
+{
+    struct dp_pd_state *pd = &req->pd;
+    free(pd->prefill_body);
+    free(pd->decode_body);
+    free(pd->resp);
+    pd->prefill_body = pd->decode_body = pd->resp = NULL;
+}
+
 static enum dp_leg_action pd_next(struct dp_request *req, enum dp_leg_event ev,
                                   struct dp_leg_step *step)
 {
@@ -422,7 +433,8 @@ static enum dp_leg_action pd_next(struct dp_request *req, enum dp_leg_event ev,
     case DP_LEG_EV_COLLECTED:
         return pd_collected(req, step);
     case DP_LEG_EV_SENT:
-        dp_pd_fini(req);
+    case DP_LEG_EV_FREE:
+        pd_free(req);
         break;
     case DP_LEG_EV_DONE:
         pd_finish(req, DP_PD_OUT_OK);
@@ -440,13 +452,4 @@ static enum dp_leg_action pd_next(struct dp_request *req, enum dp_leg_event ev,
         break;
     }
     return DP_LEG_ACT_CONTINUE;
-}
-
-void dp_pd_fini(struct dp_request *req)
-{
-    struct dp_pd_state *pd = &req->pd;
-    free(pd->prefill_body);
-    free(pd->decode_body);
-    free(pd->resp);
-    pd->prefill_body = pd->decode_body = pd->resp = NULL;
 }

@@ -34,7 +34,16 @@
 #include <stddef.h>
 
 #include "dataplane/legs.h"
-#include "dataplane/loop.h"
+#include "dataplane/policy.h"
+
+struct dp_loop;
+struct dp_request;
+
+/* A loop's P/D state (in struct dp_loop; touched only here): the legs'
+ * policies, policy.prefill and policy.decode. */
+struct dp_pd_loop {
+    struct pol_policy prefill, decode;
+};
 
 #define DP_PD_RESP_MAX (4u << 20) /* largest prefill response kept */
 
@@ -60,7 +69,7 @@ int dp_pd_decode_body(const char *body, size_t len, const char *resp, size_t res
 
 /* ---- legs ------------------------------------------------------------------ */
 
-/* Creates the loop's prefill and decode policies (policy.prefill/decode). 0 or -errno. */
+/* Creates loop->pd: the prefill and decode policies (policy.prefill/decode). 0 or -errno. */
 int dp_pd_loop_init(struct dp_loop *loop);
 void dp_pd_loop_fini(struct dp_loop *loop);
 
@@ -72,8 +81,5 @@ bool dp_pd_applies(struct dp_loop *loop, const struct dp_request *req);
  * and sets req->leg to the prefill leg. DP_LEG_ACT_NEXT, or
  * DP_LEG_ACT_ANSWER with step holding a 500 (out of memory). */
 enum dp_leg_action dp_pd_begin(struct dp_request *req, struct dp_leg_step *step);
-
-/* Frees what req->pd owns (request.c, when the request dies). */
-void dp_pd_fini(struct dp_request *req);
 
 #endif

@@ -1,14 +1,13 @@
 /*
- * Types shared by the dataplane's modules (HAProxy style: types here,
- * functions in each module's own header), so the loop, the listener, the
- * forwarder and the upstream glue can see each other's structs without
- * including each other's function headers.
+ * Types several of the dataplane's modules share (HAProxy style: types
+ * here, functions in each module's own header): the request and the
+ * attempt, which the listener, the forwarder, the upstream glue and the
+ * legs all read, and the enums that label metrics. Only types and their
+ * bounds: no function is declared here, and what one module alone uses
+ * lives in that module's header.
  *
- * Threading: a struct dp_loop and everything hanging off it (requests,
- * attempts, curl handles, the MHD daemon) belong to one event-loop thread
- * and are never touched by another; a request never leaves its thread.
- * struct dp_shared is process-wide: read-only after start except for its
- * atomics.
+ * Threading: a request and its attempts belong to the event-loop thread
+ * that accepted the request and are never touched by another.
  */
 #ifndef SY_DATAPLANE_TYPES_H
 #define SY_DATAPLANE_TYPES_H
@@ -122,18 +121,6 @@ struct dp_request;
 struct dp_loop;
 
 /*
- * One client connection MHD holds open, tracked so a draining loop can
- * close the idle keep-alive ones. Owned by its loop (listener.c): created
- * and freed by MHD's connection notifications.
- */
-struct dp_conn {
-    struct MHD_Connection *conn;
-    struct dp_request *req; /* the request in progress on it, or NULL when idle */
-    bool closing;           /* given a short timeout to close while idle */
-    struct dp_conn *prev, *next;
-};
-
-/*
  * One try of a request on one worker. Owned by its loop; holds a reference
  * on its request (so the body it sends outlives the client connection) and
  * the guard for its increment. Dies when its transfer ends or is aborted.
@@ -168,6 +155,7 @@ struct dp_request {
     struct dp_loop *loop;
     struct MHD_Connection *conn; /* NULL once MHD completed the request */
     int refs;
+    void (*release)(struct dp_request *req); /* at the last unref (request.h) */
     enum dp_route route;
     enum dp_req_phase phase;
     bool method_ok;
@@ -182,7 +170,8 @@ struct dp_request {
     uint64_t start_ms;
     uint64_t first_byte_ms; /* 0 until the first body byte reached the client buffer */
 
-    /* request body (bounded by dataplane.max_body) */
+    /* request body (bounded by max_body: dataplane.max_body) */
+    uint64_t max_body;
     char *body;
     size_t body_len, body_cap;
     bool body_too_large;
