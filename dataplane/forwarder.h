@@ -63,7 +63,8 @@ void dp_fwd_release(struct dp_request *req);
 void dp_fwd_begin(struct dp_request *req);
 
 /* The client went away (or the loop is stopping): abort every attempt of
- * req, releasing their guards. count_phase = false for shutdown aborts. */
+ * req, releasing their guards. count_disconnect: count it in
+ * switchyard_client_disconnects_total (false for shutdown aborts). */
 void dp_fwd_cancel(struct dp_request *req, bool count_disconnect);
 
 /* Periodic: retries whose backoff ended, first-byte and idle timeouts. */

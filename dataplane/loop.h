@@ -94,7 +94,8 @@ struct dp_loop {
 /* Sets up the loop's fds, daemon and multi handle (main thread). 0 or -errno. */
 int dp_loop_init(struct dp_loop *loop, struct dp_shared *sh, unsigned index);
 int dp_loop_start(struct dp_loop *loop);
-/* Main thread: asks the loop to drain (deadline in ms from now) or stop. */
+/* Main thread: asks the loop to drain (until dataplane.drain_timeout_ms
+ * from when it reads cmd) or to stop. */
 void dp_loop_command(struct dp_loop *loop, enum dp_cmd cmd);
 void dp_loop_join(struct dp_loop *loop);
 void dp_loop_fini(struct dp_loop *loop);
