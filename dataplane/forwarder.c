@@ -784,6 +784,13 @@ void dp_fwd_release(struct dp_request *req)
     dp_legs_next(req, DP_LEG_EV_FREE, NULL);
 }
 
+const struct dp_lst_handlers dp_fwd_lst_handlers = {
+    .begin = dp_fwd_begin,
+    .cancel = dp_fwd_cancel,
+    .read = dp_fwd_read,
+    .release = dp_fwd_release,
+};
+
 bool dp_fwd_has_attempts(const struct dp_loop *loop)
 {
     return loop->fwd.attempts != NULL;

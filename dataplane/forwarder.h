@@ -86,4 +86,8 @@ ssize_t dp_fwd_read(struct dp_request *req, char *buf, size_t max);
  * an attempt's response headers, body bytes and end. */
 extern const struct dp_up_handlers dp_fwd_up_handlers;
 
+/* What the forwarder registers with the listener (dp_listener_start):
+ * dp_fwd_begin, dp_fwd_cancel, dp_fwd_read and dp_fwd_release. */
+extern const struct dp_lst_handlers dp_fwd_lst_handlers;
+
 #endif

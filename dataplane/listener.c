@@ -26,7 +26,6 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "dataplane/errors.h"
-#include "dataplane/forwarder.h"
 #include "dataplane/loop.h"
 #include "dataplane/relay.h"
 #include "dataplane/request.h"
@@ -137,7 +136,7 @@ void dp_listener_client_event(struct dp_request *req, uint32_t events)
         return;
     lst_unwatch(req);
     if (!lst_delivered(req))
-        dp_fwd_cancel(req, true);
+        req->loop->lst.handlers->cancel(req, true);
 }
 
 static void lst_common_headers(const struct dp_request *req, struct MHD_Response *resp)
@@ -213,7 +212,8 @@ static enum MHD_Result lst_queue_error(struct dp_request *req, int status, const
 static ssize_t lst_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
-    return dp_fwd_read(cls, buf, max);
+    struct dp_request *req = cls;
+    return req->loop->lst.handlers->read(req, buf, max);
 }
 
 static void lst_add_relayed_headers(struct dp_request *req, struct MHD_Response *resp)
@@ -255,7 +255,7 @@ static enum MHD_Result lst_queue_relay(struct dp_request *req)
                                                  NULL);
     }
     if (resp == NULL) {
-        dp_fwd_cancel(req, false);
+        req->loop->lst.handlers->cancel(req, false);
         return MHD_NO;
     }
     lst_add_relayed_headers(req, resp);
@@ -324,7 +324,7 @@ static enum MHD_Result lst_begin(struct dp_request *req)
      * everything does it refuse. */
     if (req->loop->cutting)
         return lst_queue_error(req, 503, "shutting_down", "the router is shutting down");
-    dp_fwd_begin(req);
+    req->loop->lst.handlers->begin(req);
     return MHD_YES;
 }
 
@@ -332,7 +332,7 @@ static enum MHD_Result lst_begin(struct dp_request *req)
  * the loop frees it at the end of its pass. */
 static void lst_release(struct dp_request *req)
 {
-    dp_fwd_release(req);
+    req->loop->lst.handlers->release(req);
     dp_loop_bury(req->loop, req);
 }
 
@@ -427,7 +427,7 @@ static void lst_completed(void *cls, struct MHD_Connection *conn, void **con_cls
     bool relaying = req->phase == DP_REQ_REPLIED && req->relay_ready;
     bool working = (req->phase == DP_REQ_FORWARDING || relaying) && !delivered;
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && (working || req->phase == DP_REQ_RECEIVING))
-        dp_fwd_cancel(req, working && toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN);
+        loop->lst.handlers->cancel(req, working && toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN);
     req->conn = NULL;
     /* 499 (nginx's "client closed request") when the client left before any answer. */
     int status = req->final_status != 0 ? req->final_status : 499;
@@ -474,8 +474,9 @@ static void lst_notify_connection(void *cls, struct MHD_Connection *conn, void *
     free(dc);
 }
 
-int dp_listener_start(struct dp_loop *loop)
+int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handlers)
 {
+    loop->lst.handlers = handlers;
     const struct dp_shared *sh = loop->sh;
     /* TURBO: MHD reads and writes before asking epoll whether it may, which
      * saves some of the epoll_ctl and EAGAIN reads of each request (strace:

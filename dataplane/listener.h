@@ -1,11 +1,12 @@
 /*
  * The HTTP side of one loop: its MHD daemon (external epoll mode, suspend/
  * resume, SO_REUSEPORT on the shared port), the access handler that
- * collects a request and hands it to routes or the forwarder, the content
- * reader that relays a worker's body, MHD's completion callback, and the
- * client-fd watch that notices a disconnect while the connection is
- * suspended (MHD does not; see NOTES.md): EPOLLRDHUP only, removed before
- * MHD can close the fd.
+ * collects a request and hands it to routes or to the handlers registered
+ * at start (the forwarder's), the content reader that relays a worker's
+ * body, MHD's completion callback, and the client-fd watch that notices a
+ * disconnect while the connection is suspended (libmicrohttpd reports none
+ * on a suspended connection): EPOLLRDHUP only, removed before MHD can
+ * close the fd.
  *
  * Threading: the loop's thread only.
  */
@@ -13,7 +14,9 @@
 #define SY_DATAPLANE_LISTENER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct MHD_Connection;
 struct MHD_Daemon;
@@ -32,6 +35,20 @@ struct dp_conn {
     struct dp_conn *prev, *next;
 };
 
+/* What the listener hands a request to (the forwarder), registered at
+ * dp_listener_start: this module never names the forwarder. */
+struct dp_lst_handlers {
+    /* The upload is complete and the request is to be forwarded: after it,
+     * either req->reply_status is set or the request is forwarding. */
+    void (*begin)(struct dp_request *req);
+    /* The client went away; count_disconnect: count it as a disconnect. */
+    void (*cancel)(struct dp_request *req, bool count_disconnect);
+    /* The content reader of a relayed response (MHD's contract). */
+    ssize_t (*read)(struct dp_request *req, char *buf, size_t max);
+    /* The request's last reference went: free what forwarding hung on it. */
+    void (*release)(struct dp_request *req);
+};
+
 /* A loop's HTTP side (in struct dp_loop; touched only here). */
 struct dp_lst {
     struct MHD_Daemon *mhd;
@@ -40,11 +57,13 @@ struct dp_lst {
     struct dp_request *watch_queue; /* parked, not yet watched */
     bool quiesced;                  /* the daemon stopped accepting (dp_listener_quiesce ran) */
     bool due;                       /* run MHD at the end of this pass (a resume) */
+    const struct dp_lst_handlers *handlers; /* borrowed, static */
 };
 
 /* Starts the loop's daemon: on the predecessor's socket after a hot
- * restart, else bound to the listen address. 0 or -errno. */
-int dp_listener_start(struct dp_loop *loop);
+ * restart, else bound to the listen address; requests go to handlers.
+ * 0 or -errno. */
+int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handlers);
 /* Stops accepting new connections (drain); in-flight ones continue. */
 void dp_listener_quiesce(struct dp_loop *loop);
 void dp_listener_stop(struct dp_loop *loop);

@@ -56,7 +56,7 @@ int dp_loop_init(struct dp_loop *loop, struct dp_shared *sh, unsigned index)
     if (rc == 0)
         rc = dp_up_init(loop, &dp_fwd_up_handlers);
     if (rc == 0)
-        rc = dp_listener_start(loop);
+        rc = dp_listener_start(loop, &dp_fwd_lst_handlers);
     return rc;
 }
 
