@@ -3,8 +3,12 @@
  * attempts on workers under a load guard each, retry on connect failures
  * and on retry.on_status (while nothing reached the client, on another
  * worker, with doubling backoff), relay the chosen attempt's response
- * through a bounded buffer with backpressure (CURL_WRITEFUNC_PAUSE), and
- * enforce first-byte and idle timeouts.
+ * through a bounded buffer with backpressure (CURL_WRITEFUNC_PAUSE, the
+ * relay of relay.h), and enforce first-byte and idle timeouts. A request
+ * runs as a plan of legs (legs.h): the forwarder runs each leg's attempts
+ * and reports every transition to the plan, whatever plan it is. It is
+ * reached through handlers it registers with the listener and the
+ * upstream side, neither of which names it.
  *
  * Accounting: every attempt owns one guard, released exactly once when its
  * transfer really ends: EOF, upstream error, timeout, client disconnect or
