@@ -27,7 +27,7 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "dataplane/admin_client.h"
-#include "dataplane/hot_restart.h"
+#include "dataplane/hot_restart_run.h"
 #include "dataplane/loop.h"
 #include "shm/lease.h"
 #include "shm/segment.h"
@@ -47,14 +47,7 @@ struct dp_daemon {
     struct dp_loop *loops;
     unsigned n_loops;
     struct adm_client *admin; /* the admin channel to the control plane */
-    /* hot restart (hot_restart.h) */
-    char hot_path[HR_PATH_MAX];
-    struct hr_server hot; /* where a successor finds us; fd -1 when not listening */
-    int succ_fd;          /* a successor being handed our sockets, -1 when none */
-    pid_t succ_pid;
-    bool handed_over; /* a successor serves on our sockets: the path is its own */
-    int pred_fd;      /* our predecessor, still draining; -1 when gone */
-    pid_t pred_pid;
+    struct dp_hot hot;        /* hot restart (hot_restart_run.h) */
     bool draining;
     unsigned ticks;
 };
@@ -161,98 +154,6 @@ static void dp_start_drain(struct dp_daemon *d)
     dp_command_all(d, DP_CMD_DRAIN);
 }
 
-static void dp_hot_predecessor_event(struct dp_daemon *d);
-
-/* A process started with --hot-restart connected to our handover socket. */
-static void dp_hot_accept(struct dp_daemon *d)
-{
-    struct hr_msg hello;
-    int fd = hr_server_accept(&d->hot, &hello);
-    if (fd < 0) {
-        if (fd != -EAGAIN && fd != -ECONNRESET)
-            log_warn("hot restart: a connection on %s failed: %s", d->hot.path, strerror(-fd));
-        return;
-    }
-    /* A predecessor that just exited may not have been noticed yet. */
-    if (d->pred_fd >= 0)
-        dp_hot_predecessor_event(d);
-    char why[HR_TEXT_MAX] = "";
-    if (d->handed_over)
-        snprintf(why, sizeof(why), "a hot restart is in progress: pid %d took over, pid %d drains",
-                 (int)d->succ_pid, (int)getpid());
-    else if (d->draining)
-        snprintf(why, sizeof(why), "pid %d is shutting down", (int)getpid());
-    else if (d->succ_fd >= 0)
-        snprintf(why, sizeof(why), "a hot restart is in progress: pid %d is taking over",
-                 (int)d->succ_pid);
-    else if (d->pred_fd >= 0)
-        snprintf(why, sizeof(why),
-                 "a hot restart is in progress: the previous dataplane (pid %d) is still "
-                 "draining",
-                 (int)d->pred_pid);
-    int fds[HR_MAX_SOCKETS];
-    unsigned n = 0;
-    for (unsigned i = 0; i < d->n_loops && n < HR_MAX_SOCKETS; i++)
-        if (d->loops[i].listen_fd >= 0)
-            fds[n++] = d->loops[i].listen_fd;
-    if (why[0] == '\0' && n == 0)
-        snprintf(why, sizeof(why), "pid %d has no listening socket to hand over", (int)getpid());
-    if (why[0] != '\0') {
-        log_warn("hot restart by pid %d refused: %s", (int)hello.pid, why);
-        hr_send_refusal(fd, why);
-        close(fd);
-        return;
-    }
-    int rc = hr_send_sockets(fd, fds, n);
-    if (rc != 0 || dp_watch(d, fd) != 0) {
-        log_warn("hot restart by pid %d: handing over the listening sockets failed: %s",
-                 (int)hello.pid, strerror(rc != 0 ? -rc : errno));
-        close(fd);
-        return;
-    }
-    d->succ_fd = fd;
-    d->succ_pid = (pid_t)hello.pid;
-    log_info("hot restart: handed %u listening socket%s to pid %d (lease %u); serving until it "
-             "is ready",
-             n, n == 1 ? "" : "s", (int)hello.pid, hello.lease);
-}
-
-/* The successor said READY (drain now) or went away before it did. */
-static void dp_hot_successor_event(struct dp_daemon *d)
-{
-    struct hr_msg m;
-    int rc = hr_recv(d->succ_fd, &m);
-    if (rc == -EAGAIN)
-        return;
-    dp_unwatch(d, d->succ_fd);
-    if (rc == 1 && m.type == HR_MSG_READY) {
-        /* Keep the connection open: its EOF tells the successor we are gone.
-         * Keep listening too, until the successor has bound the path: a
-         * hot restart attempted meanwhile is refused, not misled into
-         * thinking nobody serves. */
-        d->handed_over = true;
-        log_info("hot restart: pid %d is serving; draining (up to %llu ms)", (int)d->succ_pid,
-                 (unsigned long long)d->cfg->dataplane.drain_timeout_ms);
-        dp_start_drain(d);
-        return;
-    }
-    log_warn("hot restart: pid %d went away before it served; still serving", (int)d->succ_pid);
-    close(d->succ_fd);
-    d->succ_fd = -1;
-}
-
-/* Our predecessor's connection ended: it has exited. */
-static void dp_hot_predecessor_event(struct dp_daemon *d)
-{
-    struct hr_msg m;
-    if (hr_recv(d->pred_fd, &m) != 0)
-        return; /* nothing more is expected; only the end matters */
-    dp_unwatch(d, d->pred_fd);
-    close(d->pred_fd);
-    d->pred_fd = -1;
-    log_info("hot restart complete: the previous dataplane (pid %d) has exited", (int)d->pred_pid);
-}
-
 static int dp_loop_main(struct dp_daemon *d)
 {
     for (;;) {
@@ -277,12 +178,8 @@ static int dp_loop_main(struct dp_daemon *d)
                     return 0;
             } else if (d->admin != NULL && fd == adm_client_fd(d->admin)) {
                 adm_client_run(d->admin, proc_monotonic_ms());
-            } else if (d->hot.fd >= 0 && fd == d->hot.fd) {
-                dp_hot_accept(d);
-            } else if (d->succ_fd >= 0 && fd == d->succ_fd) {
-                dp_hot_successor_event(d);
-            } else if (d->pred_fd >= 0 && fd == d->pred_fd) {
-                dp_hot_predecessor_event(d);
+            } else if (dp_hot_event(&d->hot, fd)) {
+                continue;
             } else if (fd == d->sigfd) {
                 int sig = evfd_signals_read(d->sigfd);
                 if (sig != SIGTERM && sig != SIGINT)
@@ -391,109 +288,48 @@ static void dp_stop_loops(struct dp_daemon *d)
     d->n_loops = 0;
 }
 
-/* True when fd is a listening TCP socket bound to our dataplane.listen. */
-static bool dp_socket_matches(const struct dp_daemon *d, int fd)
+/* ---- what hot restart asks of the daemon (hot_restart_run.h) ------------------ */
+
+static int dp_hot_watch(void *ctx, int fd)
 {
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
-        return false;
-    const struct sockaddr_storage *want = &d->sh.listen_addr;
-    if (ss.ss_family != want->ss_family)
-        return false;
-    if (ss.ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
-        const struct sockaddr_in *b = (const struct sockaddr_in *)want;
-        return a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
-    }
-    if (ss.ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
-        const struct sockaddr_in6 *b = (const struct sockaddr_in6 *)want;
-        return a->sin6_port == b->sin6_port &&
-               memcmp(&a->sin6_addr, &b->sin6_addr, sizeof(a->sin6_addr)) == 0;
-    }
-    return false;
+    return dp_watch(ctx, fd);
 }
 
-/*
- * --hot-restart: ask the dataplane running on this config for its listening
- * sockets. 0 with t->sockets taken (or none when nobody runs there: we bind
- * ourselves), -1 when refused or failed: the caller exits, the running one
- * is untouched.
- */
-static int dp_hot_takeover(struct dp_daemon *d, struct hr_takeover *t)
+static void dp_hot_unwatch(void *ctx, int fd)
 {
-    char err[512];
-    int rc = hr_takeover_begin(t, d->hot_path, d->lease.index, err, sizeof(err));
-    if (rc == -ENOENT || rc == -ECONNREFUSED) {
-        log_info("hot restart: no dataplane answers on %s (%s); starting normally", d->hot_path,
-                 strerror(-rc));
-        return 0;
-    }
-    if (rc != 0) {
-        log_error("hot restart refused: %s", err);
-        return -1;
-    }
-    bool match = true;
-    for (unsigned i = 0; i < t->n_sockets; i++)
-        match = match && dp_socket_matches(d, t->sockets[i]);
-    if (!match) {
-        /* A changed dataplane.listen: bind the new address; the predecessor
-         * still drains (clients of the old address lose it, as asked). */
-        log_warn("hot restart: the running dataplane (pid %d) listens elsewhere than "
-                 "dataplane.listen %s; binding that address instead of taking its sockets",
-                 (int)t->peer, d->cfg->dataplane.listen);
-        hr_takeover_fini(t, false);
-        return 0;
-    }
-    log_info("hot restart: received %u listening socket%s from pid %d", t->n_sockets,
-             t->n_sockets == 1 ? "" : "s", (int)t->peer);
-    d->sh.inherited = t->sockets;
-    d->sh.n_inherited = t->n_sockets;
-    return 0;
+    dp_unwatch(ctx, fd);
 }
 
-/* After the loops started: tell the predecessor to drain, then take over
- * the handover path so the next hot restart finds us. */
-static void dp_hot_serve(struct dp_daemon *d, struct hr_takeover *t)
+static unsigned dp_hot_sockets(void *ctx, int *fds, unsigned max)
 {
-    /* MHD owns the inherited sockets now (it closes them when it stops). */
-    for (unsigned i = 0; i < t->n_sockets; i++)
-        t->sockets[i] = -1;
-    t->n_sockets = 0;
-    if (t->fd >= 0) {
-        int rc = hr_takeover_ready(t);
-        if (rc != 0 || dp_watch(d, t->fd) != 0) {
-            log_warn("hot restart: telling pid %d to drain failed (%s); it keeps serving beside "
-                     "us",
-                     (int)t->peer, strerror(rc != 0 ? -rc : errno));
-            close(t->fd);
-        } else {
-            d->pred_fd = t->fd;
-            d->pred_pid = t->peer;
-            log_info("hot restart: serving; pid %d drains", (int)t->peer);
-        }
-        t->fd = -1;
-    }
-    char err[512];
-    if (d->hot_path[0] == '\0')
-        return;
-    if (hr_server_open(&d->hot, d->hot_path, err, sizeof(err)) != 0 ||
-        dp_watch(d, d->hot.fd) != 0) {
-        log_warn("%s; hot restart of this dataplane is not possible", err);
-        hr_server_close(&d->hot, true);
-    }
+    const struct dp_daemon *d = ctx;
+    unsigned n = 0;
+    for (unsigned i = 0; i < d->n_loops && n < max; i++)
+        if (dp_listener_socket(&d->loops[i]) >= 0)
+            fds[n++] = dp_listener_socket(&d->loops[i]);
+    return n;
+}
+
+static bool dp_hot_is_draining(void *ctx)
+{
+    const struct dp_daemon *d = ctx;
+    return d->draining;
+}
+
+static void dp_hot_drain(void *ctx)
+{
+    dp_start_drain(ctx);
 }
 
 int dp_run(const struct cfg *cfg, const struct dp_options *opts)
 {
-    struct dp_daemon d = {.cfg = cfg,
-                          .epfd = -1,
-                          .sigfd = -1,
-                          .tickfd = -1,
-                          .succ_fd = -1,
-                          .pred_fd = -1,
-                          .hot = {.fd = -1}};
+    struct dp_daemon d = {.cfg = cfg, .epfd = -1, .sigfd = -1, .tickfd = -1};
+    const struct dp_hot_ops hot_ops = {.ctx = &d,
+                                       .watch = dp_hot_watch,
+                                       .unwatch = dp_hot_unwatch,
+                                       .sockets = dp_hot_sockets,
+                                       .is_draining = dp_hot_is_draining,
+                                       .drain = dp_hot_drain};
     struct hr_takeover take = {.fd = -1};
     int code = 1;
     char err[512];
@@ -505,26 +341,8 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
     dp_raise_fd_limit();
     if (dp_resolve_listen(&d) != 0)
         goto out_close_signals;
-    if (hr_socket_path(cfg, d.hot_path, sizeof(d.hot_path)) != 0) {
-        /* Only hot restart needs it: a plain start runs on without. */
-        d.hot_path[0] = '\0';
-        if (opts->hot_restart) {
-            log_error("%s: cannot hot restart: the handover socket path derived from "
-                      "controlplane.admin_socket (its directory + /dataplane-PORT.hot.sock) "
-                      "is longer than 95 characters",
-                      cfg->path);
-            goto out_close_signals;
-        }
-        log_warn("%s: hot restart disabled: the handover socket path derived from "
-                 "controlplane.admin_socket is longer than 95 characters",
-                 cfg->path);
-    }
-    if (!opts->hot_restart && d.hot_path[0] != '\0' && hr_is_listening(d.hot_path)) {
-        log_error("a dataplane already serves this config (it answers on %s); use --hot-restart "
-                  "to take over from it",
-                  d.hot_path);
+    if (dp_hot_init(&d.hot, cfg, &hot_ops, opts->hot_restart) != 0)
         goto out_close_signals;
-    }
     if (dp_wait_segment(&d, opts->segment_wait_ms) != 0)
         goto out_close_signals;
     if (shm_lease_claim(&d.seg, &d.lease, err, sizeof(err)) != 0) {
@@ -547,11 +365,17 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
         log_error("setting up the event loop: %s", strerror(errno));
         goto out_close_fds;
     }
-    if (opts->hot_restart && dp_hot_takeover(&d, &take) != 0)
-        goto out_close_fds;
+    if (opts->hot_restart) {
+        if (dp_hot_takeover(&d.hot, &take, d.lease.index, &d.sh.listen_addr) != 0)
+            goto out_close_fds;
+        if (take.n_sockets > 0) {
+            d.sh.inherited = take.sockets;
+            d.sh.n_inherited = take.n_sockets;
+        }
+    }
     if (dp_start_loops(&d) != 0)
         goto out_stop_loops;
-    dp_hot_serve(&d, &take);
+    dp_hot_serve(&d.hot, &take);
     /* The channel connects (and reconnects) in the background: routing does
      * not wait for the control plane, which may be restarting. */
     int rc = adm_client_create(cfg->controlplane.admin_socket, &d.lease, dp_inflight_for_admin,
@@ -568,11 +392,11 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
 out_stop_loops:
     /* Inherited sockets a daemon took are closed when it stops. */
     for (unsigned i = 0; i < d.n_loops && i < take.n_sockets; i++)
-        if (d.loops[i].mhd != NULL)
+        if (dp_listener_is_running(&d.loops[i]))
             take.sockets[i] = -1;
     adm_client_destroy(d.admin);
     dp_stop_loops(&d);
-    hr_server_close(&d.hot, !d.handed_over);
+    dp_hot_close_server(&d.hot);
     if (dp_guards_live_total(&d.sh.guards) != 0)
         log_warn("%llu load guards still held at exit",
                  (unsigned long long)dp_guards_live_total(&d.sh.guards));
@@ -588,10 +412,7 @@ out_free_shared:
     shm_lease_release(&d.lease);
     /* Only now: the successor takes this connection's end for "the
      * previous dataplane is gone, lease included". */
-    if (d.succ_fd >= 0)
-        close(d.succ_fd);
-    if (d.pred_fd >= 0)
-        close(d.pred_fd);
+    dp_hot_fini(&d.hot);
 out_close_segment:
     shm_segment_close(&d.seg);
 out_close_signals:

@@ -8,8 +8,8 @@
  * is the only place an attempt's guard is released, apart from aborts
  * (client gone, timeout, shutdown), which detach the transfer first.
  *
- * The relay buffer (DP_OUT_CAP) sits between curl's write callback and
- * MHD's content reader. When a chunk does not fit, the write callback
+ * The request's relay buffer (relay.h) sits between curl's write callback
+ * and MHD's content reader. When a chunk does not fit, the write callback
  * pauses the transfer; the reader unpauses it once a full curl chunk fits
  * again, so memory per stream is bounded and a slow client slows its worker.
  */
@@ -25,7 +25,9 @@
 #include "common/proc.h"
 #include "dataplane/errors.h"
 #include "dataplane/listener.h"
-#include "dataplane/pd.h"
+#include "dataplane/loop.h"
+#include "dataplane/legs.h"
+#include "dataplane/relay.h"
 #include "dataplane/request.h"
 #include "dataplane/routes.h"
 #include "dataplane/upstream.h"
@@ -41,7 +43,7 @@ static void fwd_reply_body(struct dp_request *req, int status, char *body)
         free(body);
         return;
     }
-    dp_pd_finish(req, dp_pd_error_outcome(req)); /* P/D hook: an error ends the request */
+    dp_legs_next(req, DP_LEG_EV_FAILED, NULL); /* an error answer ends the plan */
     req->reply_status = status;
     req->reply_body = body;
     dp_listener_wake(req);
@@ -57,10 +59,10 @@ static void fwd_reply(struct dp_request *req, int status, const char *code, cons
 static void attempt_link(struct dp_attempt *a)
 {
     struct dp_loop *loop = a->loop;
-    a->next = loop->attempts;
-    if (loop->attempts != NULL)
-        loop->attempts->prev = a;
-    loop->attempts = a;
+    a->next = loop->fwd.attempts;
+    if (loop->fwd.attempts != NULL)
+        loop->fwd.attempts->prev = a;
+    loop->fwd.attempts = a;
     a->sibling = a->req->attempt_list;
     a->req->attempt_list = a;
 }
@@ -71,7 +73,7 @@ static void attempt_unlink(struct dp_attempt *a)
     if (a->prev != NULL)
         a->prev->next = a->next;
     else
-        loop->attempts = a->next;
+        loop->fwd.attempts = a->next;
     if (a->next != NULL)
         a->next->prev = a->prev;
     struct dp_attempt **pp = &a->req->attempt_list;
@@ -98,8 +100,8 @@ static void attempt_end(struct dp_attempt *a)
 static void fwd_set_deadline(struct dp_attempt *a, uint64_t deadline_ms)
 {
     a->deadline_ms = deadline_ms;
-    if (deadline_ms < a->loop->deadline_floor_ms)
-        a->loop->deadline_floor_ms = deadline_ms;
+    if (deadline_ms < a->loop->fwd.deadline_floor_ms)
+        a->loop->fwd.deadline_floor_ms = deadline_ms;
 }
 
 static bool fwd_was_tried(const struct dp_request *req, uint32_t slot)
@@ -134,10 +136,10 @@ static void fwd_schedule_retry(struct dp_request *req)
     req->backoff_ms =
         req->backoff_ms * 2 > rc->backoff_max_ms ? rc->backoff_max_ms : req->backoff_ms * 2;
     req->rprev = NULL;
-    req->rnext = loop->retrying;
-    if (loop->retrying != NULL)
-        loop->retrying->rprev = req;
-    loop->retrying = req;
+    req->rnext = loop->fwd.retrying;
+    if (loop->fwd.retrying != NULL)
+        loop->fwd.retrying->rprev = req;
+    loop->fwd.retrying = req;
     dp_request_ref(req);
 }
 
@@ -148,7 +150,7 @@ static void fwd_unschedule_retry(struct dp_request *req)
     if (req->rprev != NULL)
         req->rprev->rnext = req->rnext;
     else
-        req->loop->retrying = req->rnext;
+        req->loop->fwd.retrying = req->rnext;
     if (req->rnext != NULL)
         req->rnext->rprev = req->rprev;
     req->retry_at_ms = 0;
@@ -189,27 +191,27 @@ static void fwd_try(struct dp_request *req)
     struct dp_workers *v = &loop->workers;
     dp_workers_refresh(v);
     size_t cap = v->cap ? v->cap : 1; /* v->n never exceeds it */
-    if (loop->pick_cands == NULL) {
-        loop->pick_cands = malloc(sizeof(*loop->pick_cands) * cap);
-        loop->pick_slots = malloc(sizeof(*loop->pick_slots) * cap * 2);
-        loop->pick_loads = malloc(sizeof(*loop->pick_loads) * cap);
-        loop->pick_refused = malloc(sizeof(*loop->pick_refused) * cap);
+    if (loop->fwd.pick_cands == NULL) {
+        loop->fwd.pick_cands = malloc(sizeof(*loop->fwd.pick_cands) * cap);
+        loop->fwd.pick_slots = malloc(sizeof(*loop->fwd.pick_slots) * cap * 2);
+        loop->fwd.pick_loads = malloc(sizeof(*loop->fwd.pick_loads) * cap);
+        loop->fwd.pick_refused = malloc(sizeof(*loop->fwd.pick_refused) * cap);
     }
-    struct pol_candidate *cands = loop->pick_cands;
-    uint32_t *slots = loop->pick_slots;
-    uint64_t *loads = loop->pick_loads;
+    struct pol_candidate *cands = loop->fwd.pick_cands;
+    uint32_t *slots = loop->fwd.pick_slots;
+    uint64_t *loads = loop->fwd.pick_loads;
     /* Workers that refused a guard in this call (draining since the snapshot
      * was taken, or removed): never picked again by this call. */
-    uint32_t *refused = loop->pick_refused;
+    uint32_t *refused = loop->fwd.pick_refused;
     size_t n_refused = 0;
     if (cands == NULL || slots == NULL || loads == NULL || refused == NULL) {
         free(cands);
         free(slots);
         free(loads);
         free(refused);
-        loop->pick_cands = NULL;
-        loop->pick_slots = loop->pick_refused = NULL;
-        loop->pick_loads = NULL;
+        loop->fwd.pick_cands = NULL;
+        loop->fwd.pick_slots = loop->fwd.pick_refused = NULL;
+        loop->fwd.pick_loads = NULL;
         fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
         return;
     }
@@ -220,7 +222,7 @@ pick_again:;
     for (int pass = 0; pass < 2 && n == 0; pass++)
         for (size_t i = 0; i < v->n; i++) {
             const struct shm_worker_info *w = &v->w[i];
-            if (!dp_pd_is_eligible(req, w) || strcmp(w->model, req->model) != 0)
+            if (!req->leg->is_eligible(w) || strcmp(w->model, req->model) != 0)
                 continue;
             if (pass == 0 && fwd_was_tried(req, w->slot))
                 continue;
@@ -235,8 +237,8 @@ pick_again:;
         if (req->attempts == 0) {
             req->retry_after_s = 1;
             char msg[CFG_MODEL_MAX + 64];
-            snprintf(msg, sizeof(msg), "no healthy %sworker serves model '%s'",
-                     dp_pd_leg_label(req->pd.phase), req->model);
+            snprintf(msg, sizeof(msg), "no healthy %sworker serves model '%s'", req->leg->label,
+                     req->model);
             fwd_reply(req, 503, "no_healthy_worker", msg);
         } else {
             char msg[DP_CAUSE_MAX + 64];
@@ -259,12 +261,9 @@ pick_again:;
         .header_ctx = req,
     };
     enum pol_decision decision = POL_DECISION_UNSET;
-    int pick = pol_pick(dp_pd_policy(loop, req), &pr, cands, n, &decision);
+    int pick = pol_pick(req->leg->policy(loop), &pr, cands, n, &decision);
     req->decision = decision;
-    if (req->pd.phase != DP_PD_NONE)
-        dp_metrics_pd_decision(&loop->sh->metrics, req->pd.phase, decision);
-    else
-        dp_metrics_decision(&loop->sh->metrics, decision);
+    req->leg->count_decision(&loop->sh->metrics, decision);
     if (pick < 0) {
         fwd_reply(req, 503, "no_worker_selected", "the routing policy selected no worker");
         goto out_free;
@@ -282,8 +281,8 @@ pick_again:;
     snprintf(a->worker_id, sizeof(a->worker_id), "%s", w->id);
     snprintf(req->worker_id, sizeof(req->worker_id), "%s", w->id);
     a->state = DP_ATT_WAITING;
-    a->leg = req->pd.phase;
-    dp_pd_leg_body(req, &a->body, &a->body_len);
+    a->leg = req->leg;
+    req->leg->body(req, &a->body, &a->body_len);
     a->started_ms = proc_monotonic_ms();
     fwd_set_deadline(a, a->started_ms + loop->sh->cfg->dataplane.first_byte_timeout_ms);
     int rc = dp_guard_acquire(&loop->sh->guards, &a->guard, w->slot, w->generation);
@@ -296,8 +295,8 @@ pick_again:;
     }
     if (rc != 0) {
         free(a);
-        snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: %s",
-                 dp_pd_leg_label(req->pd.phase), w->id, strerror(-rc));
+        snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: %s", req->leg->label,
+                 w->id, strerror(-rc));
         fwd_reply(req, 503, "no_healthy_worker", req->last_cause);
         goto out_free;
     }
@@ -312,7 +311,7 @@ pick_again:;
     rc = dp_up_start(a, url);
     if (rc != 0) {
         snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: cannot start transfer: %s",
-                 dp_pd_leg_label(a->leg), a->worker_id, strerror(-rc));
+                 a->leg->label, a->worker_id, strerror(-rc));
         attempt_end(a);
         fwd_reply(req, 500, "internal_error", req->last_cause);
     }
@@ -326,6 +325,7 @@ void dp_fwd_begin(struct dp_request *req)
 {
     struct dp_loop *loop = req->loop;
     req->phase = DP_REQ_FORWARDING;
+    req->backoff_ms = loop->sh->cfg->dataplane.retry.backoff_ms;
     if (req->body_too_large) {
         char msg[96];
         snprintf(msg, sizeof(msg), "request body exceeds the limit of %llu bytes",
@@ -364,9 +364,10 @@ void dp_fwd_begin(struct dp_request *req)
         fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
         return;
     }
-    /* P/D hook: a model served by prefill and decode workers runs in two legs. */
-    if (dp_pd_applies(loop, req) && dp_pd_begin(req) != 0) {
-        fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
+    /* The plan (one leg, or prefill then decode) is chosen here, once. */
+    struct dp_leg_step step = {0};
+    if (dp_legs_begin(req, &step) == DP_LEG_ACT_ANSWER) {
+        fwd_reply_body(req, step.reply_status, step.reply_body);
         return;
     }
     fwd_try(req);
@@ -414,7 +415,7 @@ static void fwd_keep_header(struct dp_request *req, const char *line, size_t len
 
 /*
  * Relaying has begun, so no attempt will be made again: the routing text
- * goes, and so do the request's bodies (the client's and the P/D legs')
+ * goes, and so do the request's bodies (the client's and the plan's)
  * once curl has sent all of this attempt's. A held stream then costs the
  * same whatever the size of its prompt.
  */
@@ -432,10 +433,10 @@ static void fwd_drop_request_copies(struct dp_request *req, struct dp_attempt *a
     free(req->body);
     req->body = NULL;
     req->body_len = req->body_cap = 0;
-    dp_pd_fini(req);
+    dp_legs_next(req, DP_LEG_EV_SENT, NULL);
 }
 
-size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
+static size_t fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
 {
     struct dp_request *req = a->req;
     if (a->state != DP_ATT_WAITING)
@@ -469,21 +470,19 @@ size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
         req->active = NULL;
         req->last_status = (int)status;
         snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s answered HTTP %ld",
-                 dp_pd_leg_label(a->leg), a->worker_id, status);
+                 a->leg->label, a->worker_id, status);
         dp_metrics_upstream_error(&loop->sh->metrics, a->slot, DP_UPERR_STATUS);
         log_info("request %s: %s (attempt %u)", req->request_id, req->last_cause, req->attempts);
         fwd_failed(req, 502, "upstream_error");
         return len;
     }
-    if (a->leg == DP_PD_PREFILL) {
-        /* P/D hook: the router reads the prefill answer; the client never sees it. */
-        dp_pd_collect_reset(req);
+    if (a->leg->collects) {
+        /* The plan reads this answer; the client never sees it. */
+        dp_legs_next(req, DP_LEG_EV_RESPONSE, NULL);
         a->state = DP_ATT_COLLECTING;
         return len;
     }
-    req->out = malloc(DP_OUT_INIT);
-    req->out_cap = DP_OUT_INIT;
-    if (req->out == NULL) {
+    if (dp_relay_open(&req->relay, !req->sse) != 0) {
         req->active = NULL;
         a->state = DP_ATT_DRAINING;
         fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
@@ -491,73 +490,39 @@ size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
     }
     a->state = DP_ATT_RELAYING;
     req->relay_status = status;
-    req->buffering = !req->sse;
-    req->relay_ready = !req->buffering;
+    req->relay_ready = !dp_relay_is_whole(&req->relay);
     fwd_drop_request_copies(req, a);
     if (req->relay_ready)
         dp_listener_wake(req);
     return len;
 }
 
-/*
- * Room for n more bytes at the relay buffer's tail: compacts, then grows it
- * up to DP_OUT_CAP (it starts at DP_OUT_INIT, so an idle stream costs a page,
- * not 64 KiB). 0, or -ENOSPC when the client is behind by DP_OUT_CAP (pause
- * the worker) or memory is short (the same: the client's reads make room).
- */
-static int fwd_out_reserve(struct dp_request *req, size_t n)
-{
-    size_t used = req->out_tail - req->out_head;
-    if (used + n > DP_OUT_CAP)
-        return -ENOSPC;
-    if (req->out_tail + n > req->out_cap && req->out_head > 0) {
-        memmove(req->out, req->out + req->out_head, used);
-        req->out_tail = used;
-        req->out_head = 0;
-    }
-    if (req->out_tail + n > req->out_cap) {
-        size_t cap = req->out_cap * 2;
-        while (cap < req->out_tail + n)
-            cap *= 2;
-        if (cap > DP_OUT_CAP)
-            cap = DP_OUT_CAP;
-        unsigned char *grown = realloc(req->out, cap);
-        if (grown == NULL)
-            return -ENOSPC;
-        req->out = grown;
-        req->out_cap = cap;
-    }
-    return 0;
-}
-
-size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
+static size_t fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
 {
     struct dp_request *req = a->req;
     /* Only ever later than before: the floor stays a lower bound. */
     a->deadline_ms = proc_monotonic_ms() + a->loop->sh->cfg->dataplane.idle_timeout_ms;
     if (a->state == DP_ATT_COLLECTING && req->active == a) {
-        dp_pd_collect(req, data, len);
+        a->leg->collect(req, data, len);
         return len;
     }
-    if (a->state != DP_ATT_RELAYING || req->client_gone || req->out == NULL)
+    if (a->state != DP_ATT_RELAYING || req->client_gone || !dp_relay_is_open(&req->relay))
         return len;
-    if (fwd_out_reserve(req, len) != 0) {
-        if (req->buffering) {
+    if (dp_relay_append(&req->relay, data, len) != 0) {
+        if (dp_relay_is_whole(&req->relay)) {
             /* Too large to send in one piece: relay it as it comes. */
-            req->buffering = false;
+            dp_relay_stream(&req->relay);
             req->relay_ready = true;
             dp_listener_wake(req);
         }
         a->paused = true;
         return CURL_WRITEFUNC_PAUSE;
     }
-    memcpy(req->out + req->out_tail, data, len);
-    req->out_tail += len;
     if (req->first_byte_ms == 0 && len > 0) {
         req->first_byte_ms = proc_monotonic_ms();
         dp_metrics_ttfb(&a->loop->sh->metrics, (req->first_byte_ms - req->start_ms) * 1000);
     }
-    if (!req->buffering)
+    if (!dp_relay_is_whole(&req->relay))
         dp_listener_wake(req);
     return len;
 }
@@ -565,70 +530,67 @@ size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
 /* Ends a relayed stream abnormally: an SSE error event when it is a stream. */
 static void fwd_cut_stream(struct dp_request *req, int status, const char *code, const char *msg)
 {
-    dp_pd_finish(req, DP_PD_OUT_DECODE_ERROR);
-    if (req->buffering) {
+    dp_legs_next(req, DP_LEG_EV_CUT, NULL);
+    if (dp_relay_is_whole(&req->relay)) {
         /* Nothing reached the client yet: an error answer, not a cut body. */
-        req->buffering = false;
+        dp_relay_stream(&req->relay);
         fwd_reply(req, status, code, msg);
         return;
     }
     req->up_done = true;
     req->up_failed = true;
-    if (req->sse && req->out != NULL) {
+    if (req->sse && dp_relay_is_open(&req->relay)) {
         char ev[512];
         size_t n = dp_error_sse_event(ev, sizeof(ev), status, code, msg);
-        if (n > 0 && fwd_out_reserve(req, n) == 0) {
-            memcpy(req->out + req->out_tail, ev, n);
-            req->out_tail += n;
-        }
+        if (n > 0)
+            (void)dp_relay_append(&req->relay, ev, n); /* no room: the stream is cut anyway */
     }
     dp_listener_wake(req);
 }
 
 /*
- * P/D: a prefill leg's transfer ended (its guard already released) and a
- * is still the request's current attempt. A broken transfer is retried
- * like a connect failure; an error status goes to the client; a 2xx
- * starts the decode leg with the kv_transfer_params it carries.
+ * A collecting leg's transfer ended (its guard already released) and a is
+ * still the request's current attempt. A broken transfer is retried like a
+ * connect failure; a whole response goes to the plan, which answers the
+ * client or starts the next leg, whose attempts start afresh.
  */
-static void fwd_prefill_done(struct dp_attempt *a, CURLcode result)
+static void fwd_collected(struct dp_attempt *a, CURLcode result)
 {
     struct dp_request *req = a->req;
     struct dp_loop *loop = a->loop;
-    long status = a->status;
     char worker_id[CFG_ID_MAX];
     snprintf(worker_id, sizeof(worker_id), "%s", a->worker_id);
     if (result != CURLE_OK) {
         dp_metrics_upstream_error(&loop->sh->metrics, a->slot, DP_UPERR_TRANSFER);
-        snprintf(req->last_cause, sizeof(req->last_cause), "prefill worker %s: %s", worker_id,
-                 curl_easy_strerror(result));
+        snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: %s", a->leg->label,
+                 worker_id, curl_easy_strerror(result));
         log_info("request %s: %s (attempt %u)", req->request_id, req->last_cause, req->attempts);
         attempt_end(a);
         fwd_failed(req, 502, "upstream_error");
         return;
     }
+    struct dp_leg_step step = {.status = a->status, .worker_id = worker_id};
     attempt_end(a);
-    if (status < 200 || status >= 300) {
-        fwd_reply_body(req, (int)status, dp_pd_error_body(req, (int)status, worker_id));
+    switch (dp_legs_next(req, DP_LEG_EV_COLLECTED, &step)) {
+    case DP_LEG_ACT_ANSWER:
+        fwd_reply_body(req, step.reply_status, step.reply_body);
+        return;
+    case DP_LEG_ACT_NEXT:
+        /* The next leg has its own attempts, workers and backoff. */
+        req->attempts = 0;
+        req->n_tried = 0;
+        req->backoff_ms = loop->sh->cfg->dataplane.retry.backoff_ms;
+        req->last_status = 0;
+        req->last_cause[0] = '\0';
+        if (!req->client_gone && req->conn != NULL)
+            fwd_try(req);
+        return;
+    default:
         return;
     }
-    char err[DP_CAUSE_MAX + CFG_ID_MAX];
-    int rc = dp_pd_start_decode(req, worker_id, err, sizeof(err));
-    if (rc == -EPROTO) {
-        log_warn("request %s: %s", req->request_id, err);
-        dp_pd_finish(req, DP_PD_OUT_BAD_KV_PARAMS);
-        fwd_reply(req, 502, "bad_kv_transfer_params", err);
-        return;
-    }
-    if (rc != 0) {
-        fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
-        return;
-    }
-    if (!req->client_gone && req->conn != NULL)
-        fwd_try(req);
 }
 
-void dp_fwd_on_done(struct dp_attempt *a, CURLcode result)
+static void fwd_on_done(struct dp_attempt *a, CURLcode result)
 {
     struct dp_request *req = a->req;
     struct dp_metrics *m = &a->loop->sh->metrics;
@@ -644,7 +606,7 @@ void dp_fwd_on_done(struct dp_attempt *a, CURLcode result)
             log_info("request %s: stream cut: %s", req->request_id, msg);
             fwd_cut_stream(req, 502, "upstream_error", msg);
         } else {
-            dp_pd_finish(req, DP_PD_OUT_OK);
+            dp_legs_next(req, DP_LEG_EV_DONE, NULL);
             req->up_done = true;
             req->relay_ready = true; /* a buffered answer is whole now */
             dp_listener_wake(req);
@@ -652,16 +614,15 @@ void dp_fwd_on_done(struct dp_attempt *a, CURLcode result)
     } else if (state == DP_ATT_COLLECTING && req->active == a) {
         req->active = NULL;
         dp_request_ref(req);
-        fwd_prefill_done(a, result);
+        fwd_collected(a, result);
         dp_request_unref(req);
         return;
     } else if (state == DP_ATT_WAITING && req->active == a) {
         bool connect = result == CURLE_COULDNT_CONNECT || result == CURLE_COULDNT_RESOLVE_HOST ||
                        (result == CURLE_OPERATION_TIMEDOUT);
         dp_metrics_upstream_error(m, a->slot, connect ? DP_UPERR_CONNECT : DP_UPERR_TRANSFER);
-        snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: %s",
-                 dp_pd_leg_label(a->leg), a->worker_id,
-                 curl_easy_strerror(result != CURLE_OK ? result : CURLE_GOT_NOTHING));
+        snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: %s", a->leg->label,
+                 a->worker_id, curl_easy_strerror(result != CURLE_OK ? result : CURLE_GOT_NOTHING));
         log_info("request %s: %s (attempt %u)", req->request_id, req->last_cause, req->attempts);
         req->active = NULL;
         dp_request_ref(req);
@@ -673,22 +634,22 @@ void dp_fwd_on_done(struct dp_attempt *a, CURLcode result)
     attempt_end(a);
 }
 
+const struct dp_up_handlers dp_fwd_up_handlers = {
+    .on_header = fwd_on_header,
+    .on_body = fwd_on_body,
+    .on_done = fwd_on_done,
+};
+
 /* ---- the client side --------------------------------------------------------- */
 
 ssize_t dp_fwd_read(struct dp_request *req, char *buf, size_t max)
 {
     if (req->client_gone)
         return MHD_CONTENT_READER_END_WITH_ERROR;
-    size_t have = req->out_tail - req->out_head;
-    if (have > 0) {
-        size_t n = have < max ? have : max;
-        memcpy(buf, req->out + req->out_head, n);
-        req->out_head += n;
-        if (req->out_head == req->out_tail)
-            req->out_head = req->out_tail = 0;
+    if (dp_relay_pending(&req->relay) > 0) {
+        size_t n = dp_relay_read(&req->relay, buf, max);
         struct dp_attempt *a = req->active;
-        if (a != NULL && a->paused &&
-            DP_OUT_CAP - (req->out_tail - req->out_head) >= DP_UNPAUSE_ROOM)
+        if (a != NULL && a->paused && dp_relay_has_room(&req->relay, DP_UNPAUSE_ROOM))
             dp_up_unpause(a);
         return (ssize_t)n;
     }
@@ -706,11 +667,12 @@ void dp_fwd_cancel(struct dp_request *req, bool count_disconnect)
     if (req->client_gone)
         return;
     req->client_gone = true;
-    dp_pd_finish(req, dp_pd_abort_outcome(req));
+    dp_legs_next(req, DP_LEG_EV_ABORTED, NULL);
     if (count_disconnect)
-        dp_metrics_disconnect(&req->loop->sh->metrics, req->relay_ready || req->buffering
-                                                           ? DP_PHASE_STREAM
-                                                           : DP_PHASE_HEADERS);
+        dp_metrics_disconnect(&req->loop->sh->metrics,
+                              req->relay_ready || dp_relay_is_whole(&req->relay)
+                                  ? DP_PHASE_STREAM
+                                  : DP_PHASE_HEADERS);
     fwd_unschedule_retry(req);
     dp_request_ref(req);
     while (req->attempt_list != NULL)
@@ -723,8 +685,8 @@ void dp_fwd_abort_all(struct dp_loop *loop)
 {
     for (struct dp_request *r = loop->requests; r != NULL; r = r->lnext)
         dp_fwd_cancel(r, false);
-    while (loop->attempts != NULL)
-        attempt_end(loop->attempts);
+    while (loop->fwd.attempts != NULL)
+        attempt_end(loop->fwd.attempts);
 }
 
 void dp_fwd_cut_all(struct dp_loop *loop, const char *msg)
@@ -743,8 +705,8 @@ void dp_fwd_cut_all(struct dp_loop *loop, const char *msg)
             fwd_reply(r, 503, "shutting_down", msg);
         dp_request_unref(r);
     }
-    while (loop->attempts != NULL)
-        attempt_end(loop->attempts);
+    while (loop->fwd.attempts != NULL)
+        attempt_end(loop->fwd.attempts);
 }
 
 /* ---- timers -------------------------------------------------------------------- */
@@ -755,21 +717,20 @@ static void fwd_timeout(struct dp_attempt *a)
     struct dp_loop *loop = a->loop;
     enum dp_attempt_state state = a->state;
     bool active = req->active == a;
+    const char *label = a->leg->label; /* static: outlives a */
     char worker_id[CFG_ID_MAX];
     snprintf(worker_id, sizeof(worker_id), "%s", a->worker_id);
     dp_metrics_upstream_error(&loop->sh->metrics, a->slot, DP_UPERR_TIMEOUT);
     dp_request_ref(req);
     attempt_end(a);
     if (active && state == DP_ATT_COLLECTING) {
-        snprintf(req->last_cause, sizeof(req->last_cause),
-                 "prefill worker %s was silent for %llu ms", worker_id,
-                 (unsigned long long)loop->sh->cfg->dataplane.idle_timeout_ms);
+        snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s was silent for %llu ms",
+                 label, worker_id, (unsigned long long)loop->sh->cfg->dataplane.idle_timeout_ms);
         log_info("request %s: %s", req->request_id, req->last_cause);
         fwd_reply(req, 504, "upstream_timeout", req->last_cause);
     } else if (active && state == DP_ATT_WAITING) {
         snprintf(req->last_cause, sizeof(req->last_cause),
-                 "%sworker %s sent no response headers within %llu ms",
-                 dp_pd_leg_label(req->pd.phase), worker_id,
+                 "%sworker %s sent no response headers within %llu ms", label, worker_id,
                  (unsigned long long)loop->sh->cfg->dataplane.first_byte_timeout_ms);
         log_info("request %s: %s", req->request_id, req->last_cause);
         fwd_reply(req, 504, "upstream_timeout", req->last_cause);
@@ -785,11 +746,11 @@ static void fwd_timeout(struct dp_attempt *a)
 
 void dp_fwd_tick(struct dp_loop *loop, uint64_t now_ms)
 {
-    if (now_ms >= loop->deadline_floor_ms) {
+    if (now_ms >= loop->fwd.deadline_floor_ms) {
         /* Deadlines set during the walk (a timeout's retry) lower it. */
-        loop->deadline_floor_ms = UINT64_MAX;
+        loop->fwd.deadline_floor_ms = UINT64_MAX;
         uint64_t floor = UINT64_MAX;
-        struct dp_attempt *a = loop->attempts;
+        struct dp_attempt *a = loop->fwd.attempts;
         while (a != NULL) {
             struct dp_attempt *next = a->next;
             if (a->deadline_ms != 0 && now_ms >= a->deadline_ms)
@@ -798,11 +759,11 @@ void dp_fwd_tick(struct dp_loop *loop, uint64_t now_ms)
                 floor = a->deadline_ms;
             a = next;
         }
-        if (floor < loop->deadline_floor_ms)
-            loop->deadline_floor_ms = floor;
+        if (floor < loop->fwd.deadline_floor_ms)
+            loop->fwd.deadline_floor_ms = floor;
     }
     /* fwd_timeout ends only `a`, so the saved next stays valid. */
-    struct dp_request *r = loop->retrying;
+    struct dp_request *r = loop->fwd.retrying;
     while (r != NULL) {
         struct dp_request *next = r->rnext;
         if (now_ms >= r->retry_at_ms) {
@@ -814,4 +775,36 @@ void dp_fwd_tick(struct dp_loop *loop, uint64_t now_ms)
         }
         r = next;
     }
+}
+
+/* ---- the loop's state ------------------------------------------------------------ */
+
+void dp_fwd_release(struct dp_request *req)
+{
+    dp_relay_fini(&req->relay);
+    dp_legs_next(req, DP_LEG_EV_FREE, NULL);
+}
+
+const struct dp_lst_handlers dp_fwd_lst_handlers = {
+    .begin = dp_fwd_begin,
+    .cancel = dp_fwd_cancel,
+    .read = dp_fwd_read,
+    .release = dp_fwd_release,
+};
+
+bool dp_fwd_has_attempts(const struct dp_loop *loop)
+{
+    return loop->fwd.attempts != NULL;
+}
+
+void dp_fwd_fini(struct dp_loop *loop)
+{
+    struct dp_fwd *f = &loop->fwd;
+    free(f->pick_cands);
+    free(f->pick_slots);
+    free(f->pick_loads);
+    free(f->pick_refused);
+    f->pick_cands = NULL;
+    f->pick_slots = f->pick_refused = NULL;
+    f->pick_loads = NULL;
 }

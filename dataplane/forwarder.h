@@ -3,26 +3,63 @@
  * attempts on workers under a load guard each, retry on connect failures
  * and on retry.on_status (while nothing reached the client, on another
  * worker, with doubling backoff), relay the chosen attempt's response
- * through a bounded buffer with backpressure (CURL_WRITEFUNC_PAUSE), and
- * enforce first-byte and idle timeouts.
+ * through a bounded buffer with backpressure (CURL_WRITEFUNC_PAUSE, the
+ * relay of relay.h), and enforce first-byte and idle timeouts. A request
+ * runs as a plan of legs (legs.h): the forwarder runs each leg's attempts
+ * and reports every transition to the plan, whatever plan it is. It is
+ * reached through handlers it registers with the listener and the
+ * upstream side, neither of which names it.
  *
  * Accounting: every attempt owns one guard, released exactly once when its
  * transfer really ends: EOF, upstream error, timeout, client disconnect or
  * shutdown. A retried attempt keeps reading (and discarding) its error body
  * in the background and releases at its EOF, while the next attempt runs.
  *
- * Threading: the loop's thread only. dp_fwd_on_header/on_body run inside
- * curl callbacks and so never detach a transfer; everything else runs from
- * the loop (epoll events, ticks, MHD callbacks) and may.
+ * Threading: the loop's thread only. The header and body handlers run
+ * inside curl callbacks and so never detach a transfer; everything else
+ * runs from the loop (epoll events, ticks, MHD callbacks) and may.
  */
 #ifndef SY_DATAPLANE_FORWARDER_H
 #define SY_DATAPLANE_FORWARDER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "dataplane/loop.h"
+#include <curl/curl.h>
+
+struct dp_attempt;
+struct dp_loop;
+struct dp_request;
+struct pol_candidate;
+
+/* A loop's forwarding state (in struct dp_loop; touched only here). */
+struct dp_fwd {
+    struct dp_attempt *attempts; /* every live attempt */
+    struct dp_request *retrying; /* requests waiting for their backoff */
+    /* No attempt's deadline is earlier than this (0 = unknown, scan): the
+     * tick skips its walk over every attempt until then, so thousands of
+     * idle streams cost nothing between tokens. Lowered by every deadline
+     * set earlier; recomputed by each walk. */
+    uint64_t deadline_floor_ms;
+    /* fwd_try's working arrays, max_workers long, allocated at first use:
+     * a routing decision allocates nothing. */
+    struct pol_candidate *pick_cands;
+    uint32_t *pick_slots; /* slots, then generations */
+    uint64_t *pick_loads;
+    uint32_t *pick_refused;
+};
+
+/* Frees the loop's forwarding state (after every attempt ended). */
+void dp_fwd_fini(struct dp_loop *loop);
+
+/* True while the loop has a live attempt (a transfer, or one draining). */
+bool dp_fwd_has_attempts(const struct dp_loop *loop);
+
+/* What a request's forwarding hung on it (its relay buffer, its plan's
+ * state) goes; for the request's release function (request.h). */
+void dp_fwd_release(struct dp_request *req);
 
 /* The upload is complete: answer locally or start forwarding. After it,
  * either req->reply_status is set (queue that) or the request is forwarding
@@ -30,7 +67,8 @@
 void dp_fwd_begin(struct dp_request *req);
 
 /* The client went away (or the loop is stopping): abort every attempt of
- * req, releasing their guards. count_phase = false for shutdown aborts. */
+ * req, releasing their guards. count_disconnect: count it in
+ * switchyard_client_disconnects_total (false for shutdown aborts). */
 void dp_fwd_cancel(struct dp_request *req, bool count_disconnect);
 
 /* Periodic: retries whose backoff ended, first-byte and idle timeouts. */
@@ -48,9 +86,12 @@ void dp_fwd_cut_all(struct dp_loop *loop, const char *msg);
  * bytes, 0 after suspending the connection, or an MHD_CONTENT_READER_END_*. */
 ssize_t dp_fwd_read(struct dp_request *req, char *buf, size_t max);
 
-/* curl callbacks and completion (upstream.c). */
-size_t dp_fwd_on_header(struct dp_attempt *a, const char *line, size_t len);
-size_t dp_fwd_on_body(struct dp_attempt *a, const char *data, size_t len);
-void dp_fwd_on_done(struct dp_attempt *a, CURLcode result);
+/* What the forwarder registers with the upstream side (dp_up_init):
+ * an attempt's response headers, body bytes and end. */
+extern const struct dp_up_handlers dp_fwd_up_handlers;
+
+/* What the forwarder registers with the listener (dp_listener_start):
+ * dp_fwd_begin, dp_fwd_cancel, dp_fwd_read and dp_fwd_release. */
+extern const struct dp_lst_handlers dp_fwd_lst_handlers;
 
 #endif

@@ -13,7 +13,7 @@
  * no connection waiting in an accept queue is lost: whoever accepts first
  * serves it, and the predecessor merely closes its copies when it drains.
  *
- * This module only speaks the protocol; dataplane.c decides when. Every
+ * This module only speaks the protocol; hot_restart_run.c decides when. Every
  * call is blocking but bounded (HR_IO_TIMEOUT_MS) and runs on the main
  * thread. Functions return 0 or a negative errno; those that can fail for
  * a reason an operator must read fill an err buffer.

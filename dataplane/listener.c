@@ -26,8 +26,9 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "dataplane/errors.h"
-#include "dataplane/forwarder.h"
 #include "dataplane/header_rules.h"
+#include "dataplane/loop.h"
+#include "dataplane/relay.h"
 #include "dataplane/request.h"
 #include "dataplane/routes.h"
 
@@ -71,7 +72,7 @@ static void lst_dequeue_watch(struct dp_request *req)
     if (req->wprev != NULL)
         req->wprev->wnext = req->wnext;
     else
-        req->loop->watch_queue = req->wnext;
+        req->loop->lst.watch_queue = req->wnext;
     if (req->wnext != NULL)
         req->wnext->wprev = req->wprev;
     req->wprev = req->wnext = NULL;
@@ -83,17 +84,17 @@ void dp_listener_watch_soon(struct dp_request *req)
     if (req->watching || req->watch_queued || req->conn == NULL)
         return;
     req->wprev = NULL;
-    req->wnext = req->loop->watch_queue;
+    req->wnext = req->loop->lst.watch_queue;
     if (req->wnext != NULL)
         req->wnext->wprev = req;
-    req->loop->watch_queue = req;
+    req->loop->lst.watch_queue = req;
     req->watch_queued = true;
 }
 
 void dp_listener_watch_queued(struct dp_loop *loop)
 {
-    while (loop->watch_queue != NULL) {
-        struct dp_request *req = loop->watch_queue;
+    while (loop->lst.watch_queue != NULL) {
+        struct dp_request *req = loop->lst.watch_queue;
         lst_dequeue_watch(req);
         if (req->suspended && !req->client_gone)
             lst_watch(req);
@@ -115,7 +116,7 @@ void dp_listener_wake(struct dp_request *req)
     if (!req->suspended || req->conn == NULL)
         return;
     req->suspended = false;
-    req->loop->mhd_due = true;
+    req->loop->lst.due = true;
     MHD_resume_connection(req->conn);
 }
 
@@ -126,7 +127,7 @@ void dp_listener_wake(struct dp_request *req)
  * on to its own end, as after a clean completion. */
 static bool lst_delivered(const struct dp_request *req)
 {
-    return req->relay_ready && req->up_done && req->out_head == req->out_tail;
+    return req->relay_ready && req->up_done && dp_relay_pending(&req->relay) == 0;
 }
 
 void dp_listener_client_event(struct dp_request *req, uint32_t events)
@@ -136,7 +137,7 @@ void dp_listener_client_event(struct dp_request *req, uint32_t events)
         return;
     lst_unwatch(req);
     if (!lst_delivered(req))
-        dp_fwd_cancel(req, true);
+        req->loop->lst.handlers->cancel(req, true);
 }
 
 static void lst_common_headers(const struct dp_request *req, struct MHD_Response *resp)
@@ -209,7 +210,8 @@ static enum MHD_Result lst_queue_error(struct dp_request *req, int status, const
 static ssize_t lst_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
-    return dp_fwd_read(cls, buf, max);
+    struct dp_request *req = cls;
+    return req->loop->lst.handlers->read(req, buf, max);
 }
 
 static void lst_add_relayed_headers(struct dp_request *req, struct MHD_Response *resp)
@@ -239,20 +241,19 @@ static void lst_add_relayed_headers(struct dp_request *req, struct MHD_Response 
 static enum MHD_Result lst_queue_relay(struct dp_request *req)
 {
     struct MHD_Response *resp;
-    if (req->buffering) {
-        /* The whole answer: one write of headers and body. MHD frees it.
-         * Nothing was read from it yet, so it starts at out_head 0. */
-        resp = MHD_create_response_from_buffer_with_free_callback(req->out_tail, req->out, free);
-        if (resp != NULL) {
-            req->out = NULL;
-            req->out_head = req->out_tail = req->out_cap = 0;
-        }
+    if (dp_relay_is_whole(&req->relay)) {
+        /* The whole answer: one write of headers and body. MHD frees it. */
+        size_t len = 0;
+        unsigned char *whole = dp_relay_release(&req->relay, &len);
+        resp = MHD_create_response_from_buffer_with_free_callback(len, whole, free);
+        if (resp == NULL)
+            free(whole);
     } else {
         resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, DP_RELAY_BLOCK, lst_reader, req,
                                                  NULL);
     }
     if (resp == NULL) {
-        dp_fwd_cancel(req, false);
+        req->loop->lst.handlers->cancel(req, false);
         return MHD_NO;
     }
     lst_add_relayed_headers(req, resp);
@@ -335,8 +336,16 @@ static enum MHD_Result lst_begin(struct dp_request *req)
      * everything does it refuse. */
     if (req->loop->cutting)
         return lst_queue_error(req, 503, "shutting_down", "the router is shutting down");
-    dp_fwd_begin(req);
+    req->loop->lst.handlers->begin(req);
     return MHD_YES;
+}
+
+/* A request's last reference went: what forwarding hung on it goes, and
+ * the loop frees it at the end of its pass. */
+static void lst_release(struct dp_request *req)
+{
+    req->loop->lst.handlers->release(req);
+    dp_loop_bury(req->loop, req);
 }
 
 static enum MHD_Result lst_handler(void *cls, struct MHD_Connection *conn, const char *url,
@@ -346,9 +355,14 @@ static enum MHD_Result lst_handler(void *cls, struct MHD_Connection *conn, const
     struct dp_loop *loop = cls;
     struct dp_request *req = *con_cls;
     if (req == NULL) {
-        req = dp_request_create(loop, conn, url, method);
+        req = dp_request_create(loop, conn, url, method, loop->sh->cfg->dataplane.max_body,
+                                lst_release);
         if (req == NULL)
             return MHD_NO; /* out of memory: MHD closes this connection only */
+        req->lnext = loop->requests;
+        if (loop->requests != NULL)
+            loop->requests->lprev = req;
+        loop->requests = req;
         *con_cls = req;
         struct dp_conn *dc = lst_conn_of(conn);
         if (dc != NULL)
@@ -433,7 +447,7 @@ static void lst_completed(void *cls, struct MHD_Connection *conn, void **con_cls
     bool relaying = req->phase == DP_REQ_REPLIED && req->relay_ready;
     bool working = (req->phase == DP_REQ_FORWARDING || relaying) && !delivered;
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && (working || req->phase == DP_REQ_RECEIVING))
-        dp_fwd_cancel(req, working && toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN);
+        loop->lst.handlers->cancel(req, working && toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN);
     req->conn = NULL;
     /* 499 (nginx's "client closed request") when the client left before any answer. */
     int status = req->final_status != 0 ? req->final_status : 499;
@@ -459,10 +473,10 @@ static void lst_notify_connection(void *cls, struct MHD_Connection *conn, void *
         if (dc == NULL)
             return; /* untracked: closed when the daemon stops, not earlier */
         dc->conn = conn;
-        dc->next = loop->conns;
-        if (loop->conns != NULL)
-            loop->conns->prev = dc;
-        loop->conns = dc;
+        dc->next = loop->lst.conns;
+        if (loop->lst.conns != NULL)
+            loop->lst.conns->prev = dc;
+        loop->lst.conns = dc;
         if (loop->draining)
             lst_close_when_idle(dc);
         return;
@@ -474,14 +488,15 @@ static void lst_notify_connection(void *cls, struct MHD_Connection *conn, void *
     if (dc->prev != NULL)
         dc->prev->next = dc->next;
     else
-        loop->conns = dc->next;
+        loop->lst.conns = dc->next;
     if (dc->next != NULL)
         dc->next->prev = dc->prev;
     free(dc);
 }
 
-int dp_listener_start(struct dp_loop *loop)
+int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handlers)
 {
+    loop->lst.handlers = handlers;
     const struct dp_shared *sh = loop->sh;
     /* TURBO: MHD reads and writes before asking epoll whether it may, which
      * saves some of the epoll_ctl and EAGAIN reads of each request (strace:
@@ -494,7 +509,7 @@ int dp_listener_start(struct dp_loop *loop)
      * connections waiting in its accept queue are not lost. */
     int inherited = loop->index < sh->n_inherited ? sh->inherited[loop->index] : -1;
     if (inherited >= 0)
-        loop->mhd =
+        loop->lst.mhd =
             MHD_start_daemon(flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_LISTEN_SOCKET,
                              (MHD_socket)inherited, MHD_OPTION_NOTIFY_COMPLETED, lst_completed,
                              loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
@@ -502,28 +517,28 @@ int dp_listener_start(struct dp_loop *loop)
                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
     else
-        loop->mhd = MHD_start_daemon(
+        loop->lst.mhd = MHD_start_daemon(
             flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_SOCK_ADDR, &sh->listen_addr,
             MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_NOTIFY_COMPLETED,
             lst_completed, loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
             MHD_OPTION_CONNECTION_LIMIT, (unsigned int)DP_MAX_CONNECTIONS,
             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
             MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
-    if (loop->mhd == NULL)
+    if (loop->lst.mhd == NULL)
         return -EADDRINUSE;
-    const union MHD_DaemonInfo *li = MHD_get_daemon_info(loop->mhd, MHD_DAEMON_INFO_LISTEN_FD);
-    loop->listen_fd = li != NULL ? (int)li->listen_fd : -1;
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(loop->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    const union MHD_DaemonInfo *li = MHD_get_daemon_info(loop->lst.mhd, MHD_DAEMON_INFO_LISTEN_FD);
+    loop->lst.listen_fd = li != NULL ? (int)li->listen_fd : -1;
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(loop->lst.mhd, MHD_DAEMON_INFO_EPOLL_FD);
     if (di == NULL) {
-        MHD_stop_daemon(loop->mhd);
-        loop->mhd = NULL;
+        MHD_stop_daemon(loop->lst.mhd);
+        loop->lst.mhd = NULL;
         return -EINVAL;
     }
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = DP_TAG_MHD};
     if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, di->epoll_fd, &ev) != 0) {
         int rc = -errno;
-        MHD_stop_daemon(loop->mhd);
-        loop->mhd = NULL;
+        MHD_stop_daemon(loop->lst.mhd);
+        loop->lst.mhd = NULL;
         return rc;
     }
     return 0;
@@ -534,29 +549,61 @@ void dp_listener_quiesce(struct dp_loop *loop)
     /* Once only (drain, then stop, both quiesce): closing what a second
      * MHD_quiesce_daemon returns could close a fd number another loop's
      * new connection reused meanwhile (seen under ASan: MHD aborts). */
-    if (loop->mhd == NULL || loop->quiesced)
+    if (loop->lst.mhd == NULL || loop->lst.quiesced)
         return;
-    loop->quiesced = true;
-    MHD_socket s = MHD_quiesce_daemon(loop->mhd);
+    loop->lst.quiesced = true;
+    MHD_socket s = MHD_quiesce_daemon(loop->lst.mhd);
     /* After a hot restart the successor holds the same socket: closing our
      * copy leaves its accept queue to the successor. */
     if (s != MHD_INVALID_SOCKET)
         close(s);
-    loop->listen_fd = -1;
-    for (struct dp_conn *dc = loop->conns; dc != NULL; dc = dc->next)
+    loop->lst.listen_fd = -1;
+    for (struct dp_conn *dc = loop->lst.conns; dc != NULL; dc = dc->next)
         lst_close_when_idle(dc);
 }
 
 void dp_listener_close_idle(struct dp_loop *loop)
 {
-    for (struct dp_conn *dc = loop->conns; dc != NULL; dc = dc->next)
+    for (struct dp_conn *dc = loop->lst.conns; dc != NULL; dc = dc->next)
         lst_close_when_idle(dc);
+}
+
+bool dp_listener_is_running(const struct dp_loop *loop)
+{
+    return loop->lst.mhd != NULL;
+}
+
+int dp_listener_socket(const struct dp_loop *loop)
+{
+    return loop->lst.listen_fd;
+}
+
+int64_t dp_listener_timeout_ms(const struct dp_loop *loop)
+{
+    if (loop->lst.due)
+        return 0;
+    MHD_UNSIGNED_LONG_LONG mt;
+    if (loop->lst.mhd != NULL && MHD_get_timeout(loop->lst.mhd, &mt) == MHD_YES)
+        return (int64_t)mt;
+    return -1;
+}
+
+void dp_listener_run(struct dp_loop *loop, bool events)
+{
+    if (loop->lst.mhd == NULL)
+        return;
+    MHD_UNSIGNED_LONG_LONG mt;
+    /* MHD's epoll fd does not report our own resumes: track them. */
+    if (events || loop->lst.due || (MHD_get_timeout(loop->lst.mhd, &mt) == MHD_YES && mt == 0)) {
+        loop->lst.due = false;
+        MHD_run(loop->lst.mhd);
+    }
 }
 
 void dp_listener_stop(struct dp_loop *loop)
 {
-    if (loop->mhd == NULL)
+    if (loop->lst.mhd == NULL)
         return;
-    MHD_stop_daemon(loop->mhd);
-    loop->mhd = NULL;
+    MHD_stop_daemon(loop->lst.mhd);
+    loop->lst.mhd = NULL;
 }

@@ -2,28 +2,90 @@
  * The HTTP side of one loop: its MHD daemon (external epoll mode, suspend/
  * resume, SO_REUSEPORT on the shared port), the access handler that
  * collects a request and does what its row in the route table says
- * (routes.h: 404, 405 with the row's Allow, a local answer, or the
- * forwarder), the content reader that relays a worker's body, MHD's
- * completion callback, and the client-fd watch that notices a disconnect
- * while the connection is suspended (MHD does not): EPOLLRDHUP only,
- * removed before MHD can close the fd.
+ * (routes.h: 404, 405 with the row's Allow, a local answer, or the handlers
+ * registered at start, the forwarder's), the content reader that relays a
+ * worker's body, MHD's completion callback, and the client-fd watch that
+ * notices a disconnect while the connection is suspended (libmicrohttpd
+ * reports none on a suspended connection): EPOLLRDHUP only, removed before
+ * MHD can close the fd.
  *
  * Threading: the loop's thread only.
  */
 #ifndef SY_DATAPLANE_LISTENER_H
 #define SY_DATAPLANE_LISTENER_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
-#include "dataplane/loop.h"
+struct MHD_Connection;
+struct MHD_Daemon;
+struct dp_loop;
+struct dp_request;
 
-int dp_listener_start(struct dp_loop *loop);
+/*
+ * One client connection MHD holds open, tracked so a draining loop can
+ * close the idle keep-alive ones. Owned by its loop's listener: created
+ * and freed by MHD's connection notifications.
+ */
+struct dp_conn {
+    struct MHD_Connection *conn;
+    struct dp_request *req; /* the request in progress on it, or NULL when idle */
+    bool closing;           /* given a short timeout to close while idle */
+    struct dp_conn *prev, *next;
+};
+
+/* What the listener hands a request to (the forwarder), registered at
+ * dp_listener_start: this module never names the forwarder. */
+struct dp_lst_handlers {
+    /* The upload is complete and the request is to be forwarded: after it,
+     * either req->reply_status is set or the request is forwarding. */
+    void (*begin)(struct dp_request *req);
+    /* The client went away; count_disconnect: count it as a disconnect. */
+    void (*cancel)(struct dp_request *req, bool count_disconnect);
+    /* The content reader of a relayed response (MHD's contract). */
+    ssize_t (*read)(struct dp_request *req, char *buf, size_t max);
+    /* The request's last reference went: free what forwarding hung on it. */
+    void (*release)(struct dp_request *req);
+};
+
+/* A loop's HTTP side (in struct dp_loop; touched only here). */
+struct dp_lst {
+    struct MHD_Daemon *mhd;
+    int listen_fd;                  /* the daemon's listening socket (set once at start) */
+    struct dp_conn *conns;          /* every open client connection */
+    struct dp_request *watch_queue; /* parked, not yet watched */
+    bool quiesced;                  /* the daemon stopped accepting (dp_listener_quiesce ran) */
+    bool due;                       /* run MHD at the end of this pass (a resume) */
+    const struct dp_lst_handlers *handlers; /* borrowed, static */
+};
+
+/* Starts the loop's daemon: on the predecessor's socket after a hot
+ * restart, else bound to the listen address; requests go to handlers.
+ * 0 or -errno. */
+int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handlers);
 /* Stops accepting new connections (drain); in-flight ones continue. */
 void dp_listener_quiesce(struct dp_loop *loop);
 void dp_listener_stop(struct dp_loop *loop);
 /* Draining: closes keep-alive connections once they are idle (call again
  * as requests finish; each connection is handled once). */
 void dp_listener_close_idle(struct dp_loop *loop);
+
+/* True from a successful dp_listener_start to dp_listener_stop: the daemon
+ * owns the socket it serves (an inherited one is closed when it stops). */
+bool dp_listener_is_running(const struct dp_loop *loop);
+
+/* The daemon's listening socket, or -1 (not started, or quiesced). */
+int dp_listener_socket(const struct dp_loop *loop);
+
+/* Milliseconds until MHD wants to run: 0 when a resume is pending, -1 when
+ * it has no timer. */
+int64_t dp_listener_timeout_ms(const struct dp_loop *loop);
+
+/* Runs MHD when it has work: events (its epoll fd was ready), a pending
+ * resume, or an expired timer. */
+void dp_listener_run(struct dp_loop *loop, bool events);
 
 /* Lets MHD process req again (resume) if it is suspended. */
 void dp_listener_wake(struct dp_request *req);

@@ -21,10 +21,6 @@
 #include "common/evfd.h"
 #include "common/log.h"
 #include "common/proc.h"
-#include "dataplane/forwarder.h"
-#include "dataplane/listener.h"
-#include "dataplane/pd.h"
-#include "dataplane/upstream.h"
 
 #define DP_EVENTS 128
 
@@ -39,7 +35,7 @@ int dp_loop_init(struct dp_loop *loop, struct dp_shared *sh, unsigned index)
     memset(loop, 0, sizeof(*loop));
     loop->sh = sh;
     loop->index = index;
-    loop->epfd = loop->evfd = loop->tickfd = loop->listen_fd = -1;
+    loop->epfd = loop->evfd = loop->tickfd = loop->lst.listen_fd = -1;
     atomic_init(&loop->cmd, DP_CMD_NONE);
     int rc = dp_workers_init(&loop->workers, sh->seg);
     if (rc != 0)
@@ -58,9 +54,9 @@ int dp_loop_init(struct dp_loop *loop, struct dp_shared *sh, unsigned index)
     if (rc == 0)
         rc = loop_add_fd(loop, loop->tickfd, DP_TAG_TICK);
     if (rc == 0)
-        rc = dp_up_init(loop);
+        rc = dp_up_init(loop, &dp_fwd_up_handlers);
     if (rc == 0)
-        rc = dp_listener_start(loop);
+        rc = dp_listener_start(loop, &dp_fwd_lst_handlers);
     return rc;
 }
 
@@ -82,14 +78,14 @@ static void loop_free_graveyard(struct dp_loop *loop)
 static int loop_timeout_ms(struct dp_loop *loop, uint64_t now)
 {
     int64_t t = -1;
-    if (loop->mhd_due)
+    int64_t mt = dp_listener_timeout_ms(loop);
+    if (mt == 0)
         return 0;
-    if (loop->curl_deadline_ms >= 0)
-        t = loop->curl_deadline_ms > (int64_t)now ? loop->curl_deadline_ms - (int64_t)now : 0;
-    MHD_UNSIGNED_LONG_LONG mt;
-    if (loop->mhd != NULL && MHD_get_timeout(loop->mhd, &mt) == MHD_YES &&
-        (t < 0 || (int64_t)mt < t))
-        t = (int64_t)mt;
+    int64_t curl = dp_up_deadline_ms(loop);
+    if (curl >= 0)
+        t = curl > (int64_t)now ? curl - (int64_t)now : 0;
+    if (mt >= 0 && (t < 0 || mt < t))
+        t = mt;
     if (t > 1000 || t < 0)
         t = 1000;
     return (int)t;
@@ -105,8 +101,8 @@ static void loop_stop_now(struct dp_loop *loop)
     dp_fwd_abort_all(loop);
     /* Let MHD fail every resumed connection before stopping the daemon
      * (MHD refuses to stop with connections still suspended). */
-    for (int i = 0; i < 3 && loop->mhd != NULL; i++)
-        MHD_run(loop->mhd);
+    for (int i = 0; i < 3; i++)
+        dp_listener_run(loop, true);
 }
 
 /* The drain deadline passed: streams end with an SSE error event, requests
@@ -173,21 +169,13 @@ static void *loop_main(void *arg)
         }
         now = proc_monotonic_ms();
         dp_up_timer_due(loop, now);
-        if (loop->mhd != NULL) {
-            MHD_UNSIGNED_LONG_LONG mt;
-            /* MHD's epoll fd does not report our own resumes: track them. */
-            if (mhd_due || loop->mhd_due ||
-                (MHD_get_timeout(loop->mhd, &mt) == MHD_YES && mt == 0)) {
-                loop->mhd_due = false;
-                MHD_run(loop->mhd);
-            }
-        }
+        dp_listener_run(loop, mhd_due);
         /* Transfers the handlers just added asked curl's timer for 0 ms:
          * start them in this pass instead of after one more epoll_wait. */
         dp_up_timer_due(loop, proc_monotonic_ms());
         /* An unpause from the content reader can finish a transfer. */
         dp_up_collect(loop);
-        if (loop->draining && loop->requests == NULL && loop->attempts == NULL)
+        if (loop->draining && loop->requests == NULL && !dp_fwd_has_attempts(loop))
             running = false;
         now = proc_monotonic_ms();
         if (running && loop->draining && !loop->cutting && now >= loop->drain_deadline_ms)
@@ -199,7 +187,7 @@ static void *loop_main(void *arg)
     loop_stop_now(loop);
     dp_listener_stop(loop);
     /* MHD_stop_daemon completed every connection: nothing references requests now. */
-    while (loop->attempts != NULL)
+    while (dp_fwd_has_attempts(loop))
         dp_fwd_abort_all(loop);
     loop_free_graveyard(loop);
     atomic_fetch_sub_explicit(&loop->sh->loops_running, 1, memory_order_release);
@@ -237,13 +225,7 @@ void dp_loop_fini(struct dp_loop *loop)
     dp_pd_loop_fini(loop);
     pol_destroy(&loop->policy);
     dp_workers_fini(&loop->workers);
-    free(loop->pick_cands);
-    free(loop->pick_slots);
-    free(loop->pick_loads);
-    free(loop->pick_refused);
-    loop->pick_cands = NULL;
-    loop->pick_slots = loop->pick_refused = NULL;
-    loop->pick_loads = NULL;
+    dp_fwd_fini(loop);
     if (loop->tickfd >= 0)
         close(loop->tickfd);
     if (loop->evfd >= 0)

@@ -25,10 +25,14 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "dataplane/forwarder.h"
 #include "dataplane/guard.h"
+#include "dataplane/listener.h"
 #include "dataplane/metrics.h"
+#include "dataplane/pd.h"
 #include "dataplane/policy.h"
 #include "dataplane/types.h"
+#include "dataplane/upstream.h"
 #include "dataplane/workers.h"
 
 #define DP_TAG_MHD      1u
@@ -36,7 +40,6 @@
 #define DP_TAG_TICK     3u
 #define DP_TAG_CURL     (0xC5ull << 56)
 #define DP_TICK_MS      20u
-#define DP_EASY_POOL    256u
 #define DP_CUT_GRACE_MS 1000u /* after the drain deadline: time to flush error events */
 
 enum dp_cmd {
@@ -61,62 +64,38 @@ struct dp_shared {
     _Atomic unsigned loops_running; /* decremented by each loop thread as it ends */
 };
 
-/* One event loop. Created by the main thread, then touched only by its own thread. */
-struct dp_up_url;
-
+/*
+ * One event loop. Created by the main thread, then touched only by its own
+ * thread. Each module keeps its own state in its own member (listener,
+ * upstream, forwarder, P/D), which only that module touches once
+ * dp_loop_init has cleared it; the rest is the loop's.
+ */
 struct dp_loop {
     struct dp_shared *sh; /* borrowed */
     unsigned index;
     pthread_t thread;
     bool started;
     int epfd, evfd, tickfd;
-    struct MHD_Daemon *mhd;
-    int listen_fd;         /* the daemon's listening socket (set once at init) */
-    struct dp_conn *conns; /* every open client connection */
-    CURLM *multi;
-    int64_t curl_deadline_ms; /* -1 = no curl timer */
-    /* Per fd number: what this loop's epoll set holds for a curl socket
-     * (upstream.c), grown on demand; 0 = nothing. */
-    uint32_t *curl_fds;
-    size_t n_curl_fds;
-    /* Worker URLs parsed once for curl (upstream.c): an open-addressing
-     * table of url_slots entries (a power of two), n_urls of them used. */
-    struct dp_up_url *urls;
-    size_t n_urls, url_slots;
-    /* No attempt's deadline is earlier than this (0 = unknown, scan): the
-     * tick skips its walk over every attempt until then, so thousands of
-     * idle streams cost nothing between tokens. Lowered by every deadline
-     * set earlier; recomputed by each walk. */
-    uint64_t deadline_floor_ms;
+    struct dp_lst lst;    /* listener.c */
+    struct dp_up up;      /* upstream.c */
+    struct dp_fwd fwd;    /* forwarder.c */
+    struct dp_pd_loop pd; /* pd.c */
     struct dp_workers workers;
     struct pol_policy policy;
-    struct pol_policy pol_prefill, pol_decode; /* P/D legs (pd.h) */
-    struct dp_attempt *attempts;               /* every live attempt */
-    struct dp_request *retrying;               /* requests waiting for their backoff */
-    struct dp_request *requests;               /* requests MHD still knows */
-    struct dp_request *watch_queue;            /* parked, not yet watched */
-    /* fwd_try's working arrays, max_workers long, allocated at first use:
-     * a routing decision allocates nothing. */
-    struct pol_candidate *pick_cands;
-    uint32_t *pick_slots; /* slots, then generations */
-    uint64_t *pick_loads;
-    uint32_t *pick_refused;
+    struct dp_request *requests; /* requests MHD still knows */
     struct dp_request *graveyard;
-    CURL *pool[DP_EASY_POOL];
-    size_t n_pool;
     _Atomic int cmd; /* enum dp_cmd, written by the main thread */
     uint64_t drain_deadline_ms;
     bool draining;
-    bool quiesced; /* the daemon stopped accepting (dp_listener_quiesce ran) */
-    bool cutting;  /* drain deadline passed or stopping: requests were cut, new ones get 503 */
+    bool cutting; /* drain deadline passed or stopping: requests were cut, new ones get 503 */
     uint64_t cut_deadline_ms; /* ...and this is when the loop stops regardless */
-    bool mhd_due;             /* run MHD at the end of this pass */
 };
 
 /* Sets up the loop's fds, daemon and multi handle (main thread). 0 or -errno. */
 int dp_loop_init(struct dp_loop *loop, struct dp_shared *sh, unsigned index);
 int dp_loop_start(struct dp_loop *loop);
-/* Main thread: asks the loop to drain (deadline in ms from now) or stop. */
+/* Main thread: asks the loop to drain (until dataplane.drain_timeout_ms
+ * from when it reads cmd) or to stop. */
 void dp_loop_command(struct dp_loop *loop, enum dp_cmd cmd);
 void dp_loop_join(struct dp_loop *loop);
 void dp_loop_fini(struct dp_loop *loop);

@@ -20,10 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "common/proc.h"
 #include "dataplane/errors.h"
 #include "dataplane/json_skeleton.h"
 #include "dataplane/metrics.h"
+#include "dataplane/loop.h"
+#include "dataplane/random64.h"
 #include "dataplane/request.h"
 #include "dataplane/routes.h"
 
@@ -174,17 +177,17 @@ int dp_pd_loop_init(struct dp_loop *loop)
     m->pd_policy[DP_PD_DECODE] = cfg_policy_name_str(loop->sh->cfg->policy.decode.name);
     struct cfg_policy pc = loop->sh->cfg->policy;
     pc.name = loop->sh->cfg->policy.prefill.name;
-    int rc = pol_create(&pc, &loop->pol_prefill);
+    int rc = pol_create(&pc, &loop->pd.prefill);
     if (rc != 0)
         return rc;
     pc.name = loop->sh->cfg->policy.decode.name;
-    return pol_create(&pc, &loop->pol_decode);
+    return pol_create(&pc, &loop->pd.decode);
 }
 
 void dp_pd_loop_fini(struct dp_loop *loop)
 {
-    pol_destroy(&loop->pol_prefill);
-    pol_destroy(&loop->pol_decode);
+    pol_destroy(&loop->pd.prefill);
+    pol_destroy(&loop->pd.decode);
 }
 
 bool dp_pd_applies(struct dp_loop *loop, const struct dp_request *req)
@@ -202,75 +205,52 @@ bool dp_pd_applies(struct dp_loop *loop, const struct dp_request *req)
     return prefill && decode;
 }
 
-int dp_pd_begin(struct dp_request *req)
+/* ---- the two legs ------------------------------------------------------------ */
+
+static bool pd_prefill_eligible(const struct shm_worker_info *w)
 {
-    struct dp_pd_state *pd = &req->pd;
-    /* In the prefill phase first: a failure here still counts an outcome. */
-    pd->phase = DP_PD_PREFILL;
-    pd->phase_start_ms = proc_monotonic_ms();
-    return dp_pd_prefill_body(req->body, req->body_len, &pd->prefill_body, &pd->prefill_len);
+    return w->healthy && !w->draining && w->role == CFG_ROLE_PREFILL;
 }
 
-bool dp_pd_is_eligible(const struct dp_request *req, const struct shm_worker_info *w)
+static bool pd_decode_eligible(const struct shm_worker_info *w)
 {
-    switch (req->pd.phase) {
-    case DP_PD_PREFILL:
-        return w->healthy && !w->draining && w->role == CFG_ROLE_PREFILL;
-    case DP_PD_DECODE:
-        return w->healthy && !w->draining && w->role == CFG_ROLE_DECODE;
-    default:
-        return dp_workers_is_eligible(w);
-    }
+    return w->healthy && !w->draining && w->role == CFG_ROLE_DECODE;
 }
 
-struct pol_policy *dp_pd_policy(struct dp_loop *loop, const struct dp_request *req)
+static struct pol_policy *pd_prefill_policy(struct dp_loop *loop)
 {
-    switch (req->pd.phase) {
-    case DP_PD_PREFILL:
-        return &loop->pol_prefill;
-    case DP_PD_DECODE:
-        return &loop->pol_decode;
-    default:
-        return &loop->policy;
-    }
+    return &loop->pd.prefill;
 }
 
-void dp_pd_leg_body(const struct dp_request *req, const char **body, size_t *len)
+static struct pol_policy *pd_decode_policy(struct dp_loop *loop)
 {
-    switch (req->pd.phase) {
-    case DP_PD_PREFILL:
-        *body = req->pd.prefill_body;
-        *len = req->pd.prefill_len;
-        return;
-    case DP_PD_DECODE:
-        *body = req->pd.decode_body;
-        *len = req->pd.decode_len;
-        return;
-    default:
-        *body = req->body != NULL ? req->body : "";
-        *len = req->body_len;
-    }
+    return &loop->pd.decode;
 }
 
-const char *dp_pd_leg_label(enum dp_pd_phase leg)
+static void pd_prefill_leg_body(const struct dp_request *req, const char **body, size_t *len)
 {
-    switch (leg) {
-    case DP_PD_PREFILL:
-        return "prefill ";
-    case DP_PD_DECODE:
-        return "decode ";
-    default:
-        return "";
-    }
+    *body = req->pd.prefill_body;
+    *len = req->pd.prefill_len;
 }
 
-void dp_pd_collect_reset(struct dp_request *req)
+static void pd_decode_leg_body(const struct dp_request *req, const char **body, size_t *len)
 {
-    req->pd.resp_len = 0;
-    req->pd.resp_overflow = false;
+    *body = req->pd.decode_body;
+    *len = req->pd.decode_len;
 }
 
-void dp_pd_collect(struct dp_request *req, const char *data, size_t len)
+static void pd_prefill_decision(struct dp_metrics *m, enum pol_decision decision)
+{
+    dp_metrics_pd_decision(m, DP_PD_PREFILL, decision);
+}
+
+static void pd_decode_decision(struct dp_metrics *m, enum pol_decision decision)
+{
+    dp_metrics_pd_decision(m, DP_PD_DECODE, decision);
+}
+
+/* Appends a prefill response's body bytes (bounded by DP_PD_RESP_MAX). */
+static void pd_collect(struct dp_request *req, const char *data, size_t len)
 {
     struct dp_pd_state *pd = &req->pd;
     if (pd->resp_overflow || len == 0)
@@ -296,8 +276,53 @@ void dp_pd_collect(struct dp_request *req, const char *data, size_t len)
     pd->resp[pd->resp_len] = '\0';
 }
 
-int dp_pd_start_decode(struct dp_request *req, const char *prefill_worker, char *err,
-                       size_t err_len)
+static enum dp_leg_action pd_next(struct dp_request *req, enum dp_leg_event ev,
+                                  struct dp_leg_step *step);
+
+static const struct dp_leg pd_prefill_leg = {
+    .label = "prefill ",
+    .collects = true,
+    .is_eligible = pd_prefill_eligible,
+    .policy = pd_prefill_policy,
+    .body = pd_prefill_leg_body,
+    .count_decision = pd_prefill_decision,
+    .collect = pd_collect,
+    .next = pd_next,
+};
+
+static const struct dp_leg pd_decode_leg = {
+    .label = "decode ",
+    .collects = false,
+    .is_eligible = pd_decode_eligible,
+    .policy = pd_decode_policy,
+    .body = pd_decode_leg_body,
+    .count_decision = pd_decode_decision,
+    .collect = NULL,
+    .next = pd_next,
+};
+
+enum dp_leg_action dp_pd_begin(struct dp_request *req, struct dp_leg_step *step)
+{
+    struct dp_pd_state *pd = &req->pd;
+    /* In the prefill phase first: a failure here still counts an outcome. */
+    pd->phase = DP_PD_PREFILL;
+    pd->phase_start_ms = proc_monotonic_ms();
+    req->leg = &pd_prefill_leg;
+    if (dp_pd_prefill_body(req->body, req->body_len, &pd->prefill_body, &pd->prefill_len) != 0) {
+        step->reply_status = 500;
+        step->reply_body = dp_error_body(500, "out_of_memory", "the router is out of memory");
+        return DP_LEG_ACT_ANSWER;
+    }
+    return DP_LEG_ACT_NEXT;
+}
+
+/*
+ * The prefill response is complete and 2xx: builds the decode body from it
+ * and enters the decode phase. 0, or -EPROTO with err set when the response
+ * carries no usable kv_transfer_params, or -ENOMEM.
+ */
+static int pd_start_decode(struct dp_request *req, const char *prefill_worker, char *err,
+                           size_t err_len)
 {
     struct dp_pd_state *pd = &req->pd;
     char why[DP_CAUSE_MAX];
@@ -317,24 +342,21 @@ int dp_pd_start_decode(struct dp_request *req, const char *prefill_worker, char 
     if (rc != 0)
         return rc;
     uint64_t now = proc_monotonic_ms();
-    struct dp_loop *loop = req->loop;
-    dp_metrics_pd_phase(&loop->sh->metrics, DP_PD_PREFILL, (now - pd->phase_start_ms) * 1000);
+    dp_metrics_pd_phase(&req->loop->sh->metrics, DP_PD_PREFILL, (now - pd->phase_start_ms) * 1000);
     snprintf(pd->prefill_worker, sizeof(pd->prefill_worker), "%s", prefill_worker);
     pd->phase = DP_PD_DECODE;
     pd->phase_start_ms = now;
     free(pd->resp);
     pd->resp = NULL;
     pd->resp_len = pd->resp_cap = 0;
-    /* The decode leg has its own attempts, workers and backoff. */
-    req->attempts = 0;
-    req->n_tried = 0;
-    req->backoff_ms = loop->sh->cfg->dataplane.retry.backoff_ms;
-    req->last_status = 0;
-    req->last_cause[0] = '\0';
+    req->leg = &pd_decode_leg;
     return 0;
 }
 
-char *dp_pd_error_body(const struct dp_request *req, int status, const char *worker_id)
+/* The client's answer when a prefill leg answered status >= 300 (not
+ * retried): the worker's body when it is an OpenAI error object, else an
+ * error naming the worker and its status. A malloc'd body, or NULL. */
+static char *pd_error_body(const struct dp_request *req, int status, const char *worker_id)
 {
     const struct dp_pd_state *pd = &req->pd;
     json_t *answer = pd->resp_overflow ? NULL : pd_load_object(pd->resp, pd->resp_len);
@@ -347,7 +369,8 @@ char *dp_pd_error_body(const struct dp_request *req, int status, const char *wor
     return dp_error_body(status, "upstream_error", msg);
 }
 
-void dp_pd_finish(struct dp_request *req, enum dp_pd_outcome outcome)
+/* Records req's outcome and counts it; only the first call counts. */
+static void pd_finish(struct dp_request *req, enum dp_pd_outcome outcome)
 {
     struct dp_pd_state *pd = &req->pd;
     if (pd->phase == DP_PD_NONE || pd->outcome != DP_PD_OUT_UNSET)
@@ -359,21 +382,76 @@ void dp_pd_finish(struct dp_request *req, enum dp_pd_outcome outcome)
         dp_metrics_pd_phase(m, DP_PD_DECODE, (proc_monotonic_ms() - pd->phase_start_ms) * 1000);
 }
 
-enum dp_pd_outcome dp_pd_error_outcome(const struct dp_request *req)
+/*
+ * The prefill response ended (its transfer complete, its guard released):
+ * an error status goes to the client; a 2xx starts the decode leg with the
+ * kv_transfer_params it carries.
+ */
+static enum dp_leg_action pd_collected(struct dp_request *req, struct dp_leg_step *step)
 {
-    return req->pd.phase == DP_PD_DECODE ? DP_PD_OUT_DECODE_ERROR : DP_PD_OUT_PREFILL_ERROR;
+    int status = (int)step->status;
+    if (status < 200 || status >= 300) {
+        step->reply_status = status;
+        step->reply_body = pd_error_body(req, status, step->worker_id);
+        return DP_LEG_ACT_ANSWER;
+    }
+    char err[DP_CAUSE_MAX + CFG_ID_MAX];
+    int rc = pd_start_decode(req, step->worker_id, err, sizeof(err));
+    if (rc == -EPROTO) {
+        log_warn("request %s: %s", req->request_id, err);
+        pd_finish(req, DP_PD_OUT_BAD_KV_PARAMS);
+        step->reply_status = 502;
+        step->reply_body = dp_error_body(502, "bad_kv_transfer_params", err);
+        return DP_LEG_ACT_ANSWER;
+    }
+    if (rc != 0) {
+        step->reply_status = 500;
+        step->reply_body = dp_error_body(500, "out_of_memory", "the router is out of memory");
+        return DP_LEG_ACT_ANSWER;
+    }
+    return DP_LEG_ACT_NEXT;
 }
 
-enum dp_pd_outcome dp_pd_abort_outcome(const struct dp_request *req)
-{
-    return req->pd.phase == DP_PD_DECODE ? DP_PD_OUT_ABORTED_DECODE : DP_PD_OUT_ABORTED_PREFILL;
-}
-
-void dp_pd_fini(struct dp_request *req)
+/* Frees what req->pd owns: its bodies once sent, everything when req dies. */
+static void pd_free(struct dp_request *req)
 {
     struct dp_pd_state *pd = &req->pd;
     free(pd->prefill_body);
     free(pd->decode_body);
     free(pd->resp);
     pd->prefill_body = pd->decode_body = pd->resp = NULL;
+}
+
+static enum dp_leg_action pd_next(struct dp_request *req, enum dp_leg_event ev,
+                                  struct dp_leg_step *step)
+{
+    bool decode = req->pd.phase == DP_PD_DECODE;
+    switch (ev) {
+    case DP_LEG_EV_RESPONSE:
+        /* A new prefill response (another attempt's): forget the earlier one. */
+        req->pd.resp_len = 0;
+        req->pd.resp_overflow = false;
+        break;
+    case DP_LEG_EV_COLLECTED:
+        return pd_collected(req, step);
+    case DP_LEG_EV_SENT:
+    case DP_LEG_EV_FREE:
+        pd_free(req);
+        break;
+    case DP_LEG_EV_DONE:
+        pd_finish(req, DP_PD_OUT_OK);
+        break;
+    case DP_LEG_EV_FAILED:
+        pd_finish(req, decode ? DP_PD_OUT_DECODE_ERROR : DP_PD_OUT_PREFILL_ERROR);
+        break;
+    case DP_LEG_EV_CUT:
+        pd_finish(req, DP_PD_OUT_DECODE_ERROR);
+        break;
+    case DP_LEG_EV_ABORTED:
+        pd_finish(req, decode ? DP_PD_OUT_ABORTED_DECODE : DP_PD_OUT_ABORTED_PREFILL);
+        break;
+    default:
+        break;
+    }
+    return DP_LEG_ACT_CONTINUE;
 }

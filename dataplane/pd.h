@@ -14,13 +14,15 @@
  *
  * This module owns the rewriting of bodies (pure functions, unit-tested),
  * the legs' choice of role and policy, the phase transitions and the P/D
- * metrics. The forwarder (forwarder.c) runs the attempts and calls in here
- * at its few P/D hooks.
+ * metrics: it is the two-leg plan of legs.h. The forwarder runs the
+ * attempts and knows the plan only through that interface; legs.c chooses
+ * it for a request (dp_pd_applies, dp_pd_begin).
  *
  * Accounting: the prefill guard is released when the prefill response is
  * complete or its transfer aborted, before any decode starts; the decode
  * guard is a relayed attempt's guard, held to the end of its body. A
- * request counts exactly one outcome (dp_pd_finish).
+ * request counts exactly one outcome: the first of the plan's ending
+ * events (done, failed, cut, aborted, a bad prefill answer).
  *
  * Threading: the loop's thread only, except the pure body functions (any
  * thread).
@@ -31,7 +33,17 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "dataplane/loop.h"
+#include "dataplane/legs.h"
+#include "dataplane/policy.h"
+
+struct dp_loop;
+struct dp_request;
+
+/* A loop's P/D state (in struct dp_loop; touched only here): the legs'
+ * policies, policy.prefill and policy.decode. */
+struct dp_pd_loop {
+    struct pol_policy prefill, decode;
+};
 
 #define DP_PD_RESP_MAX (4u << 20) /* largest prefill response kept */
 
@@ -57,7 +69,7 @@ int dp_pd_decode_body(const char *body, size_t len, const char *resp, size_t res
 
 /* ---- legs ------------------------------------------------------------------ */
 
-/* Creates the loop's prefill and decode policies (policy.prefill/decode). 0 or -errno. */
+/* Creates loop->pd: the prefill and decode policies (policy.prefill/decode). 0 or -errno. */
 int dp_pd_loop_init(struct dp_loop *loop);
 void dp_pd_loop_fini(struct dp_loop *loop);
 
@@ -65,52 +77,9 @@ void dp_pd_loop_fini(struct dp_loop *loop);
  * has at least one prefill and one decode worker in the registry. */
 bool dp_pd_applies(struct dp_loop *loop, const struct dp_request *req);
 
-/* Enters the prefill phase (builds the prefill body). 0, -EINVAL, -ENOMEM. */
-int dp_pd_begin(struct dp_request *req);
-
-/* May w take req's next attempt? Plain requests: regular workers; P/D legs:
- * workers of the leg's role. Healthy and not draining in both cases. */
-bool dp_pd_is_eligible(const struct dp_request *req, const struct shm_worker_info *w);
-
-/* The policy that picks req's next attempt. */
-struct pol_policy *dp_pd_policy(struct dp_loop *loop, const struct dp_request *req);
-
-/* What req's next attempt sends. */
-void dp_pd_leg_body(const struct dp_request *req, const char **body, size_t *len);
-
-/* "prefill ", "decode " or "" (for messages: "no healthy %sworker"). */
-const char *dp_pd_leg_label(enum dp_pd_phase leg);
-
-/* Appends a prefill response's body bytes (bounded by DP_PD_RESP_MAX). */
-void dp_pd_collect(struct dp_request *req, const char *data, size_t len);
-
-/* Forgets a collected response (a new prefill attempt's headers arrived). */
-void dp_pd_collect_reset(struct dp_request *req);
-
-/*
- * The prefill response is complete and 2xx: builds the decode body from it
- * and enters the decode phase (attempt counters start again). 0, or -EPROTO
- * with err set when the response carries no usable kv_transfer_params, or
- * -ENOMEM.
- */
-int dp_pd_start_decode(struct dp_request *req, const char *prefill_worker, char *err,
-                       size_t err_len);
-
-/* The client's answer when a prefill leg answered status >= 300 (not
- * retried): the worker's body when it is an OpenAI error object, else an
- * error naming the worker and its status. A malloc'd body, or NULL. */
-char *dp_pd_error_body(const struct dp_request *req, int status, const char *worker_id);
-
-/* Records req's outcome and counts it; only the first call counts. No-op
- * for plain requests. */
-void dp_pd_finish(struct dp_request *req, enum dp_pd_outcome outcome);
-
-/* The outcome of a request ending in its current phase with an error
- * (PREFILL_ERROR or DECODE_ERROR) or a client abort. */
-enum dp_pd_outcome dp_pd_error_outcome(const struct dp_request *req);
-enum dp_pd_outcome dp_pd_abort_outcome(const struct dp_request *req);
-
-/* Frees what req->pd owns (request.c, when the request dies). */
-void dp_pd_fini(struct dp_request *req);
+/* Starts req's P/D plan: enters the prefill phase (builds the prefill body)
+ * and sets req->leg to the prefill leg. DP_LEG_ACT_NEXT, or
+ * DP_LEG_ACT_ANSWER with step holding a 500 (out of memory). */
+enum dp_leg_action dp_pd_begin(struct dp_request *req, struct dp_leg_step *step);
 
 #endif

@@ -16,11 +16,12 @@
 #include "common/proc.h"
 #include "dataplane/header_rules.h"
 #include "dataplane/json_skeleton.h"
-#include "dataplane/pd.h"
+#include "dataplane/random64.h"
 #include "dataplane/routes.h"
 
 struct dp_request *dp_request_create(struct dp_loop *loop, struct MHD_Connection *conn,
-                                     const char *url, const char *method)
+                                     const char *url, const char *method, uint64_t max_body,
+                                     dp_request_release_fn release)
 {
     struct dp_request *req = calloc(1, sizeof(*req));
     if (req == NULL)
@@ -33,11 +34,8 @@ struct dp_request *dp_request_create(struct dp_loop *loop, struct MHD_Connection
     req->start_ms = proc_monotonic_ms();
     req->route = dp_route_find(url);
     req->method_ok = dp_route_allows(req->route, method);
-    req->backoff_ms = loop->sh->cfg->dataplane.retry.backoff_ms;
-    req->lnext = loop->requests;
-    if (loop->requests != NULL)
-        loop->requests->lprev = req;
-    loop->requests = req;
+    req->max_body = max_body;
+    req->release = release;
     return req;
 }
 
@@ -54,21 +52,18 @@ void dp_request_unref(struct dp_request *req)
     free(req->routing_text);
     req->routing_text = NULL;
     free(req->reply_body);
-    free(req->out);
     free(req->resp_hdrs);
     curl_slist_free_all(req->up_headers);
-    dp_pd_fini(req);
     req->body = NULL;
     req->reply_body = NULL;
-    req->out = NULL;
     req->resp_hdrs = NULL;
     req->up_headers = NULL;
-    dp_loop_bury(req->loop, req);
+    req->release(req);
 }
 
 int dp_request_append_body(struct dp_request *req, const char *data, size_t len)
 {
-    uint64_t max = req->loop->sh->cfg->dataplane.max_body;
+    uint64_t max = req->max_body;
     if (req->body_too_large || req->body_len + len > max) {
         req->body_too_large = true;
         return 0;

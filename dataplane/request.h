@@ -14,18 +14,27 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
-#include "dataplane/loop.h"
+#include "dataplane/types.h"
 
-/* A new request with one reference (MHD's), or NULL. */
+/* Called when a request's last reference goes, after the request freed
+ * what it owns itself: frees what other modules hung on it and hands it to
+ * its loop to be freed. Registered by the request's creator. */
+typedef void (*dp_request_release_fn)(struct dp_request *req);
+
+/* A new request of loop with one reference (MHD's), or NULL. Its upload
+ * keeps max_body bytes at most; release runs when it dies. */
 struct dp_request *dp_request_create(struct dp_loop *loop, struct MHD_Connection *conn,
-                                     const char *url, const char *method);
+                                     const char *url, const char *method, uint64_t max_body,
+                                     dp_request_release_fn release);
 
 void dp_request_ref(struct dp_request *req);
-/* Drops a reference; the last one frees what the request owns and buries it. */
+/* Drops a reference; the last one frees what the request owns and calls
+ * its release function. */
 void dp_request_unref(struct dp_request *req);
 
-/* Appends upload bytes; past dataplane.max_body they are dropped and
+/* Appends upload bytes; past the request's max_body they are dropped and
  * body_too_large is set. 0 or -ENOMEM. */
 int dp_request_append_body(struct dp_request *req, const char *data, size_t len);
 
@@ -46,10 +55,6 @@ enum dp_parse_result dp_request_parse(struct dp_request *req);
 /* Sets the request id (client's X-Request-Id or a fresh one) and builds the
  * upstream header list. 0 or -ENOMEM. */
 int dp_request_prepare_upstream(struct dp_request *req);
-
-/* A per-thread pseudo-random number (request ids, skeleton nonces): unique
- * and not guessable by clients; not for secrets. */
-uint64_t dp_random64(void);
 
 /* True for headers that must not cross a proxy (RFC 9110 7.6.1) or that
  * the dataplane sets itself. */

@@ -1,14 +1,13 @@
 /*
- * Types shared by the dataplane's modules (HAProxy style: types here,
- * functions in each module's own header), so the loop, the listener, the
- * forwarder and the upstream glue can see each other's structs without
- * including each other's function headers.
+ * Types several of the dataplane's modules share (HAProxy style: types
+ * here, functions in each module's own header): the request and the
+ * attempt, which the listener, the forwarder, the upstream glue and the
+ * legs all read, and the enums that label metrics. Only types and their
+ * bounds: no function is declared here, and what one module alone uses
+ * lives in that module's header.
  *
- * Threading: a struct dp_loop and everything hanging off it (requests,
- * attempts, curl handles, the MHD daemon) belong to one event-loop thread
- * and are never touched by another; a request never leaves its thread.
- * struct dp_shared is process-wide: read-only after start except for its
- * atomics.
+ * Threading: a request and its attempts belong to the event-loop thread
+ * that accepted the request and are never touched by another.
  */
 #ifndef SY_DATAPLANE_TYPES_H
 #define SY_DATAPLANE_TYPES_H
@@ -24,11 +23,10 @@
 #include "common/config.h"
 #include "dataplane/guard.h"
 #include "dataplane/policy.h"
+#include "dataplane/relay.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
 
-#define DP_OUT_CAP  (64u * 1024u) /* per-request relay buffer toward the client, at most */
-#define DP_OUT_INIT (1u * 1024u)  /* ... and at first: SSE events and small answers fit */
 #define DP_RESP_HDRS_CAP                                                                           \
     1024u /* upstream response headers kept for the client (more are dropped) */
 #define DP_REQUEST_ID_MAX   128u
@@ -122,20 +120,9 @@ enum dp_req_phase {
     DP_REQ_REPLIED,    /* a response was queued (ours or relayed) */
 };
 
+struct dp_leg;
 struct dp_request;
 struct dp_loop;
-
-/*
- * One client connection MHD holds open, tracked so a draining loop can
- * close the idle keep-alive ones. Owned by its loop (listener.c): created
- * and freed by MHD's connection notifications.
- */
-struct dp_conn {
-    struct MHD_Connection *conn;
-    struct dp_request *req; /* the request in progress on it, or NULL when idle */
-    bool closing;           /* given a short timeout to close while idle */
-    struct dp_conn *prev, *next;
-};
 
 /*
  * One try of a request on one worker. Owned by its loop; holds a reference
@@ -152,8 +139,8 @@ struct dp_attempt {
     uint32_t generation;
     char worker_id[CFG_ID_MAX];
     long status;
-    enum dp_pd_phase leg; /* DP_PD_NONE for a plain request */
-    const char *body;     /* borrowed from req: what this attempt POSTs */
+    const struct dp_leg *leg; /* the leg it runs (legs.h; static) */
+    const char *body;         /* borrowed from req: what this attempt POSTs */
     size_t body_len;
     bool paused; /* the write callback returned CURL_WRITEFUNC_PAUSE */
     uint64_t started_ms;
@@ -172,6 +159,7 @@ struct dp_request {
     struct dp_loop *loop;
     struct MHD_Connection *conn; /* NULL once MHD completed the request */
     int refs;
+    void (*release)(struct dp_request *req); /* at the last unref (request.h) */
     enum dp_route route;
     enum dp_req_phase phase;
     bool method_ok;
@@ -186,7 +174,8 @@ struct dp_request {
     uint64_t start_ms;
     uint64_t first_byte_ms; /* 0 until the first body byte reached the client buffer */
 
-    /* request body (bounded by dataplane.max_body) */
+    /* request body (bounded by max_body: dataplane.max_body) */
+    uint64_t max_body;
     char *body;
     size_t body_len, body_cap;
     bool body_too_large;
@@ -215,12 +204,9 @@ struct dp_request {
     char *resp_hdrs;
     size_t resp_hdrs_len;
     bool relay_ready; /* headers known, waiting for the handler to queue them */
-    /* A whole answer (not SSE) collected in out before anything is sent, so
-     * it leaves in one write with a Content-Length; past DP_OUT_CAP it is
-     * relayed like a stream. */
-    bool buffering;
-    unsigned char *out; /* DP_OUT_CAP bytes, allocated when relaying starts */
-    size_t out_head, out_tail, out_cap;
+    /* Toward the client, opened when relaying starts; a whole answer (not
+     * SSE) is collected in it before anything is sent (relay.h). */
+    struct dp_relay relay;
     bool up_done;   /* the worker's body ended (or was cut) */
     bool up_failed; /* ...abnormally: close the client connection with an error */
     bool sse;
@@ -236,7 +222,8 @@ struct dp_request {
     struct dp_request *rprev, *rnext; /* loop->retrying while retry_at_ms != 0 */
     struct dp_attempt *attempt_list;  /* live attempts of this request */
     int final_status;                 /* what the client was sent, for metrics */
-    struct dp_pd_state pd;            /* prefill/decode legs (pd.h) */
+    const struct dp_leg *leg;         /* the plan's current leg (legs.h); NULL until forwarding */
+    struct dp_pd_state pd;            /* the prefill/decode plan's state (pd.h) */
     struct dp_request *lprev, *lnext; /* loop->requests while MHD knows it */
 
     struct dp_request *dead_next; /* loop->graveyard */

@@ -1,8 +1,10 @@
 /*
  * curl multi_socket glue (see upstream.h). The socket callback mirrors
  * curl's wishes into the loop's epoll set, tagging each socket with
- * DP_TAG_CURL | fd; the timer callback sets loop->curl_deadline_ms, which
- * the loop turns into its epoll_wait timeout. Easy handles are pooled with
+ * DP_TAG_CURL | fd; the timer callback sets loop->up.deadline_ms, which
+ * the loop turns into its epoll_wait timeout. What a transfer delivers goes
+ * to the handlers registered at dp_up_init: this module never names the
+ * forwarder. Easy handles are pooled with
  * their fixed options set: building or resetting one is a measurable part
  * of a request's cost.
  */
@@ -18,7 +20,7 @@
 
 #include "common/log.h"
 #include "common/proc.h"
-#include "dataplane/forwarder.h"
+#include "dataplane/loop.h"
 #include "dataplane/upstream_url.h"
 
 #define DP_MAXCONNECTS 1024L
@@ -44,24 +46,24 @@ static uint32_t *up_fd_state(struct dp_loop *loop, int fd)
 {
     if (fd < 0)
         return NULL;
-    if ((size_t)fd >= loop->n_curl_fds) {
-        size_t n = loop->n_curl_fds ? loop->n_curl_fds : 256;
+    if ((size_t)fd >= loop->up.n_fds) {
+        size_t n = loop->up.n_fds ? loop->up.n_fds : 256;
         while (n <= (size_t)fd)
             n *= 2;
-        uint32_t *grown = realloc(loop->curl_fds, n * sizeof(*grown));
+        uint32_t *grown = realloc(loop->up.fds, n * sizeof(*grown));
         if (grown == NULL)
             return NULL;
-        memset(grown + loop->n_curl_fds, 0, (n - loop->n_curl_fds) * sizeof(*grown));
-        loop->curl_fds = grown;
-        loop->n_curl_fds = n;
+        memset(grown + loop->up.n_fds, 0, (n - loop->up.n_fds) * sizeof(*grown));
+        loop->up.fds = grown;
+        loop->up.n_fds = n;
     }
-    return &loop->curl_fds[fd];
+    return &loop->up.fds[fd];
 }
 
 /* fd's state word if it has one (no growing), or NULL. */
 static uint32_t *up_fd_known(struct dp_loop *loop, int fd)
 {
-    return fd >= 0 && (size_t)fd < loop->n_curl_fds ? &loop->curl_fds[fd] : NULL;
+    return fd >= 0 && (size_t)fd < loop->up.n_fds ? &loop->up.fds[fd] : NULL;
 }
 
 static void up_fd_forget(struct dp_loop *loop, int fd)
@@ -85,7 +87,7 @@ static int up_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, voi
     struct dp_loop *loop = userp;
     uint32_t *st = up_fd_state(loop, fd);
     if (what == CURL_POLL_REMOVE) {
-        curl_multi_assign(loop->multi, fd, NULL);
+        curl_multi_assign(loop->up.multi, fd, NULL);
         if (st != NULL && (*st & UP_FD_REGISTERED))
             *st |= UP_FD_PARKED;
         else
@@ -93,7 +95,7 @@ static int up_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, voi
         return 0;
     }
     uint32_t want = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u);
-    curl_multi_assign(loop->multi, fd, loop);
+    curl_multi_assign(loop->up.multi, fd, loop);
     if (st != NULL && (*st & UP_FD_REGISTERED) && (*st & UP_FD_EVENTS) == want) {
         *st &= ~UP_FD_PARKED;
         return 0;
@@ -135,47 +137,50 @@ static int up_timer_cb(CURLM *multi, long timeout_ms, void *userp)
 {
     (void)multi;
     struct dp_loop *loop = userp;
-    loop->curl_deadline_ms =
+    loop->up.deadline_ms =
         timeout_ms < 0 ? -1 : (int64_t)(proc_monotonic_ms() + (uint64_t)timeout_ms);
     return 0;
 }
 
-int dp_up_init(struct dp_loop *loop)
+int dp_up_init(struct dp_loop *loop, const struct dp_up_handlers *handlers)
 {
-    loop->curl_deadline_ms = -1;
-    loop->multi = curl_multi_init();
-    if (loop->multi == NULL)
+    loop->up.handlers = handlers;
+    loop->up.deadline_ms = -1;
+    loop->up.multi = curl_multi_init();
+    if (loop->up.multi == NULL)
         return -ENOMEM;
-    curl_multi_setopt(loop->multi, CURLMOPT_SOCKETFUNCTION, up_socket_cb);
-    curl_multi_setopt(loop->multi, CURLMOPT_SOCKETDATA, loop);
-    curl_multi_setopt(loop->multi, CURLMOPT_TIMERFUNCTION, up_timer_cb);
-    curl_multi_setopt(loop->multi, CURLMOPT_TIMERDATA, loop);
-    curl_multi_setopt(loop->multi, CURLMOPT_MAXCONNECTS, DP_MAXCONNECTS);
+    curl_multi_setopt(loop->up.multi, CURLMOPT_SOCKETFUNCTION, up_socket_cb);
+    curl_multi_setopt(loop->up.multi, CURLMOPT_SOCKETDATA, loop);
+    curl_multi_setopt(loop->up.multi, CURLMOPT_TIMERFUNCTION, up_timer_cb);
+    curl_multi_setopt(loop->up.multi, CURLMOPT_TIMERDATA, loop);
+    curl_multi_setopt(loop->up.multi, CURLMOPT_MAXCONNECTS, DP_MAXCONNECTS);
     return 0;
 }
 
 void dp_up_fini(struct dp_loop *loop)
 {
-    for (size_t i = 0; i < loop->n_pool; i++)
-        curl_easy_cleanup(loop->pool[i]);
-    loop->n_pool = 0;
-    if (loop->multi != NULL)
-        curl_multi_cleanup(loop->multi);
-    loop->multi = NULL;
-    free(loop->curl_fds);
-    loop->curl_fds = NULL;
-    loop->n_curl_fds = 0;
-    dp_up_urls_fini(loop);
+    for (size_t i = 0; i < loop->up.n_pool; i++)
+        curl_easy_cleanup(loop->up.pool[i]);
+    loop->up.n_pool = 0;
+    if (loop->up.multi != NULL)
+        curl_multi_cleanup(loop->up.multi);
+    loop->up.multi = NULL;
+    free(loop->up.fds);
+    loop->up.fds = NULL;
+    loop->up.n_fds = 0;
+    dp_up_urls_fini(&loop->up.urls);
 }
 
 static size_t up_header_cb(char *data, size_t size, size_t nmemb, void *userp)
 {
-    return dp_fwd_on_header(userp, data, size * nmemb);
+    struct dp_attempt *a = userp;
+    return a->loop->up.handlers->on_header(a, data, size * nmemb);
 }
 
 static size_t up_write_cb(char *data, size_t size, size_t nmemb, void *userp)
 {
-    return dp_fwd_on_body(userp, data, size * nmemb);
+    struct dp_attempt *a = userp;
+    return a->loop->up.handlers->on_body(a, data, size * nmemb);
 }
 
 /* The options every transfer shares, set once per handle: a pooled handle
@@ -214,15 +219,15 @@ static CURL *up_easy_new(struct dp_loop *loop)
 
 static CURL *up_easy_get(struct dp_loop *loop)
 {
-    if (loop->n_pool > 0)
-        return loop->pool[--loop->n_pool];
+    if (loop->up.n_pool > 0)
+        return loop->up.pool[--loop->up.n_pool];
     return up_easy_new(loop);
 }
 
 static void up_easy_put(struct dp_loop *loop, CURL *e)
 {
-    if (loop->n_pool < DP_EASY_POOL)
-        loop->pool[loop->n_pool++] = e;
+    if (loop->up.n_pool < DP_EASY_POOL)
+        loop->up.pool[loop->up.n_pool++] = e;
     else
         curl_easy_cleanup(e);
 }
@@ -235,7 +240,7 @@ int dp_up_start(struct dp_attempt *a, const char *url)
     if (e == NULL)
         return -ENOMEM;
     CURLcode rc = CURLE_OK;
-    CURLU *parsed = dp_up_url_parsed(loop, url);
+    CURLU *parsed = dp_up_url_parsed(&loop->up.urls, url);
     /* A pooled handle keeps its options: the one not used is cleared. */
     if (parsed != NULL)
         rc |= curl_easy_setopt(e, CURLOPT_CURLU, parsed);
@@ -255,7 +260,7 @@ int dp_up_start(struct dp_attempt *a, const char *url)
         up_easy_put(loop, e);
         return -EINVAL;
     }
-    if (curl_multi_add_handle(loop->multi, e) != CURLM_OK) {
+    if (curl_multi_add_handle(loop->up.multi, e) != CURLM_OK) {
         up_easy_put(loop, e);
         return -ENOMEM;
     }
@@ -267,7 +272,7 @@ void dp_up_detach(struct dp_attempt *a)
 {
     if (a->easy == NULL)
         return;
-    curl_multi_remove_handle(a->loop->multi, a->easy);
+    curl_multi_remove_handle(a->loop->up.multi, a->easy);
     /* A handle removed while paused may keep its pause with its options:
      * not worth pooling (rare: a slow client that left). */
     if (a->paused)
@@ -301,17 +306,22 @@ void dp_up_socket_event(struct dp_loop *loop, int fd, uint32_t events)
     if (events & EPOLLERR)
         mask |= CURL_CSELECT_ERR;
     int running;
-    curl_multi_socket_action(loop->multi, fd, mask, &running);
+    curl_multi_socket_action(loop->up.multi, fd, mask, &running);
     dp_up_collect(loop);
+}
+
+int64_t dp_up_deadline_ms(const struct dp_loop *loop)
+{
+    return loop->up.deadline_ms;
 }
 
 void dp_up_timer_due(struct dp_loop *loop, uint64_t now_ms)
 {
-    if (loop->curl_deadline_ms < 0 || (uint64_t)loop->curl_deadline_ms > now_ms)
+    if (loop->up.deadline_ms < 0 || (uint64_t)loop->up.deadline_ms > now_ms)
         return;
-    loop->curl_deadline_ms = -1;
+    loop->up.deadline_ms = -1;
     int running;
-    curl_multi_socket_action(loop->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    curl_multi_socket_action(loop->up.multi, CURL_SOCKET_TIMEOUT, 0, &running);
     dp_up_collect(loop);
 }
 
@@ -319,13 +329,13 @@ void dp_up_collect(struct dp_loop *loop)
 {
     CURLMsg *msg;
     int left;
-    while ((msg = curl_multi_info_read(loop->multi, &left)) != NULL) {
+    while ((msg = curl_multi_info_read(loop->up.multi, &left)) != NULL) {
         if (msg->msg != CURLMSG_DONE)
             continue;
         struct dp_attempt *a = NULL;
         curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&a);
         CURLcode result = msg->data.result;
         if (a != NULL)
-            dp_fwd_on_done(a, result);
+            loop->up.handlers->on_done(a, result);
     }
 }

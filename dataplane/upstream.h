@@ -14,11 +14,44 @@
 #ifndef SY_DATAPLANE_UPSTREAM_H
 #define SY_DATAPLANE_UPSTREAM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-#include "dataplane/loop.h"
+#include <curl/curl.h>
 
-int dp_up_init(struct dp_loop *loop);
+#include "dataplane/upstream_url.h"
+
+#define DP_EASY_POOL 256u
+
+struct dp_attempt;
+struct dp_loop;
+
+/* What a transfer delivers, reported to the layer above (the forwarder),
+ * which registers them at dp_up_init. on_header and on_body run inside
+ * curl callbacks and return what curl's header and write callbacks return;
+ * on_done runs from the loop once the transfer is over. */
+struct dp_up_handlers {
+    size_t (*on_header)(struct dp_attempt *a, const char *line, size_t len);
+    size_t (*on_body)(struct dp_attempt *a, const char *data, size_t len);
+    void (*on_done)(struct dp_attempt *a, CURLcode result);
+};
+
+/* A loop's upstream side (in struct dp_loop; touched only here). */
+struct dp_up {
+    CURLM *multi;
+    int64_t deadline_ms; /* curl's timer; -1 = none */
+    /* Per fd number: what this loop's epoll set holds for a curl socket,
+     * grown on demand; 0 = nothing. */
+    uint32_t *fds;
+    size_t n_fds;
+    struct dp_up_urls urls; /* worker URLs parsed once (upstream_url.h) */
+    CURL *pool[DP_EASY_POOL];
+    size_t n_pool;
+    const struct dp_up_handlers *handlers; /* borrowed, static */
+};
+
+/* Sets up loop->up; handlers receive every transfer's data and end. 0 or -errno. */
+int dp_up_init(struct dp_loop *loop, const struct dp_up_handlers *handlers);
 void dp_up_fini(struct dp_loop *loop);
 
 /* Starts a's POST of a->body (borrowed from its request) to url. 0 or -errno (nothing started). */
@@ -33,9 +66,11 @@ void dp_up_unpause(struct dp_attempt *a);
 
 /* Events from epoll for a curl socket, and the curl timer. */
 void dp_up_socket_event(struct dp_loop *loop, int fd, uint32_t events);
+/* When curl's timer wants dp_up_timer_due (monotonic ms), -1 = never. */
+int64_t dp_up_deadline_ms(const struct dp_loop *loop);
 void dp_up_timer_due(struct dp_loop *loop, uint64_t now_ms);
 
-/* Hands finished transfers to the forwarder (dp_fwd_on_done). */
+/* Hands finished transfers to the registered on_done. */
 void dp_up_collect(struct dp_loop *loop);
 
 #endif

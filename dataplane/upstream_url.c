@@ -27,37 +27,37 @@ static size_t up_url_free_slot(const struct dp_up_url *t, size_t slots, uint64_t
     return j;
 }
 
-static bool up_urls_grow(struct dp_loop *loop)
+static bool up_urls_grow(struct dp_up_urls *tab)
 {
-    size_t slots = loop->url_slots ? loop->url_slots * 2 : 64;
+    size_t slots = tab->url_slots ? tab->url_slots * 2 : 64;
     struct dp_up_url *t = calloc(slots, sizeof(*t));
     if (t == NULL)
         return false;
-    for (size_t i = 0; i < loop->url_slots; i++) {
-        struct dp_up_url *old = &loop->urls[i];
+    for (size_t i = 0; i < tab->url_slots; i++) {
+        struct dp_up_url *old = &tab->urls[i];
         if (old->url == NULL)
             continue;
         t[up_url_free_slot(t, slots, XXH3_64bits(old->url, strlen(old->url)))] = *old;
     }
-    free(loop->urls);
-    loop->urls = t;
-    loop->url_slots = slots;
+    free(tab->urls);
+    tab->urls = t;
+    tab->url_slots = slots;
     return true;
 }
 
-CURLU *dp_up_url_parsed(struct dp_loop *loop, const char *url)
+CURLU *dp_up_url_parsed(struct dp_up_urls *tab, const char *url)
 {
     size_t len = strlen(url);
     uint64_t h = XXH3_64bits(url, len);
-    if (loop->url_slots > 0) {
-        for (size_t j = (size_t)h & (loop->url_slots - 1); loop->urls[j].url != NULL;
-             j = (j + 1) & (loop->url_slots - 1))
-            if (strcmp(loop->urls[j].url, url) == 0)
-                return loop->urls[j].parsed;
+    if (tab->url_slots > 0) {
+        for (size_t j = (size_t)h & (tab->url_slots - 1); tab->urls[j].url != NULL;
+             j = (j + 1) & (tab->url_slots - 1))
+            if (strcmp(tab->urls[j].url, url) == 0)
+                return tab->urls[j].parsed;
     }
-    if (loop->n_urls >= UP_URLS_MAX)
+    if (tab->n_urls >= UP_URLS_MAX)
         return NULL;
-    if ((loop->n_urls + 1) * 2 > loop->url_slots && !up_urls_grow(loop))
+    if ((tab->n_urls + 1) * 2 > tab->url_slots && !up_urls_grow(tab))
         return NULL;
     CURLU *parsed = curl_url();
     char *copy = strdup(url);
@@ -67,19 +67,19 @@ CURLU *dp_up_url_parsed(struct dp_loop *loop, const char *url)
         free(copy);
         return NULL;
     }
-    loop->urls[up_url_free_slot(loop->urls, loop->url_slots, h)] =
+    tab->urls[up_url_free_slot(tab->urls, tab->url_slots, h)] =
         (struct dp_up_url){.url = copy, .parsed = parsed};
-    loop->n_urls++;
+    tab->n_urls++;
     return parsed;
 }
 
-void dp_up_urls_fini(struct dp_loop *loop)
+void dp_up_urls_fini(struct dp_up_urls *tab)
 {
-    for (size_t i = 0; i < loop->url_slots; i++) {
-        free(loop->urls[i].url);
-        curl_url_cleanup(loop->urls[i].parsed);
+    for (size_t i = 0; i < tab->url_slots; i++) {
+        free(tab->urls[i].url);
+        curl_url_cleanup(tab->urls[i].parsed);
     }
-    free(loop->urls);
-    loop->urls = NULL;
-    loop->n_urls = loop->url_slots = 0;
+    free(tab->urls);
+    tab->urls = NULL;
+    tab->n_urls = tab->url_slots = 0;
 }

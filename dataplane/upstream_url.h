@@ -10,14 +10,23 @@
 #ifndef SY_DATAPLANE_UPSTREAM_URL_H
 #define SY_DATAPLANE_UPSTREAM_URL_H
 
+#include <stddef.h>
+
 #include <curl/curl.h>
 
-#include "dataplane/loop.h"
+struct dp_up_url;
 
-/* url parsed, from the loop's table or parsed now; NULL: pass it as a string. */
-CURLU *dp_up_url_parsed(struct dp_loop *loop, const char *url);
+/* A loop's table: an open-addressing table of url_slots entries (a power
+ * of two), n_urls of them used. Zeroed = empty. */
+struct dp_up_urls {
+    struct dp_up_url *urls;
+    size_t n_urls, url_slots;
+};
 
-/* Frees the table (after every transfer of the loop ended). */
-void dp_up_urls_fini(struct dp_loop *loop);
+/* url parsed, from table tab or parsed now; NULL: pass it as a string. */
+CURLU *dp_up_url_parsed(struct dp_up_urls *tab, const char *url);
+
+/* Frees table tab (after every transfer of its loop ended). */
+void dp_up_urls_fini(struct dp_up_urls *tab);
 
 #endif

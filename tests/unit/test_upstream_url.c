@@ -14,7 +14,6 @@
 #include <cmocka.h>
 #include <curl/curl.h>
 
-#include "dataplane/loop.h"
 #include "dataplane/upstream_url.h"
 
 static void url_of(char *buf, size_t len, unsigned i, const char *path)
@@ -33,7 +32,7 @@ static void assert_parsed_is(CURLU *u, const char *want)
 static void test_same_url_same_handle(void **state)
 {
     (void)state;
-    struct dp_loop loop;
+    struct dp_up_urls loop;
     memset(&loop, 0, sizeof(loop));
     char a[128], b[128];
     url_of(a, sizeof(a), 1, "/v1/chat/completions");
@@ -58,7 +57,7 @@ static void test_same_url_same_handle(void **state)
 static void test_many_urls_and_the_bound(void **state)
 {
     (void)state;
-    struct dp_loop loop;
+    struct dp_up_urls loop;
     memset(&loop, 0, sizeof(loop));
     enum { N = 4096 };
     CURLU **seen = calloc(N, sizeof(*seen));
@@ -87,7 +86,7 @@ static void test_many_urls_and_the_bound(void **state)
 static void test_unparsable_url_is_not_kept(void **state)
 {
     (void)state;
-    struct dp_loop loop;
+    struct dp_up_urls loop;
     memset(&loop, 0, sizeof(loop));
     assert_null(dp_up_url_parsed(&loop, "http://[::1"));
     assert_int_equal(loop.n_urls, 0);

@@ -1,0 +1,60 @@
+/*
+ * The plans a request can follow (see legs.h): the one-leg plan of a plain
+ * request, defined here, and the prefill/decode plan (pd.c). The choice is
+ * made once, when forwarding begins; afterwards every transition goes to
+ * the plan of the request's current leg.
+ */
+#include "dataplane/legs.h"
+
+#include "dataplane/loop.h"
+#include "dataplane/metrics.h"
+#include "dataplane/pd.h"
+#include "dataplane/workers.h"
+
+static struct pol_policy *legs_plain_policy(struct dp_loop *loop)
+{
+    return &loop->policy;
+}
+
+static void legs_plain_body(const struct dp_request *req, const char **body, size_t *len)
+{
+    *body = req->body != NULL ? req->body : "";
+    *len = req->body_len;
+}
+
+/* A plain request has no transition of its own: its one leg relays. */
+static enum dp_leg_action legs_plain_next(struct dp_request *req, enum dp_leg_event ev,
+                                          struct dp_leg_step *step)
+{
+    (void)req;
+    (void)ev;
+    (void)step;
+    return DP_LEG_ACT_CONTINUE;
+}
+
+static const struct dp_leg legs_plain = {
+    .label = "",
+    .collects = false,
+    .is_eligible = dp_workers_is_eligible,
+    .policy = legs_plain_policy,
+    .body = legs_plain_body,
+    .count_decision = dp_metrics_decision,
+    .collect = NULL,
+    .next = legs_plain_next,
+};
+
+enum dp_leg_action dp_legs_begin(struct dp_request *req, struct dp_leg_step *step)
+{
+    if (dp_pd_applies(req->loop, req))
+        return dp_pd_begin(req, step);
+    req->leg = &legs_plain;
+    return DP_LEG_ACT_NEXT;
+}
+
+enum dp_leg_action dp_legs_next(struct dp_request *req, enum dp_leg_event ev,
+                                struct dp_leg_step *step)
+{
+    if (req->leg == NULL)
+        return DP_LEG_ACT_CONTINUE;
+    return req->leg->next(req, ev, step);
+}
