@@ -1,17 +1,21 @@
 /*
- * The dataplane's per-thread pseudo-random numbers (request ids, skeleton
- * nonces), defined in request.c: unique and not guessable by clients; not
- * for secrets. Declared on its own so a module that needs a random number
- * (pd.c) does not include the request module for it.
+ * The data plane's random numbers for what a client sees and must not be
+ * able to predict: request ids (X-Request-Id) and the nonces of the JSON
+ * skeleton's markers. Every value comes from the kernel's generator
+ * (getrandom): an earlier splitmix64 stream let a client invert one
+ * X-Request-Id and predict the next one exactly. A syscall per value was a
+ * measurable part of a small request's cost, so each thread draws a block
+ * of values at once and hands them out one by one (one getrandom per 64
+ * values, i.e. per ~20 requests).
  *
- * Threading: any thread; each has its own state.
+ * Threading: any thread; each has its own block, never shared.
  */
 #ifndef SY_DATAPLANE_RANDOM64_H
 #define SY_DATAPLANE_RANDOM64_H
 
 #include <stdint.h>
 
-/* A per-thread pseudo-random 64-bit number. */
+/* 64 unpredictable bits. */
 uint64_t dp_random64(void);
 
 #endif

@@ -228,6 +228,12 @@ enum dp_parse_result dp_request_parse(struct dp_request *req)
                json_string_length(model) >= sizeof(req->model)) {
         res = DP_PARSE_BAD_FIELD;
         goto out_decref;
+    } else if (dp_skel_span(&skel, json_string_value(model), json_string_length(model)) != NULL) {
+        /* A model of DP_SKEL_MIN_STRING bytes or more was set aside as a
+         * marker, which is short: it is too long, and the marker (with its
+         * nonce) must never reach a message or a worker. */
+        res = DP_PARSE_BAD_FIELD;
+        goto out_decref;
     } else {
         strcpy(req->model, json_string_value(model));
     }
@@ -314,27 +320,6 @@ static bool request_id_is_valid(const char *id)
         if (id[i] < 0x21 || id[i] > 0x7e)
             return false;
     return true;
-}
-
-/*
- * Per-thread random numbers for request ids and skeleton nonces: seeded
- * once from getrandom, then splitmix64 (a syscall per request was a
- * measurable part of a small request's cost). Unique and unguessable by
- * clients, who never see the state; not for secrets.
- */
-uint64_t dp_random64(void)
-{
-    static _Thread_local uint64_t state;
-    static _Thread_local bool seeded;
-    if (!seeded) {
-        if (getrandom(&state, sizeof(state), GRND_NONBLOCK) != (ssize_t)sizeof(state))
-            state = proc_monotonic_ns() ^ (uint64_t)(uintptr_t)&state;
-        seeded = true;
-    }
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 static void new_request_id(char *out)

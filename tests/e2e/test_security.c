@@ -579,6 +579,127 @@ static void test_undrain_during_reset_is_refused(void **state)
     drain_during_reset_case(true);
 }
 
+/* ---- finding 8: request ids and skeleton markers --------------------------- */
+
+/* The multiplicative inverse of odd a modulo 2^64 (Newton's iteration). */
+static uint64_t inverse_mod_2_64(uint64_t a)
+{
+    uint64_t x = a;
+    for (int i = 0; i < 6; i++)
+        x *= 2 - a * x;
+    return x;
+}
+
+/* Inverts z ^= z >> s for s >= 21 (two shifts cover 64 bits). */
+static uint64_t unxorshift(uint64_t z, unsigned s)
+{
+    uint64_t x = z;
+    for (unsigned k = s; k < 64; k += s)
+        x = z ^ (x >> s);
+    return x;
+}
+
+/* splitmix64's output function without the add, and its inverse. */
+static uint64_t sm_mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t sm_unmix(uint64_t z)
+{
+    z = unxorshift(z, 31);
+    z *= inverse_mod_2_64(0x94d049bb133111ebull);
+    z = unxorshift(z, 27);
+    z *= inverse_mod_2_64(0xbf58476d1ce4e5b9ull);
+    return unxorshift(z, 30);
+}
+
+/* The 64-bit value behind 16 hex digits written least significant first
+ * (the data plane's id format), or 0 when it is not such text. */
+static uint64_t id_half(const char *hex)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 16; i++) {
+        char c = hex[i];
+        uint64_t d = c >= '0' && c <= '9'   ? (uint64_t)(c - '0')
+                     : c >= 'a' && c <= 'f' ? (uint64_t)(c - 'a' + 10)
+                                            : 99;
+        if (d == 99)
+            return 0;
+        v |= d << (4 * i);
+    }
+    return v;
+}
+
+static void chat_request_id(const struct h_fleet *f, char *id, size_t len)
+{
+    char url[128];
+    snprintf(url, sizeof(url), "%s/v1/chat/completions", f->base);
+    struct h_resp resp = {0};
+    assert_int_equal(h_http_post_json(url,
+                                      "{\"model\":\"" H_FLEET_MODEL "\",\"max_tokens\":1,"
+                                      "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+                                      &resp),
+                     0);
+    assert_int_equal(resp.status, 200);
+    assert_int_equal(h_resp_header(&resp, "x-request-id", id, len), 0);
+    h_resp_fini(&resp);
+    assert_int_equal(strlen(id), 32);
+}
+
+/*
+ * From one X-Request-Id, predict the next: with a splitmix64 stream the
+ * id's first half inverts to the generator's state, and the next ids are
+ * the following outputs. The data plane runs one loop, so both requests
+ * draw from one thread's stream. No prediction may come true.
+ */
+static void test_request_ids_are_unpredictable(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .dataplane_extra = "threads: 1\n"});
+    char first[64], second[64];
+    chat_request_id(&f, first, sizeof(first));
+    chat_request_id(&f, second, sizeof(second));
+    uint64_t sm_state = sm_unmix(id_half(first));
+    /* The candidates: any two consecutive outputs after the first half. */
+    uint64_t next[16];
+    for (int k = 0; k < 16; k++)
+        next[k] = sm_mix(sm_state + (uint64_t)(k + 1) * 0x9e3779b97f4a7c15ull);
+    uint64_t a = id_half(second), b = id_half(second + 16);
+    for (int k = 0; k + 1 < 16; k++)
+        if (next[k] == a && next[k + 1] == b)
+            fail_msg("request id %s was predicted from %s", second, first);
+    h_fleet_stop(&f);
+}
+
+/* A model name long enough to be set aside as a skeleton marker is refused
+ * as too long, and nothing of the marker comes back. */
+static void test_long_model_is_refused_without_marker(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
+    char body[1024];
+    char model[301];
+    memset(model, 'm', 300);
+    model[300] = '\0';
+    snprintf(body, sizeof(body),
+             "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", model);
+    char url[128];
+    snprintf(url, sizeof(url), "%s/v1/chat/completions", f.base);
+    struct h_resp resp = {0};
+    assert_int_equal(h_http_post_json(url, body, &resp), 0);
+    assert_int_equal(resp.status, 400);
+    assert_null(strstr(resp.body, "\\u0001sy"));
+    assert_null(strstr(resp.body, "\001sy"));
+    h_resp_fini(&resp);
+    assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 0);
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -594,6 +715,8 @@ int main(void)
         H_TEST(test_admin_channel_silent_peer_is_dropped),
         H_TEST(test_drain_during_reset_is_refused),
         H_TEST(test_undrain_during_reset_is_refused),
+        H_TEST(test_request_ids_are_unpredictable),
+        H_TEST(test_long_model_is_refused_without_marker),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
