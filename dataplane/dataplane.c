@@ -29,6 +29,7 @@
 #include "dataplane/admin_client.h"
 #include "dataplane/hot_restart_run.h"
 #include "dataplane/loop.h"
+#include "dataplane/metrics_listener.h"
 #include "shm/lease.h"
 #include "shm/segment.h"
 
@@ -48,6 +49,8 @@ struct dp_daemon {
     unsigned n_loops;
     struct adm_client *admin; /* the admin channel to the control plane */
     struct dp_hot hot;        /* hot restart (hot_restart_run.h) */
+    /* /metrics on dataplane.metrics_listen when set (else on listen). */
+    struct dp_metrics_listener *metrics_listener;
     bool draining;
     unsigned ticks;
 };
@@ -375,6 +378,10 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
     }
     if (dp_start_loops(&d) != 0)
         goto out_stop_loops;
+    if (cfg->dataplane.metrics_listen[0] != '\0' &&
+        dp_metrics_listener_start(cfg->dataplane.metrics_listen, &d.sh.metrics, &d.sh.guards,
+                                  &d.seg, &d.metrics_listener) != 0)
+        goto out_stop_loops;
     dp_hot_serve(&d.hot, &take);
     /* The channel connects (and reconnects) in the background: routing does
      * not wait for the control plane, which may be restarting. */
@@ -395,6 +402,7 @@ out_stop_loops:
         if (dp_listener_is_running(&d.loops[i]))
             take.sockets[i] = -1;
     adm_client_destroy(d.admin);
+    dp_metrics_listener_stop(d.metrics_listener);
     dp_stop_loops(&d);
     dp_hot_close_server(&d.hot);
     if (dp_guards_live_total(&d.sh.guards) != 0)

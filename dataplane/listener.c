@@ -325,6 +325,10 @@ static enum MHD_Result lst_check_header(void *cls, enum MHD_ValueKind kind, cons
 static enum MHD_Result lst_begin(struct dp_request *req)
 {
     enum dp_serve serve = dp_route_row(req->route)->serve;
+    /* With dataplane.metrics_listen set, /metrics lives only there
+     * (metrics_listener.h): the client-facing port does not show it. */
+    if (req->route == DP_ROUTE_METRICS && req->loop->sh->cfg->dataplane.metrics_listen[0] != '\0')
+        serve = DP_SERVE_NOT_FOUND;
     if (serve == DP_SERVE_NOT_FOUND)
         return lst_queue_error(req, 404, "not_found", "no such route");
     if (!req->method_ok)

@@ -700,6 +700,42 @@ static void test_long_model_is_refused_without_marker(void **state)
     h_fleet_stop(&f);
 }
 
+/* ---- finding 10: /metrics off the client port -------------------------------- */
+
+static void test_metrics_listen_moves_metrics_off_the_client_port(void **state)
+{
+    (void)state;
+    uint16_t port = 0;
+    assert_int_equal(h_free_port(&port), 0);
+    char extra[64];
+    snprintf(extra, sizeof(extra), "metrics_listen: 127.0.0.1:%u\n", (unsigned)port);
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .dataplane_extra = extra});
+    char url[128];
+    struct h_resp resp = {0};
+    snprintf(url, sizeof(url), "%s/metrics", f.base);
+    assert_int_equal(h_http_get(url, &resp), 0);
+    assert_int_equal(resp.status, 404);
+    h_resp_fini(&resp);
+
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/metrics", (unsigned)port);
+    assert_int_equal(h_http_get(url, &resp), 0);
+    assert_int_equal(resp.status, 200);
+    assert_non_null(strstr(resp.body, "switchyard_worker_load{worker=\"w1\"}"));
+    h_resp_fini(&resp);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/v1/models", (unsigned)port);
+    assert_int_equal(h_http_get(url, &resp), 0);
+    assert_int_equal(resp.status, 404);
+    h_resp_fini(&resp);
+
+    /* Client traffic is unaffected. */
+    snprintf(url, sizeof(url), "%s/health", f.base);
+    assert_int_equal(h_http_get(url, &resp), 0);
+    assert_int_equal(resp.status, 200);
+    h_resp_fini(&resp);
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -717,6 +753,7 @@ int main(void)
         H_TEST(test_undrain_during_reset_is_refused),
         H_TEST(test_request_ids_are_unpredictable),
         H_TEST(test_long_model_is_refused_without_marker),
+        H_TEST(test_metrics_listen_moves_metrics_off_the_client_port),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
