@@ -131,6 +131,7 @@ static bool dp_tick(struct dp_daemon *d)
         return false;
     }
     shm_lease_heartbeat(&d->lease);
+    dp_hot_tick(&d->hot, proc_monotonic_ms());
     /* Hand free memory in the middle of malloc's arenas back to the kernel
      * about once a second: a burst of requests leaves freed buffers between
      * the long-lived ones of held streams, resident for nothing (measured:
@@ -319,6 +320,16 @@ static bool dp_hot_is_draining(void *ctx)
     return d->draining;
 }
 
+static bool dp_hot_holds_lease(void *ctx, uint32_t lease, uint64_t ns_inode, pid_t pid)
+{
+    struct dp_daemon *d = ctx;
+    if (lease >= d->seg.max_dataplanes)
+        return false;
+    struct shm_lease_info l;
+    shm_lease_snapshot(&d->seg, lease, &l);
+    return l.active && l.pid == pid && l.pid_namespace == ns_inode;
+}
+
 static void dp_hot_drain(void *ctx)
 {
     dp_start_drain(ctx);
@@ -332,7 +343,8 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
                                        .unwatch = dp_hot_unwatch,
                                        .sockets = dp_hot_sockets,
                                        .is_draining = dp_hot_is_draining,
-                                       .drain = dp_hot_drain};
+                                       .drain = dp_hot_drain,
+                                       .holds_lease = dp_hot_holds_lease};
     struct hr_takeover take = {.fd = -1};
     int code = 1;
     char err[512];

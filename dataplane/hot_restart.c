@@ -10,6 +10,7 @@
 #include "dataplane/hot_restart.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -194,26 +195,54 @@ void hr_server_close(struct hr_server *s, bool unlink_path)
     s->fd = -1;
 }
 
-int hr_server_accept(struct hr_server *s, struct hr_msg *hello)
+int hr_server_accept_peer(struct hr_server *s, struct ucred *cred)
 {
-    int fd = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC);
+    int fd = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0)
-        return -errno;
-    hr_set_timeouts(fd);
-    unsigned n;
-    int rc = hr_recv_fds(fd, hello, 0, NULL, 0, &n);
-    if (rc != 1 || hello->type != HR_MSG_HELLO) {
+        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    socklen_t len = sizeof(*cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &len) != 0 || cred->uid != geteuid()) {
         close(fd);
-        return rc == 1 ? -EPROTO : rc == 0 ? -ECONNRESET : rc;
+        return -EPERM;
     }
+    return fd;
+}
+
+int hr_server_read_hello(int fd, struct hr_msg *hello)
+{
+    unsigned n;
+    int rc = hr_recv_fds(fd, hello, MSG_DONTWAIT, NULL, 0, &n);
+    if (rc == -EAGAIN)
+        return -EAGAIN;
+    if (rc != 1 || hello->type != HR_MSG_HELLO)
+        return rc == 1 ? -EPROTO : rc == 0 ? -ECONNRESET : rc;
     if (hello->version != HR_VERSION) {
         char why[HR_TEXT_MAX];
         snprintf(why, sizeof(why),
                  "hot restart protocol version %u is not supported (this dataplane speaks %u)",
                  hello->version, HR_VERSION);
         hr_send_refusal(fd, why);
-        close(fd);
         return -EPROTO;
+    }
+    return 1;
+}
+
+int hr_server_accept(struct hr_server *s, struct hr_msg *hello)
+{
+    struct ucred cred;
+    struct pollfd pl = {.fd = s->fd, .events = POLLIN};
+    if (poll(&pl, 1, HR_IO_TIMEOUT_MS) != 1)
+        return -ETIMEDOUT;
+    int fd = hr_server_accept_peer(s, &cred);
+    if (fd < 0)
+        return fd;
+    pl.fd = fd;
+    int rc = -EAGAIN;
+    while (rc == -EAGAIN && poll(&pl, 1, HR_IO_TIMEOUT_MS) == 1)
+        rc = hr_server_read_hello(fd, hello);
+    if (rc != 1) {
+        close(fd);
+        return rc == -EAGAIN ? -ETIMEDOUT : rc;
     }
     return fd;
 }

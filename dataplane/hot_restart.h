@@ -13,10 +13,13 @@
  * no connection waiting in an accept queue is lost: whoever accepts first
  * serves it, and the predecessor merely closes its copies when it drains.
  *
- * This module only speaks the protocol; hot_restart_run.c decides when. Every
- * call is blocking but bounded (HR_IO_TIMEOUT_MS) and runs on the main
- * thread. Functions return 0 or a negative errno; those that can fail for
- * a reason an operator must read fill an err buffer.
+ * This module only speaks the protocol; hot_restart_run.c decides when. The
+ * predecessor's side never blocks (a silent peer would stall the main
+ * thread, which beats the lease): it accepts and reads the HELLO as the
+ * main loop reports them readable. The successor's calls block, bounded by
+ * HR_IO_TIMEOUT_MS, before it serves. Only a peer of our uid is accepted;
+ * hot_restart_run.c also checks that it holds the lease it names. Functions return 0 or a negative
+ * errno; those that can fail for a reason an operator must read fill an err buffer.
  */
 #ifndef SY_DATAPLANE_HOT_RESTART_H
 #define SY_DATAPLANE_HOT_RESTART_H
@@ -24,6 +27,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "common/config.h"
@@ -82,9 +86,27 @@ int hr_server_open(struct hr_server *s, const char *path, char *err, size_t err_
 void hr_server_close(struct hr_server *s, bool unlink_path);
 
 /*
- * Accepts one successor and reads its HELLO (bounded). Returns the
- * connection's fd (>= 0) and fills *hello, or a negative errno (the
- * connection, if any, is closed: e.g. a mere liveness probe).
+ * Accepts one waiting connection without blocking and fills *cred with the
+ * peer's credentials (SO_PEERCRED). A peer of another uid is closed at once
+ * (-EPERM). Returns the connection's fd (>= 0, non-blocking), -EAGAIN when
+ * none waits, or another negative errno.
+ */
+int hr_server_accept_peer(struct hr_server *s, struct ucred *cred);
+
+/*
+ * Reads the HELLO of a connection from hr_server_accept_peer without
+ * blocking: 1 and *hello; -EAGAIN when it has not arrived yet; another
+ * negative errno when the peer sent something else or left (a version we
+ * do not speak is answered with REFUSED first). The caller closes fd on
+ * any result but 1 and -EAGAIN.
+ */
+int hr_server_read_hello(int fd, struct hr_msg *hello);
+
+/*
+ * Both of the above, blocking up to HR_IO_TIMEOUT_MS each (tests and
+ * tools; the data plane's main loop uses the non-blocking pair). Returns
+ * the connection's fd and fills *hello, or a negative errno (the
+ * connection, if any, is closed).
  */
 int hr_server_accept(struct hr_server *s, struct hr_msg *hello);
 

@@ -13,12 +13,17 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/proc.h"
 
 int dp_hot_init(struct dp_hot *h, const struct cfg *cfg, const struct dp_hot_ops *ops,
                 bool hot_restart)
 {
-    *h = (struct dp_hot){
-        .cfg = cfg, .ops = *ops, .server = {.fd = -1}, .succ_fd = -1, .pred_fd = -1};
+    *h = (struct dp_hot){.cfg = cfg,
+                         .ops = *ops,
+                         .server = {.fd = -1},
+                         .pending_fd = -1,
+                         .succ_fd = -1,
+                         .pred_fd = -1};
     if (hr_socket_path(cfg, h->path, sizeof(h->path)) != 0) {
         /* Only hot restart needs it: a plain start runs on without. */
         h->path[0] = '\0';
@@ -44,14 +49,86 @@ int dp_hot_init(struct dp_hot *h, const struct cfg *cfg, const struct dp_hot_ops
 
 static void hot_predecessor_event(struct dp_hot *h);
 
-/* A process started with --hot-restart connected to our handover socket. */
+static void hot_drop_pending(struct dp_hot *h)
+{
+    h->ops.unwatch(h->ops.ctx, h->pending_fd);
+    close(h->pending_fd);
+    h->pending_fd = -1;
+}
+
+/* Someone connected to our handover socket: wait for its HELLO in the main
+ * loop (never blocking it: the main thread beats the lease). */
 static void hot_accept(struct dp_hot *h)
 {
-    struct hr_msg hello;
-    int fd = hr_server_accept(&h->server, &hello);
+    struct ucred cred;
+    int fd = hr_server_accept_peer(&h->server, &cred);
     if (fd < 0) {
-        if (fd != -EAGAIN && fd != -ECONNRESET)
+        if (fd == -EPERM)
+            log_warn("hot restart: refused a connection on %s from another user", h->server.path);
+        else if (fd != -EAGAIN && fd != -ECONNRESET)
             log_warn("hot restart: a connection on %s failed: %s", h->server.path, strerror(-fd));
+        return;
+    }
+    if (h->pending_fd >= 0 || h->ops.watch(h->ops.ctx, fd) != 0) {
+        hr_send_refusal(fd, "another hot restart connection is being set up");
+        close(fd);
+        return;
+    }
+    h->pending_fd = fd;
+    h->pending_cred = cred;
+    h->pending_deadline_ms = proc_monotonic_ms() + HR_IO_TIMEOUT_MS;
+}
+
+void dp_hot_tick(struct dp_hot *h, uint64_t now_ms)
+{
+    if (h->pending_fd >= 0 && now_ms >= h->pending_deadline_ms) {
+        log_warn("hot restart: pid %d connected but said nothing for %d ms; closed",
+                 (int)h->pending_cred.pid, HR_IO_TIMEOUT_MS);
+        hot_drop_pending(h);
+    }
+}
+
+/*
+ * Whether the peer is the process it claims: its pid in its own PID
+ * namespace (from SO_PEERCRED's pid, numbered in ours) is the HELLO's, and
+ * it holds the lease the HELLO names. A successor claims its lease before
+ * it asks, so anything else is not a data plane of this segment.
+ */
+static bool hot_peer_is_successor(struct dp_hot *h, const struct hr_msg *hello, char *why,
+                                  size_t why_len)
+{
+    uint64_t ns = 0;
+    pid_t inner = 0;
+    if (proc_pid_identity(h->pending_cred.pid, &ns, &inner) != 0 || inner != hello->pid ||
+        !h->ops.holds_lease(h->ops.ctx, hello->lease, ns, inner)) {
+        snprintf(why, why_len, "the peer (pid %d) does not hold lease %u", (int)h->pending_cred.pid,
+                 hello->lease);
+        return false;
+    }
+    return true;
+}
+
+/* The pending connection is readable: its HELLO, or its end. */
+static void hot_pending_event(struct dp_hot *h)
+{
+    struct hr_msg hello;
+    int fd = h->pending_fd;
+    int rc = hr_server_read_hello(fd, &hello);
+    if (rc == -EAGAIN)
+        return;
+    h->ops.unwatch(h->ops.ctx, fd);
+    h->pending_fd = -1;
+    if (rc != 1) {
+        if (rc != -ECONNRESET)
+            log_warn("hot restart: a connection on %s failed: %s", h->server.path, strerror(-rc));
+        close(fd);
+        return;
+    }
+    char who[HR_TEXT_MAX];
+    if (!hot_peer_is_successor(h, &hello, who, sizeof(who))) {
+        log_warn("hot restart refused: %s", who);
+        hr_send_refusal(fd, who);
+        close(fd);
         return;
     }
     /* A predecessor that just exited may not have been noticed yet. */
@@ -81,7 +158,7 @@ static void hot_accept(struct dp_hot *h)
         close(fd);
         return;
     }
-    int rc = hr_send_sockets(fd, fds, n);
+    rc = hr_send_sockets(fd, fds, n);
     if (rc == 0)
         rc = h->ops.watch(h->ops.ctx, fd);
     if (rc != 0) {
@@ -137,6 +214,8 @@ bool dp_hot_event(struct dp_hot *h, int fd)
 {
     if (h->server.fd >= 0 && fd == h->server.fd)
         hot_accept(h);
+    else if (h->pending_fd >= 0 && fd == h->pending_fd)
+        hot_pending_event(h);
     else if (h->succ_fd >= 0 && fd == h->succ_fd)
         hot_successor_event(h);
     else if (h->pred_fd >= 0 && fd == h->pred_fd)
@@ -239,6 +318,9 @@ void dp_hot_close_server(struct dp_hot *h)
 
 void dp_hot_fini(struct dp_hot *h)
 {
+    if (h->pending_fd >= 0)
+        close(h->pending_fd);
+    h->pending_fd = -1;
     if (h->succ_fd >= 0)
         close(h->succ_fd);
     if (h->pred_fd >= 0)

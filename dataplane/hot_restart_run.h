@@ -35,6 +35,9 @@ struct dp_hot_ops {
     bool (*is_draining)(void *ctx);
     /* A successor serves: drain (and so exit). */
     void (*drain)(void *ctx);
+    /* Whether lease is held by the process numbered pid in the PID
+     * namespace ns_inode (what the lease recorded at its claim). */
+    bool (*holds_lease)(void *ctx, uint32_t lease, uint64_t ns_inode, pid_t pid);
 };
 
 /* The handover state of one dataplane. Caller storage (dp_run's frame). */
@@ -43,7 +46,12 @@ struct dp_hot {
     struct dp_hot_ops ops;
     char path[HR_PATH_MAX];  /* the handover socket; "" when hot restart is disabled */
     struct hr_server server; /* where a successor finds us; fd -1 when not listening */
-    int succ_fd;             /* a successor being handed our sockets, -1 when none */
+    /* A connection whose HELLO has not arrived: -1 when none; closed at
+     * pending_deadline_ms (monotonic). One at a time. */
+    int pending_fd;
+    struct ucred pending_cred;
+    uint64_t pending_deadline_ms;
+    int succ_fd; /* a successor being handed our sockets, -1 when none */
     pid_t succ_pid;
     bool handed_over; /* a successor serves on our sockets: the path is its own */
     int pred_fd;      /* our predecessor, still draining; -1 when gone */
@@ -78,6 +86,10 @@ void dp_hot_serve(struct dp_hot *h, struct hr_takeover *t);
 /* An event on fd of the main epoll set: true when fd was one of ours
  * (the handover listener, a successor, our predecessor) and was handled. */
 bool dp_hot_event(struct dp_hot *h, int fd);
+
+/* Closes a handover connection that did not say HELLO in time. Call from
+ * the main loop's tick. */
+void dp_hot_tick(struct dp_hot *h, uint64_t now_ms);
 
 /* Stops listening on the handover path (unlinking it unless a successor
  * took it over). */

@@ -34,6 +34,8 @@
 
 #include <cmocka.h>
 
+#include "common/config.h"
+#include "dataplane/hot_restart.h"
 #include "proto/frame.h"
 #include "shm/lease.h"
 #include "shm/registry.h"
@@ -736,6 +738,111 @@ static void test_metrics_listen_moves_metrics_off_the_client_port(void **state)
     h_fleet_stop(&f);
 }
 
+/* ---- finding 7: the hot-restart handover socket ------------------------------- */
+
+static void hot_socket_of(const struct h_fleet *f, char *path, size_t len)
+{
+    struct cfg cfg;
+    cfg_init_defaults(&cfg);
+    char err[512];
+    assert_int_equal(cfg_load_file(&cfg, f->cfg.path, err, sizeof(err)), 0);
+    assert_int_equal(hr_socket_path(&cfg, path, len), 0);
+    cfg_fini(&cfg);
+}
+
+struct beat_cond {
+    struct h_fleet *f;
+    uint32_t lease;
+    uint64_t want;
+};
+
+static bool heartbeat_reached(void *arg)
+{
+    struct beat_cond *c = arg;
+    struct shm_lease_info l;
+    shm_lease_snapshot(&c->f->seg, c->lease, &l);
+    return l.heartbeat >= c->want;
+}
+
+static uint32_t active_lease(struct h_fleet *f, uint64_t *heartbeat)
+{
+    for (uint32_t i = 0; i < f->seg.max_dataplanes; i++) {
+        struct shm_lease_info l;
+        shm_lease_snapshot(&f->seg, i, &l);
+        if (l.active) {
+            *heartbeat = l.heartbeat;
+            return i;
+        }
+    }
+    fail_msg("no active lease");
+    return 0;
+}
+
+/*
+ * Silent peers on the handover socket: the data plane's main thread, which
+ * beats the lease every 100 ms, must not wait for them (it used to block up
+ * to 2 s per connection). Three connections that say nothing; the lease
+ * must keep beating meanwhile, and they are closed after the deadline.
+ */
+static void test_silent_handover_peers_do_not_stall_the_main_thread(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
+    char path[HR_PATH_MAX];
+    hot_socket_of(&f, path, sizeof(path));
+    int fds[3];
+    for (int i = 0; i < 3; i++) {
+        fds[i] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        assert_true(fds[i] >= 0);
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        memcpy(sa.sun_path, path, strlen(path) + 1);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
+    }
+    uint64_t beat = 0;
+    struct beat_cond c = {.f = &f};
+    c.lease = active_lease(&f, &beat);
+    /* Five beats take 500 ms; a main thread stuck for 2 s per silent peer
+     * makes none for the first 2 s. */
+    c.want = beat + 5;
+    int rc = h_wait_until(heartbeat_reached, &c, 1500);
+    for (int i = 0; i < 3; i++)
+        close(fds[i]);
+    assert_int_equal(rc, 0);
+    assert_true(h_proc_is_running(f.dp));
+    h_fleet_stop(&f);
+}
+
+/*
+ * A same-uid process that does not hold a lease says HELLO as a successor
+ * would: it must be refused (before, it received the listening sockets and
+ * could make the data plane drain and exit by saying READY).
+ */
+static void test_handover_to_a_non_successor_is_refused(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
+    char path[HR_PATH_MAX];
+    hot_socket_of(&f, path, sizeof(path));
+    uint64_t beat = 0;
+    uint32_t lease = active_lease(&f, &beat);
+    struct hr_takeover t = {.fd = -1};
+    char err[512] = "";
+    int rc = hr_takeover_begin(&t, path, lease, err, sizeof(err));
+    if (rc == 0)
+        hr_takeover_ready(&t); /* what an attacker would do next */
+    hr_takeover_fini(&t, true);
+    assert_int_equal(rc, -EBUSY);
+    assert_non_null(strstr(err, "does not hold lease"));
+    char url[128];
+    snprintf(url, sizeof(url), "%s/health", f.base);
+    assert_int_equal(h_wait_http_ok(url, H_READY_TIMEOUT_MS), 0);
+    assert_true(h_proc_is_running(f.dp));
+    assert_false(log_contains(f.dp, "draining"));
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -754,6 +861,8 @@ int main(void)
         H_TEST(test_request_ids_are_unpredictable),
         H_TEST(test_long_model_is_refused_without_marker),
         H_TEST(test_metrics_listen_moves_metrics_off_the_client_port),
+        H_TEST(test_silent_handover_peers_do_not_stall_the_main_thread),
+        H_TEST(test_handover_to_a_non_successor_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
