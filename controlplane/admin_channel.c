@@ -376,8 +376,19 @@ int adm_chan_create(const char *socket_path, struct shm_segment *seg, adm_chan_r
     /* A socket file left by a dead control plane would make bind fail. We
      * hold the segment's owner lock, so no live control plane uses it. */
     struct stat st;
-    if (lstat(socket_path, &st) == 0 && S_ISSOCK(st.st_mode))
+    if (lstat(socket_path, &st) == 0) {
+        /* Only our own leftover: a file another user put there is not ours
+         * to remove, and it would mean that user controls the directory. */
+        if (!S_ISSOCK(st.st_mode) || st.st_uid != geteuid()) {
+            log_error("admin channel: %s exists and is not a socket of this user (uid %u, mode "
+                      "%04o); remove it after checking who made it, or set another "
+                      "controlplane.admin_socket",
+                      socket_path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+            rc = -EPERM;
+            goto out_fail;
+        }
         unlink(socket_path);
+    }
     mode_t old = umask(0077);
     int b = bind(ch->listen_fd, (struct sockaddr *)&sa, sizeof(sa));
     umask(old);

@@ -34,6 +34,7 @@ struct adm_client {
     bool welcomed;
     bool want_out;
     uint64_t next_connect_ms;
+    bool warned_peer; /* logged once that a foreign process serves the path */
     uint64_t backoff_ms;
     struct frame_reader rd;
     struct frame_writer wr;
@@ -91,6 +92,23 @@ static void adm_client_connect(struct adm_client *c, uint64_t now_ms)
                                                                       : c->backoff_ms * 2;
         return;
     }
+    /* Whoever listens on the path gets our load answers (reset_load trusts
+     * them): only a control plane of our own user may. */
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != geteuid()) {
+        if (!c->warned_peer)
+            log_warn("admin channel: %s is served by uid %d, not by this user (%u); not talking "
+                     "to it",
+                     c->addr.sun_path, len == sizeof(cred) ? (int)cred.uid : -1,
+                     (unsigned)geteuid());
+        c->warned_peer = true;
+        epoll_ctl(c->epfd, EPOLL_CTL_DEL, fd, NULL);
+        close(fd);
+        c->next_connect_ms = now_ms + ADM_CLIENT_BACKOFF_MAX_MS;
+        return;
+    }
+    c->warned_peer = false;
     c->fd = fd;
     frame_reader_init(&c->rd);
     frame_writer_init(&c->wr);

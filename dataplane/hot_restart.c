@@ -281,6 +281,14 @@ static int hr_connect(const char *path)
         close(fd);
         return rc;
     }
+    /* Sockets received from a process of another user would be its own
+     * listeners: only a predecessor of our user is one. */
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != geteuid()) {
+        close(fd);
+        return -EPERM;
+    }
     hr_set_timeouts(fd);
     return fd;
 }
@@ -301,7 +309,9 @@ int hr_takeover_begin(struct hr_takeover *t, const char *path, uint32_t lease, c
     t->fd = -1;
     int fd = hr_connect(path);
     if (fd < 0) {
-        snprintf(err, err_len, "%s: %s", path, strerror(-fd));
+        snprintf(err, err_len, "%s: %s", path,
+                 fd == -EPERM ? "served by a process of another user; not taking its sockets"
+                              : strerror(-fd));
         return fd;
     }
     struct hr_msg m;

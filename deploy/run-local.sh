@@ -16,6 +16,12 @@ stop() {
 }
 trap stop INT TERM EXIT
 
+# The admin channel's socket lives in a directory only this user can enter
+# (the config names it relative to the checkout; docs/security.md).
+sock=$(awk '/^controlplane:/ {c=1} c && /admin_socket:/ {print $2; exit}' "$config")
+mkdir -p "$(dirname "$sock")"
+chmod 0700 "$(dirname "$sock")"
+
 for port in 9001 9002 9003; do
     "$build/switchyard-mockworker" --listen "127.0.0.1:$port" --model mock \
         --tpot-ms 20 --prefill-us-per-token 50 &

@@ -843,6 +843,83 @@ static void test_handover_to_a_non_successor_is_refused(void **state)
     h_fleet_stop(&f);
 }
 
+/* ---- finding 1, the sockets: only our own user's --------------------------- */
+
+static void test_admin_socket_path_of_another_user_is_refused(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip(); /* chown takes root */
+    struct h_config cfg;
+    write_config(&cfg);
+    int fd = open(cfg.admin_socket, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(chown(cfg.admin_socket, NOBODY, NOBODY), 0);
+    assert_refuses(h_start_controlplane, cfg.path, "is not a socket of this user (uid 65534");
+    unlink(cfg.admin_socket);
+}
+
+static bool log_has_foreign_cp(void *arg)
+{
+    return log_contains(arg, "is served by uid 65534, not by this user");
+}
+
+/*
+ * Another user serves the admin socket's path (bound there, then listening
+ * as uid 65534): the data plane must not hello it, since whoever answers
+ * there decides reset_load's outcome.
+ */
+static void test_dataplane_refuses_a_foreign_control_plane(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip();
+    struct h_config cfg;
+    write_config(&cfg);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        memcpy(sa.sun_path, cfg.admin_socket, strlen(cfg.admin_socket) + 1);
+        if (s < 0 || bind(s, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+            setresgid(NOBODY, NOBODY, NOBODY) != 0 || setresuid(NOBODY, NOBODY, NOBODY) != 0 ||
+            listen(s, 8) != 0)
+            _exit(1);
+        if (write(ready[1], "x", 1) != 1)
+            _exit(1);
+        for (;;) {
+            int c = accept(s, NULL, NULL);
+            if (c >= 0)
+                close(c);
+        }
+    }
+    close(ready[1]);
+    char b;
+    assert_int_equal(read(ready[0], &b, 1), 1);
+    close(ready[0]);
+    /* The segment exists without a control plane of ours: a squatter-free
+     * one made by this test, so the data plane starts and tries the socket. */
+    struct shm_segment seg;
+    enum shm_open_outcome outcome;
+    char err[256];
+    assert_int_equal(
+        shm_segment_open_owner(&seg, cfg.shm_name, 1024, 8, &outcome, err, sizeof(err)), 0);
+    shm_registry_mark_synced(&seg);
+    struct h_proc *dp = NULL;
+    assert_int_equal(h_start_dataplane(cfg.path, &dp), 0);
+    int rc = h_wait_until(log_has_foreign_cp, dp, H_READY_TIMEOUT_MS);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    assert_int_equal(rc, 0);
+    assert_false(log_contains(dp, "connected to the control plane"));
+    assert_int_equal(h_proc_stop(dp, H_STOP_TIMEOUT_MS), 0);
+    shm_segment_close(&seg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -863,6 +940,8 @@ int main(void)
         H_TEST(test_metrics_listen_moves_metrics_off_the_client_port),
         H_TEST(test_silent_handover_peers_do_not_stall_the_main_thread),
         H_TEST(test_handover_to_a_non_successor_is_refused),
+        H_TEST(test_admin_socket_path_of_another_user_is_refused),
+        H_TEST(test_dataplane_refuses_a_foreign_control_plane),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -392,7 +392,7 @@ static void test_example_local_yaml(void **state)
     if (rc != 0)
         fail_msg("%s", err);
     assert_string_equal(cfg.shm.name, "/switchyard-local");
-    assert_string_equal(cfg.controlplane.admin_socket, "/tmp/switchyard-local-admin.sock");
+    assert_string_equal(cfg.controlplane.admin_socket, "build/run-local/admin.sock");
     assert_string_equal(cfg.controlplane.admin_listen, "127.0.0.1:8081");
     assert_string_equal(cfg.dataplane.listen, "127.0.0.1:8080");
     assert_int_equal(cfg.policy.name, CFG_POLICY_CACHE_AWARE);
