@@ -34,16 +34,11 @@
 #include <stddef.h>
 
 #include "dataplane/legs.h"
+#include "dataplane/pd_state.h"
 #include "dataplane/policy.h"
 
 struct dp_loop;
 struct dp_request;
-
-/* A loop's P/D state (in struct dp_loop; touched only here): the legs'
- * policies, policy.prefill and policy.decode. */
-struct dp_pd_loop {
-    struct pol_policy prefill, decode;
-};
 
 #define DP_PD_RESP_MAX (4u << 20) /* largest prefill response kept */
 
