@@ -76,8 +76,7 @@ static const local_answer_fn local_answers[DP_ANSWER_COUNT] = {
     [DP_ANSWER_METRICS] = local_metrics,
 };
 
-void dp_local_answer(struct dp_loop *loop, const struct dp_request *req,
-                     struct dp_local_reply *out)
+void dp_local_answer(struct dp_loop *loop, const struct dp_request *req, struct dp_local_reply *out)
 {
     memset(out, 0, sizeof(*out));
     dp_workers_refresh(&loop->workers);

@@ -15,7 +15,7 @@
  * This module owns the rewriting of bodies (pure functions, unit-tested),
  * the legs' choice of role and policy, the phase transitions and the P/D
  * metrics: it is the two-leg plan of legs.h. The forwarder runs the
- * attempts and knows the plan only through that interface; legs.c chooses
+ * attempts and knows the plan only through that interface; plan.c chooses
  * it for a request (dp_pd_applies, dp_pd_begin).
  *
  * Accounting: the prefill guard is released when the prefill response is
