@@ -1,9 +1,8 @@
 /*
  * The listener's state in a loop (struct dp_lst, embedded in struct
  * dp_loop): types only, apart from listener.h's functions, so loop.h can
- * embed it without depending on the listener (and the listener, which
- * includes loop.h, on itself through it). Touched only by listener.c once
- * the loop's driver has cleared it.
+ * embed it without depending on the listener, which includes loop.h.
+ * Touched only by listener.c once the loop's driver has cleared it.
  */
 #ifndef SY_DATAPLANE_LISTENER_STATE_H
 #define SY_DATAPLANE_LISTENER_STATE_H
