@@ -1,6 +1,6 @@
 /*
  * Dataplane lifecycle (see dataplane.h): wait for the segment, claim a
- * lease, start dataplane.threads event loops (loop.h), then beat the lease
+ * lease, start dataplane.threads event loops (loop_run.h), then beat the lease
  * from the main thread until a signal. SIGTERM/SIGINT asks every loop to
  * drain (stop accepting, let in-flight finish up to drain_timeout, then
  * abort them, releasing every guard); the main thread keeps beating while
@@ -28,7 +28,8 @@
 #include "common/proc.h"
 #include "dataplane/admin_client.h"
 #include "dataplane/hot_restart_run.h"
-#include "dataplane/loop.h"
+#include "dataplane/listener.h"
+#include "dataplane/loop_run.h"
 #include "dataplane/metrics_listener.h"
 #include "shm/lease.h"
 #include "shm/segment.h"

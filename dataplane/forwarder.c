@@ -27,6 +27,7 @@
 #include "dataplane/listener.h"
 #include "dataplane/loop.h"
 #include "dataplane/legs.h"
+#include "dataplane/plan.h"
 #include "dataplane/relay.h"
 #include "dataplane/request.h"
 #include "dataplane/routes.h"
@@ -366,7 +367,7 @@ void dp_fwd_begin(struct dp_request *req)
     }
     /* The plan (one leg, or prefill then decode) is chosen here, once. */
     struct dp_leg_step step = {0};
-    if (dp_legs_begin(req, &step) == DP_LEG_ACT_ANSWER) {
+    if (dp_plan_begin(req, &step) == DP_LEG_ACT_ANSWER) {
         fwd_reply_body(req, step.reply_status, step.reply_body);
         return;
     }

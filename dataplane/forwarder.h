@@ -29,27 +29,10 @@
 
 #include <curl/curl.h>
 
-struct dp_attempt;
+#include "dataplane/forwarder_state.h"
+
 struct dp_loop;
 struct dp_request;
-struct pol_candidate;
-
-/* A loop's forwarding state (in struct dp_loop; touched only here). */
-struct dp_fwd {
-    struct dp_attempt *attempts; /* every live attempt */
-    struct dp_request *retrying; /* requests waiting for their backoff */
-    /* No attempt's deadline is earlier than this (0 = unknown, scan): the
-     * tick skips its walk over every attempt until then, so thousands of
-     * idle streams cost nothing between tokens. Lowered by every deadline
-     * set earlier; recomputed by each walk. */
-    uint64_t deadline_floor_ms;
-    /* fwd_try's working arrays, max_workers long, allocated at first use:
-     * a routing decision allocates nothing. */
-    struct pol_candidate *pick_cands;
-    uint32_t *pick_slots; /* slots, then generations */
-    uint64_t *pick_loads;
-    uint32_t *pick_refused;
-};
 
 /* Frees the loop's forwarding state (after every attempt ended). */
 void dp_fwd_fini(struct dp_loop *loop);

@@ -1,14 +1,13 @@
 /*
- * The plans a request can follow (see legs.h): the one-leg plan of a plain
- * request, defined here, and the prefill/decode plan (pd.c). The choice is
- * made once, when forwarding begins; afterwards every transition goes to
- * the plan of the request's current leg.
+ * The leg interface (see legs.h) and the one-leg plan of a plain request,
+ * defined here; the prefill/decode plan is pd.c's. Which plan a request
+ * follows is chosen once, when forwarding begins, by plan.c; afterwards
+ * every transition goes to the plan of the request's current leg.
  */
 #include "dataplane/legs.h"
 
 #include "dataplane/loop.h"
 #include "dataplane/metrics.h"
-#include "dataplane/pd.h"
 #include "dataplane/workers.h"
 
 static struct pol_policy *legs_plain_policy(struct dp_loop *loop)
@@ -43,12 +42,9 @@ static const struct dp_leg legs_plain = {
     .next = legs_plain_next,
 };
 
-enum dp_leg_action dp_legs_begin(struct dp_request *req, struct dp_leg_step *step)
+void dp_legs_begin_plain(struct dp_request *req)
 {
-    if (dp_pd_applies(req->loop, req))
-        return dp_pd_begin(req, step);
     req->leg = &legs_plain;
-    return DP_LEG_ACT_NEXT;
 }
 
 enum dp_leg_action dp_legs_next(struct dp_request *req, enum dp_leg_event ev,

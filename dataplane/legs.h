@@ -3,10 +3,11 @@
  * the plan a request follows. A plan is a sequence of legs, each run as
  * ordinary forwarder attempts (own worker, load guard, retries and
  * timeouts); a plain request is a one-leg plan, a prefill/decode request
- * (pd.h) a two-leg one. The forwarder never names a plan: it reads the
- * current leg's descriptor (req->leg) to pick and start an attempt, and
- * reports each transition of the request to the leg's plan through
- * dp_legs_next, which says what to do next.
+ * (pd.h) a two-leg one, and plan.h chooses which a request follows. The
+ * forwarder never names a plan: it reads the current leg's descriptor
+ * (req->leg) to pick and start an attempt, and reports each transition of
+ * the request to the leg's plan through dp_legs_next, which says what to
+ * do next.
  *
  * A leg either relays its response to the client or collects it for its
  * plan (collects: the bytes go to dp_leg.collect, the client never sees
@@ -80,15 +81,12 @@ struct dp_leg {
                                struct dp_leg_step *step);
 };
 
-/*
- * The request is valid and ready to forward: chooses its plan and sets
- * req->leg to the plan's first leg. Returns DP_LEG_ACT_NEXT (start it) or
- * DP_LEG_ACT_ANSWER (the plan could not start: step says the answer).
- */
-enum dp_leg_action dp_legs_begin(struct dp_request *req, struct dp_leg_step *step);
+/* Starts req on the one-leg plan of a plain request (legs.c): sets
+ * req->leg to its leg, which relays. The choice of plan is plan.h's. */
+void dp_legs_begin_plain(struct dp_request *req);
 
 /* Reports ev to req's plan; step carries the event's arguments and the
- * answer. Before dp_legs_begin (no plan yet) nothing happens:
+ * answer. Before a plan began (dp_plan_begin) nothing happens:
  * DP_LEG_ACT_CONTINUE. */
 enum dp_leg_action dp_legs_next(struct dp_request *req, enum dp_leg_event ev,
                                 struct dp_leg_step *step);

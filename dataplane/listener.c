@@ -27,6 +27,7 @@
 #include "common/proc.h"
 #include "dataplane/errors.h"
 #include "dataplane/header_rules.h"
+#include "dataplane/local_answer.h"
 #include "dataplane/loop.h"
 #include "dataplane/relay.h"
 #include "dataplane/request.h"
@@ -281,7 +282,7 @@ static enum MHD_Result lst_queue_relay(struct dp_request *req)
 static enum MHD_Result lst_answer_local(struct dp_request *req)
 {
     struct dp_local_reply r;
-    dp_routes_answer(req->loop, req, &r);
+    dp_local_answer(req->loop, req, &r);
     enum MHD_Result ret;
     if (r.body == NULL)
         ret = lst_queue_error(req, 500, "internal_error", "the router could not answer");

@@ -19,8 +19,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "dataplane/listener_state.h"
+
 struct MHD_Connection;
-struct MHD_Daemon;
 struct dp_loop;
 struct dp_request;
 
@@ -48,17 +49,6 @@ struct dp_lst_handlers {
     ssize_t (*read)(struct dp_request *req, char *buf, size_t max);
     /* The request's last reference went: free what forwarding hung on it. */
     void (*release)(struct dp_request *req);
-};
-
-/* A loop's HTTP side (in struct dp_loop; touched only here). */
-struct dp_lst {
-    struct MHD_Daemon *mhd;
-    int listen_fd;                  /* the daemon's listening socket (set once at start) */
-    struct dp_conn *conns;          /* every open client connection */
-    struct dp_request *watch_queue; /* parked, not yet watched */
-    bool quiesced;                  /* the daemon stopped accepting (dp_listener_quiesce ran) */
-    bool due;                       /* run MHD at the end of this pass (a resume) */
-    const struct dp_lst_handlers *handlers; /* borrowed, static */
 };
 
 /* Starts the loop's daemon: on the predecessor's socket after a hot

@@ -15,6 +15,13 @@
  * anything else is a struct dp_request * whose client fd is watched.
  * Requests are freed only at the end of a pass (the graveyard), so a stale
  * pointer in the current batch is still readable.
+ *
+ * This header is the loop's data and the little the modules ask of it
+ * (dp_loop_bury): each module's state is embedded from a types-only header
+ * of its own (listener_state.h, upstream_state.h, forwarder_state.h,
+ * pd_state.h), so every module can include this one without a cycle. The
+ * driver that sets a loop up, runs its thread and dispatches its events to
+ * the modules is loop_run.h.
  */
 #ifndef SY_DATAPLANE_LOOP_H
 #define SY_DATAPLANE_LOOP_H
@@ -25,14 +32,14 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "dataplane/forwarder.h"
+#include "dataplane/forwarder_state.h"
 #include "dataplane/guard.h"
-#include "dataplane/listener.h"
+#include "dataplane/listener_state.h"
 #include "dataplane/metrics.h"
-#include "dataplane/pd.h"
+#include "dataplane/pd_state.h"
 #include "dataplane/policy.h"
 #include "dataplane/types.h"
-#include "dataplane/upstream.h"
+#include "dataplane/upstream_state.h"
 #include "dataplane/workers.h"
 
 #define DP_TAG_MHD      1u
@@ -68,7 +75,7 @@ struct dp_shared {
  * One event loop. Created by the main thread, then touched only by its own
  * thread. Each module keeps its own state in its own member (listener,
  * upstream, forwarder, P/D), which only that module touches once
- * dp_loop_init has cleared it; the rest is the loop's.
+ * dp_loop_init (loop_run.h) has cleared it; the rest is the loop's.
  */
 struct dp_loop {
     struct dp_shared *sh; /* borrowed */
@@ -91,16 +98,9 @@ struct dp_loop {
     uint64_t cut_deadline_ms; /* ...and this is when the loop stops regardless */
 };
 
-/* Sets up the loop's fds, daemon and multi handle (main thread). 0 or -errno. */
-int dp_loop_init(struct dp_loop *loop, struct dp_shared *sh, unsigned index);
-int dp_loop_start(struct dp_loop *loop);
-/* Main thread: asks the loop to drain (until dataplane.drain_timeout_ms
- * from when it reads cmd) or to stop. */
-void dp_loop_command(struct dp_loop *loop, enum dp_cmd cmd);
-void dp_loop_join(struct dp_loop *loop);
-void dp_loop_fini(struct dp_loop *loop);
-
 /* Loop thread: puts a request whose last reference went on the graveyard. */
 void dp_loop_bury(struct dp_loop *loop, struct dp_request *req);
+/* Loop thread, at the end of a pass: frees every request on the graveyard. */
+void dp_loop_free_graveyard(struct dp_loop *loop);
 
 #endif

@@ -15,7 +15,7 @@
  * This module owns the rewriting of bodies (pure functions, unit-tested),
  * the legs' choice of role and policy, the phase transitions and the P/D
  * metrics: it is the two-leg plan of legs.h. The forwarder runs the
- * attempts and knows the plan only through that interface; legs.c chooses
+ * attempts and knows the plan only through that interface; plan.c chooses
  * it for a request (dp_pd_applies, dp_pd_begin).
  *
  * Accounting: the prefill guard is released when the prefill response is
@@ -34,16 +34,11 @@
 #include <stddef.h>
 
 #include "dataplane/legs.h"
+#include "dataplane/pd_state.h"
 #include "dataplane/policy.h"
 
 struct dp_loop;
 struct dp_request;
-
-/* A loop's P/D state (in struct dp_loop; touched only here): the legs'
- * policies, policy.prefill and policy.decode. */
-struct dp_pd_loop {
-    struct pol_policy prefill, decode;
-};
 
 #define DP_PD_RESP_MAX (4u << 20) /* largest prefill response kept */
 

@@ -3,19 +3,18 @@
  * everything the data plane knows about it: its path and allowed methods,
  * the Allow header of its 405, its label in switchyard_requests_total,
  * whether it is proxied (and to which upstream path, with the body parsed
- * for what) or answered here (and by which function), and whether it may
- * run as prefill/decode legs. The listener, the request parser, the
- * forwarder, pd and the metrics read the row; none of them names a route.
- * Adding a route is an enum dp_route value (types.h: the metrics arrays are
- * sized by it) and one row, plus a body parser in request.c if its body is a
- * new shape.
+ * for what) or answered by the data plane itself (and with which answer,
+ * local_answer.h), and whether it may run as prefill/decode legs. The
+ * listener, the request parser, the forwarder, pd and the metrics read the
+ * row; none of them names a route. Adding a route is an enum dp_route
+ * value (types.h: the metrics arrays are sized by it) and one row, plus a
+ * body parser in request.c if its body is a new shape, or an answer in
+ * local_answer.c if it is answered locally.
  *
- * The routes answered here: GET /health, GET /v1/models (the union of the
- * models of healthy, non-draining workers, in OpenAI's list shape) and
- * GET /metrics (metrics.h).
+ * The table is pure data: it depends on no loop state, so every module
+ * (and the unit test) can read it.
  *
- * Threading: the table is constant, read by any thread; dp_routes_answer
- * runs on the loop's thread and reads the loop's registry copy.
+ * Threading: the table is constant, read by any thread.
  */
 #ifndef SY_DATAPLANE_ROUTES_H
 #define SY_DATAPLANE_ROUTES_H
@@ -24,9 +23,6 @@
 #include <stddef.h>
 
 #include "dataplane/types.h"
-
-struct dp_loop;
-struct dp_request;
 
 /* Request methods a route allows, as bits. */
 #define DP_METHOD_GET  0x1u
@@ -55,17 +51,14 @@ enum dp_body {
     DP_BODY_COUNT,
 };
 
-/* A local answer: status, a malloc'd body, its content type. */
-struct dp_local_reply {
-    int status;
-    char *body; /* owned by the caller after the call; NULL only with status 500 */
-    size_t len;
-    const char *content_type;
+/* Which local answer a DP_SERVE_LOCAL route gets (local_answer.h builds it). */
+enum dp_answer {
+    DP_ANSWER_UNSET = 0, /* not answered locally */
+    DP_ANSWER_HEALTH,    /* {"status": "ok"}, or 503 "draining" */
+    DP_ANSWER_MODELS,    /* the models of healthy, non-draining workers */
+    DP_ANSWER_METRICS,   /* the Prometheus exposition (metrics.h) */
+    DP_ANSWER_COUNT,
 };
-
-/* Fills out for a local route; leaves out->body NULL when it cannot (the
- * caller then answers 500). */
-typedef void (*dp_local_answer_fn)(struct dp_loop *loop, struct dp_local_reply *out);
 
 /* One route. The rows are static and constant. */
 struct dp_route_row {
@@ -77,7 +70,7 @@ struct dp_route_row {
     const char *upstream_path; /* PROXY: the worker's path (also the policy's path) */
     enum dp_body body;         /* PROXY: what the body is parsed for */
     bool prefill_decode;       /* PROXY: may run as prefill and decode legs (pd.h) */
-    dp_local_answer_fn answer; /* LOCAL: builds the answer */
+    enum dp_answer answer;     /* LOCAL: which answer (local_answer.h) */
 };
 
 /* The row of route; an unset or out-of-range value gets the not-found row
@@ -90,10 +83,5 @@ enum dp_route dp_route_find(const char *path);
 /* True when method (e.g. "GET") is one of route's methods. True for the
  * not-found route, whose answer is 404 whatever the method. */
 bool dp_route_allows(enum dp_route route, const char *method);
-
-/* Answers req's local route (health, models, metrics): a 500 with an error
- * body if the route has no answer or the answer failed. */
-void dp_routes_answer(struct dp_loop *loop, const struct dp_request *req,
-                      struct dp_local_reply *out);
 
 #endif

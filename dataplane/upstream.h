@@ -19,9 +19,7 @@
 
 #include <curl/curl.h>
 
-#include "dataplane/upstream_url.h"
-
-#define DP_EASY_POOL 256u
+#include "dataplane/upstream_state.h"
 
 struct dp_attempt;
 struct dp_loop;
@@ -34,20 +32,6 @@ struct dp_up_handlers {
     size_t (*on_header)(struct dp_attempt *a, const char *line, size_t len);
     size_t (*on_body)(struct dp_attempt *a, const char *data, size_t len);
     void (*on_done)(struct dp_attempt *a, CURLcode result);
-};
-
-/* A loop's upstream side (in struct dp_loop; touched only here). */
-struct dp_up {
-    CURLM *multi;
-    int64_t deadline_ms; /* curl's timer; -1 = none */
-    /* Per fd number: what this loop's epoll set holds for a curl socket,
-     * grown on demand; 0 = nothing. */
-    uint32_t *fds;
-    size_t n_fds;
-    struct dp_up_urls urls; /* worker URLs parsed once (upstream_url.h) */
-    CURL *pool[DP_EASY_POOL];
-    size_t n_pool;
-    const struct dp_up_handlers *handlers; /* borrowed, static */
 };
 
 /* Sets up loop->up; handlers receive every transfer's data and end. 0 or -errno. */

@@ -1,0 +1,33 @@
+/*
+ * The forwarder's state in a loop (struct dp_fwd, embedded in struct
+ * dp_loop): types only, apart from forwarder.h's functions, so loop.h can
+ * embed it without depending on the forwarder. Touched only by
+ * forwarder.c once the loop's driver has cleared it.
+ */
+#ifndef SY_DATAPLANE_FORWARDER_STATE_H
+#define SY_DATAPLANE_FORWARDER_STATE_H
+
+#include <stdint.h>
+
+struct dp_attempt;
+struct dp_request;
+struct pol_candidate;
+
+/* A loop's forwarding state (in struct dp_loop; touched only by forwarder.c). */
+struct dp_fwd {
+    struct dp_attempt *attempts; /* every live attempt */
+    struct dp_request *retrying; /* requests waiting for their backoff */
+    /* No attempt's deadline is earlier than this (0 = unknown, scan): the
+     * tick skips its walk over every attempt until then, so thousands of
+     * idle streams cost nothing between tokens. Lowered by every deadline
+     * set earlier; recomputed by each walk. */
+    uint64_t deadline_floor_ms;
+    /* fwd_try's working arrays, max_workers long, allocated at first use:
+     * a routing decision allocates nothing. */
+    struct pol_candidate *pick_cands;
+    uint32_t *pick_slots; /* slots, then generations */
+    uint64_t *pick_loads;
+    uint32_t *pick_refused;
+};
+
+#endif

@@ -1,0 +1,28 @@
+/*
+ * The listener's state in a loop (struct dp_lst, embedded in struct
+ * dp_loop): types only, apart from listener.h's functions, so loop.h can
+ * embed it without depending on the listener, which includes loop.h.
+ * Touched only by listener.c once the loop's driver has cleared it.
+ */
+#ifndef SY_DATAPLANE_LISTENER_STATE_H
+#define SY_DATAPLANE_LISTENER_STATE_H
+
+#include <stdbool.h>
+
+struct MHD_Daemon;
+struct dp_conn;
+struct dp_lst_handlers;
+struct dp_request;
+
+/* A loop's HTTP side (in struct dp_loop; touched only by listener.c). */
+struct dp_lst {
+    struct MHD_Daemon *mhd;
+    int listen_fd;                  /* the daemon's listening socket (set once at start) */
+    struct dp_conn *conns;          /* every open client connection */
+    struct dp_request *watch_queue; /* parked, not yet watched */
+    bool quiesced;                  /* the daemon stopped accepting (dp_listener_quiesce ran) */
+    bool due;                       /* run MHD at the end of this pass (a resume) */
+    const struct dp_lst_handlers *handlers; /* borrowed, static */
+};
+
+#endif

@@ -1,0 +1,93 @@
+/*
+ * The routes answered by the data plane itself (see local_answer.h).
+ * Bodies are built with jansson; /metrics is rendered by metrics.c from the
+ * loop's registry copy, refreshed before every answer.
+ */
+#include "dataplane/local_answer.h"
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "dataplane/errors.h"
+#include "dataplane/loop.h"
+#include "dataplane/metrics.h"
+#include "dataplane/routes.h"
+#include "dataplane/workers.h"
+
+/* Fills out; leaves out->body NULL when it cannot (the caller then answers 500). */
+typedef void (*local_answer_fn)(struct dp_loop *loop, struct dp_local_reply *out);
+
+static void reply_json(struct dp_local_reply *out, int status, json_t *obj)
+{
+    out->status = status;
+    out->content_type = "application/json";
+    out->body = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    if (out->body == NULL) {
+        out->status = 500;
+        out->len = 0;
+        return;
+    }
+    out->len = strlen(out->body);
+}
+
+static void local_health(struct dp_loop *loop, struct dp_local_reply *out)
+{
+    bool draining = loop->draining;
+    reply_json(out, draining ? 503 : 200,
+               json_pack("{s:s}", "status", draining ? "draining" : "ok"));
+}
+
+static void local_models(struct dp_loop *loop, struct dp_local_reply *out)
+{
+    struct dp_workers *v = &loop->workers;
+    json_t *data = json_array();
+    json_t *seen = json_object();
+    for (size_t i = 0; data != NULL && seen != NULL && i < v->n; i++) {
+        const struct shm_worker_info *w = &v->w[i];
+        if (!w->healthy || w->draining || w->model[0] == '\0' ||
+            json_object_get(seen, w->model) != NULL)
+            continue;
+        json_object_set_new(seen, w->model, json_true());
+        json_array_append_new(data, json_pack("{s:s, s:s, s:i, s:s}", "id", w->model, "object",
+                                              "model", "created", 0, "owned_by", "switchyard"));
+    }
+    json_decref(seen);
+    reply_json(out, 200,
+               data != NULL ? json_pack("{s:s, s:o}", "object", "list", "data", data) : NULL);
+}
+
+static void local_metrics(struct dp_loop *loop, struct dp_local_reply *out)
+{
+    if (dp_metrics_render(&loop->sh->metrics, loop->workers.w, loop->workers.n, &loop->sh->guards,
+                          &out->body, &out->len) != 0) {
+        out->body = NULL;
+        return;
+    }
+    out->status = 200;
+    out->content_type = "text/plain; version=0.0.4; charset=utf-8";
+}
+
+/* Each local answer, by the name its route's row gives it. */
+static const local_answer_fn local_answers[DP_ANSWER_COUNT] = {
+    [DP_ANSWER_HEALTH] = local_health,
+    [DP_ANSWER_MODELS] = local_models,
+    [DP_ANSWER_METRICS] = local_metrics,
+};
+
+void dp_local_answer(struct dp_loop *loop, const struct dp_request *req, struct dp_local_reply *out)
+{
+    memset(out, 0, sizeof(*out));
+    dp_workers_refresh(&loop->workers);
+    const struct dp_route_row *row = dp_route_row(req->route);
+    if (row->answer > DP_ANSWER_UNSET && row->answer < DP_ANSWER_COUNT &&
+        local_answers[row->answer] != NULL)
+        local_answers[row->answer](loop, out);
+    if (out->body != NULL)
+        return;
+    out->status = 500;
+    out->content_type = "application/json";
+    out->body = dp_error_body(500, "internal_error", "the router could not answer");
+    out->len = out->body != NULL ? strlen(out->body) : 0;
+}

@@ -1,0 +1,35 @@
+/*
+ * The upstream side's state in a loop (struct dp_up, embedded in struct
+ * dp_loop): types only, apart from upstream.h's functions, so loop.h can
+ * embed it without depending on the upstream module. Touched only by
+ * upstream.c once the loop's driver has cleared it.
+ */
+#ifndef SY_DATAPLANE_UPSTREAM_STATE_H
+#define SY_DATAPLANE_UPSTREAM_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <curl/curl.h>
+
+#include "dataplane/upstream_url.h"
+
+#define DP_EASY_POOL 256u
+
+struct dp_up_handlers;
+
+/* A loop's upstream side (in struct dp_loop; touched only by upstream.c). */
+struct dp_up {
+    CURLM *multi;
+    int64_t deadline_ms; /* curl's timer; -1 = none */
+    /* Per fd number: what this loop's epoll set holds for a curl socket,
+     * grown on demand; 0 = nothing. */
+    uint32_t *fds;
+    size_t n_fds;
+    struct dp_up_urls urls; /* worker URLs parsed once (upstream_url.h) */
+    CURL *pool[DP_EASY_POOL];
+    size_t n_pool;
+    const struct dp_up_handlers *handlers; /* borrowed, static */
+};
+
+#endif
