@@ -71,7 +71,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/u
 E2E_TESTS := $(patsubst tests/e2e/%.c,$(BUILD)/tests/e2e/%,$(wildcard tests/e2e/test_*.c))
 MICRO_BENCHES := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(wildcard tests/bench/micro_*.c))
 
-.PHONY: all deps test check check-deploy test-asan build-asan format format-check run bench bench-quick bench-pd bench-pd-quick clean
+.PHONY: all deps test check check-deploy check-layering test-asan build-asan format format-check run bench bench-quick bench-pd bench-pd-quick clean
 .DEFAULT_GOAL := all
 # Keep generated sources (protobuf-c) instead of deleting them as intermediates.
 .SECONDARY:
@@ -131,7 +131,14 @@ deps:
 # check-deploy first so the suite's "N passed, N failed" stays the last line.
 test: deps
 	@$(MAKE) --no-print-directory check-deploy
+	@$(MAKE) --no-print-directory check-layering
 	@$(MAKE) --no-print-directory check
+
+# Include rules between folders and no include cycle between modules
+# (tests/check-layering.py); its self-test first proves each rule fires.
+check-layering:
+	@tests/check-layering.py --self-test >/dev/null || tests/check-layering.py --self-test
+	@tests/check-layering.py
 
 check: $(BINS) $(UNIT_TESTS) $(E2E_TESTS)
 	@tests/run-tests.sh $(BUILD) $(UNIT_TESTS) $(E2E_TESTS)
