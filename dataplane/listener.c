@@ -43,6 +43,7 @@
  * still has room for the answer. */
 #define DP_CONN_RESPONSE_ROOM (2u * 1024u)
 #define DP_CONN_TIMEOUT_S     300u
+#define DP_LST_SWEEP_MS       100u /* slow-client deadlines are checked this often */
 /* The block MHD allocates (zeroed) with each relayed response. A chunked
  * response (every HTTP/1.1 client) is read straight into the connection's
  * pool, so the block only paces HTTP/1.0 clients; small, it keeps a held
@@ -391,9 +392,22 @@ static enum MHD_Result lst_handler(void *cls, struct MHD_Connection *conn, const
             return lst_queue_error(req, 400, "invalid_header",
                                    "a header name is not an HTTP token or a header value holds a "
                                    "control character");
+        /* Refuse an announced body over max_body now, before reading it
+         * (the connection then closes): reading it to count it cost 3.2 GB
+         * for a Content-Length of 10^12. */
+        uint64_t max_body = loop->sh->cfg->dataplane.max_body;
+        const char *cl =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl != NULL && strtoull(cl, NULL, 10) > max_body) {
+            char msg[96];
+            snprintf(msg, sizeof(msg), "request body exceeds the limit of %llu bytes",
+                     (unsigned long long)max_body);
+            return lst_queue_error(req, 413, "request_too_large", msg);
+        }
         return MHD_YES;
     }
     if (*upload_data_size != 0) {
+        req->received_bytes += *upload_data_size;
         if (req->phase == DP_REQ_RECEIVING &&
             dp_request_append_body(req, upload_data, *upload_data_size) != 0) {
             *upload_data_size = 0;
@@ -438,8 +452,10 @@ static void lst_completed(void *cls, struct MHD_Connection *conn, void **con_cls
         return;
     *con_cls = NULL;
     struct dp_conn *dc = conn != NULL ? lst_conn_of(conn) : NULL;
-    if (dc != NULL && dc->req == req)
+    if (dc != NULL && dc->req == req) {
         dc->req = NULL;
+        dc->idle_since_ms = proc_monotonic_ms();
+    }
     lst_unwatch(req);
     req->suspended = false;
     /* A request whose whole response MHD already holds is not cancelled when
@@ -478,6 +494,7 @@ static void lst_notify_connection(void *cls, struct MHD_Connection *conn, void *
         if (dc == NULL)
             return; /* untracked: closed when the daemon stops, not earlier */
         dc->conn = conn;
+        dc->idle_since_ms = proc_monotonic_ms();
         dc->next = loop->lst.conns;
         if (loop->lst.conns != NULL)
             loop->lst.conns->prev = dc;
@@ -514,13 +531,14 @@ int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handle
      * connections waiting in its accept queue are not lost. */
     int inherited = loop->index < sh->n_inherited ? sh->inherited[loop->index] : -1;
     if (inherited >= 0)
-        loop->lst.mhd =
-            MHD_start_daemon(flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_LISTEN_SOCKET,
-                             (MHD_socket)inherited, MHD_OPTION_NOTIFY_COMPLETED, lst_completed,
-                             loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
-                             MHD_OPTION_CONNECTION_LIMIT, (unsigned int)DP_MAX_CONNECTIONS,
-                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
-                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
+        loop->lst.mhd = MHD_start_daemon(
+            flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_LISTEN_SOCKET,
+            (MHD_socket)inherited, MHD_OPTION_NOTIFY_COMPLETED, lst_completed, loop,
+            MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop, MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned int)DP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+            (unsigned int)DP_CONN_TIMEOUT_S, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+            (unsigned int)sh->cfg->dataplane.per_ip_connection_limit,
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
     else
         loop->lst.mhd = MHD_start_daemon(
             flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_SOCK_ADDR, &sh->listen_addr,
@@ -528,6 +546,8 @@ int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handle
             lst_completed, loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
             MHD_OPTION_CONNECTION_LIMIT, (unsigned int)DP_MAX_CONNECTIONS,
             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
+            MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+            (unsigned int)sh->cfg->dataplane.per_ip_connection_limit,
             MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
     if (loop->lst.mhd == NULL)
         return -EADDRINUSE;
@@ -571,6 +591,42 @@ void dp_listener_close_idle(struct dp_loop *loop)
 {
     for (struct dp_conn *dc = loop->lst.conns; dc != NULL; dc = dc->next)
         lst_close_when_idle(dc);
+}
+
+/* Shuts the client's socket down under MHD, which then sees the end on its
+ * next read and closes the connection the ordinary way. */
+static void lst_cut(struct dp_loop *loop, struct dp_conn *dc)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(dc->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci == NULL)
+        return;
+    dc->cut = true;
+    shutdown(ci->connect_fd, SHUT_RDWR);
+    loop->lst.due = true;
+}
+
+void dp_listener_enforce_deadlines(struct dp_loop *loop, uint64_t now_ms)
+{
+    if (now_ms < loop->lst.next_sweep_ms)
+        return;
+    loop->lst.next_sweep_ms = now_ms + DP_LST_SWEEP_MS;
+    const struct cfg_dataplane *dp = &loop->sh->cfg->dataplane;
+    for (struct dp_conn *dc = loop->lst.conns; dc != NULL; dc = dc->next) {
+        if (dc->cut)
+            continue;
+        const struct dp_request *req = dc->req;
+        if (req == NULL) {
+            if (now_ms - dc->idle_since_ms > dp->header_timeout_ms)
+                lst_cut(loop, dc);
+            continue;
+        }
+        uint64_t elapsed = now_ms - req->start_ms;
+        if (req->phase == DP_REQ_RECEIVING && dp->upload_min_rate > 0 &&
+            elapsed > dp->header_timeout_ms &&
+            req->received_bytes * 1000u < dp->upload_min_rate * elapsed)
+            lst_cut(loop, dc);
+    }
 }
 
 bool dp_listener_is_running(const struct dp_loop *loop)

@@ -34,6 +34,8 @@ struct dp_conn {
     struct MHD_Connection *conn;
     struct dp_request *req; /* the request in progress on it, or NULL when idle */
     bool closing;           /* given a short timeout to close while idle */
+    bool cut;               /* shut down as a slow client (dp_listener_enforce_deadlines) */
+    uint64_t idle_since_ms; /* accepted, or its last request completed (monotonic) */
     struct dp_conn *prev, *next;
 };
 
@@ -61,6 +63,17 @@ void dp_listener_stop(struct dp_loop *loop);
 /* Draining: closes keep-alive connections once they are idle (call again
  * as requests finish; each connection is handled once). */
 void dp_listener_close_idle(struct dp_loop *loop);
+
+/*
+ * Slow clients (docs/security.md): shuts down a connection whose request
+ * headers are not complete within dataplane.header_timeout of its accept
+ * or of its previous request's end, and one whose body arrives slower than
+ * dataplane.upload_min_rate on average once header_timeout has passed.
+ * MHD's own timeout is for inactivity only: a byte every few minutes would
+ * hold a connection forever. Call from the loop's tick; it scans the
+ * connections at most every DP_LST_SWEEP_MS.
+ */
+void dp_listener_enforce_deadlines(struct dp_loop *loop, uint64_t now_ms);
 
 /* True from a successful dp_listener_start to dp_listener_stop: the daemon
  * owns the socket it serves (an inherited one is closed when it stops). */

@@ -8,6 +8,7 @@
 #define SY_DATAPLANE_LISTENER_STATE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct MHD_Daemon;
 struct dp_conn;
@@ -23,6 +24,7 @@ struct dp_lst {
     bool quiesced;                  /* the daemon stopped accepting (dp_listener_quiesce ran) */
     bool due;                       /* run MHD at the end of this pass (a resume) */
     const struct dp_lst_handlers *handlers; /* borrowed, static */
+    uint64_t next_sweep_ms;                 /* dp_listener_enforce_deadlines */
 };
 
 #endif

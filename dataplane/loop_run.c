@@ -150,6 +150,7 @@ static void *loop_main(void *arg)
                 evfd_timer_read(loop->tickfd);
                 dp_fwd_tick(loop, proc_monotonic_ms());
                 dp_listener_watch_queued(loop);
+                dp_listener_enforce_deadlines(loop, proc_monotonic_ms());
                 if (loop->draining)
                     dp_listener_close_idle(loop);
             } else if ((tag & (0xffull << 56)) == DP_TAG_CURL) {

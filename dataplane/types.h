@@ -172,7 +172,8 @@ struct dp_request {
     bool watch_queued;
     struct dp_request *wprev, *wnext; /* the loop's watch queue */
     uint64_t start_ms;
-    uint64_t first_byte_ms; /* 0 until the first body byte reached the client buffer */
+    uint64_t received_bytes; /* body bytes MHD handed over, kept or not (upload rate) */
+    uint64_t first_byte_ms;  /* 0 until the first body byte reached the client buffer */
 
     /* request body (bounded by max_body: dataplane.max_body) */
     uint64_t max_body;

@@ -920,6 +920,136 @@ static void test_dataplane_refuses_a_foreign_control_plane(void **state)
     shm_segment_close(&seg);
 }
 
+/* ---- finding 4: slow and oversized uploads ----------------------------------- */
+
+static int raw_connect(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return fd;
+}
+
+static void send_text(int fd, const char *text)
+{
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+}
+
+/* Reads until EOF; returns how long that took (ms), or -1 past timeout_ms.
+ * What arrived is left in buf. */
+static int64_t ms_until_closed(int fd, char *buf, size_t cap, int timeout_ms)
+{
+    int64_t start = h_now_ms();
+    size_t len = 0;
+    buf[0] = '\0';
+    for (;;) {
+        int64_t left = timeout_ms - (h_now_ms() - start);
+        if (left <= 0)
+            return -1;
+        ssize_t n = h_fd_read_more(fd, buf, cap, &len, (int)left);
+        if (n == 0 || (n < 0 && n != -ETIMEDOUT && n != -ENOBUFS))
+            return h_now_ms() - start;
+        if (n == -ENOBUFS)
+            len = 0;
+    }
+}
+
+static const char slow_opts[] = "header_timeout: 1s\nupload_min_rate: 1KiB\n";
+
+/* Headers begun and never finished: closed once header_timeout passed
+ * (libmicrohttpd alone would wait for 300 s of silence). */
+static void test_stalled_headers_are_closed(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .dataplane_extra = slow_opts});
+    int fd = raw_connect(f.cfg.dataplane_port);
+    send_text(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+    /* One more header byte now and then resets an inactivity timer, not
+     * this deadline. */
+    char buf[4096];
+    int64_t closed = -1;
+    for (int i = 0; i < 8 && closed < 0; i++) {
+        send_text(fd, "X");
+        closed = ms_until_closed(fd, buf, sizeof(buf), 400);
+    }
+    close(fd);
+    assert_true(closed >= 0);
+    /* Meanwhile the router serves as usual. */
+    char resp[8192];
+    raw_exchange(&f, "", resp, sizeof(resp));
+    assert_int_equal(strncmp(resp, "HTTP/1.1 200", 12), 0);
+    h_fleet_stop(&f);
+}
+
+/* A body trickling in at a few bytes a second is cut after header_timeout. */
+static void test_slow_upload_is_closed(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .dataplane_extra = slow_opts});
+    int fd = raw_connect(f.cfg.dataplane_port);
+    send_text(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{");
+    char buf[4096];
+    int64_t closed = -1;
+    for (int i = 0; i < 10 && closed < 0; i++) {
+        if (write(fd, " ", 1) != 1)
+            break; /* already closed */
+        closed = ms_until_closed(fd, buf, sizeof(buf), 300);
+    }
+    close(fd);
+    assert_true(closed >= 0);
+    assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 0);
+    h_fleet_stop(&f);
+}
+
+/* An announced body over max_body is refused before a byte of it is read. */
+static void test_oversized_content_length_is_refused_at_once(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .dataplane_extra = "max_body: 1MiB\n"});
+    int fd = raw_connect(f.cfg.dataplane_port);
+    send_text(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  "Content-Type: application/json\r\nContent-Length: 1000000000000\r\n\r\n");
+    char buf[4096] = "";
+    size_t len = 0;
+    while (strstr(buf, "\r\n\r\n") == NULL &&
+           h_fd_read_more(fd, buf, sizeof(buf), &len, H_READY_TIMEOUT_MS) > 0)
+        ;
+    close(fd);
+    assert_int_equal(strncmp(buf, "HTTP/1.1 413", 12), 0);
+    h_fleet_stop(&f);
+}
+
+/* dataplane.per_ip_connection_limit: the connection over the limit is
+ * closed at once; the ones under it are served. */
+static void test_per_ip_connection_limit(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){
+                          .n = 1, .dataplane_extra = "threads: 1\nper_ip_connection_limit: 2\n"});
+    int a = raw_connect(f.cfg.dataplane_port);
+    int b = raw_connect(f.cfg.dataplane_port);
+    int c = raw_connect(f.cfg.dataplane_port);
+    char buf[4096];
+    int64_t closed = ms_until_closed(c, buf, sizeof(buf), H_READY_TIMEOUT_MS);
+    close(c);
+    assert_true(closed >= 0);
+    send_text(a, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    size_t len = 0;
+    buf[0] = '\0';
+    assert_true(h_fd_read_more(a, buf, sizeof(buf), &len, H_READY_TIMEOUT_MS) > 0);
+    assert_int_equal(strncmp(buf, "HTTP/1.1 200", 12), 0);
+    close(a);
+    close(b);
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -942,6 +1072,10 @@ int main(void)
         H_TEST(test_handover_to_a_non_successor_is_refused),
         H_TEST(test_admin_socket_path_of_another_user_is_refused),
         H_TEST(test_dataplane_refuses_a_foreign_control_plane),
+        H_TEST(test_stalled_headers_are_closed),
+        H_TEST(test_slow_upload_is_closed),
+        H_TEST(test_oversized_content_length_is_refused_at_once),
+        H_TEST(test_per_ip_connection_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
