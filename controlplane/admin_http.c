@@ -29,6 +29,7 @@
 
 #include "common/log.h"
 #include "common/proc.h"
+#include "common/prom.h"
 #include "controlplane/admin_reply.h"
 #include "controlplane/admin_routes.h"
 
@@ -95,21 +96,25 @@ static void adm_count(struct adm_http *h, enum adm_route_id route, unsigned code
     }
 }
 
-/* Writes switchyard_admin_requests_total in Prometheus text format. */
-static void adm_http_write_metrics(const struct adm_http *h, FILE *f)
+/* Writes switchyard_admin_requests_total: routes in adm_route_labels order,
+ * codes in the order they were first answered. */
+static void adm_http_write_metrics(const struct adm_http *h, struct prom_writer *w)
 {
-    fprintf(f, "# HELP switchyard_admin_requests_total Admin API requests by route and status.\n"
-               "# TYPE switchyard_admin_requests_total counter\n");
-    for (size_t r = 1; r < ADM_ROUTE_COUNT; r++)
-        for (size_t i = 0; i < ADM_CODES_PER_ROUTE && h->counts[r][i].code != 0; i++)
-            fprintf(f, "switchyard_admin_requests_total{route=\"%s\",code=\"%u\"} %llu\n",
-                    adm_route_labels[r], h->counts[r][i].code,
-                    (unsigned long long)h->counts[r][i].n);
+    prom_family(w, "switchyard_admin_requests_total", PROM_COUNTER,
+                "Admin API requests by route and status.");
+    for (size_t r = 1; r < ADM_ROUTE_COUNT; r++) {
+        for (size_t i = 0; i < ADM_CODES_PER_ROUTE && h->counts[r][i].code != 0; i++) {
+            char code[12];
+            snprintf(code, sizeof(code), "%u", h->counts[r][i].code);
+            struct prom_label l[] = {{"route", adm_route_labels[r]}, {"code", code}};
+            prom_sample_u64(w, NULL, l, 2, h->counts[r][i].n);
+        }
+    }
 }
 
-static void adm_http_metrics_hook(const void *arg, FILE *f)
+static void adm_http_metrics_hook(const void *arg, struct prom_writer *w)
 {
-    adm_http_write_metrics(arg, f);
+    adm_http_write_metrics(arg, w);
 }
 
 static enum MHD_Result adm_send(struct adm_pending *p, const char *url, struct adm_reply *reply)
