@@ -18,6 +18,7 @@
  * struct cfg is filled by one thread and only read afterwards.
  */
 #include "common/config.h"
+#include "common/buf.h"
 #include "common/config_internal.h"
 
 #include <errno.h>
@@ -239,9 +240,7 @@ out_fini_cfg:
 static int read_file(const char *path, char **out, size_t *out_len, char *err, size_t err_len)
 {
     struct stat st;
-    char *buf = NULL;
-    size_t len = 0;
-    size_t cap = 0;
+    struct buf text;
     int rc = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
 
@@ -260,31 +259,11 @@ static int read_file(const char *path, char **out, size_t *out_len, char *err, s
         cfg_set_err(err, err_len, "%s: cannot open: %s", path, strerror(EISDIR));
         goto out_close_fd;
     }
+    buf_init(&text, CFG_FILE_MAX);
     for (;;) {
-        ssize_t got;
+        char chunk[16384];
+        ssize_t got = read(fd, chunk, sizeof(chunk));
 
-        if (len == cap) {
-            size_t ncap = cap == 0 ? 4096 : cap * 2;
-            char *nbuf;
-
-            if (cap > CFG_FILE_MAX) {
-                rc = -EFBIG;
-                cfg_set_err(err, err_len, "%s: cannot read: larger than %u bytes", path,
-                            CFG_FILE_MAX);
-                goto out_free_buf;
-            }
-            if (ncap > CFG_FILE_MAX + 1)
-                ncap = CFG_FILE_MAX + 1;
-            nbuf = realloc(buf, ncap);
-            if (nbuf == NULL) {
-                rc = -ENOMEM;
-                cfg_set_err(err, err_len, "%s: out of memory", path);
-                goto out_free_buf;
-            }
-            buf = nbuf;
-            cap = ncap;
-        }
-        got = read(fd, buf + len, cap - len);
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0) {
@@ -294,14 +273,25 @@ static int read_file(const char *path, char **out, size_t *out_len, char *err, s
         }
         if (got == 0)
             break;
-        len += (size_t)got;
+        rc = buf_append(&text, chunk, (size_t)got);
+        if (rc == -E2BIG) {
+            rc = -EFBIG;
+            cfg_set_err(err, err_len, "%s: cannot read: larger than %u bytes", path, CFG_FILE_MAX);
+            goto out_free_buf;
+        }
+        if (rc != 0) {
+            cfg_set_err(err, err_len, "%s: out of memory", path);
+            goto out_free_buf;
+        }
     }
-    *out = buf;
-    *out_len = len;
-    buf = NULL;
+    *out = buf_detach(&text, out_len);
+    if (*out == NULL) {
+        rc = -ENOMEM;
+        cfg_set_err(err, err_len, "%s: out of memory", path);
+    }
 
 out_free_buf:
-    free(buf);
+    buf_fini(&text);
 out_close_fd:
     close(fd);
     return rc;

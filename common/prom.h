@@ -29,9 +29,9 @@
  *
  * Adoption: dataplane/metrics.c replaces its dp_text + text_add() and its
  * render_hist/render_hist_series with a struct buf + prom_family() +
- * prom_sample_u64()/prom_histogram() (per-bucket counts, not cumulative);
- * the control plane's /metrics (admin_routes.c, admin_http.c) replaces
- * open_memstream + fprintf likewise and hands buf_detach()'s bytes to MHD.
+ * prom_sample_u64()/prom_histogram() (per-bucket counts, not cumulative).
+ * The control plane's /metrics (admin_routes.c, admin_http.c) already
+ * writes through it and hands buf_detach()'s bytes to MHD.
  */
 #ifndef SY_COMMON_PROM_H
 #define SY_COMMON_PROM_H

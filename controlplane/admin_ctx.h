@@ -10,7 +10,6 @@
 #define SY_CONTROLPLANE_ADMIN_CTX_H
 
 #include <stdint.h>
-#include <stdio.h>
 
 #include "common/config.h"
 #include "shm/segment.h"
@@ -19,9 +18,11 @@ struct hc_prober;
 struct adm_channel;
 struct cp_reset;
 struct adm_http;
+struct prom_writer;
 
-/* Appends a module's own series to the /metrics text. */
-typedef void (*adm_metrics_fn)(const void *arg, FILE *f);
+/* Appends a module's own families to the /metrics page (common/prom.h);
+ * failures stay in the writer, which the page checks once at the end. */
+typedef void (*adm_metrics_fn)(const void *arg, struct prom_writer *w);
 
 /* Borrowed by every route; lives as long as the control plane's loop. */
 struct adm_ctx {

@@ -7,8 +7,10 @@
  * thread. MHD's epoll descriptor is level-readable whenever MHD has work.
  *
  * Per request, an adm_pending (the "connection class") accumulates the body
- * up to ADM_HTTP_BODY_MAX and carries the answer of a suspended route, which
- * arrives through adm_http_finish, the completion handed to the route.
+ * in a struct buf capped at ADM_HTTP_BODY_MAX (a body that passes the cap is
+ * read to its end and answered 413) and carries the answer of a suspended
+ * route, which arrives through adm_http_finish, the completion handed to the
+ * route.
  */
 #include "controlplane/admin_http.h"
 
@@ -27,8 +29,10 @@
 
 #include <microhttpd.h>
 
+#include "common/buf.h"
 #include "common/log.h"
 #include "common/proc.h"
+#include "common/prom.h"
 #include "controlplane/admin_reply.h"
 #include "controlplane/admin_routes.h"
 
@@ -53,8 +57,7 @@ struct adm_http {
 struct adm_pending {
     struct adm_http *h;
     struct MHD_Connection *conn;
-    char *body;
-    size_t len;
+    struct buf body; /* capped at ADM_HTTP_BODY_MAX */
     bool too_big;
     bool suspended;
     bool done; /* reply holds the answer of an asynchronous route */
@@ -95,21 +98,25 @@ static void adm_count(struct adm_http *h, enum adm_route_id route, unsigned code
     }
 }
 
-/* Writes switchyard_admin_requests_total in Prometheus text format. */
-static void adm_http_write_metrics(const struct adm_http *h, FILE *f)
+/* Writes switchyard_admin_requests_total: routes in adm_route_labels order,
+ * codes in the order they were first answered. */
+static void adm_http_write_metrics(const struct adm_http *h, struct prom_writer *w)
 {
-    fprintf(f, "# HELP switchyard_admin_requests_total Admin API requests by route and status.\n"
-               "# TYPE switchyard_admin_requests_total counter\n");
-    for (size_t r = 1; r < ADM_ROUTE_COUNT; r++)
-        for (size_t i = 0; i < ADM_CODES_PER_ROUTE && h->counts[r][i].code != 0; i++)
-            fprintf(f, "switchyard_admin_requests_total{route=\"%s\",code=\"%u\"} %llu\n",
-                    adm_route_labels[r], h->counts[r][i].code,
-                    (unsigned long long)h->counts[r][i].n);
+    prom_family(w, "switchyard_admin_requests_total", PROM_COUNTER,
+                "Admin API requests by route and status.");
+    for (size_t r = 1; r < ADM_ROUTE_COUNT; r++) {
+        for (size_t i = 0; i < ADM_CODES_PER_ROUTE && h->counts[r][i].code != 0; i++) {
+            char code[12];
+            snprintf(code, sizeof(code), "%u", h->counts[r][i].code);
+            struct prom_label l[] = {{"route", adm_route_labels[r]}, {"code", code}};
+            prom_sample_u64(w, NULL, l, 2, h->counts[r][i].n);
+        }
+    }
 }
 
-static void adm_http_metrics_hook(const void *arg, FILE *f)
+static void adm_http_metrics_hook(const void *arg, struct prom_writer *w)
 {
-    adm_http_write_metrics(arg, f);
+    adm_http_write_metrics(arg, w);
 }
 
 static enum MHD_Result adm_send(struct adm_pending *p, const char *url, struct adm_reply *reply)
@@ -172,6 +179,7 @@ static enum MHD_Result adm_handler(void *cls, struct MHD_Connection *conn, const
             return MHD_NO;
         p->h = h;
         p->conn = conn;
+        buf_init(&p->body, ADM_HTTP_BODY_MAX);
         *con_cls = p;
         struct adm_reply early = {0};
         const char *cl =
@@ -188,17 +196,12 @@ static enum MHD_Result adm_handler(void *cls, struct MHD_Connection *conn, const
     if (*upload_data_size > 0) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (p->too_big || n > ADM_HTTP_BODY_MAX - p->len) {
-            p->too_big = true;
+        if (p->too_big)
             return MHD_YES;
-        }
-        if (p->body == NULL)
-            p->body = malloc(ADM_HTTP_BODY_MAX + 1);
-        if (p->body == NULL)
-            return MHD_NO;
-        memcpy(p->body + p->len, upload_data, n);
-        p->len += n;
-        return MHD_YES;
+        int rc = buf_append(&p->body, upload_data, n);
+        if (rc == -E2BIG)
+            p->too_big = true; /* the rest is read and dropped; 413 at the end */
+        return rc == 0 || rc == -E2BIG ? MHD_YES : MHD_NO;
     }
     if (p->done)
         return adm_send(p, url, &p->reply);
@@ -210,11 +213,9 @@ static enum MHD_Result adm_handler(void *cls, struct MHD_Connection *conn, const
                         ADM_HTTP_BODY_MAX);
         return adm_send(p, url, &reply);
     }
-    if (p->body != NULL)
-        p->body[p->len] = '\0';
     struct adm_reply_later later = {.fn = adm_http_finish, .arg = p};
-    if (adm_route_serve(h->ctx, method, url, p->body != NULL ? p->body : "", p->len, &later,
-                        &reply))
+    if (adm_route_serve(h->ctx, method, url, p->body.data != NULL ? p->body.data : "", p->body.len,
+                        &later, &reply))
         return adm_send(p, url, &reply);
     if (p->done)
         return adm_send(p, url, &p->reply);
@@ -233,7 +234,7 @@ static void adm_completed(void *cls, struct MHD_Connection *conn, void **con_cls
     if (p == NULL)
         return;
     adm_reply_fini(&p->reply);
-    free(p->body);
+    buf_fini(&p->body);
     free(p);
     *con_cls = NULL;
 }

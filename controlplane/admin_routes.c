@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "common/proc.h"
+#include "common/prom.h"
 #include "controlplane/admin_channel.h"
 #include "controlplane/health_prober.h"
 #include "controlplane/reset_load.h"
@@ -276,69 +277,97 @@ static void adm_status(struct adm_ctx *ctx, struct adm_reply *reply)
                              "dataplanes", dps));
 }
 
+/*
+ * Bytes the /metrics page may take: the admin server's request counters
+ * (a few KiB) plus at most 1 KiB per worker slot (five series of a 63-byte
+ * id come to about 610). The cap only bounds growth; memory follows the page.
+ */
+static size_t adm_metrics_cap(const struct shm_segment *seg)
+{
+    return 64u * 1024u + (size_t)seg->max_workers * 1024u;
+}
+
+/* One gauge family with a sample per worker, in registry order. */
+static void adm_metrics_per_worker(struct prom_writer *w, const char *name, const char *help,
+                                   const struct shm_worker_info *all, size_t n,
+                                   const uint64_t *values)
+{
+    prom_family(w, name, PROM_GAUGE, help);
+    for (size_t i = 0; i < n; i++) {
+        struct prom_label l = {"worker", all[i].id};
+        prom_sample_u64(w, NULL, &l, 1, values[i]);
+    }
+}
+
 static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    struct shm_worker_info *all = calloc(ctx->seg->max_workers, sizeof(*all));
-    struct hc_worker_stats *st = calloc(ctx->seg->max_workers, sizeof(*st));
-    if (f == NULL || all == NULL || st == NULL) {
-        if (f != NULL)
-            fclose(f);
-        free(buf);
+    uint32_t max = ctx->seg->max_workers;
+    struct shm_worker_info *all = calloc(max, sizeof(*all));
+    struct hc_worker_stats *st = calloc(max, sizeof(*st));
+    uint64_t *values = calloc(max, sizeof(*values));
+    if (all == NULL || st == NULL || values == NULL) {
         free(all);
         free(st);
+        free(values);
         adm_reply_error(reply, 503, "out of memory");
         return;
     }
-    size_t n = shm_registry_snapshot(ctx->seg, all, ctx->seg->max_workers);
-    fprintf(f, "# HELP switchyard_worker_healthy 1 when the worker passes its health checks.\n"
-               "# TYPE switchyard_worker_healthy gauge\n");
+    struct buf page;
+    buf_init(&page, adm_metrics_cap(ctx->seg));
+    struct prom_writer w;
+    prom_init(&w, &page);
+    size_t n = shm_registry_snapshot(ctx->seg, all, max);
     for (size_t i = 0; i < n; i++)
-        fprintf(f, "switchyard_worker_healthy{worker=\"%s\"} %d\n", all[i].id, all[i].healthy);
-    fprintf(f, "# HELP switchyard_worker_draining 1 while the worker is draining.\n"
-               "# TYPE switchyard_worker_draining gauge\n");
+        values[i] = all[i].healthy;
+    adm_metrics_per_worker(&w, "switchyard_worker_healthy",
+                           "1 when the worker passes its health checks.", all, n, values);
     for (size_t i = 0; i < n; i++)
-        fprintf(f, "switchyard_worker_draining{worker=\"%s\"} %d\n", all[i].id, all[i].draining);
-    fprintf(f, "# HELP switchyard_worker_load Requests in flight to the worker over live "
-               "dataplanes.\n"
-               "# TYPE switchyard_worker_load gauge\n");
+        values[i] = all[i].draining;
+    adm_metrics_per_worker(&w, "switchyard_worker_draining", "1 while the worker is draining.", all,
+                           n, values);
     for (size_t i = 0; i < n; i++)
-        fprintf(f, "switchyard_worker_load{worker=\"%s\"} %llu\n", all[i].id,
-                (unsigned long long)shm_load_of(ctx->seg, all[i].slot, all[i].generation));
-    size_t ns = ctx->hc != NULL ? hc_stats(ctx->hc, st, ctx->seg->max_workers) : 0;
-    fprintf(f, "# HELP switchyard_health_checks_total Health probes by worker and result.\n"
-               "# TYPE switchyard_health_checks_total counter\n");
+        values[i] = shm_load_of(ctx->seg, all[i].slot, all[i].generation);
+    adm_metrics_per_worker(&w, "switchyard_worker_load",
+                           "Requests in flight to the worker over live dataplanes.", all, n,
+                           values);
+    size_t ns = ctx->hc != NULL ? hc_stats(ctx->hc, st, max) : 0;
+    prom_family(&w, "switchyard_health_checks_total", PROM_COUNTER,
+                "Health probes by worker and result.");
     for (size_t i = 0; i < ns; i++) {
-        fprintf(f, "switchyard_health_checks_total{worker=\"%s\",result=\"success\"} %llu\n",
-                st[i].id, (unsigned long long)st[i].checks_ok);
-        fprintf(f, "switchyard_health_checks_total{worker=\"%s\",result=\"failure\"} %llu\n",
-                st[i].id, (unsigned long long)st[i].checks_failed);
+        struct prom_label ok[] = {{"worker", st[i].id}, {"result", "success"}};
+        struct prom_label failed[] = {{"worker", st[i].id}, {"result", "failure"}};
+        prom_sample_u64(&w, NULL, ok, 2, st[i].checks_ok);
+        prom_sample_u64(&w, NULL, failed, 2, st[i].checks_failed);
     }
     struct shm_segment_stats seg_stats;
     shm_segment_stats(ctx->seg, &seg_stats);
-    fprintf(f,
-            "# HELP switchyard_dataplanes Dataplanes holding an active lease.\n"
-            "# TYPE switchyard_dataplanes gauge\n"
-            "switchyard_dataplanes %d\n"
-            "# HELP switchyard_leases_reaped_total Leases of dead dataplanes reaped.\n"
-            "# TYPE switchyard_leases_reaped_total counter\n"
-            "switchyard_leases_reaped_total %llu\n"
-            "# HELP switchyard_load_underflows_total Load releases at zero (live leases).\n"
-            "# TYPE switchyard_load_underflows_total counter\n"
-            "switchyard_load_underflows_total %llu\n",
-            __builtin_popcountll(seg_stats.active_leases),
-            (unsigned long long)seg_stats.leases_reaped,
-            (unsigned long long)shm_load_underflows(ctx->seg));
+    prom_family(&w, "switchyard_dataplanes", PROM_GAUGE, "Dataplanes holding an active lease.");
+    prom_sample_u64(&w, NULL, NULL, 0, (uint64_t)__builtin_popcountll(seg_stats.active_leases));
+    prom_family(&w, "switchyard_leases_reaped_total", PROM_COUNTER,
+                "Leases of dead dataplanes reaped.");
+    prom_sample_u64(&w, NULL, NULL, 0, seg_stats.leases_reaped);
+    prom_family(&w, "switchyard_load_underflows_total", PROM_COUNTER,
+                "Load releases at zero (live leases).");
+    prom_sample_u64(&w, NULL, NULL, 0, shm_load_underflows(ctx->seg));
     if (ctx->http_metrics != NULL)
-        ctx->http_metrics(ctx->http_metrics_arg, f);
-    fclose(f);
+        ctx->http_metrics(ctx->http_metrics_arg, &w);
     free(all);
     free(st);
+    free(values);
+    int rc = prom_error(&w);
+    char *text = rc == 0 ? buf_detach(&page, NULL) : NULL;
+    buf_fini(&page);
+    if (text == NULL) {
+        log_error("/metrics: %s", strerror(rc != 0 ? -rc : ENOMEM));
+        if (rc == 0 || rc == -ENOMEM)
+            adm_reply_error(reply, 503, "out of memory");
+        else
+            adm_reply_error(reply, 500, "cannot write the metrics page: %s", strerror(-rc));
+        return;
+    }
     adm_reply_fini(reply);
     reply->status = 200;
-    reply->text = buf;
+    reply->text = text;
 }
 
 static bool adm_method_is(const char *method, const char *want, struct adm_reply *reply,

@@ -23,6 +23,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "common/buf.h"
 #include "common/curl_epoll.h"
 #include "common/log.h"
 #include "common/proc.h"
@@ -53,8 +54,7 @@ struct hc_target {
     CURL *models_easy;
     char health_url[CFG_URL_MAX + CFG_PATH_MAX];
     char models_url[CFG_URL_MAX + 16];
-    size_t models_len;
-    char *models_body; /* HC_MODELS_BODY_MAX + 1, allocated with the target's first learning */
+    struct buf models_body; /* capped at HC_MODELS_BODY_MAX; kept across learnings */
 };
 
 /* Owned by the control plane loop; dies with hc_destroy. */
@@ -102,10 +102,8 @@ static size_t hc_collect_models(char *data, size_t size, size_t n, void *arg)
 {
     struct hc_target *t = arg;
     size_t len = size * n;
-    if (len > HC_MODELS_BODY_MAX - t->models_len)
-        return 0; /* too big: fail the transfer */
-    memcpy(t->models_body + t->models_len, data, len);
-    t->models_len += len;
+    if (buf_append(&t->models_body, data, len) != 0)
+        return 0; /* too big (or no memory): fail the transfer */
     return len;
 }
 
@@ -128,6 +126,8 @@ int hc_create(struct shm_segment *seg, const struct cfg_health *health, struct h
         hc_destroy(p);
         return -ENOMEM;
     }
+    for (uint32_t s = 0; s < seg->max_workers; s++)
+        buf_init(&p->targets[s].models_body, HC_MODELS_BODY_MAX);
     *out = p;
     return 0;
 }
@@ -149,8 +149,9 @@ static void hc_target_free(struct hc_prober *p, struct hc_target *t)
         curl_easy_cleanup(t->health_easy);
     if (t->models_easy != NULL)
         curl_easy_cleanup(t->models_easy);
-    free(t->models_body);
+    buf_fini(&t->models_body);
     memset(t, 0, sizeof(*t));
+    buf_init(&t->models_body, HC_MODELS_BODY_MAX);
 }
 
 void hc_destroy(struct hc_prober *p)
@@ -264,12 +265,8 @@ static void hc_start_due(struct hc_prober *p, uint64_t now_ms)
             t->next_probe_ms = now_ms + hc_jittered_interval(p);
         }
         if (!t->has_model && !t->learning && now_ms >= t->next_models_ms) {
-            if (t->models_body == NULL)
-                t->models_body = malloc(HC_MODELS_BODY_MAX + 1);
-            t->models_len = 0;
-            CURL *e = t->models_body == NULL
-                          ? NULL
-                          : hc_easy(t, &t->models_easy, t->models_url, timeout, hc_collect_models);
+            buf_reset(&t->models_body);
+            CURL *e = hc_easy(t, &t->models_easy, t->models_url, timeout, hc_collect_models);
             if (e != NULL && cep_add(&p->cep, e) == 0)
                 t->learning = true;
             t->next_models_ms = now_ms + HC_MODELS_RETRY_MS;
@@ -313,9 +310,9 @@ static void hc_apply_models(struct hc_prober *p, struct hc_target *t, bool ok)
 {
     if (!ok)
         return;
-    t->models_body[t->models_len] = '\0';
     json_error_t jerr;
-    json_t *root = json_loadb(t->models_body, t->models_len, 0, &jerr);
+    const struct buf *b = &t->models_body;
+    json_t *root = json_loadb(b->data != NULL ? b->data : "", b->len, 0, &jerr);
     json_t *first = json_array_get(json_object_get(root, "data"), 0);
     const char *model = json_string_value(json_object_get(first, "id"));
     bool usable = model != NULL && model[0] != '\0' && strlen(model) < CFG_MODEL_MAX;

@@ -8,8 +8,9 @@
  *
  * Parking is how a request waits without a thread: the connection is
  * MHD-suspended, its fd is added to the loop's epoll with EPOLLRDHUP only
- * (MHD stops watching suspended connections, see NOTES.md), and an optional
- * deadline goes into the loop's timer heap. Whichever comes first -- the
+ * (MHD stops watching suspended connections; see docs/architecture.md,
+ * "Library facts the code relies on"), and an optional deadline goes into
+ * the loop's timer heap. Whichever comes first -- the
  * deadline, an engine admission, a hang-up, shutdown -- unparks it (watch
  * and timer removed, connection resumed) and MHD calls the handler or the
  * content reader again. A hang-up is reported to the handlers at once so

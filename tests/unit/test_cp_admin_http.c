@@ -52,17 +52,18 @@ static void test_request_counters(void **state)
     adm_count(&h, ADM_ROUTE_WORKERS, 200);
     adm_count(&h, ADM_ROUTE_WORKERS, 200);
     adm_count(&h, ADM_ROUTE_WORKERS, 404);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    assert_non_null(f);
-    adm_http_write_metrics(&h, f);
-    fclose(f);
+    struct buf page;
+    buf_init(&page, 64 * 1024);
+    struct prom_writer w;
+    prom_init(&w, &page);
+    adm_http_write_metrics(&h, &w);
+    assert_int_equal(prom_error(&w), 0);
+    char *buf = page.data;
     assert_non_null(
         strstr(buf, "switchyard_admin_requests_total{route=\"/workers\",code=\"200\"} 2\n"));
     assert_non_null(
         strstr(buf, "switchyard_admin_requests_total{route=\"/workers\",code=\"404\"} 1\n"));
-    free(buf);
+    buf_fini(&page);
 }
 
 int main(void)
