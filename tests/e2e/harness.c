@@ -740,6 +740,19 @@ int h_proc_stop(struct h_proc *p, int timeout_ms)
     return -ETIMEDOUT;
 }
 
+bool h_proc_log_contains(const struct h_proc *p, const char *needle)
+{
+    FILE *f = fopen(p->log_path, "re");
+    if (f == NULL)
+        return false;
+    char line[4096];
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f) != NULL)
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
 void h_proc_print_log(const struct h_proc *p, int max_lines)
 {
     fflush(stdout);

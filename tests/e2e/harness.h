@@ -228,6 +228,9 @@ int h_proc_stop(struct h_proc *p, int timeout_ms);
 /* Prints the last max_lines lines of p's log to stderr. */
 void h_proc_print_log(const struct h_proc *p, int max_lines);
 
+/* True when a line of p's log contains needle. */
+bool h_proc_log_contains(const struct h_proc *p, const char *needle);
+
 /* ---- waiting ------------------------------------------------------------- */
 
 typedef bool (*h_cond_fn)(void *arg);

@@ -267,19 +267,6 @@ static void test_dataplane_waits_claims_and_releases(void **state)
     shm_segment_close(&sc.seg);
 }
 
-static bool log_contains(const struct h_proc *p, const char *needle)
-{
-    FILE *f = fopen(p->log_path, "r");
-    if (f == NULL)
-        return false;
-    char line[4096];
-    bool found = false;
-    while (!found && fgets(line, sizeof(line), f) != NULL)
-        found = strstr(line, needle) != NULL;
-    fclose(f);
-    return found;
-}
-
 static void test_dataplane_refuses_other_layout_version(void **state)
 {
     (void)state;
@@ -300,7 +287,7 @@ static void test_dataplane_refuses_other_layout_version(void **state)
     snprintf(want, sizeof(want),
              "segment has layout version %u, this binary uses layout version %u",
              SHM_LAYOUT_VERSION + 1, SHM_LAYOUT_VERSION);
-    assert_true(log_contains(dp, want));
+    assert_true(h_proc_log_contains(dp, want));
     sc.seg.hdr->layout_version = SHM_LAYOUT_VERSION;
     shm_segment_close(&sc.seg);
 }
@@ -325,7 +312,7 @@ static void test_bad_config_is_refused_with_position(void **state)
         assert_int_equal(WEXITSTATUS(status), 2);
         char want[H_PATH_MAX + 64];
         snprintf(want, sizeof(want), "%s:2:12: dataplane.threads:", path);
-        assert_true(log_contains(p, want));
+        assert_true(h_proc_log_contains(p, want));
     }
 }
 
@@ -345,7 +332,7 @@ static void test_version_names_layout(void **state)
         assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         char want[64];
         snprintf(want, sizeof(want), "shm layout version %u", SHM_LAYOUT_VERSION);
-        assert_true(log_contains(p, want));
+        assert_true(h_proc_log_contains(p, want));
     }
 }
 

@@ -45,19 +45,6 @@
 
 #define NOBODY 65534
 
-static bool log_contains(const struct h_proc *p, const char *needle)
-{
-    FILE *f = fopen(p->log_path, "r");
-    if (f == NULL)
-        return false;
-    char line[4096];
-    bool found = false;
-    while (!found && fgets(line, sizeof(line), f) != NULL)
-        found = strstr(line, needle) != NULL;
-    fclose(f);
-    return found;
-}
-
 /* Creates a published segment `name` as uid/gid `uid`, with `mode`. 0 or -1. */
 static int squat_segment(const char *name, uid_t uid, mode_t mode)
 {
@@ -101,7 +88,7 @@ static void assert_refuses(int (*start)(const char *, struct h_proc **), const c
     assert_int_equal(h_proc_wait(p, 10000, &status), 0);
     assert_true(WIFEXITED(status));
     assert_int_not_equal(WEXITSTATUS(status), 0);
-    if (!log_contains(p, want)) {
+    if (!h_proc_log_contains(p, want)) {
         h_proc_print_log(p, 20);
         fail_msg("log of %s lacks \"%s\"", p->name, want);
     }
@@ -139,6 +126,16 @@ static void test_segment_open_to_others_is_refused(void **state)
     assert_refuses(h_start_dataplane, cfg.path, want);
 }
 
+static int raw_connect(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return fd;
+}
+
 /* Sends raw request bytes to the fleet's data plane; returns the response
  * as read until the peer closes or the headers and a short body are in. */
 static void raw_exchange(struct h_fleet *f, const char *head, char *out, size_t cap)
@@ -152,11 +149,7 @@ static void raw_exchange(struct h_fleet *f, const char *head, char *out, size_t 
                      "Connection: close\r\n\r\n%s",
                      head, sizeof(body) - 1, body);
     assert_true(n > 0 && (size_t)n < sizeof(req));
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(f->cfg.dataplane_port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    int fd = raw_connect(f->cfg.dataplane_port);
     assert_int_equal(write(fd, req, (size_t)n), n);
     out[0] = '\0';
     size_t len = 0;
@@ -249,13 +242,8 @@ static void test_descriptor_exhaustion_does_not_reap_a_live_dataplane(void **sta
     assert_int_equal(h_wait_http_ok(url, H_READY_TIMEOUT_MS), 0);
 
     int fds[IDLE];
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(f.cfg.admin_port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    for (int i = 0; i < IDLE; i++) {
-        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        assert_true(fds[i] >= 0);
-        assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
-    }
+    for (int i = 0; i < IDLE; i++)
+        fds[i] = raw_connect(f.cfg.admin_port);
     /* The control plane judges leases every 100 ms; the reviewer saw the
      * lease reaped and the data plane gone within 3 s. */
     int waited = h_wait_until(dataplane_exited, &f, 4000);
@@ -277,16 +265,19 @@ static void test_descriptor_exhaustion_does_not_reap_a_live_dataplane(void **sta
     h_fleet_stop(&f);
 }
 
-struct health_cond {
+/* h_wait_until condition: worker w1's healthy (or draining) flag is want. */
+struct w1_cond {
     struct h_fleet *f;
-    bool healthy;
+    bool draining; /* which flag: draining, else healthy */
+    bool want;
 };
 
-static bool w1_health_is(void *arg)
+static bool w1_flag_is(void *arg)
 {
-    struct health_cond *c = arg;
+    struct w1_cond *c = arg;
     struct shm_worker_info w;
-    return shm_registry_find(&c->f->seg, "w1", &w) == 0 && w.healthy == c->healthy;
+    return shm_registry_find(&c->f->seg, "w1", &w) == 0 &&
+           (c->draining ? w.draining : w.healthy) == c->want;
 }
 
 /*
@@ -309,23 +300,23 @@ static void test_probes_ignore_proxy_variables(void **state)
     unsetenv("http_proxy");
     unsetenv("HTTP_PROXY");
 
-    struct health_cond c = {.f = &f, .healthy = false};
+    struct w1_cond c = {.f = &f, .want = false};
     assert_int_equal(h_mock_faults(f.mock[0].url, "{\"health_status\":503}"), 0);
-    assert_int_equal(h_wait_until(w1_health_is, &c, H_READY_TIMEOUT_MS), 0);
+    assert_int_equal(h_wait_until(w1_flag_is, &c, H_READY_TIMEOUT_MS), 0);
     assert_int_equal(h_mock_faults(f.mock[0].url, "{\"health_status\":200}"), 0);
-    c.healthy = true;
-    assert_int_equal(h_wait_until(w1_health_is, &c, H_READY_TIMEOUT_MS), 0);
+    c.want = true;
+    assert_int_equal(h_wait_until(w1_flag_is, &c, H_READY_TIMEOUT_MS), 0);
     h_fleet_stop(&f);
 }
 
 static bool log_has_insecure_warning(void *arg)
 {
-    return log_contains(arg, "without a token (admin_insecure: true)");
+    return h_proc_log_contains(arg, "without a token (admin_insecure: true)");
 }
 
 static bool log_has_token_line(void *arg)
 {
-    return log_contains(arg, "(bearer token required)");
+    return h_proc_log_contains(arg, "(bearer token required)");
 }
 
 /* A control-plane config with admin_listen on `listen_host` and the lines
@@ -397,7 +388,7 @@ static void test_token_file_open_to_others_is_refused(void **state)
 
 static bool log_has_refused_impostor(void *arg)
 {
-    return log_contains(arg, "hello refused: peer pid");
+    return h_proc_log_contains(arg, "hello refused: peer pid");
 }
 
 /* GET /status's dataplanes[0].admin_channel (-1 when unreadable). */
@@ -467,14 +458,14 @@ static void test_admin_channel_impostor_is_refused(void **state)
         len = 0;
     close(fd);
     assert_int_equal(h_wait_until(log_has_refused_impostor, f.cp, H_READY_TIMEOUT_MS), 0);
-    assert_false(log_contains(f.cp, "replaced by a new connection for the same lease"));
+    assert_false(h_proc_log_contains(f.cp, "replaced by a new connection for the same lease"));
     assert_int_equal(admin_channel_connected(&f), 1);
     h_fleet_stop(&f);
 }
 
 static bool log_has_hello_deadline(void *arg)
 {
-    return log_contains(arg, "no hello within 2 s");
+    return h_proc_log_contains(arg, "no hello within 2 s");
 }
 
 /* Silent peers are dropped after the hello deadline instead of holding a
@@ -504,19 +495,7 @@ static void test_admin_channel_silent_peer_is_dropped(void **state)
 
 static bool log_has_reset_start(void *arg)
 {
-    return log_contains(arg, "reset_load: worker w1 (slot");
-}
-
-struct drain_cond {
-    struct h_fleet *f;
-    bool draining;
-};
-
-static bool w1_draining_is(void *arg)
-{
-    struct drain_cond *c = arg;
-    struct shm_worker_info w;
-    return shm_registry_find(&c->f->seg, "w1", &w) == 0 && w.draining == c->draining;
+    return h_proc_log_contains(arg, "reset_load: worker w1 (slot");
 }
 
 static long admin_post(const struct h_fleet *f, const char *path, const char *body)
@@ -552,8 +531,8 @@ static void drain_during_reset_case(bool initially)
     assert_int_equal(h_async_start(url, "{}", NULL, &reset), 0);
     /* The reset logs its start once it has marked the worker draining. */
     assert_int_equal(h_wait_until(log_has_reset_start, f.cp, H_READY_TIMEOUT_MS), 0);
-    struct drain_cond c = {.f = &f, .draining = true};
-    assert_true(w1_draining_is(&c));
+    struct w1_cond c = {.f = &f, .draining = true, .want = true};
+    assert_true(w1_flag_is(&c));
     char body[40];
     snprintf(body, sizeof(body), "{\"draining\":%s}", initially ? "false" : "true");
     long drain_status = admin_post(&f, "/workers/w1/drain", body);
@@ -564,8 +543,8 @@ static void drain_during_reset_case(bool initially)
     assert_int_equal(h_proc_signal(f.dp, SIGCONT), 0);
     assert_int_equal(st.status, 409); /* the stopped data plane did not answer */
     assert_int_equal(drain_status, 409);
-    c.draining = initially;
-    assert_true(w1_draining_is(&c));
+    c.want = initially;
+    assert_true(w1_flag_is(&c));
     h_fleet_stop(&f);
 }
 
@@ -839,7 +818,7 @@ static void test_handover_to_a_non_successor_is_refused(void **state)
     snprintf(url, sizeof(url), "%s/health", f.base);
     assert_int_equal(h_wait_http_ok(url, H_READY_TIMEOUT_MS), 0);
     assert_true(h_proc_is_running(f.dp));
-    assert_false(log_contains(f.dp, "draining"));
+    assert_false(h_proc_log_contains(f.dp, "draining"));
     h_fleet_stop(&f);
 }
 
@@ -862,7 +841,7 @@ static void test_admin_socket_path_of_another_user_is_refused(void **state)
 
 static bool log_has_foreign_cp(void *arg)
 {
-    return log_contains(arg, "is served by uid 65534, not by this user");
+    return h_proc_log_contains(arg, "is served by uid 65534, not by this user");
 }
 
 /*
@@ -915,22 +894,12 @@ static void test_dataplane_refuses_a_foreign_control_plane(void **state)
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
     assert_int_equal(rc, 0);
-    assert_false(log_contains(dp, "connected to the control plane"));
+    assert_false(h_proc_log_contains(dp, "connected to the control plane"));
     assert_int_equal(h_proc_stop(dp, H_STOP_TIMEOUT_MS), 0);
     shm_segment_close(&seg);
 }
 
 /* ---- finding 4: slow and oversized uploads ----------------------------------- */
-
-static int raw_connect(uint16_t port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    return fd;
-}
 
 static void send_text(int fd, const char *text)
 {
