@@ -9,14 +9,16 @@
 
 #include <stdint.h>
 
+#include "common/list.h"
+
 struct dp_attempt;
 struct dp_request;
 struct pol_candidate;
 
 /* A loop's forwarding state (in struct dp_loop; touched only by forwarder.c). */
 struct dp_fwd {
-    struct dp_attempt *attempts; /* every live attempt */
-    struct dp_request *retrying; /* requests waiting for their backoff */
+    struct list_node attempts; /* every live attempt (dp_attempt.link) */
+    struct list_node retrying; /* requests waiting for their backoff (dp_request.retry_link) */
     /* No attempt's deadline is earlier than this (0 = unknown, scan): the
      * tick skips its walk over every attempt until then, so thousands of
      * idle streams cost nothing between tokens. Lowered by every deadline

@@ -34,7 +34,7 @@ struct dp_conn {
     struct MHD_Connection *conn;
     struct dp_request *req; /* the request in progress on it, or NULL when idle */
     bool closing;           /* given a short timeout to close while idle */
-    struct dp_conn *prev, *next;
+    struct list_node link;  /* loop->lst.conns */
 };
 
 /* What the listener hands a request to (the forwarder), registered at

@@ -36,6 +36,7 @@ struct dp_request *dp_request_create(struct dp_loop *loop, struct MHD_Connection
     req->method_ok = dp_route_allows(req->route, method);
     req->max_body = max_body;
     req->release = release;
+    list_init(&req->attempt_list);
     return req;
 }
 

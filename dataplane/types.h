@@ -21,6 +21,7 @@
 #include <microhttpd.h>
 
 #include "common/config.h"
+#include "common/list.h"
 #include "dataplane/guard.h"
 #include "dataplane/policy.h"
 #include "dataplane/relay.h"
@@ -144,9 +145,9 @@ struct dp_attempt {
     size_t body_len;
     bool paused; /* the write callback returned CURL_WRITEFUNC_PAUSE */
     uint64_t started_ms;
-    uint64_t deadline_ms;           /* first byte, then idle; 0 = none */
-    struct dp_attempt *prev, *next; /* loop->attempts */
-    struct dp_attempt *sibling;     /* req->attempt_list */
+    uint64_t deadline_ms;     /* first byte, then idle; 0 = none */
+    struct list_node link;    /* loop->fwd.attempts */
+    struct list_node sibling; /* req->attempt_list */
 };
 
 /*
@@ -170,7 +171,7 @@ struct dp_request {
     /* Parked, to be watched at the loop's next tick (dp_listener_watch_soon):
      * most requests are answered before it and never cost the epoll_ctl pair. */
     bool watch_queued;
-    struct dp_request *wprev, *wnext; /* the loop's watch queue */
+    struct list_node watch_link; /* the loop's watch queue */
     uint64_t start_ms;
     uint64_t first_byte_ms; /* 0 until the first body byte reached the client buffer */
 
@@ -219,12 +220,12 @@ struct dp_request {
     uint64_t retry_at_ms; /* 0 = no retry pending */
     int last_status;      /* of the last failed attempt, 0 when none */
     char last_cause[DP_CAUSE_MAX];
-    struct dp_request *rprev, *rnext; /* loop->retrying while retry_at_ms != 0 */
-    struct dp_attempt *attempt_list;  /* live attempts of this request */
-    int final_status;                 /* what the client was sent, for metrics */
-    const struct dp_leg *leg;         /* the plan's current leg (legs.h); NULL until forwarding */
-    struct dp_pd_state pd;            /* the prefill/decode plan's state (pd.h) */
-    struct dp_request *lprev, *lnext; /* loop->requests while MHD knows it */
+    struct list_node retry_link;   /* loop->fwd.retrying while retry_at_ms != 0 */
+    struct list_node attempt_list; /* head: live attempts of this request (dp_attempt.sibling) */
+    int final_status;              /* what the client was sent, for metrics */
+    const struct dp_leg *leg;      /* the plan's current leg (legs.h); NULL until forwarding */
+    struct dp_pd_state pd;         /* the prefill/decode plan's state (pd.h) */
+    struct list_node req_link;     /* loop->requests while MHD knows it */
 
     struct dp_request *dead_next; /* loop->graveyard */
 };
