@@ -236,8 +236,8 @@ pick_again:;
     struct pol_request pr = {
         .path = dp_route_row(req->route)->upstream_path,
         .model = req->model,
-        .text = req->routing_text,
-        .text_len = req->routing_text_len,
+        .text = req->routing_text.data,
+        .text_len = req->routing_text.len,
         .user = req->user,
         .header = fwd_header_lookup,
         .header_ctx = req,
@@ -403,18 +403,14 @@ static void fwd_keep_header(struct dp_request *req, const char *line, size_t len
  */
 static void fwd_drop_request_copies(struct dp_request *req, struct dp_attempt *a)
 {
-    free(req->routing_text);
-    req->routing_text = NULL;
-    req->routing_text_len = req->routing_text_cap = 0;
+    buf_fini(&req->routing_text);
     curl_off_t sent = -1;
     if (curl_easy_getinfo(a->easy, CURLINFO_SIZE_UPLOAD_T, &sent) != CURLE_OK ||
         sent != (curl_off_t)a->body_len)
         return; /* the worker answered before reading it all: curl may still send */
     a->body = NULL;
     a->body_len = 0;
-    free(req->body);
-    req->body = NULL;
-    req->body_len = req->body_cap = 0;
+    buf_fini(&req->body);
     dp_legs_next(req, DP_LEG_EV_SENT, NULL);
 }
 

@@ -20,6 +20,7 @@
 #include <curl/curl.h>
 #include <microhttpd.h>
 
+#include "common/buf.h"
 #include "common/config.h"
 #include "common/list.h"
 #include "dataplane/guard.h"
@@ -106,9 +107,9 @@ struct dp_pd_state {
     size_t prefill_len;
     char *decode_body; /* owned; the decode leg's body, once prefill answered */
     size_t decode_len;
-    char *resp; /* owned; the prefill response being collected (bounded) */
-    size_t resp_len, resp_cap;
-    bool resp_overflow;
+    /* The prefill response being collected, capped at DP_PD_RESP_MAX (pd.h):
+     * buf_error() != 0 when it did not fit (or memory ran out): unusable. */
+    struct buf resp;
     uint64_t phase_start_ms;
     enum dp_pd_outcome outcome; /* counted once, when first set */
     char prefill_worker[CFG_ID_MAX];
@@ -175,18 +176,15 @@ struct dp_request {
     uint64_t start_ms;
     uint64_t first_byte_ms; /* 0 until the first body byte reached the client buffer */
 
-    /* request body (bounded by max_body: dataplane.max_body) */
-    uint64_t max_body;
-    char *body;
-    size_t body_len, body_cap;
-    bool body_too_large;
+    /* request body, capped at dataplane.max_body (data NULL until a byte came) */
+    struct buf body;
+    bool body_too_large; /* bytes past the cap came (and were dropped) */
 
     /* parsed */
     char model[CFG_MODEL_MAX];
     bool stream;
     char request_id[DP_REQUEST_ID_MAX];
-    char *routing_text; /* owned; NULL until parsed; at most DP_ROUTING_TEXT_MAX */
-    size_t routing_text_len, routing_text_cap;
+    struct buf routing_text;    /* capped at DP_ROUTING_TEXT_MAX; data NULL until parsed */
     char user[DP_USER_MAX];     /* the body's "user", for consistent_hash */
     enum pol_decision decision; /* the last routing decision */
     char worker_id[CFG_ID_MAX]; /* the worker of the last attempt (debug headers) */
