@@ -265,7 +265,7 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
             uint64_t v = atomic_load_explicit(&m->requests[r][s], memory_order_relaxed);
             if (v == 0)
                 continue;
-            char code[8];
+            char code[12]; /* any int, as -Wformat-truncation checks at -O1 */
             snprintf(code, sizeof(code), "%d", s);
             const struct prom_label labels[] = {
                 {"route", dp_route_row((enum dp_route)r)->label},
