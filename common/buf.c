@@ -143,6 +143,17 @@ void buf_consume(struct buf *b, size_t n)
     b->data[b->len] = '\0';
 }
 
+void buf_shrink(struct buf *b)
+{
+    if (b->data == NULL || b->alloc <= b->len + 1)
+        return;
+    char *fit = realloc(b->data, b->len + 1);
+    if (fit == NULL)
+        return;
+    b->data = fit;
+    b->alloc = b->len + 1;
+}
+
 char *buf_detach(struct buf *b, size_t *len)
 {
     char *data = b->data;

@@ -79,6 +79,15 @@ void buf_consume(struct buf *b, size_t n);
  */
 char *buf_detach(struct buf *b, size_t *len);
 
+/*
+ * Gives back the growth slack: the allocation becomes len + 1 bytes, for a
+ * buffer that is complete and will be kept a long time (a request body
+ * held by a stream). Contents, cap and error are unchanged; when the
+ * smaller allocation fails the buffer stays as it was. Later appends grow
+ * it again as usual.
+ */
+void buf_shrink(struct buf *b);
+
 /* The sticky error, 0 when every append so far succeeded. */
 int buf_error(const struct buf *b);
 

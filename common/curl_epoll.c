@@ -14,6 +14,7 @@
  */
 #include "common/curl_epoll.h"
 
+#include "common/log.h"
 #include "common/proc.h"
 
 #include <errno.h>
@@ -84,6 +85,8 @@ static int cep_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, vo
     if (epoll_ctl(c->epfd, op, fd, &ev) != 0) {
         op = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
         if (epoll_ctl(c->epfd, op, fd, &ev) != 0) {
+            if (c->log_name != NULL)
+                log_warn("epoll_ctl on %s socket %d: %s", c->log_name, (int)fd, strerror(errno));
             if (st != NULL)
                 *st = 0;
             return 0; /* curl's own timeouts end the transfer */
@@ -133,6 +136,7 @@ int cep_init(struct cep *c, const struct cep_opts *opts)
     c->park_idle = opts->park_idle;
     c->on_done = opts->on_done;
     c->user = opts->user;
+    c->log_name = opts->log_name;
     c->multi = curl_multi_init();
     if (c->multi == NULL)
         return -ENOMEM;

@@ -54,6 +54,10 @@ struct cep_opts {
     bool park_idle; /* keep released sockets registered (see above) */
     cep_done_fn on_done;
     void *user;
+    /* When set, a socket the epoll set refuses is logged as a warning,
+     * "epoll_ctl on <log_name> socket <fd>: <error>" (the transfer is then
+     * ended by curl's own timeouts); NULL: silent. Borrowed, static. */
+    const char *log_name;
 };
 
 /* Caller storage; cep_init / cep_fini. Touch through the API only. */
@@ -64,6 +68,7 @@ struct cep {
     bool park_idle;
     cep_done_fn on_done;
     void *user;
+    const char *log_name;
     int64_t deadline_ms; /* curl's timer, monotonic ms; -1 = none */
     uint32_t *fds;       /* park_idle: a state word per descriptor number */
     size_t n_fds;

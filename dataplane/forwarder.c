@@ -57,31 +57,22 @@ static void fwd_reply(struct dp_request *req, int status, const char *code, cons
 
 /* ---- attempts -------------------------------------------------------------- */
 
+static struct dp_attempt *fwd_attempt_of_sibling(struct list_node *n)
+{
+    return list_entry(n, struct dp_attempt, sibling);
+}
+
 static void attempt_link(struct dp_attempt *a)
 {
     struct dp_loop *loop = a->loop;
-    a->next = loop->fwd.attempts;
-    if (loop->fwd.attempts != NULL)
-        loop->fwd.attempts->prev = a;
-    loop->fwd.attempts = a;
-    a->sibling = a->req->attempt_list;
-    a->req->attempt_list = a;
+    list_push_front(&loop->fwd.attempts, &a->link);
+    list_push_front(&a->req->attempt_list, &a->sibling);
 }
 
 static void attempt_unlink(struct dp_attempt *a)
 {
-    struct dp_loop *loop = a->loop;
-    if (a->prev != NULL)
-        a->prev->next = a->next;
-    else
-        loop->fwd.attempts = a->next;
-    if (a->next != NULL)
-        a->next->prev = a->prev;
-    struct dp_attempt **pp = &a->req->attempt_list;
-    while (*pp != NULL && *pp != a)
-        pp = &(*pp)->sibling;
-    if (*pp == a)
-        *pp = a->sibling;
+    list_remove(&a->link);
+    list_remove(&a->sibling);
 }
 
 /* Ends an attempt: its transfer detached, its guard released, its memory freed. */
@@ -136,11 +127,7 @@ static void fwd_schedule_retry(struct dp_request *req)
         req->retry_at_ms = 1;
     req->backoff_ms =
         req->backoff_ms * 2 > rc->backoff_max_ms ? rc->backoff_max_ms : req->backoff_ms * 2;
-    req->rprev = NULL;
-    req->rnext = loop->fwd.retrying;
-    if (loop->fwd.retrying != NULL)
-        loop->fwd.retrying->rprev = req;
-    loop->fwd.retrying = req;
+    list_push_front(&loop->fwd.retrying, &req->retry_link);
     dp_request_ref(req);
 }
 
@@ -148,14 +135,8 @@ static void fwd_unschedule_retry(struct dp_request *req)
 {
     if (req->retry_at_ms == 0)
         return;
-    if (req->rprev != NULL)
-        req->rprev->rnext = req->rnext;
-    else
-        req->loop->fwd.retrying = req->rnext;
-    if (req->rnext != NULL)
-        req->rnext->rprev = req->rprev;
+    list_remove(&req->retry_link);
     req->retry_at_ms = 0;
-    req->rprev = req->rnext = NULL;
     dp_request_unref(req);
 }
 
@@ -255,8 +236,8 @@ pick_again:;
     struct pol_request pr = {
         .path = dp_route_row(req->route)->upstream_path,
         .model = req->model,
-        .text = req->routing_text,
-        .text_len = req->routing_text_len,
+        .text = req->routing_text.data,
+        .text_len = req->routing_text.len,
         .user = req->user,
         .header = fwd_header_lookup,
         .header_ctx = req,
@@ -422,18 +403,14 @@ static void fwd_keep_header(struct dp_request *req, const char *line, size_t len
  */
 static void fwd_drop_request_copies(struct dp_request *req, struct dp_attempt *a)
 {
-    free(req->routing_text);
-    req->routing_text = NULL;
-    req->routing_text_len = req->routing_text_cap = 0;
+    buf_fini(&req->routing_text);
     curl_off_t sent = -1;
     if (curl_easy_getinfo(a->easy, CURLINFO_SIZE_UPLOAD_T, &sent) != CURLE_OK ||
         sent != (curl_off_t)a->body_len)
         return; /* the worker answered before reading it all: curl may still send */
     a->body = NULL;
     a->body_len = 0;
-    free(req->body);
-    req->body = NULL;
-    req->body_len = req->body_cap = 0;
+    buf_fini(&req->body);
     dp_legs_next(req, DP_LEG_EV_SENT, NULL);
 }
 
@@ -676,38 +653,42 @@ void dp_fwd_cancel(struct dp_request *req, bool count_disconnect)
                                   : DP_PHASE_HEADERS);
     fwd_unschedule_retry(req);
     dp_request_ref(req);
-    while (req->attempt_list != NULL)
-        attempt_end(req->attempt_list);
+    while (!list_is_empty(&req->attempt_list))
+        attempt_end(fwd_attempt_of_sibling(list_first(&req->attempt_list)));
     dp_listener_wake(req);
     dp_request_unref(req);
 }
 
 void dp_fwd_abort_all(struct dp_loop *loop)
 {
-    for (struct dp_request *r = loop->requests; r != NULL; r = r->lnext)
-        dp_fwd_cancel(r, false);
-    while (loop->fwd.attempts != NULL)
-        attempt_end(loop->fwd.attempts);
+    struct list_node *it;
+    list_foreach(it, &loop->requests)
+        dp_fwd_cancel(list_entry(it, struct dp_request, req_link), false);
+    while (!list_is_empty(&loop->fwd.attempts))
+        attempt_end(list_entry(list_first(&loop->fwd.attempts), struct dp_attempt, link));
 }
 
 void dp_fwd_cut_all(struct dp_loop *loop, const char *msg)
 {
-    for (struct dp_request *r = loop->requests; r != NULL; r = r->lnext) {
+    struct list_node *it;
+    list_foreach(it, &loop->requests)
+    {
+        struct dp_request *r = list_entry(it, struct dp_request, req_link);
         if (r->client_gone || r->conn == NULL)
             continue;
         bool relaying = r->relay_ready && !r->up_done;
         dp_request_ref(r);
         fwd_unschedule_retry(r);
-        while (r->attempt_list != NULL)
-            attempt_end(r->attempt_list);
+        while (!list_is_empty(&r->attempt_list))
+            attempt_end(fwd_attempt_of_sibling(list_first(&r->attempt_list)));
         if (relaying)
             fwd_cut_stream(r, 503, "shutting_down", msg);
         else if (!r->relay_ready)
             fwd_reply(r, 503, "shutting_down", msg);
         dp_request_unref(r);
     }
-    while (loop->fwd.attempts != NULL)
-        attempt_end(loop->fwd.attempts);
+    while (!list_is_empty(&loop->fwd.attempts))
+        attempt_end(list_entry(list_first(&loop->fwd.attempts), struct dp_attempt, link));
 }
 
 /* ---- timers -------------------------------------------------------------------- */
@@ -751,22 +732,23 @@ void dp_fwd_tick(struct dp_loop *loop, uint64_t now_ms)
         /* Deadlines set during the walk (a timeout's retry) lower it. */
         loop->fwd.deadline_floor_ms = UINT64_MAX;
         uint64_t floor = UINT64_MAX;
-        struct dp_attempt *a = loop->fwd.attempts;
-        while (a != NULL) {
-            struct dp_attempt *next = a->next;
+        struct list_node *it, *next;
+        list_foreach_safe(it, next, &loop->fwd.attempts)
+        {
+            struct dp_attempt *a = list_entry(it, struct dp_attempt, link);
             if (a->deadline_ms != 0 && now_ms >= a->deadline_ms)
                 fwd_timeout(a);
             else if (a->deadline_ms != 0 && a->deadline_ms < floor)
                 floor = a->deadline_ms;
-            a = next;
         }
         if (floor < loop->fwd.deadline_floor_ms)
             loop->fwd.deadline_floor_ms = floor;
     }
     /* fwd_timeout ends only `a`, so the saved next stays valid. */
-    struct dp_request *r = loop->fwd.retrying;
-    while (r != NULL) {
-        struct dp_request *next = r->rnext;
+    struct list_node *it, *next;
+    list_foreach_safe(it, next, &loop->fwd.retrying)
+    {
+        struct dp_request *r = list_entry(it, struct dp_request, retry_link);
         if (now_ms >= r->retry_at_ms) {
             dp_request_ref(r);
             fwd_unschedule_retry(r);
@@ -774,7 +756,6 @@ void dp_fwd_tick(struct dp_loop *loop, uint64_t now_ms)
                 fwd_try(r);
             dp_request_unref(r);
         }
-        r = next;
     }
 }
 
@@ -795,7 +776,7 @@ const struct dp_lst_handlers dp_fwd_lst_handlers = {
 
 bool dp_fwd_has_attempts(const struct dp_loop *loop)
 {
-    return loop->fwd.attempts != NULL;
+    return !list_is_empty(&loop->fwd.attempts);
 }
 
 void dp_fwd_fini(struct dp_loop *loop)

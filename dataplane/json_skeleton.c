@@ -15,32 +15,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
+
 #define SKEL_MARK_RAW     "\"\\u0001sy" /* as written into the skeleton and as dumped */
 #define SKEL_MARK_DECODED "\001sy"      /* as jansson decodes it */
 #define SKEL_MARK_MAX     (sizeof(SKEL_MARK_RAW) + 16 + 1 + 20 + 2)
 
-struct skel_buf {
-    char *p;
-    size_t len, cap;
-};
-
-static int skel_put(struct skel_buf *b, const char *data, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (np == NULL)
-            return -ENOMEM;
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, data, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return 0;
-}
+/* The skeleton and a spliced body are never longer than what they are
+ * made from (a body already capped by max_body, or jansson's dump of it),
+ * so their buffer needs no cap of its own. */
+#define SKEL_BUF_MAX (SIZE_MAX - 1)
 
 /* The closing quote of the string whose contents start at body[from], or len. */
 static size_t skel_string_end(const char *body, size_t len, size_t from)
@@ -65,7 +49,7 @@ int dp_skel_build(struct dp_skel *s, const char *body, size_t len, size_t min_st
 {
     memset(s, 0, sizeof(*s));
     s->nonce = nonce;
-    struct skel_buf b = {0};
+    struct buf b = BUF_INIT(SKEL_BUF_MAX);
     size_t cap_spans = 0;
     size_t copied = 0; /* body[0..copied) is in the skeleton */
     size_t at = 0;
@@ -94,8 +78,8 @@ int dp_skel_build(struct dp_skel *s, const char *body, size_t len, size_t min_st
             int n = snprintf(mark, sizeof(mark), SKEL_MARK_RAW "%016" PRIx64 ".%zu\"", nonce,
                              s->n_spans);
             s->n_spans++;
-            if (skel_put(&b, body + copied, open - copied) != 0 ||
-                skel_put(&b, mark, (size_t)n) != 0) {
+            if (buf_append(&b, body + copied, open - copied) != 0 ||
+                buf_append(&b, mark, (size_t)n) != 0) {
                 rc = -ENOMEM;
                 goto out_fail;
             }
@@ -103,16 +87,15 @@ int dp_skel_build(struct dp_skel *s, const char *body, size_t len, size_t min_st
         }
         at = end + 1;
     }
-    if (skel_put(&b, body + copied, len - copied) != 0) {
+    if (buf_append(&b, body + copied, len - copied) != 0) {
         rc = -ENOMEM;
         goto out_fail;
     }
-    s->text = b.p;
-    s->len = b.len;
+    s->text = buf_detach(&b, &s->len);
     return 0;
 
 out_fail:
-    free(b.p);
+    buf_fini(&b);
     free(s->spans);
     memset(s, 0, sizeof(*s));
     return rc;
@@ -151,7 +134,7 @@ const struct dp_skel_span *dp_skel_span(const struct dp_skel *s, const char *str
 char *dp_skel_splice(const struct dp_skel *s, const char *body, const char *dumped,
                      size_t dumped_len, size_t *out_len)
 {
-    struct skel_buf b = {0};
+    struct buf b = BUF_INIT(SKEL_BUF_MAX);
     size_t mark = sizeof(SKEL_MARK_RAW) - 1;
     size_t at = 0;
     while (at < dumped_len) {
@@ -165,24 +148,23 @@ char *dp_skel_splice(const struct dp_skel *s, const char *body, const char *dump
         size_t close = pos + mark + used;
         if (idx == SIZE_MAX || close >= dumped_len || dumped[close] != '"') {
             /* Not one of ours: copy the quote and look further. */
-            if (skel_put(&b, dumped + at, pos + 1 - at) != 0)
+            if (buf_append(&b, dumped + at, pos + 1 - at) != 0)
                 goto out_fail;
             at = pos + 1;
             continue;
         }
         const struct dp_skel_span *sp = &s->spans[idx];
-        if (skel_put(&b, dumped + at, pos + 1 - at) != 0 ||
-            skel_put(&b, body + sp->off, sp->len) != 0 || skel_put(&b, "\"", 1) != 0)
+        if (buf_append(&b, dumped + at, pos + 1 - at) != 0 ||
+            buf_append(&b, body + sp->off, sp->len) != 0 || buf_append(&b, "\"", 1) != 0)
             goto out_fail;
         at = close + 1;
     }
-    if (skel_put(&b, dumped + at, dumped_len - at) != 0)
+    if (buf_append(&b, dumped + at, dumped_len - at) != 0)
         goto out_fail;
-    *out_len = b.len;
-    return b.p;
+    return buf_detach(&b, out_len);
 
 out_fail:
-    free(b.p);
+    buf_fini(&b);
     return NULL;
 }
 

@@ -17,8 +17,8 @@ static struct pol_policy *legs_plain_policy(struct dp_loop *loop)
 
 static void legs_plain_body(const struct dp_request *req, const char **body, size_t *len)
 {
-    *body = req->body != NULL ? req->body : "";
-    *len = req->body_len;
+    *body = req->body.data != NULL ? req->body.data : "";
+    *len = req->body.len;
 }
 
 /* A plain request has no transition of its own: its one leg relays. */

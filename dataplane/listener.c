@@ -71,13 +71,7 @@ static void lst_dequeue_watch(struct dp_request *req)
 {
     if (!req->watch_queued)
         return;
-    if (req->wprev != NULL)
-        req->wprev->wnext = req->wnext;
-    else
-        req->loop->lst.watch_queue = req->wnext;
-    if (req->wnext != NULL)
-        req->wnext->wprev = req->wprev;
-    req->wprev = req->wnext = NULL;
+    list_remove(&req->watch_link);
     req->watch_queued = false;
 }
 
@@ -85,18 +79,15 @@ void dp_listener_watch_soon(struct dp_request *req)
 {
     if (req->watching || req->watch_queued || req->conn == NULL)
         return;
-    req->wprev = NULL;
-    req->wnext = req->loop->lst.watch_queue;
-    if (req->wnext != NULL)
-        req->wnext->wprev = req;
-    req->loop->lst.watch_queue = req;
+    list_push_front(&req->loop->lst.watch_queue, &req->watch_link);
     req->watch_queued = true;
 }
 
 void dp_listener_watch_queued(struct dp_loop *loop)
 {
-    while (loop->lst.watch_queue != NULL) {
-        struct dp_request *req = loop->lst.watch_queue;
+    while (!list_is_empty(&loop->lst.watch_queue)) {
+        struct dp_request *req =
+            list_entry(list_first(&loop->lst.watch_queue), struct dp_request, watch_link);
         lst_dequeue_watch(req);
         if (req->suspended && !req->client_gone)
             lst_watch(req);
@@ -365,10 +356,7 @@ static enum MHD_Result lst_handler(void *cls, struct MHD_Connection *conn, const
                                 lst_release);
         if (req == NULL)
             return MHD_NO; /* out of memory: MHD closes this connection only */
-        req->lnext = loop->requests;
-        if (loop->requests != NULL)
-            loop->requests->lprev = req;
-        loop->requests = req;
+        list_push_front(&loop->requests, &req->req_link);
         *con_cls = req;
         struct dp_conn *dc = lst_conn_of(conn);
         if (dc != NULL)
@@ -474,13 +462,7 @@ static void lst_completed(void *cls, struct MHD_Connection *conn, void **con_cls
     int status = req->final_status != 0 ? req->final_status : 499;
     dp_metrics_request(&loop->sh->metrics, req->route, status,
                        (proc_monotonic_ms() - req->start_ms) * 1000);
-    if (req->lprev != NULL)
-        req->lprev->lnext = req->lnext;
-    else
-        loop->requests = req->lnext;
-    if (req->lnext != NULL)
-        req->lnext->lprev = req->lprev;
-    req->lprev = req->lnext = NULL;
+    list_remove(&req->req_link);
     dp_request_unref(req);
 }
 
@@ -495,10 +477,7 @@ static void lst_notify_connection(void *cls, struct MHD_Connection *conn, void *
             return; /* untracked: closed when the daemon stops, not earlier */
         dc->conn = conn;
         dc->idle_since_ms = proc_monotonic_ms();
-        dc->next = loop->lst.conns;
-        if (loop->lst.conns != NULL)
-            loop->lst.conns->prev = dc;
-        loop->lst.conns = dc;
+        list_push_front(&loop->lst.conns, &dc->link);
         if (loop->draining)
             lst_close_when_idle(dc);
         return;
@@ -507,12 +486,7 @@ static void lst_notify_connection(void *cls, struct MHD_Connection *conn, void *
     if (dc == NULL)
         return;
     *socket_context = NULL;
-    if (dc->prev != NULL)
-        dc->prev->next = dc->next;
-    else
-        loop->lst.conns = dc->next;
-    if (dc->next != NULL)
-        dc->next->prev = dc->prev;
+    list_remove(&dc->link);
     free(dc);
 }
 
@@ -583,14 +557,14 @@ void dp_listener_quiesce(struct dp_loop *loop)
     if (s != MHD_INVALID_SOCKET)
         close(s);
     loop->lst.listen_fd = -1;
-    for (struct dp_conn *dc = loop->lst.conns; dc != NULL; dc = dc->next)
-        lst_close_when_idle(dc);
+    struct list_node *it;
+    list_foreach(it, &loop->lst.conns) lst_close_when_idle(list_entry(it, struct dp_conn, link));
 }
 
 void dp_listener_close_idle(struct dp_loop *loop)
 {
-    for (struct dp_conn *dc = loop->lst.conns; dc != NULL; dc = dc->next)
-        lst_close_when_idle(dc);
+    struct list_node *it;
+    list_foreach(it, &loop->lst.conns) lst_close_when_idle(list_entry(it, struct dp_conn, link));
 }
 
 /* Shuts the client's socket down under MHD, which then sees the end on its
@@ -612,7 +586,10 @@ void dp_listener_enforce_deadlines(struct dp_loop *loop, uint64_t now_ms)
         return;
     loop->lst.next_sweep_ms = now_ms + DP_LST_SWEEP_MS;
     const struct cfg_dataplane *dp = &loop->sh->cfg->dataplane;
-    for (struct dp_conn *dc = loop->lst.conns; dc != NULL; dc = dc->next) {
+    struct list_node *it;
+    list_foreach(it, &loop->lst.conns)
+    {
+        struct dp_conn *dc = list_entry(it, struct dp_conn, link);
         if (dc->cut)
             continue;
         const struct dp_request *req = dc->req;

@@ -36,7 +36,7 @@ struct dp_conn {
     bool closing;           /* given a short timeout to close while idle */
     bool cut;               /* shut down as a slow client (dp_listener_enforce_deadlines) */
     uint64_t idle_since_ms; /* accepted, or its last request completed (monotonic) */
-    struct dp_conn *prev, *next;
+    struct list_node link;  /* loop->lst.conns */
 };
 
 /* What the listener hands a request to (the forwarder), registered at

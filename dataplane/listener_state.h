@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/list.h"
+
 struct MHD_Daemon;
 struct dp_conn;
 struct dp_lst_handlers;
@@ -18,11 +20,11 @@ struct dp_request;
 /* A loop's HTTP side (in struct dp_loop; touched only by listener.c). */
 struct dp_lst {
     struct MHD_Daemon *mhd;
-    int listen_fd;                  /* the daemon's listening socket (set once at start) */
-    struct dp_conn *conns;          /* every open client connection */
-    struct dp_request *watch_queue; /* parked, not yet watched */
-    bool quiesced;                  /* the daemon stopped accepting (dp_listener_quiesce ran) */
-    bool due;                       /* run MHD at the end of this pass (a resume) */
+    int listen_fd;                /* the daemon's listening socket (set once at start) */
+    struct list_node conns;       /* every open client connection (dp_conn.link) */
+    struct list_node watch_queue; /* parked, not yet watched (dp_request.watch_link) */
+    bool quiesced;                /* the daemon stopped accepting (dp_listener_quiesce ran) */
+    bool due;                     /* run MHD at the end of this pass (a resume) */
     const struct dp_lst_handlers *handlers; /* borrowed, static */
     uint64_t next_sweep_ms;                 /* dp_listener_enforce_deadlines */
 };

@@ -89,7 +89,9 @@ struct dp_loop {
     struct dp_pd_loop pd; /* pd.c */
     struct dp_workers workers;
     struct pol_policy policy;
-    struct dp_request *requests; /* requests MHD still knows */
+    struct list_node requests; /* requests MHD still knows (dp_request.req_link) */
+    /* A stack of requests to free at the end of the pass (dp_request.dead_next):
+     * only pushed and emptied whole, so a singly linked stack suffices. */
     struct dp_request *graveyard;
     _Atomic int cmd; /* enum dp_cmd, written by the main thread */
     uint64_t drain_deadline_ms;

@@ -43,6 +43,13 @@ int dp_loop_init(struct dp_loop *loop, struct dp_shared *sh, unsigned index)
     loop->index = index;
     loop->epfd = loop->evfd = loop->tickfd = loop->lst.listen_fd = -1;
     atomic_init(&loop->cmd, DP_CMD_NONE);
+    /* Cleared state includes empty lists: every list head of the loop and
+     * its modules is valid before anything (even dp_loop_fini) walks it. */
+    list_init(&loop->requests);
+    list_init(&loop->lst.conns);
+    list_init(&loop->lst.watch_queue);
+    list_init(&loop->fwd.attempts);
+    list_init(&loop->fwd.retrying);
     int rc = dp_workers_init(&loop->workers, sh->seg);
     if (rc != 0)
         return rc;
@@ -102,8 +109,8 @@ static void loop_stop_now(struct dp_loop *loop)
 static void loop_cut(struct dp_loop *loop, uint64_t now)
 {
     unsigned n = 0;
-    for (struct dp_request *r = loop->requests; r != NULL; r = r->lnext)
-        n++;
+    struct list_node *it;
+    list_foreach(it, &loop->requests) n++;
     log_warn("loop %u: drain timeout (%llu ms): ending %u in-flight requests", loop->index,
              (unsigned long long)loop->sh->cfg->dataplane.drain_timeout_ms, n);
     loop->cutting = true;
@@ -167,7 +174,7 @@ static void *loop_main(void *arg)
         dp_up_timer_due(loop, proc_monotonic_ms());
         /* An unpause from the content reader can finish a transfer. */
         dp_up_collect(loop);
-        if (loop->draining && loop->requests == NULL && !dp_fwd_has_attempts(loop))
+        if (loop->draining && list_is_empty(&loop->requests) && !dp_fwd_has_attempts(loop))
             running = false;
         now = proc_monotonic_ms();
         if (running && loop->draining && !loop->cutting && now >= loop->drain_deadline_ms)

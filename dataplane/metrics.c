@@ -1,19 +1,21 @@
 /*
- * Prometheus text exposition of the dataplane (see metrics.h). Written by
- * hand: Debian has no C client library. Output is built in a buffer that
- * doubles up to a fixed cap (DP_METRICS_MAX), so a huge fleet cannot make a
- * scrape allocate without bound.
+ * Prometheus text exposition of the dataplane (see metrics.h), written
+ * through the project's one writer (common/prom.h: HELP/TYPE once per
+ * family, escaped labels, the %g/%.6f histogram spelling) into a buffer
+ * capped at DP_METRICS_MAX, so a huge fleet cannot make a scrape allocate
+ * without bound.
  */
 #include "dataplane/metrics.h"
 #include "dataplane/policy.h"
 #include "dataplane/routes.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
+#include "common/prom.h"
 #include "shm/load.h"
 
 #define DP_METRICS_MAX (16u << 20)
@@ -166,76 +168,27 @@ void dp_metrics_disconnect(struct dp_metrics *m, enum dp_phase phase)
     atomic_fetch_add_explicit(&m->disconnects[phase], 1, memory_order_relaxed);
 }
 
-/* A bounded, doubling text buffer. */
-struct dp_text {
-    char *buf;
-    size_t len, cap;
-    bool failed;
-};
-
-__attribute__((format(printf, 2, 3))) static void text_add(struct dp_text *t, const char *fmt, ...)
+/* One histogram series: the bucket counts (per bucket, the last above every
+ * bound) and the sum, read once each, in the open family. */
+static void render_hist_series(struct prom_writer *w, const struct prom_label *labels,
+                               size_t n_labels, const struct dp_histogram *h)
 {
-    if (t->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->failed = true;
-            return;
-        }
-        if ((size_t)n < t->cap - t->len) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t ncap = t->cap * 2;
-        char *nb = ncap <= DP_METRICS_MAX ? realloc(t->buf, ncap) : NULL;
-        if (nb == NULL) {
-            t->failed = true;
-            return;
-        }
-        t->buf = nb;
-        t->cap = ncap;
-    }
+    uint64_t counts[DP_HIST_BUCKETS + 1];
+    for (int i = 0; i <= DP_HIST_BUCKETS; i++)
+        counts[i] = atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
+    double sum = (double)atomic_load_explicit(&h->sum_us, memory_order_relaxed) / 1e6;
+    prom_histogram(w, labels, n_labels, dp_buckets_s, counts, DP_HIST_BUCKETS, sum);
 }
 
-static void render_hist(struct dp_text *t, const char *name, const char *help,
+static void render_hist(struct prom_writer *w, const char *name, const char *help,
                         const struct dp_histogram *h)
 {
-    text_add(t, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    uint64_t cum = 0;
-    for (int i = 0; i < DP_HIST_BUCKETS; i++) {
-        cum += atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
-        text_add(t, "%s_bucket{le=\"%g\"} %llu\n", name, dp_buckets_s[i], (unsigned long long)cum);
-    }
-    cum += atomic_load_explicit(&h->bucket[DP_HIST_BUCKETS], memory_order_relaxed);
-    text_add(t, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
-    text_add(t, "%s_sum %.6f\n", name,
-             (double)atomic_load_explicit(&h->sum_us, memory_order_relaxed) / 1e6);
-    text_add(t, "%s_count %llu\n", name, (unsigned long long)cum);
-}
-
-/* One series of a histogram family whose HELP/TYPE lines are already out. */
-static void render_hist_series(struct dp_text *t, const char *name, const char *label,
-                               const struct dp_histogram *h)
-{
-    uint64_t cum = 0;
-    for (int i = 0; i < DP_HIST_BUCKETS; i++) {
-        cum += atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
-        text_add(t, "%s_bucket{%s,le=\"%g\"} %llu\n", name, label, dp_buckets_s[i],
-                 (unsigned long long)cum);
-    }
-    cum += atomic_load_explicit(&h->bucket[DP_HIST_BUCKETS], memory_order_relaxed);
-    text_add(t, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, label, (unsigned long long)cum);
-    text_add(t, "%s_sum{%s} %.6f\n", name, label,
-             (double)atomic_load_explicit(&h->sum_us, memory_order_relaxed) / 1e6);
-    text_add(t, "%s_count{%s} %llu\n", name, label, (unsigned long long)cum);
+    prom_family(w, name, PROM_HISTOGRAM, help);
+    render_hist_series(w, NULL, 0, h);
 }
 
 /* Per-phase load (every lease) and in-flight (this dataplane), outcomes, durations. */
-static void render_pd(struct dp_text *t, const struct dp_metrics *m,
+static void render_pd(struct prom_writer *w, const struct dp_metrics *m,
                       const struct shm_worker_info *workers, size_t n,
                       const struct dp_guards *guards)
 {
@@ -250,133 +203,135 @@ static void render_pd(struct dp_text *t, const struct dp_metrics *m,
         load[p] += shm_load_of(guards->seg, workers[i].slot, workers[i].generation);
         inflight[p] += dp_guards_live(guards, workers[i].slot, workers[i].generation);
     }
-    text_add(t, "# HELP switchyard_pd_load In-flight requests on prefill and decode workers, "
-                "summed over every live dataplane lease.\n# TYPE switchyard_pd_load gauge\n");
+    prom_family(w, "switchyard_pd_load", PROM_GAUGE,
+                "In-flight requests on prefill and decode workers, summed over every live "
+                "dataplane lease.");
     for (int p = DP_PD_PREFILL; p <= DP_PD_DECODE; p++)
-        text_add(t, "switchyard_pd_load{phase=\"%s\"} %llu\n", phases[p],
-                 (unsigned long long)load[p]);
-    text_add(t, "# HELP switchyard_pd_inflight In-flight requests on prefill and decode workers "
-                "counted by this dataplane's live guards.\n# TYPE switchyard_pd_inflight gauge\n");
+        prom_sample_u64(w, NULL, &(struct prom_label){"phase", phases[p]}, 1, load[p]);
+    prom_family(w, "switchyard_pd_inflight", PROM_GAUGE,
+                "In-flight requests on prefill and decode workers counted by this dataplane's "
+                "live guards.");
     for (int p = DP_PD_PREFILL; p <= DP_PD_DECODE; p++)
-        text_add(t, "switchyard_pd_inflight{phase=\"%s\"} %llu\n", phases[p],
-                 (unsigned long long)inflight[p]);
-    text_add(t, "# HELP switchyard_pd_requests_total Prefill/decode requests by outcome.\n"
-                "# TYPE switchyard_pd_requests_total counter\n");
+        prom_sample_u64(w, NULL, &(struct prom_label){"phase", phases[p]}, 1, inflight[p]);
+    prom_family(w, "switchyard_pd_requests_total", PROM_COUNTER,
+                "Prefill/decode requests by outcome.");
     for (int o = DP_PD_OUT_UNSET + 1; o < DP_PD_OUT_COUNT; o++)
-        text_add(
-            t, "switchyard_pd_requests_total{outcome=\"%s\"} %llu\n", dp_pd_outcome_names[o],
-            (unsigned long long)atomic_load_explicit(&m->pd_outcomes[o], memory_order_relaxed));
-    text_add(t, "# HELP switchyard_pd_routing_decisions_total Routing decisions of prefill/decode "
-                "legs by phase, policy and reason.\n"
-                "# TYPE switchyard_pd_routing_decisions_total counter\n");
+        prom_sample_u64(w, NULL, &(struct prom_label){"outcome", dp_pd_outcome_names[o]}, 1,
+                        atomic_load_explicit(&m->pd_outcomes[o], memory_order_relaxed));
+    prom_family(w, "switchyard_pd_routing_decisions_total", PROM_COUNTER,
+                "Routing decisions of prefill/decode legs by phase, policy and reason.");
     for (int p = DP_PD_PREFILL; p <= DP_PD_DECODE; p++)
         for (int d = 0; d < POL_DECISION_COUNT; d++) {
             uint64_t v = atomic_load_explicit(&m->pd_decisions[p][d], memory_order_relaxed);
-            if (v != 0)
-                text_add(t,
-                         "switchyard_pd_routing_decisions_total{phase=\"%s\",policy=\"%s\","
-                         "decision=\"%s\"} %llu\n",
-                         phases[p], m->pd_policy[p] != NULL ? m->pd_policy[p] : "",
-                         pol_decision_name((enum pol_decision)d), (unsigned long long)v);
+            if (v == 0)
+                continue;
+            const struct prom_label labels[] = {
+                {"phase", phases[p]},
+                {"policy", m->pd_policy[p] != NULL ? m->pd_policy[p] : ""},
+                {"decision", pol_decision_name((enum pol_decision)d)},
+            };
+            prom_sample_u64(w, NULL, labels, 3, v);
         }
-    text_add(t, "# HELP switchyard_pd_phase_duration_seconds Duration of completed prefill and "
-                "decode phases.\n# TYPE switchyard_pd_phase_duration_seconds histogram\n");
-    for (int p = DP_PD_PREFILL; p <= DP_PD_DECODE; p++) {
-        char label[32];
-        snprintf(label, sizeof(label), "phase=\"%s\"", phases[p]);
-        render_hist_series(t, "switchyard_pd_phase_duration_seconds", label, &m->pd_phase[p]);
-    }
+    prom_family(w, "switchyard_pd_phase_duration_seconds", PROM_HISTOGRAM,
+                "Duration of completed prefill and decode phases.");
+    for (int p = DP_PD_PREFILL; p <= DP_PD_DECODE; p++)
+        render_hist_series(w, &(struct prom_label){"phase", phases[p]}, 1, &m->pd_phase[p]);
 }
 
 int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *workers, size_t n,
                       const struct dp_guards *guards, char **out, size_t *out_len)
 {
-    struct dp_text t = {.cap = 16384};
-    t.buf = malloc(t.cap);
-    if (t.buf == NULL)
-        return -ENOMEM;
-    t.buf[0] = '\0';
+    struct buf text = BUF_INIT(DP_METRICS_MAX);
+    struct prom_writer pw;
+    struct prom_writer *w = &pw;
+    prom_init(w, &text);
 
-    text_add(&t, "# HELP switchyard_worker_load In-flight requests per worker summed over every "
-                 "live dataplane lease (what routing sees).\n"
-                 "# TYPE switchyard_worker_load gauge\n");
+    prom_family(w, "switchyard_worker_load", PROM_GAUGE,
+                "In-flight requests per worker summed over every live dataplane lease (what "
+                "routing sees).");
     for (size_t i = 0; i < n; i++)
-        text_add(
-            &t, "switchyard_worker_load{worker=\"%s\"} %llu\n", workers[i].id,
-            (unsigned long long)shm_load_of(guards->seg, workers[i].slot, workers[i].generation));
-    text_add(&t, "# HELP switchyard_worker_inflight In-flight requests per worker counted by this "
-                 "dataplane's live guards.\n"
-                 "# TYPE switchyard_worker_inflight gauge\n");
+        prom_sample_u64(w, NULL, &(struct prom_label){"worker", workers[i].id}, 1,
+                        shm_load_of(guards->seg, workers[i].slot, workers[i].generation));
+    prom_family(w, "switchyard_worker_inflight", PROM_GAUGE,
+                "In-flight requests per worker counted by this dataplane's live guards.");
     for (size_t i = 0; i < n; i++)
-        text_add(&t, "switchyard_worker_inflight{worker=\"%s\"} %u\n", workers[i].id,
-                 dp_guards_live(guards, workers[i].slot, workers[i].generation));
+        prom_sample_u64(w, NULL, &(struct prom_label){"worker", workers[i].id}, 1,
+                        dp_guards_live(guards, workers[i].slot, workers[i].generation));
 
-    text_add(&t, "# HELP switchyard_requests_total Client requests answered, by route and HTTP "
-                 "status.\n# TYPE switchyard_requests_total counter\n");
+    prom_family(w, "switchyard_requests_total", PROM_COUNTER,
+                "Client requests answered, by route and HTTP status.");
     for (int r = DP_ROUTE_UNSET + 1; r < DP_ROUTE_COUNT; r++)
         for (int s = 0; s < DP_STATUS_MAX; s++) {
             uint64_t v = atomic_load_explicit(&m->requests[r][s], memory_order_relaxed);
-            if (v != 0)
-                text_add(&t, "switchyard_requests_total{route=\"%s\",code=\"%d\"} %llu\n",
-                         dp_route_row((enum dp_route)r)->label, s, (unsigned long long)v);
+            if (v == 0)
+                continue;
+            char code[12]; /* any int, as -Wformat-truncation checks at -O1 */
+            snprintf(code, sizeof(code), "%d", s);
+            const struct prom_label labels[] = {
+                {"route", dp_route_row((enum dp_route)r)->label},
+                {"code", code},
+            };
+            prom_sample_u64(w, NULL, labels, 2, v);
         }
 
-    text_add(&t, "# HELP switchyard_upstream_errors_total Failed attempts, by worker and kind.\n"
-                 "# TYPE switchyard_upstream_errors_total counter\n");
+    prom_family(w, "switchyard_upstream_errors_total", PROM_COUNTER,
+                "Failed attempts, by worker and kind.");
     for (size_t i = 0; i < n; i++) {
         if (workers[i].slot >= m->max_workers)
             continue;
-        for (int k = DP_UPERR_UNSET + 1; k < DP_UPERR_COUNT; k++)
-            text_add(&t, "switchyard_upstream_errors_total{worker=\"%s\",kind=\"%s\"} %llu\n",
-                     workers[i].id, dp_uperr_names[k],
-                     (unsigned long long)atomic_load_explicit(
-                         &m->upstream_errors[(size_t)workers[i].slot * DP_UPERR_COUNT + k],
-                         memory_order_relaxed));
+        for (int k = DP_UPERR_UNSET + 1; k < DP_UPERR_COUNT; k++) {
+            const struct prom_label labels[] = {
+                {"worker", workers[i].id},
+                {"kind", dp_uperr_names[k]},
+            };
+            prom_sample_u64(w, NULL, labels, 2,
+                            atomic_load_explicit(
+                                &m->upstream_errors[(size_t)workers[i].slot * DP_UPERR_COUNT + k],
+                                memory_order_relaxed));
+        }
     }
 
-    text_add(&t,
-             "# HELP switchyard_retries_total Attempts started again on another worker.\n"
-             "# TYPE switchyard_retries_total counter\nswitchyard_retries_total %llu\n",
-             (unsigned long long)atomic_load_explicit(&m->retries, memory_order_relaxed));
+    prom_family(w, "switchyard_retries_total", PROM_COUNTER,
+                "Attempts started again on another worker.");
+    prom_sample_u64(w, NULL, NULL, 0, atomic_load_explicit(&m->retries, memory_order_relaxed));
 
-    text_add(&t, "# HELP switchyard_routing_decisions_total Routing decisions by policy and "
-                 "reason.\n# TYPE switchyard_routing_decisions_total counter\n");
+    prom_family(w, "switchyard_routing_decisions_total", PROM_COUNTER,
+                "Routing decisions by policy and reason.");
     for (int d = 0; d < POL_DECISION_COUNT; d++) {
         uint64_t v = atomic_load_explicit(&m->decisions[d], memory_order_relaxed);
-        if (v != 0)
-            text_add(&t, "switchyard_routing_decisions_total{policy=\"%s\",decision=\"%s\"} %llu\n",
-                     m->policy != NULL ? m->policy : "", pol_decision_name((enum pol_decision)d),
-                     (unsigned long long)v);
+        if (v == 0)
+            continue;
+        const struct prom_label labels[] = {
+            {"policy", m->policy != NULL ? m->policy : ""},
+            {"decision", pol_decision_name((enum pol_decision)d)},
+        };
+        prom_sample_u64(w, NULL, labels, 2, v);
     }
-    text_add(&t,
-             "# HELP switchyard_prefix_index_bytes Memory of cache_aware's prefix index.\n"
-             "# TYPE switchyard_prefix_index_bytes gauge\nswitchyard_prefix_index_bytes %zu\n",
-             pol_cache_aware_index_bytes());
+    prom_family(w, "switchyard_prefix_index_bytes", PROM_GAUGE,
+                "Memory of cache_aware's prefix index.");
+    prom_sample_u64(w, NULL, NULL, 0, pol_cache_aware_index_bytes());
 
-    text_add(&t, "# HELP switchyard_client_disconnects_total Clients gone before their response "
-                 "ended, by phase.\n# TYPE switchyard_client_disconnects_total counter\n");
+    prom_family(w, "switchyard_client_disconnects_total", PROM_COUNTER,
+                "Clients gone before their response ended, by phase.");
     for (int p = DP_PHASE_UNSET + 1; p < DP_PHASE_COUNT; p++)
-        text_add(
-            &t, "switchyard_client_disconnects_total{phase=\"%s\"} %llu\n", dp_phase_names[p],
-            (unsigned long long)atomic_load_explicit(&m->disconnects[p], memory_order_relaxed));
+        prom_sample_u64(w, NULL, &(struct prom_label){"phase", dp_phase_names[p]}, 1,
+                        atomic_load_explicit(&m->disconnects[p], memory_order_relaxed));
 
-    text_add(&t,
-             "# HELP switchyard_load_underflows_total Load releases at zero in this "
-             "dataplane's lease.\n# TYPE switchyard_load_underflows_total counter\n"
-             "switchyard_load_underflows_total %llu\n",
-             (unsigned long long)shm_load_underflows_in_lease(guards->seg, guards->lease));
+    prom_family(w, "switchyard_load_underflows_total", PROM_COUNTER,
+                "Load releases at zero in this dataplane's lease.");
+    prom_sample_u64(w, NULL, NULL, 0, shm_load_underflows_in_lease(guards->seg, guards->lease));
 
-    render_hist(&t, "switchyard_request_duration_seconds",
+    render_hist(w, "switchyard_request_duration_seconds",
                 "Time from request arrival to the end of its response.", &m->duration);
-    render_hist(&t, "switchyard_time_to_first_byte_seconds",
+    render_hist(w, "switchyard_time_to_first_byte_seconds",
                 "Time from request arrival to the first response body byte from a worker.",
                 &m->ttfb);
-    render_pd(&t, m, workers, n, guards);
-    if (t.failed) {
-        free(t.buf);
-        return -ENOMEM;
+    render_pd(w, m, workers, n, guards);
+    int rc = prom_error(w);
+    if (rc != 0) {
+        buf_fini(&text);
+        return rc;
     }
-    *out = t.buf;
-    *out_len = t.len;
-    return 0;
+    *out = buf_detach(&text, out_len);
+    return *out != NULL ? 0 : -ENOMEM;
 }

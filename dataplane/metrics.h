@@ -69,7 +69,8 @@ void dp_metrics_pd_phase(struct dp_metrics *m, enum dp_pd_phase phase, uint64_t 
 
 /*
  * Renders the exposition text for the n workers of a registry snapshot.
- * Returns 0 and a malloc'd text in *out (caller frees), or -ENOMEM.
+ * Returns 0 and a malloc'd text in *out (caller frees), -E2BIG when the
+ * page would pass its cap, or -ENOMEM.
  */
 int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *workers, size_t n,
                       const struct dp_guards *guards, char **out, size_t *out_len);

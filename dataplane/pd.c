@@ -253,27 +253,11 @@ static void pd_decode_decision(struct dp_metrics *m, enum pol_decision decision)
 static void pd_collect(struct dp_request *req, const char *data, size_t len)
 {
     struct dp_pd_state *pd = &req->pd;
-    if (pd->resp_overflow || len == 0)
+    if (len == 0)
         return;
-    if (pd->resp_len + len > DP_PD_RESP_MAX) {
-        pd->resp_overflow = true;
-        return;
-    }
-    if (pd->resp_len + len + 1 > pd->resp_cap) {
-        size_t cap = pd->resp_cap ? pd->resp_cap : 4096;
-        while (cap < pd->resp_len + len + 1)
-            cap *= 2;
-        char *nb = realloc(pd->resp, cap);
-        if (nb == NULL) {
-            pd->resp_overflow = true; /* treated as unusable: a 502, not a crash */
-            return;
-        }
-        pd->resp = nb;
-        pd->resp_cap = cap;
-    }
-    memcpy(pd->resp + pd->resp_len, data, len);
-    pd->resp_len += len;
-    pd->resp[pd->resp_len] = '\0';
+    /* Past the cap or out of memory the error sticks: the response is
+     * treated as unusable (a 502, not a crash) until the next one. */
+    (void)buf_append(&pd->resp, data, len);
 }
 
 static enum dp_leg_action pd_next(struct dp_request *req, enum dp_leg_event ev,
@@ -307,8 +291,10 @@ enum dp_leg_action dp_pd_begin(struct dp_request *req, struct dp_leg_step *step)
     /* In the prefill phase first: a failure here still counts an outcome. */
     pd->phase = DP_PD_PREFILL;
     pd->phase_start_ms = proc_monotonic_ms();
+    buf_init(&pd->resp, DP_PD_RESP_MAX);
     req->leg = &pd_prefill_leg;
-    if (dp_pd_prefill_body(req->body, req->body_len, &pd->prefill_body, &pd->prefill_len) != 0) {
+    if (dp_pd_prefill_body(req->body.data, req->body.len, &pd->prefill_body, &pd->prefill_len) !=
+        0) {
         step->reply_status = 500;
         step->reply_body = dp_error_body(500, "out_of_memory", "the router is out of memory");
         return DP_LEG_ACT_ANSWER;
@@ -327,12 +313,12 @@ static int pd_start_decode(struct dp_request *req, const char *prefill_worker, c
     struct dp_pd_state *pd = &req->pd;
     char why[DP_CAUSE_MAX];
     int rc;
-    if (pd->resp_overflow) {
+    if (buf_error(&pd->resp) != 0) {
         snprintf(why, sizeof(why), "the prefill response is over %u bytes", DP_PD_RESP_MAX);
         rc = -EPROTO;
     } else {
-        rc = dp_pd_decode_body(req->body, req->body_len, pd->resp, pd->resp_len, &pd->decode_body,
-                               &pd->decode_len, why, sizeof(why));
+        rc = dp_pd_decode_body(req->body.data, req->body.len, pd->resp.data, pd->resp.len,
+                               &pd->decode_body, &pd->decode_len, why, sizeof(why));
     }
     if (rc == -EPROTO || rc == -EINVAL) {
         snprintf(err, err_len, "prefill worker %s: %s", prefill_worker,
@@ -346,9 +332,7 @@ static int pd_start_decode(struct dp_request *req, const char *prefill_worker, c
     snprintf(pd->prefill_worker, sizeof(pd->prefill_worker), "%s", prefill_worker);
     pd->phase = DP_PD_DECODE;
     pd->phase_start_ms = now;
-    free(pd->resp);
-    pd->resp = NULL;
-    pd->resp_len = pd->resp_cap = 0;
+    buf_fini(&pd->resp);
     req->leg = &pd_decode_leg;
     return 0;
 }
@@ -359,11 +343,11 @@ static int pd_start_decode(struct dp_request *req, const char *prefill_worker, c
 static char *pd_error_body(const struct dp_request *req, int status, const char *worker_id)
 {
     const struct dp_pd_state *pd = &req->pd;
-    json_t *answer = pd->resp_overflow ? NULL : pd_load_object(pd->resp, pd->resp_len);
+    json_t *answer = buf_error(&pd->resp) != 0 ? NULL : pd_load_object(pd->resp.data, pd->resp.len);
     bool openai = json_is_object(json_object_get(answer, "error"));
     json_decref(answer);
     if (openai)
-        return strdup(pd->resp);
+        return strdup(pd->resp.data);
     char msg[CFG_ID_MAX + 64];
     snprintf(msg, sizeof(msg), "prefill worker %s answered HTTP %d", worker_id, status);
     return dp_error_body(status, "upstream_error", msg);
@@ -418,8 +402,8 @@ static void pd_free(struct dp_request *req)
     struct dp_pd_state *pd = &req->pd;
     free(pd->prefill_body);
     free(pd->decode_body);
-    free(pd->resp);
-    pd->prefill_body = pd->decode_body = pd->resp = NULL;
+    buf_fini(&pd->resp);
+    pd->prefill_body = pd->decode_body = NULL;
 }
 
 static enum dp_leg_action pd_next(struct dp_request *req, enum dp_leg_event ev,
@@ -429,8 +413,7 @@ static enum dp_leg_action pd_next(struct dp_request *req, enum dp_leg_event ev,
     switch (ev) {
     case DP_LEG_EV_RESPONSE:
         /* A new prefill response (another attempt's): forget the earlier one. */
-        req->pd.resp_len = 0;
-        req->pd.resp_overflow = false;
+        buf_reset(&req->pd.resp);
         break;
     case DP_LEG_EV_COLLECTED:
         return pd_collected(req, step);

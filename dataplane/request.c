@@ -34,8 +34,10 @@ struct dp_request *dp_request_create(struct dp_loop *loop, struct MHD_Connection
     req->start_ms = proc_monotonic_ms();
     req->route = dp_route_find(url);
     req->method_ok = dp_route_allows(req->route, method);
-    req->max_body = max_body;
+    buf_init(&req->body, (size_t)max_body);
+    buf_init(&req->routing_text, DP_ROUTING_TEXT_MAX);
     req->release = release;
+    list_init(&req->attempt_list);
     return req;
 }
 
@@ -48,13 +50,11 @@ void dp_request_unref(struct dp_request *req)
 {
     if (--req->refs > 0)
         return;
-    free(req->body);
-    free(req->routing_text);
-    req->routing_text = NULL;
+    buf_fini(&req->body);
+    buf_fini(&req->routing_text);
     free(req->reply_body);
     free(req->resp_hdrs);
     curl_slist_free_all(req->up_headers);
-    req->body = NULL;
     req->reply_body = NULL;
     req->resp_hdrs = NULL;
     req->up_headers = NULL;
@@ -63,27 +63,12 @@ void dp_request_unref(struct dp_request *req)
 
 int dp_request_append_body(struct dp_request *req, const char *data, size_t len)
 {
-    uint64_t max = req->max_body;
-    if (req->body_too_large || req->body_len + len > max) {
+    int rc = buf_append(&req->body, data, len);
+    if (rc == -E2BIG) {
         req->body_too_large = true;
         return 0;
     }
-    if (req->body_len + len + 1 > req->body_cap) {
-        size_t cap = req->body_cap ? req->body_cap : 4096;
-        while (cap < req->body_len + len + 1)
-            cap *= 2;
-        if (cap > max + 1)
-            cap = (size_t)max + 1;
-        char *nb = realloc(req->body, cap);
-        if (nb == NULL)
-            return -ENOMEM;
-        req->body = nb;
-        req->body_cap = cap;
-    }
-    memcpy(req->body + req->body_len, data, len);
-    req->body_len += len;
-    req->body[req->body_len] = '\0';
-    return 0;
+    return rc;
 }
 
 /* Appends to the routing text, growing it up to DP_ROUTING_TEXT_MAX; past
@@ -91,23 +76,9 @@ int dp_request_append_body(struct dp_request *req, const char *data, size_t len)
  * does not fail. */
 static void text_add(struct dp_request *req, const char *s, size_t n)
 {
-    size_t room = DP_ROUTING_TEXT_MAX - req->routing_text_len;
-    if (n > room)
-        n = room;
-    if (req->routing_text_len + n > req->routing_text_cap) {
-        size_t cap = req->routing_text_cap ? req->routing_text_cap : 1024;
-        while (cap < req->routing_text_len + n)
-            cap *= 2;
-        if (cap > DP_ROUTING_TEXT_MAX)
-            cap = DP_ROUTING_TEXT_MAX;
-        char *nt = realloc(req->routing_text, cap);
-        if (nt == NULL)
-            return;
-        req->routing_text = nt;
-        req->routing_text_cap = cap;
-    }
-    memcpy(req->routing_text + req->routing_text_len, s, n);
-    req->routing_text_len += n;
+    /* Only what fits, so the cap cuts the text instead of refusing the piece. */
+    size_t room = buf_room(&req->routing_text);
+    (void)buf_append(&req->routing_text, s, n < room ? n : room);
 }
 
 /* A string of the parsed skeleton: a long one's raw contents come from the
@@ -116,7 +87,7 @@ static void text_add_json_string(struct dp_request *req, const struct dp_skel *s
 {
     const struct dp_skel_span *sp = dp_skel_span(skel, json_string_value(s), json_string_length(s));
     if (sp != NULL)
-        text_add(req, req->body + sp->off, sp->len);
+        text_add(req, req->body.data + sp->off, sp->len);
     else
         text_add(req, json_string_value(s), json_string_length(s));
 }
@@ -192,17 +163,11 @@ enum dp_parse_result dp_request_parse(struct dp_request *req)
         return DP_PARSE_OK;
     /* The body is complete: give back the growth slack, which a held stream
      * would otherwise keep for its whole life. */
-    if (req->body != NULL && req->body_cap > req->body_len + 1) {
-        char *fit = realloc(req->body, req->body_len + 1);
-        if (fit != NULL) {
-            req->body = fit;
-            req->body_cap = req->body_len + 1;
-        }
-    }
+    buf_shrink(&req->body);
     /* jansson parses only the structure; long strings stay in the body. */
     struct dp_skel skel;
-    if (dp_skel_build(&skel, req->body != NULL ? req->body : "", req->body_len, DP_SKEL_MIN_STRING,
-                      dp_random64()) != 0)
+    if (dp_skel_build(&skel, req->body.data != NULL ? req->body.data : "", req->body.len,
+                      DP_SKEL_MIN_STRING, dp_random64()) != 0)
         return DP_PARSE_NO_MEMORY;
     json_error_t jerr;
     json_t *root = json_loadb(skel.text, skel.len, 0, &jerr);

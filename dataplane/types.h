@@ -20,7 +20,9 @@
 #include <curl/curl.h>
 #include <microhttpd.h>
 
+#include "common/buf.h"
 #include "common/config.h"
+#include "common/list.h"
 #include "dataplane/guard.h"
 #include "dataplane/policy.h"
 #include "dataplane/relay.h"
@@ -105,9 +107,9 @@ struct dp_pd_state {
     size_t prefill_len;
     char *decode_body; /* owned; the decode leg's body, once prefill answered */
     size_t decode_len;
-    char *resp; /* owned; the prefill response being collected (bounded) */
-    size_t resp_len, resp_cap;
-    bool resp_overflow;
+    /* The prefill response being collected, capped at DP_PD_RESP_MAX (pd.h):
+     * buf_error() != 0 when it did not fit (or memory ran out): unusable. */
+    struct buf resp;
     uint64_t phase_start_ms;
     enum dp_pd_outcome outcome; /* counted once, when first set */
     char prefill_worker[CFG_ID_MAX];
@@ -144,9 +146,9 @@ struct dp_attempt {
     size_t body_len;
     bool paused; /* the write callback returned CURL_WRITEFUNC_PAUSE */
     uint64_t started_ms;
-    uint64_t deadline_ms;           /* first byte, then idle; 0 = none */
-    struct dp_attempt *prev, *next; /* loop->attempts */
-    struct dp_attempt *sibling;     /* req->attempt_list */
+    uint64_t deadline_ms;     /* first byte, then idle; 0 = none */
+    struct list_node link;    /* loop->fwd.attempts */
+    struct list_node sibling; /* req->attempt_list */
 };
 
 /*
@@ -170,23 +172,20 @@ struct dp_request {
     /* Parked, to be watched at the loop's next tick (dp_listener_watch_soon):
      * most requests are answered before it and never cost the epoll_ctl pair. */
     bool watch_queued;
-    struct dp_request *wprev, *wnext; /* the loop's watch queue */
+    struct list_node watch_link; /* the loop's watch queue */
     uint64_t start_ms;
     uint64_t received_bytes; /* body bytes MHD handed over, kept or not (upload rate) */
     uint64_t first_byte_ms;  /* 0 until the first body byte reached the client buffer */
 
-    /* request body (bounded by max_body: dataplane.max_body) */
-    uint64_t max_body;
-    char *body;
-    size_t body_len, body_cap;
-    bool body_too_large;
+    /* request body, capped at dataplane.max_body (data NULL until a byte came) */
+    struct buf body;
+    bool body_too_large; /* bytes past the cap came (and were dropped) */
 
     /* parsed */
     char model[CFG_MODEL_MAX];
     bool stream;
     char request_id[DP_REQUEST_ID_MAX];
-    char *routing_text; /* owned; NULL until parsed; at most DP_ROUTING_TEXT_MAX */
-    size_t routing_text_len, routing_text_cap;
+    struct buf routing_text;    /* capped at DP_ROUTING_TEXT_MAX; data NULL until parsed */
     char user[DP_USER_MAX];     /* the body's "user", for consistent_hash */
     enum pol_decision decision; /* the last routing decision */
     char worker_id[CFG_ID_MAX]; /* the worker of the last attempt (debug headers) */
@@ -220,12 +219,12 @@ struct dp_request {
     uint64_t retry_at_ms; /* 0 = no retry pending */
     int last_status;      /* of the last failed attempt, 0 when none */
     char last_cause[DP_CAUSE_MAX];
-    struct dp_request *rprev, *rnext; /* loop->retrying while retry_at_ms != 0 */
-    struct dp_attempt *attempt_list;  /* live attempts of this request */
-    int final_status;                 /* what the client was sent, for metrics */
-    const struct dp_leg *leg;         /* the plan's current leg (legs.h); NULL until forwarding */
-    struct dp_pd_state pd;            /* the prefill/decode plan's state (pd.h) */
-    struct dp_request *lprev, *lnext; /* loop->requests while MHD knows it */
+    struct list_node retry_link;   /* loop->fwd.retrying while retry_at_ms != 0 */
+    struct list_node attempt_list; /* head: live attempts of this request (dp_attempt.sibling) */
+    int final_status;              /* what the client was sent, for metrics */
+    const struct dp_leg *leg;      /* the plan's current leg (legs.h); NULL until forwarding */
+    struct dp_pd_state pd;         /* the prefill/decode plan's state (pd.h) */
+    struct list_node req_link;     /* loop->requests while MHD knows it */
 
     struct dp_request *dead_next; /* loop->graveyard */
 };

@@ -1,159 +1,53 @@
 /*
- * curl multi_socket glue (see upstream.h). The socket callback mirrors
- * curl's wishes into the loop's epoll set, tagging each socket with
- * DP_TAG_CURL | fd; the timer callback sets loop->up.deadline_ms, which
- * the loop turns into its epoll_wait timeout. What a transfer delivers goes
- * to the handlers registered at dp_up_init: this module never names the
- * forwarder. Easy handles are pooled with
- * their fixed options set: building or resetting one is a measurable part
- * of a request's cost.
+ * The loop's upstream side (see upstream.h). The multi_socket glue is
+ * common/curl_epoll's: curl's sockets go into the loop's epoll set tagged
+ * DP_TAG_CURL | fd, kept registered while their connection is idle
+ * (park_idle), and curl's timer becomes a deadline the loop turns into its
+ * epoll_wait timeout. What a transfer delivers goes to the handlers
+ * registered at dp_up_init: this module never names the forwarder. Easy
+ * handles are pooled with their fixed options set: building or resetting
+ * one is a measurable part of a request's cost.
  */
 #include "dataplane/upstream.h"
 
 #include <errno.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
 
-#include "common/log.h"
-#include "common/proc.h"
 #include "dataplane/loop.h"
 #include "dataplane/upstream_url.h"
 
 #define DP_MAXCONNECTS 1024L
 
-/*
- * A kept-alive upstream connection stays in the epoll set between
- * transfers. curl removes a transfer's socket when the transfer ends and
- * asks for it again when the next one starts on the same connection, which
- * cost an epoll_ctl pair per request: a socket curl lets go is parked
- * instead (still registered, with its last events), and wanting the same
- * events again costs nothing. An event on a parked socket (the worker
- * closed the idle connection) unregisters it; curl itself notices the dead
- * connection before reusing it. The opensocket and closesocket callbacks
- * forget the fd, so a number reused for a new connection is always
- * registered anew (a closed fd leaves the epoll set by itself).
- */
-#define UP_FD_REGISTERED 0x80000000u
-#define UP_FD_PARKED     0x40000000u
-#define UP_FD_EVENTS     0x0000ffffu
-
-/* The state word of fd, or NULL (bad fd or out of memory: no parking then). */
-static uint32_t *up_fd_state(struct dp_loop *loop, int fd)
+/* A finished transfer (from cep_collect): to the registered on_done. */
+static void up_on_done(void *user, CURL *easy, CURLcode result)
 {
-    if (fd < 0)
-        return NULL;
-    if ((size_t)fd >= loop->up.n_fds) {
-        size_t n = loop->up.n_fds ? loop->up.n_fds : 256;
-        while (n <= (size_t)fd)
-            n *= 2;
-        uint32_t *grown = realloc(loop->up.fds, n * sizeof(*grown));
-        if (grown == NULL)
-            return NULL;
-        memset(grown + loop->up.n_fds, 0, (n - loop->up.n_fds) * sizeof(*grown));
-        loop->up.fds = grown;
-        loop->up.n_fds = n;
-    }
-    return &loop->up.fds[fd];
-}
-
-/* fd's state word if it has one (no growing), or NULL. */
-static uint32_t *up_fd_known(struct dp_loop *loop, int fd)
-{
-    return fd >= 0 && (size_t)fd < loop->up.n_fds ? &loop->up.fds[fd] : NULL;
-}
-
-static void up_fd_forget(struct dp_loop *loop, int fd)
-{
-    uint32_t *st = up_fd_known(loop, fd);
-    if (st != NULL)
-        *st = 0;
-}
-
-static void up_unregister(struct dp_loop *loop, int fd, uint32_t *st)
-{
-    epoll_ctl(loop->epfd, EPOLL_CTL_DEL, fd, NULL);
-    if (st != NULL)
-        *st = 0;
-}
-
-static int up_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
-{
-    (void)easy;
-    (void)socketp;
-    struct dp_loop *loop = userp;
-    uint32_t *st = up_fd_state(loop, fd);
-    if (what == CURL_POLL_REMOVE) {
-        curl_multi_assign(loop->up.multi, fd, NULL);
-        if (st != NULL && (*st & UP_FD_REGISTERED))
-            *st |= UP_FD_PARKED;
-        else
-            up_unregister(loop, fd, st);
-        return 0;
-    }
-    uint32_t want = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u);
-    curl_multi_assign(loop->up.multi, fd, loop);
-    if (st != NULL && (*st & UP_FD_REGISTERED) && (*st & UP_FD_EVENTS) == want) {
-        *st &= ~UP_FD_PARKED;
-        return 0;
-    }
-    struct epoll_event ev = {.events = want, .data.u64 = DP_TAG_CURL | (uint64_t)(uint32_t)fd};
-    int op = st != NULL && (*st & UP_FD_REGISTERED) ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-    if (epoll_ctl(loop->epfd, op, fd, &ev) != 0) {
-        /* A state word out of step with the set (it could not be kept). */
-        op = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-        if (epoll_ctl(loop->epfd, op, fd, &ev) != 0) {
-            log_warn("epoll_ctl on upstream socket %d: %s", (int)fd, strerror(errno));
-            if (st != NULL)
-                *st = 0;
-            return 0;
-        }
-    }
-    if (st != NULL)
-        *st = UP_FD_REGISTERED | want;
-    return 0;
-}
-
-/* A new socket is in no epoll set yet, whatever its number held before
- * (curl may have closed that one some other way). */
-static curl_socket_t up_open_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *addr)
-{
-    (void)purpose;
-    curl_socket_t fd = socket(addr->family, addr->socktype, addr->protocol);
-    up_fd_forget(clientp, fd);
-    return fd >= 0 ? fd : CURL_SOCKET_BAD;
-}
-
-static int up_close_cb(void *clientp, curl_socket_t fd)
-{
-    up_fd_forget(clientp, fd);
-    return close(fd);
-}
-
-static int up_timer_cb(CURLM *multi, long timeout_ms, void *userp)
-{
-    (void)multi;
-    struct dp_loop *loop = userp;
-    loop->up.deadline_ms =
-        timeout_ms < 0 ? -1 : (int64_t)(proc_monotonic_ms() + (uint64_t)timeout_ms);
-    return 0;
+    struct dp_loop *loop = user;
+    struct dp_attempt *a = NULL;
+    curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&a);
+    if (a != NULL)
+        loop->up.handlers->on_done(a, result);
 }
 
 int dp_up_init(struct dp_loop *loop, const struct dp_up_handlers *handlers)
 {
     loop->up.handlers = handlers;
-    loop->up.deadline_ms = -1;
-    loop->up.multi = curl_multi_init();
-    if (loop->up.multi == NULL)
-        return -ENOMEM;
-    curl_multi_setopt(loop->up.multi, CURLMOPT_SOCKETFUNCTION, up_socket_cb);
-    curl_multi_setopt(loop->up.multi, CURLMOPT_SOCKETDATA, loop);
-    curl_multi_setopt(loop->up.multi, CURLMOPT_TIMERFUNCTION, up_timer_cb);
-    curl_multi_setopt(loop->up.multi, CURLMOPT_TIMERDATA, loop);
-    curl_multi_setopt(loop->up.multi, CURLMOPT_MAXCONNECTS, DP_MAXCONNECTS);
+    /* A kept-alive upstream connection stays in the epoll set between
+     * transfers (park_idle): curl lets go of a transfer's socket when it
+     * ends and asks for it again when the next one starts on the same
+     * connection, which cost an epoll_ctl pair per request. */
+    const struct cep_opts opts = {
+        .epfd = loop->epfd,
+        .tag = DP_TAG_CURL,
+        .park_idle = true,
+        .on_done = up_on_done,
+        .user = loop,
+        .log_name = "upstream",
+    };
+    int rc = cep_init(&loop->up.cep, &opts);
+    if (rc != 0)
+        return rc;
+    curl_multi_setopt(cep_multi(&loop->up.cep), CURLMOPT_MAXCONNECTS, DP_MAXCONNECTS);
     return 0;
 }
 
@@ -162,12 +56,7 @@ void dp_up_fini(struct dp_loop *loop)
     for (size_t i = 0; i < loop->up.n_pool; i++)
         curl_easy_cleanup(loop->up.pool[i]);
     loop->up.n_pool = 0;
-    if (loop->up.multi != NULL)
-        curl_multi_cleanup(loop->up.multi);
-    loop->up.multi = NULL;
-    free(loop->up.fds);
-    loop->up.fds = NULL;
-    loop->up.n_fds = 0;
+    cep_fini(&loop->up.cep);
     dp_up_urls_fini(&loop->up.urls);
 }
 
@@ -206,14 +95,12 @@ static CURL *up_easy_new(struct dp_loop *loop)
     rc |= curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     rc |= curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, up_header_cb);
     rc |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, up_write_cb);
-    rc |= curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, up_open_cb);
-    rc |= curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, loop);
-    rc |= curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, up_close_cb);
-    rc |= curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, loop);
     if (rc != CURLE_OK) {
         curl_easy_cleanup(e);
         return NULL;
     }
+    /* Parking's open/close socket callbacks. */
+    cep_easy_setup(&loop->up.cep, e);
     return e;
 }
 
@@ -260,7 +147,7 @@ int dp_up_start(struct dp_attempt *a, const char *url)
         up_easy_put(loop, e);
         return -EINVAL;
     }
-    if (curl_multi_add_handle(loop->up.multi, e) != CURLM_OK) {
+    if (cep_add(&loop->up.cep, e) != 0) {
         up_easy_put(loop, e);
         return -ENOMEM;
     }
@@ -272,7 +159,7 @@ void dp_up_detach(struct dp_attempt *a)
 {
     if (a->easy == NULL)
         return;
-    curl_multi_remove_handle(a->loop->up.multi, a->easy);
+    cep_remove(&a->loop->up.cep, a->easy);
     /* A handle removed while paused may keep its pause with its options:
      * not worth pooling (rare: a slow client that left). */
     if (a->paused)
@@ -293,49 +180,25 @@ void dp_up_unpause(struct dp_attempt *a)
 
 void dp_up_socket_event(struct dp_loop *loop, int fd, uint32_t events)
 {
-    uint32_t *st = up_fd_known(loop, fd);
-    if (st != NULL && (*st & UP_FD_PARKED)) {
-        up_unregister(loop, fd, st);
-        return;
-    }
-    int mask = 0;
-    if (events & (EPOLLIN | EPOLLHUP))
-        mask |= CURL_CSELECT_IN;
-    if (events & EPOLLOUT)
-        mask |= CURL_CSELECT_OUT;
-    if (events & EPOLLERR)
-        mask |= CURL_CSELECT_ERR;
-    int running;
-    curl_multi_socket_action(loop->up.multi, fd, mask, &running);
+    cep_on_fd_event(&loop->up.cep, fd, events);
     dp_up_collect(loop);
 }
 
 int64_t dp_up_deadline_ms(const struct dp_loop *loop)
 {
-    return loop->up.deadline_ms;
+    return cep_deadline_ms(&loop->up.cep);
 }
 
 void dp_up_timer_due(struct dp_loop *loop, uint64_t now_ms)
 {
-    if (loop->up.deadline_ms < 0 || (uint64_t)loop->up.deadline_ms > now_ms)
+    int64_t due = cep_deadline_ms(&loop->up.cep);
+    if (due < 0 || (uint64_t)due > now_ms)
         return;
-    loop->up.deadline_ms = -1;
-    int running;
-    curl_multi_socket_action(loop->up.multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    cep_on_timer(&loop->up.cep, now_ms);
     dp_up_collect(loop);
 }
 
 void dp_up_collect(struct dp_loop *loop)
 {
-    CURLMsg *msg;
-    int left;
-    while ((msg = curl_multi_info_read(loop->up.multi, &left)) != NULL) {
-        if (msg->msg != CURLMSG_DONE)
-            continue;
-        struct dp_attempt *a = NULL;
-        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&a);
-        CURLcode result = msg->data.result;
-        if (a != NULL)
-            loop->up.handlers->on_done(a, result);
-    }
+    cep_collect(&loop->up.cep);
 }

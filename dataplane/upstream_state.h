@@ -12,6 +12,7 @@
 
 #include <curl/curl.h>
 
+#include "common/curl_epoll.h"
 #include "dataplane/upstream_url.h"
 
 #define DP_EASY_POOL 256u
@@ -20,12 +21,9 @@ struct dp_up_handlers;
 
 /* A loop's upstream side (in struct dp_loop; touched only by upstream.c). */
 struct dp_up {
-    CURLM *multi;
-    int64_t deadline_ms; /* curl's timer; -1 = none */
-    /* Per fd number: what this loop's epoll set holds for a curl socket,
-     * grown on demand; 0 = nothing. */
-    uint32_t *fds;
-    size_t n_fds;
+    /* The multi handle and its sockets in the loop's epoll set (tag
+     * DP_TAG_CURL, idle keep-alive sockets parked) and curl's timer. */
+    struct cep cep;
     struct dp_up_urls urls; /* worker URLs parsed once (upstream_url.h) */
     CURL *pool[DP_EASY_POOL];
     size_t n_pool;

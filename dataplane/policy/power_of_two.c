@@ -14,9 +14,9 @@ static int p2c_pick(void *state, const struct pol_request *req, const struct pol
     (void)decision;
     if (n == 1)
         return 0;
-    size_t a = pol_rng_below(state, n);
+    size_t a = (size_t)rng_below(state, n);
     /* Draw the second from the other n-1 so the two are distinct. */
-    size_t b = pol_rng_below(state, n - 1);
+    size_t b = (size_t)rng_below(state, n - 1);
     if (b >= a)
         b++;
     return (int)(cands[b].load < cands[a].load ? b : a);

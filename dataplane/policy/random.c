@@ -10,7 +10,7 @@ static int rnd_pick(void *state, const struct pol_request *req, const struct pol
     (void)req;
     (void)decision;
     (void)cands;
-    return (int)pol_rng_below(state, n);
+    return (int)rng_below(state, n);
 }
 
 const struct pol_ops pol_random_ops = {

@@ -4,7 +4,8 @@
  * intact; the refusal is sticky until buf_reset; memory never exceeds
  * max + 1; printf grows and formats, and refuses past the cap without
  * leaving a partial line; consume keeps the tail; detach hands over a
- * NUL-terminated copy (an empty string when nothing was appended).
+ * NUL-terminated copy (an empty string when nothing was appended); shrink
+ * gives back the growth slack and keeps contents, cap and later growth.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -113,6 +114,26 @@ static void test_consume(void **state)
     buf_fini(&b);
 }
 
+static void test_shrink(void **state)
+{
+    (void)state;
+    struct buf b;
+    buf_init(&b, 1000);
+    buf_shrink(&b); /* nothing allocated: a no-op */
+    assert_null(b.data);
+    assert_int_equal(buf_append(&b, "hello", 5), 0);
+    assert_true(b.alloc > 6);
+    buf_shrink(&b);
+    assert_int_equal(b.alloc, 6);
+    assert_int_equal(b.len, 5);
+    assert_string_equal(b.data, "hello");
+    assert_int_equal(b.max, 1000);
+    assert_int_equal(buf_append(&b, " world", 6), 0);
+    assert_string_equal(b.data, "hello world");
+    assert_true(b.alloc >= 12 && b.alloc <= 1001);
+    buf_fini(&b);
+}
+
 static void test_detach(void **state)
 {
     (void)state;
@@ -142,6 +163,7 @@ int main(void)
         cmocka_unit_test(test_growth_keeps_bytes),
         cmocka_unit_test(test_printf),
         cmocka_unit_test(test_consume),
+        cmocka_unit_test(test_shrink),
         cmocka_unit_test(test_detach),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,7 +5,9 @@
  * second transfer reuses the kept-alive connection and both complete;
  * curl's sockets carry the tag (and cep_owns tells them from the caller's
  * own descriptors); a server that never answers ends in
- * CURLE_OPERATION_TIMEDOUT through the timer path; bad options are refused.
+ * CURLE_OPERATION_TIMEDOUT through the timer path; a socket the epoll set
+ * refuses (logged with log_name) still ends, by curl's timeout; bad options
+ * are refused.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,6 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -200,6 +203,42 @@ static void test_timeout_through_timer(void **state)
     server_stop(&s);
 }
 
+/* The "epoll set" is an eventfd: every epoll_ctl fails, the failure is
+ * logged (log_name) and the transfer still ends through curl's timer. */
+static void test_refused_socket_ends_by_timeout(void **state)
+{
+    (void)state;
+    struct server s;
+    server_start(&s, true);
+    int notepoll = eventfd(0, EFD_CLOEXEC);
+    assert_true(notepoll >= 0);
+    struct result r = {.tagged = true};
+    struct cep c;
+    struct cep_opts o = {.epfd = notepoll,
+                         .tag = TAG,
+                         .park_idle = true,
+                         .on_done = on_done,
+                         .user = &r,
+                         .log_name = "test"};
+    assert_int_equal(cep_init(&c, &o), 0);
+    CURL *e = easy_for(&c, &s, 200);
+    assert_int_equal(cep_add(&c, e), 0);
+    uint64_t give_up = proc_monotonic_ms() + 5000;
+    while (r.done < 1 && proc_monotonic_ms() < give_up) {
+        int t = cep_timeout_ms(&c, proc_monotonic_ms());
+        usleep((useconds_t)(t < 0 || t > 20 ? 20 : t) * 1000);
+        cep_on_timer(&c, proc_monotonic_ms());
+        cep_collect(&c);
+    }
+    assert_int_equal(r.done, 1);
+    assert_int_not_equal(r.code, CURLE_OK);
+    cep_remove(&c, e);
+    curl_easy_cleanup(e);
+    cep_fini(&c);
+    close(notepoll);
+    server_stop(&s);
+}
+
 static void test_bad_options(void **state)
 {
     (void)state;
@@ -238,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_transfer_plain),
         cmocka_unit_test(test_transfer_parked_reuse),
         cmocka_unit_test(test_timeout_through_timer),
+        cmocka_unit_test(test_refused_socket_ends_by_timeout),
         cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

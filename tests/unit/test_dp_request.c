@@ -154,15 +154,16 @@ static struct dp_request *request_with(enum dp_route route, const char *body)
 {
     struct dp_request *req = calloc(1, sizeof(*req));
     req->route = route;
-    req->body = strdup(body);
-    req->body_len = strlen(body);
+    buf_init(&req->body, strlen(body));
+    buf_init(&req->routing_text, DP_ROUTING_TEXT_MAX);
+    buf_append(&req->body, body, strlen(body));
     return req;
 }
 
 static void request_free(struct dp_request *req)
 {
-    free(req->routing_text);
-    free(req->body);
+    buf_fini(&req->routing_text);
+    buf_fini(&req->body);
     free(req);
 }
 
@@ -185,8 +186,8 @@ static void test_parse_chat_routing_text_and_fields(void **state)
     /* role \n content \n per message; the long content as the client escaped it. */
     char want[2048];
     snprintf(want, sizeof(want), "system\n%s\\n\nuser\nhi\n", big);
-    assert_int_equal(req->routing_text_len, strlen(want));
-    assert_memory_equal(req->routing_text, want, strlen(want));
+    assert_int_equal(req->routing_text.len, strlen(want));
+    assert_memory_equal(req->routing_text.data, want, strlen(want));
     request_free(req);
     free(big);
 }
@@ -198,8 +199,8 @@ static void test_parse_completions_prompt(void **state)
         request_with(DP_ROUTE_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[\"ab\",\"cd\"]}");
     assert_int_equal(dp_request_parse(req), DP_PARSE_OK);
     assert_false(req->stream);
-    assert_int_equal(req->routing_text_len, 4);
-    assert_memory_equal(req->routing_text, "abcd", 4);
+    assert_int_equal(req->routing_text.len, 4);
+    assert_memory_equal(req->routing_text.data, "abcd", 4);
     request_free(req);
 }
 
@@ -220,8 +221,8 @@ static void test_turns_extend_the_previous_turn(void **state)
     struct dp_request *a = request_with(DP_ROUTE_CHAT, t1), *b = request_with(DP_ROUTE_CHAT, t2);
     assert_int_equal(dp_request_parse(a), DP_PARSE_OK);
     assert_int_equal(dp_request_parse(b), DP_PARSE_OK);
-    assert_true(b->routing_text_len > a->routing_text_len);
-    assert_memory_equal(a->routing_text, b->routing_text, a->routing_text_len);
+    assert_true(b->routing_text.len > a->routing_text.len);
+    assert_memory_equal(a->routing_text.data, b->routing_text.data, a->routing_text.len);
     request_free(a);
     request_free(b);
     free(big);
@@ -262,13 +263,13 @@ static void test_parse_follows_the_route_body_shape(void **state)
         request_with(DP_ROUTE_EMBEDDINGS, "{\"model\":\"e\",\"input\":\"embed me\"}");
     assert_int_equal(dp_request_parse(req), DP_PARSE_OK);
     assert_string_equal(req->model, "e");
-    assert_int_equal(req->routing_text_len, 0);
+    assert_int_equal(req->routing_text.len, 0);
     request_free(req);
     req = request_with(DP_ROUTE_EMBEDDINGS,
                        "{\"model\":\"e\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}");
     assert_int_equal(dp_request_parse(req), DP_PARSE_OK);
-    assert_int_equal(req->routing_text_len, strlen("user\nx\n"));
-    assert_memory_equal(req->routing_text, "user\nx\n", strlen("user\nx\n"));
+    assert_int_equal(req->routing_text.len, strlen("user\nx\n"));
+    assert_memory_equal(req->routing_text.data, "user\nx\n", strlen("user\nx\n"));
     request_free(req);
     req = request_with(DP_ROUTE_HEALTH, "not json");
     assert_int_equal(dp_request_parse(req), DP_PARSE_OK);
@@ -286,7 +287,7 @@ static void test_parse_large_prompt(void **state)
     snprintf(body, n + 64, "{\"model\":\"m\",\"prompt\":\"%s\"}", big);
     struct dp_request *req = request_with(DP_ROUTE_COMPLETIONS, body);
     assert_int_equal(dp_request_parse(req), DP_PARSE_OK);
-    assert_int_equal(req->routing_text_len, n);
+    assert_int_equal(req->routing_text.len, n);
     request_free(req);
     free(body);
     free(big);
