@@ -117,8 +117,15 @@ __attribute__((format(printf, 3, 4))) static int pd_bad(char *err, size_t err_le
     return -EPROTO;
 }
 
-/* The NixlConnector fields a decode worker needs (vLLM's
- * NixlConnectorMetadata); extra fields (tp_size, ...) pass through. */
+/*
+ * The only facts the router needs of the prefill answer's params: an object
+ * saying do_remote_prefill. Everything else (remote_block_ids, flat before
+ * vLLM's March 2026 release and one list per KV-cache group since, engine,
+ * host, port, request id, tp_size, fields a newer vLLM adds) is the two
+ * workers' business and passes through verbatim. Push mode is the one shape
+ * refused: its decode must run concurrently with the prefill, which this
+ * two-leg plan cannot do (docs/pd.md).
+ */
 static int pd_check_params(const json_t *kv, char *err, size_t err_len)
 {
     if (kv == NULL || json_is_null(kv))
@@ -127,18 +134,13 @@ static int pd_check_params(const json_t *kv, char *err, size_t err_len)
         return pd_bad(err, err_len, "the prefill response's kv_transfer_params is not an object");
     if (!json_is_true(json_object_get(kv, "do_remote_prefill")))
         return pd_bad(err, err_len, "kv_transfer_params.do_remote_prefill is not true");
-    if (!json_is_string(json_object_get(kv, "remote_engine_id")))
-        return pd_bad(err, err_len, "kv_transfer_params.remote_engine_id is not a string");
+    const json_t *mode = json_object_get(kv, "transfer_mode");
+    if (json_is_string(mode) && strcmp(json_string_value(mode), "push") == 0)
+        return pd_bad(err, err_len, "kv_transfer_params asks for push mode, which is not supported");
     const json_t *ids = json_object_get(kv, "remote_block_ids");
-    if (!json_is_array(ids))
-        return pd_bad(err, err_len, "kv_transfer_params.remote_block_ids is not an array");
-    for (size_t i = 0; i < json_array_size(ids); i++)
-        if (!json_is_integer(json_array_get(ids, i)))
-            return pd_bad(err, err_len, "kv_transfer_params.remote_block_ids holds a non-integer");
-    if (!json_is_string(json_object_get(kv, "remote_host")))
-        return pd_bad(err, err_len, "kv_transfer_params.remote_host is not a string");
-    if (!json_is_integer(json_object_get(kv, "remote_port")))
-        return pd_bad(err, err_len, "kv_transfer_params.remote_port is not an integer");
+    if (ids == NULL || json_is_null(ids))
+        return pd_bad(err, err_len,
+                      "kv_transfer_params has no remote_block_ids (push mode is not supported)");
     return 0;
 }
 

@@ -220,8 +220,20 @@ static void assert_decode_params(struct pd_fleet *p, json_t *b, size_t pi)
     assert_string_equal(json_string_value(json_object_get(kv, "remote_engine_id")), engine);
     assert_string_equal(json_string_value(json_object_get(kv, "remote_host")), "127.0.0.1");
     assert_int_equal(json_int(kv, "remote_port"), p->f.mock[pi].port);
-    assert_true(json_array_size(json_object_get(kv, "remote_block_ids")) >= 1);
+    /* One group of block ids (vLLM since March 2026), passed through as is. */
+    json_t *ids = json_object_get(kv, "remote_block_ids");
+    assert_int_equal(json_array_size(ids), 1);
+    assert_true(json_array_size(json_array_get(ids, 0)) >= 1);
     assert_int_equal(json_int(kv, "tp_size"), 1); /* fields we do not know pass through */
+    assert_true(json_is_string(json_object_get(kv, "remote_request_id")));
+}
+
+/* The block ids of a mock's params: its one KV-cache group. */
+static json_t *group_ids(json_t *kv)
+{
+    json_t *ids = json_object_get(kv, "remote_block_ids");
+    assert_int_equal(json_array_size(ids), 1);
+    return json_array_get(ids, 0);
 }
 
 /*
@@ -234,7 +246,7 @@ static void assert_decode_params(struct pd_fleet *p, json_t *b, size_t pi)
 static void assert_block_ids_issued_by_prefill(struct pd_fleet *p, size_t pi, size_t di)
 {
     json_t *db = last_request(p, di);
-    json_t *got = json_object_get(json_object_get(db, "kv_transfer_params"), "remote_block_ids");
+    json_t *got = group_ids(json_object_get(db, "kv_transfer_params"));
     json_t *pb = last_request(p, pi);
     char *prefill_body = json_dumps(pb, JSON_COMPACT);
     assert_non_null(prefill_body);
@@ -245,8 +257,7 @@ static void assert_block_ids_issued_by_prefill(struct pd_fleet *p, size_t pi, si
     assert_int_equal(r.status, 200);
     json_t *again = h_resp_json(&r);
     assert_non_null(again);
-    json_t *want =
-        json_object_get(json_object_get(again, "kv_transfer_params"), "remote_block_ids");
+    json_t *want = group_ids(json_object_get(again, "kv_transfer_params"));
     size_t n = json_array_size(want);
     assert_true(n >= 3); /* full blocks and the tail */
     assert_int_equal(json_array_size(got), n);
@@ -391,6 +402,34 @@ static void test_full_flow_stream(void **state)
     assert_string_equal(last_header(&p, 0, "x-request-id", v, sizeof(v)), "pd-stream-1");
     assert_string_equal(last_header(&p, 1, "x-request-id", v, sizeof(v)), "pd-stream-1");
     assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
+    h_fleet_stop(&p.f);
+}
+
+/* A fleet of older vLLM (flat remote_block_ids): the params pass through in their shape. */
+static void test_full_flow_flat_block_ids(void **state)
+{
+    (void)state;
+    struct pd_fleet p;
+    const char *flat[] = {"--kv-block-ids-shape", "flat", NULL};
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1,
+                                         .n_decode = 1,
+                                         .prefill_args = flat,
+                                         .decode_args = flat});
+    char url[128];
+    chat_url(&p, url, sizeof(url));
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_fini(&r);
+    json_t *db = last_request(&p, 1);
+    json_t *ids = json_object_get(json_object_get(db, "kv_transfer_params"), "remote_block_ids");
+    assert_true(json_array_size(ids) >= 3);
+    assert_true(json_is_integer(json_array_get(ids, 0)));
+    json_decref(db);
+    /* The decode mock accepted them: it pulled the KV instead of prefilling. */
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "remote_prefill_used"), 1);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "local_prefill"), 0);
+    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"ok\"}"), 1);
     h_fleet_stop(&p.f);
 }
 
@@ -877,6 +916,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         H_TEST(test_full_flow_plain),
         H_TEST(test_full_flow_stream),
+        H_TEST(test_full_flow_flat_block_ids),
         H_TEST(test_abort_while_prefill_pending),
         H_TEST(test_abort_while_decode_pending),
         H_TEST(test_decode_stall_keeps_load_until_eof),

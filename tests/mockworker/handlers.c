@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/prom.h"
 #include "common/version.h"
+#include "tests/mockworker/pd_kv.h"
 #include "tests/mockworker/server.h"
 
 #include <ctype.h>
@@ -344,19 +345,36 @@ static uint64_t last_token_ns(const struct mw_req *req)
 static json_t *kv_transfer_params(struct mw_req *req)
 {
     struct mw_server *s = req->server;
-    json_t *ids = json_array();
     uint32_t bt = s->opts.block_tokens;
-    for (size_t i = 0; i < req->sched.n_hashes; i++)
-        json_array_append_new(ids, json_integer(req->block_ids[i]));
+    size_t n = req->sched.n_hashes;
+    uint32_t *ids = malloc(sizeof(*ids) * (n + 1));
+    if (ids == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        ids[i] = req->block_ids[i];
     /* The partial tail block is never in the prefix cache: ids >= kv_blocks name it. */
-    if (req->infer.prompt_tokens > (uint64_t)req->sched.n_hashes * bt) {
+    if (req->infer.prompt_tokens > (uint64_t)n * bt) {
         uint64_t t = atomic_fetch_add_explicit(&s->tail_ids, 1, memory_order_relaxed);
-        json_array_append_new(
-            ids, json_integer((json_int_t)(s->opts.kv_blocks + t % s->opts.kv_blocks)));
+        ids[n++] = (uint32_t)(s->opts.kv_blocks + t % s->opts.kv_blocks);
     }
-    return json_pack("{s:b, s:b, s:s, s:o, s:s, s:i, s:i}", "do_remote_prefill", 1,
-                     "do_remote_decode", 0, "remote_engine_id", s->engine_id, "remote_block_ids",
-                     ids, "remote_host", s->opts.host, "remote_port", (int)s->port, "tp_size", 1);
+    /* Unique per prefill, even for a request id the router sends twice. */
+    char rid[MW_REQUEST_ID_MAX + 24];
+    snprintf(rid, sizeof(rid), "%s-%016" PRIx64, req->id,
+             atomic_fetch_add_explicit(&s->unique, 1, memory_order_relaxed));
+    struct mw_pd_answer a = {
+        .engine_id = s->engine_id,
+        .host = s->opts.host,
+        .port = s->port,
+        .block_ids = ids,
+        .n_blocks = n,
+        .flat = s->opts.kv_ids_flat,
+        .request_id = rid,
+        .num_tokens = req->infer.prompt_tokens,
+        .expiry = (int64_t)time(NULL) + 30,
+    };
+    json_t *kv = mw_pd_answer_params(&a);
+    free(ids);
+    return kv;
 }
 
 static enum MHD_Result respond_final(struct mw_req *req)

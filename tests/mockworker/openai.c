@@ -7,6 +7,8 @@
  */
 #include "tests/mockworker/openai.h"
 
+#include "tests/mockworker/pd_kv.h"
+
 #include "common/buf.h"
 #include "common/rng.h"
 
@@ -159,30 +161,6 @@ static int get_max_tokens(const json_t *body, const char *key, uint64_t *out, bo
     return 0;
 }
 
-static void parse_kv_params(const json_t *body, struct mw_infer *out)
-{
-    json_t *kv = json_object_get(body, "kv_transfer_params");
-    if (!json_is_object(kv))
-        return;
-    out->do_remote_decode = json_is_true(json_object_get(kv, "do_remote_decode"));
-    json_t *ids = json_object_get(kv, "remote_block_ids");
-    if (!json_is_true(json_object_get(kv, "do_remote_prefill")) || !json_is_array(ids))
-        return;
-    if (!json_is_string(json_object_get(kv, "remote_engine_id")) ||
-        !json_is_string(json_object_get(kv, "remote_host")) ||
-        !json_is_integer(json_object_get(kv, "remote_port")))
-        return;
-    size_t i;
-    json_t *v;
-    json_array_foreach(ids, i, v)
-    {
-        if (!json_is_integer(v))
-            return;
-    }
-    out->remote_prefill_valid = true;
-    out->remote_blocks = json_array_size(ids);
-}
-
 static int parse_sampling(const json_t *body, enum mw_endpoint ep, const struct mw_openai_cfg *cfg,
                           struct mw_infer *out, struct mw_error *err)
 {
@@ -274,7 +252,7 @@ int mw_openai_parse(enum mw_endpoint ep, const char *body, size_t len,
         rc = parse_sampling(root, ep, cfg, out, err);
         if (rc != 0)
             goto out_decref;
-        parse_kv_params(root, out);
+        mw_pd_parse_params(root, cfg->kv_ids_flat, out);
     } else if (out->prompt_tokens > cfg->max_model_len) {
         rc = fail(err, 400, "input is longer than the model's maximum context length");
         goto out_decref;

@@ -19,6 +19,7 @@ enum opt_kind {
     OPT_KIND_LISTEN,
     OPT_KIND_STRING,
     OPT_KIND_ROLE,
+    OPT_KIND_KV_SHAPE,
     OPT_KIND_U32,
     OPT_KIND_U64,
     OPT_KIND_DOUBLE,
@@ -49,6 +50,9 @@ static const struct opt_def opt_defs[] = {
      "regular|prefill|decode (default regular)"},
     {"--engine-id", OPT_KIND_STRING, OFF(engine_id), MW_ENGINE_ID_MAX, 0, 0, "ID",
      "engine id reported in kv_transfer_params (default random)"},
+    {"--kv-block-ids-shape", OPT_KIND_KV_SHAPE, OFF(kv_ids_flat), 0, 0, 0, "SHAPE",
+     "remote_block_ids of P/D params: grouped ([[1,2]], vLLM since 2026-03) or flat "
+     "(default grouped)"},
     {"--threads", OPT_KIND_U32, OFF(threads), sizeof(uint32_t), 1, MW_THREADS_MAX, "N",
      "event-loop threads (default 2)"},
     {"--seed", OPT_KIND_U64, OFF(seed), sizeof(uint64_t), 0, UINT64_MAX, "N",
@@ -214,6 +218,13 @@ static int apply_value(const struct opt_def *def, const char *value, struct mw_o
             return 0;
         snprintf(err, err_len, "%s: expected one of regular|prefill|decode, got '%s'", def->name,
                  value);
+        return -EINVAL;
+    case OPT_KIND_KV_SHAPE:
+        if (strcmp(value, "grouped") == 0 || strcmp(value, "flat") == 0) {
+            opts->kv_ids_flat = strcmp(value, "flat") == 0;
+            return 0;
+        }
+        snprintf(err, err_len, "%s: expected grouped|flat, got '%s'", def->name, value);
         return -EINVAL;
     case OPT_KIND_U32:
     case OPT_KIND_U64:

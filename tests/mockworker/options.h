@@ -50,6 +50,7 @@ struct mw_options {
     uint32_t max_model_len;           /* prompt + completion limit, as vLLM checks it */
     uint32_t embedding_dim;
     uint64_t max_body_bytes; /* request bodies above this answer 413 */
+    bool kv_ids_flat;        /* P/D: remote_block_ids flat (old vLLM), not grouped */
 };
 
 enum mw_options_result {

@@ -440,6 +440,7 @@ int mw_server_init(struct mw_server *s, const struct mw_options *opts, char *err
     s->ocfg.model = s->opts.model;
     s->ocfg.max_model_len = opts->max_model_len;
     s->ocfg.output_tokens = opts->output_tokens;
+    s->ocfg.kv_ids_flat = opts->kv_ids_flat;
     s->started = (int64_t)time(NULL);
     atomic_init(&s->unique, 0);
     atomic_init(&s->tail_ids, 0);

@@ -183,22 +183,53 @@ static void test_decode_refuses_unusable_params(void **state)
     expect_unusable("{\"kv_transfer_params\":{\"do_remote_prefill\":false,\"remote_engine_id\":"
                     "\"e\",\"remote_block_ids\":[],\"remote_host\":\"h\",\"remote_port\":1}}",
                     "do_remote_prefill");
-    expect_unusable("{\"kv_transfer_params\":{\"do_remote_prefill\":true,"
-                    "\"remote_block_ids\":[],\"remote_host\":\"h\",\"remote_port\":1}}",
-                    "remote_engine_id");
+    /* Push mode: the decode would have to run alongside the prefill. */
     expect_unusable("{\"kv_transfer_params\":{\"do_remote_prefill\":true,\"remote_engine_id\":"
                     "\"e\",\"remote_block_ids\":null,\"remote_host\":\"h\",\"remote_port\":1}}",
-                    "remote_block_ids");
+                    "push mode");
     expect_unusable("{\"kv_transfer_params\":{\"do_remote_prefill\":true,\"remote_engine_id\":"
-                    "\"e\",\"remote_block_ids\":[1,\"2\"],\"remote_host\":\"h\","
-                    "\"remote_port\":1}}",
-                    "non-integer");
-    expect_unusable("{\"kv_transfer_params\":{\"do_remote_prefill\":true,\"remote_engine_id\":"
-                    "\"e\",\"remote_block_ids\":[1],\"remote_port\":1}}",
-                    "remote_host");
-    expect_unusable("{\"kv_transfer_params\":{\"do_remote_prefill\":true,\"remote_engine_id\":"
-                    "\"e\",\"remote_block_ids\":[1],\"remote_host\":\"h\",\"remote_port\":\"1\"}}",
-                    "remote_port");
+                    "\"e\",\"remote_host\":\"h\",\"remote_port\":1}}",
+                    "push mode");
+    expect_unusable("{\"kv_transfer_params\":{\"do_remote_prefill\":true,"
+                    "\"remote_block_ids\":[[1]],\"transfer_mode\":\"push\"}}",
+                    "push mode");
+}
+
+/* The decode body for params of any shape the router does not know:
+ * only do_remote_prefill is checked, the rest goes through verbatim. */
+static void expect_passed_through(const char *resp)
+{
+    const char *body = "{\"prompt\":\"p\"}";
+    char *out = NULL;
+    size_t len = 0;
+    char err[160] = "";
+    assert_int_equal(
+        dp_pd_decode_body(body, strlen(body), resp, strlen(resp), &out, &len, err, sizeof(err)), 0);
+    json_t *j = json_loads(out, 0, NULL);
+    json_t *r = json_loads(resp, 0, NULL);
+    assert_non_null(j);
+    assert_non_null(r);
+    assert_true(json_equal(json_object_get(j, "kv_transfer_params"),
+                           json_object_get(r, "kv_transfer_params")));
+    json_decref(r);
+    json_decref(j);
+    free(out);
+}
+
+static void test_decode_passes_any_params_shape(void **state)
+{
+    (void)state;
+    /* vLLM since March 2026: one list of block ids per KV-cache group. */
+    expect_passed_through(
+        "{\"kv_transfer_params\":{\"do_remote_prefill\":true,\"do_remote_decode\":false,"
+        "\"remote_engine_id\":\"e\",\"remote_block_ids\":[[4,5,6],[7]],\"remote_host\":\"h\","
+        "\"remote_port\":1,\"tp_size\":1,\"remote_request_id\":\"r1\","
+        "\"remote_num_tokens\":40,\"transfer_mode\":\"pull\"}}");
+    /* Fields the router once checked, in shapes it never saw. */
+    expect_passed_through("{\"kv_transfer_params\":{\"do_remote_prefill\":true,"
+                          "\"remote_block_ids\":[1,\"2\"],\"remote_port\":\"1\"}}");
+    expect_passed_through("{\"kv_transfer_params\":{\"do_remote_prefill\":true,"
+                          "\"remote_block_ids\":[]}}");
 }
 
 /* A long prompt reaches both legs byte for byte, escapes included: the
@@ -252,6 +283,7 @@ int main(void)
         cmocka_unit_test(test_decode_body_adds_params_verbatim),
         cmocka_unit_test(test_decode_body_replaces_client_params),
         cmocka_unit_test(test_decode_refuses_unusable_params),
+        cmocka_unit_test(test_decode_passes_any_params_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
