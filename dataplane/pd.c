@@ -79,6 +79,21 @@ static int pd_body_close(struct pd_body *b, char **out, size_t *out_len)
     return rc;
 }
 
+/*
+ * Several prompts in one completions request (["a","b"], or token-id
+ * batches [[1,2],[3]]): vLLM answers with the first prompt's params only, so
+ * such a request cannot be disaggregated. One string, one token-id list or
+ * a list of one prompt is a single prompt.
+ */
+static bool pd_is_batch(const json_t *root)
+{
+    const json_t *prompt = json_object_get(root, "prompt");
+    if (!json_is_array(prompt) || json_array_size(prompt) < 2)
+        return false;
+    const json_t *first = json_array_get(prompt, 0);
+    return json_is_string(first) || json_is_array(first);
+}
+
 int dp_pd_prefill_body(const char *body, size_t len, char **out, size_t *out_len)
 {
     struct pd_body b;
@@ -86,6 +101,10 @@ int dp_pd_prefill_body(const char *body, size_t len, char **out, size_t *out_len
     if (rc != 0)
         return rc;
     json_t *root = b.root;
+    if (pd_is_batch(root)) {
+        rc = -EDOM;
+        goto out_decref;
+    }
     rc = -ENOMEM;
     json_t *kv =
         json_pack("{s:b, s:b, s:n, s:n, s:n, s:n}", "do_remote_decode", 1, "do_remote_prefill", 0,
@@ -99,6 +118,9 @@ int dp_pd_prefill_body(const char *body, size_t len, char **out, size_t *out_len
         json_object_set_new(root, "stream", json_false()) != 0)
         goto out_decref;
     json_object_del(root, "stream_options");
+    /* vLLM rejects min_tokens > max_tokens, and the prefill's max_tokens is 1. */
+    json_object_del(root, "min_tokens");
+    json_object_del(root, "min_completion_tokens");
     return pd_body_close(&b, out, out_len);
 out_decref:
     pd_body_close(&b, NULL, NULL);
@@ -303,14 +325,54 @@ static const struct dp_leg pd_decode_leg = {
     .next = pd_next,
 };
 
+static void pd_local_leg_body(const struct dp_request *req, const char **body, size_t *len)
+{
+    *body = req->body != NULL ? req->body : "";
+    *len = req->body_len;
+}
+
+/* The client's body, unchanged, to a decode worker, which prefills it
+ * itself: a request P/D cannot split in a fleet with no regular worker, and
+ * the fallback when a prefill answer carries no usable params. */
+static const struct dp_leg pd_local_leg = {
+    .label = "decode ",
+    .collects = false,
+    .is_eligible = pd_decode_eligible,
+    .policy = pd_decode_policy,
+    .body = pd_local_leg_body,
+    .count_decision = pd_decode_decision,
+    .collect = NULL,
+    .next = pd_next,
+};
+
+/* True when a regular worker of req's model is registered (healthy or not). */
+static bool pd_has_regular(struct dp_loop *loop, const struct dp_request *req)
+{
+    const struct dp_workers *v = &loop->workers;
+    for (size_t i = 0; i < v->n; i++)
+        if (v->w[i].role == CFG_ROLE_REGULAR && strcmp(v->w[i].model, req->model) == 0)
+            return true;
+    return false;
+}
+
 enum dp_leg_action dp_pd_begin(struct dp_request *req, struct dp_leg_step *step)
 {
     struct dp_pd_state *pd = &req->pd;
+    int rc = dp_pd_prefill_body(req->body, req->body_len, &pd->prefill_body, &pd->prefill_len);
+    if (rc == -EDOM) {
+        /* Several prompts: not a P/D request. A regular worker takes it when
+         * there is one, else a decode worker, as a plain request. */
+        if (pd_has_regular(req->loop, req))
+            dp_legs_begin_plain(req);
+        else
+            req->leg = &pd_local_leg;
+        return DP_LEG_ACT_NEXT;
+    }
     /* In the prefill phase first: a failure here still counts an outcome. */
     pd->phase = DP_PD_PREFILL;
     pd->phase_start_ms = proc_monotonic_ms();
     req->leg = &pd_prefill_leg;
-    if (dp_pd_prefill_body(req->body, req->body_len, &pd->prefill_body, &pd->prefill_len) != 0) {
+    if (rc != 0) {
         step->reply_status = 500;
         step->reply_body = dp_error_body(500, "out_of_memory", "the router is out of memory");
         return DP_LEG_ACT_ANSWER;

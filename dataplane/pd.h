@@ -48,8 +48,11 @@ struct dp_request;
  * The prefill leg's body from the client's: max_tokens 1, max_completion_tokens
  * 1 when present, stream false, stream_options removed, kv_transfer_params
  * {do_remote_decode: true, do_remote_prefill: false, remote_*: null}.
- * Returns 0 and a malloc'd NUL-terminated body in *out (caller frees),
- * -EINVAL when body is not a JSON object, -ENOMEM.
+ * min_tokens and min_completion_tokens removed. Returns 0 and a malloc'd
+ * NUL-terminated body in *out (caller frees), -EDOM when body is a
+ * completions request with several prompts (not disaggregated: vLLM returns
+ * the first prompt's params only), -EINVAL when body is not a JSON object,
+ * -ENOMEM.
  */
 int dp_pd_prefill_body(const char *body, size_t len, char **out, size_t *out_len);
 
@@ -73,7 +76,9 @@ void dp_pd_loop_fini(struct dp_loop *loop);
 bool dp_pd_applies(struct dp_loop *loop, const struct dp_request *req);
 
 /* Starts req's P/D plan: enters the prefill phase (builds the prefill body)
- * and sets req->leg to the prefill leg. DP_LEG_ACT_NEXT, or
+ * and sets req->leg to the prefill leg; a completions request with several
+ * prompts instead goes as a plain request, to a regular worker when the
+ * model has one, else to a decode worker. DP_LEG_ACT_NEXT, or
  * DP_LEG_ACT_ANSWER with step holding a 500 (out of memory). */
 enum dp_leg_action dp_pd_begin(struct dp_request *req, struct dp_leg_step *step);
 

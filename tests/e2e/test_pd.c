@@ -50,6 +50,7 @@ struct pd_fleet {
 
 struct pd_opts {
     size_t n_prefill, n_decode;
+    size_t n_regular; /* regular workers of the model, after the decode ones */
     const char *const *prefill_args; /* extra mock flags, NULL-terminated, or NULL */
     const char *const *decode_args;
     const char *dataplane_extra;
@@ -86,14 +87,17 @@ static void pd_fleet_start(struct pd_fleet *p, const struct pd_opts *o)
     struct h_fleet *f = &p->f;
     p->n_prefill = o->n_prefill;
     p->n_decode = o->n_decode;
-    f->n = o->n_prefill + o->n_decode;
+    f->n = o->n_prefill + o->n_decode + o->n_regular;
     assert_true(f->n <= H_FLEET_MAX_MOCKS);
     for (size_t i = 0; i < f->n; i++) {
         bool prefill = i < o->n_prefill;
+        bool regular = i >= o->n_prefill + o->n_decode;
         char engine[32], id[32];
         snprintf(engine, sizeof(engine), "eng-p%zu", i + 1);
         snprintf(id, sizeof(id), "w%zu", i + 1);
-        if (!prefill && o->decode_dead) {
+        if (regular) {
+            pd_start_mock(f, i, "regular", NULL, NULL);
+        } else if (!prefill && o->decode_dead) {
             assert_int_equal(h_free_port(&f->mock[i].port), 0);
             assert_int_equal(h_url(f->mock[i].url, sizeof(f->mock[i].url), f->mock[i].port, NULL),
                              0);
@@ -103,7 +107,9 @@ static void pd_fleet_start(struct pd_fleet *p, const struct pd_opts *o)
                           prefill ? engine : NULL, prefill ? o->prefill_args : o->decode_args);
         }
         assert_int_equal(h_config_add_worker(&f->cfg, f->mock[i].url, id, H_FLEET_MODEL,
-                                             prefill ? "prefill" : "decode"),
+                                             regular   ? "regular"
+                                             : prefill ? "prefill"
+                                                       : "decode"),
                          0);
     }
     f->cfg.dataplane_extra = o->dataplane_extra;
@@ -430,6 +436,76 @@ static void test_full_flow_flat_block_ids(void **state)
     assert_int_equal(h_fleet_mock_stat(&p.f, 1, "remote_prefill_used"), 1);
     assert_int_equal(h_fleet_mock_stat(&p.f, 1, "local_prefill"), 0);
     assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"ok\"}"), 1);
+    h_fleet_stop(&p.f);
+}
+
+/* min_tokens above the prefill's max_tokens of 1 is dropped from the prefill leg (vLLM
+ * rejects min_tokens > max_tokens), kept for the decode leg. */
+static void test_min_tokens(void **state)
+{
+    (void)state;
+    struct pd_fleet p;
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1, .n_decode = 1});
+    char url[128];
+    chat_url(&p, url, sizeof(url));
+    const char *body = "{\"model\":\"" H_FLEET_MODEL "\",\"max_tokens\":8,\"min_tokens\":4,"
+                       "\"messages\":[{\"role\":\"user\",\"content\":\"at least four\"}]}";
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, body, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_fini(&r);
+    json_t *pb = last_request(&p, 0);
+    assert_null(json_object_get(pb, "min_tokens"));
+    json_decref(pb);
+    json_t *db = last_request(&p, 1);
+    assert_int_equal(json_int(db, "min_tokens"), 4);
+    json_decref(db);
+    h_fleet_stop(&p.f);
+}
+
+/* Several prompts in one completions request: vLLM would return the first prompt's params
+ * only, so the request is not disaggregated. With a regular worker it goes there; in a fleet
+ * of prefill and decode workers only, to a decode worker as a plain request. */
+static void post_batch(struct pd_fleet *p, const char *prompt)
+{
+    char url[128], body[256];
+    snprintf(url, sizeof(url), "%s/v1/completions", p->f.base);
+    snprintf(body, sizeof(body), "{\"model\":\"" H_FLEET_MODEL "\",\"max_tokens\":3,\"prompt\":%s}",
+             prompt);
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, body, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_fini(&r);
+}
+
+static void test_list_of_prompts_routed_as_regular(void **state)
+{
+    (void)state;
+    struct pd_fleet p;
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1, .n_decode = 1, .n_regular = 1});
+    post_batch(&p, "[\"one prompt\",\"another prompt\"]");
+    post_batch(&p, "[[1,2,3],[4,5]]");
+    assert_int_equal(h_fleet_mock_stat(&p.f, 2, "requests_total"), 2);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "requests_total"), 0);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "requests_total"), 0);
+    /* A single prompt (a list of one, or one token-id list) is still disaggregated. */
+    post_batch(&p, "[\"just one prompt\"]");
+    post_batch(&p, "[1,2,3,4]");
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "requests_total"), 2);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "remote_prefill_used"), 2);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 2, "requests_total"), 2);
+    h_fleet_stop(&p.f);
+
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1, .n_decode = 1});
+    post_batch(&p, "[\"one prompt\",\"another prompt\"]");
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "requests_total"), 0);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "requests_total"), 1);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "local_prefill"), 1);
+    json_t *db = last_request(&p, 1);
+    assert_null(json_object_get(db, "kv_transfer_params"));
+    json_decref(db);
+    /* Not a P/D request: no P/D outcome. */
+    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"ok\"}"), 0);
     h_fleet_stop(&p.f);
 }
 
@@ -917,6 +993,8 @@ int main(void)
         H_TEST(test_full_flow_plain),
         H_TEST(test_full_flow_stream),
         H_TEST(test_full_flow_flat_block_ids),
+        H_TEST(test_min_tokens),
+        H_TEST(test_list_of_prompts_routed_as_regular),
         H_TEST(test_abort_while_prefill_pending),
         H_TEST(test_abort_while_decode_pending),
         H_TEST(test_decode_stall_keeps_load_until_eof),

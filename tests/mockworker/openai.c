@@ -184,6 +184,16 @@ static int parse_sampling(const json_t *body, enum mw_endpoint ep, const struct 
         return rc;
     if (!out->max_tokens_given)
         out->max_tokens = cfg->output_tokens;
+    /* vLLM's SamplingParams check, which a P/D prefill leg (max_tokens 1) trips. */
+    json_t *min = json_object_get(body, "min_tokens");
+    if (json_is_integer(min) && json_integer_value(min) > (json_int_t)out->max_tokens) {
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "min_tokens must be less than or equal to max_tokens=%" PRIu64 ", got %" PRId64
+                 ".",
+                 out->max_tokens, (int64_t)json_integer_value(min));
+        return fail(err, 400, msg);
+    }
     uint64_t asked = out->max_tokens_given ? out->max_tokens : 0;
     if (out->prompt_tokens + asked > cfg->max_model_len) {
         char msg[256];

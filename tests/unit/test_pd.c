@@ -48,11 +48,15 @@ static void test_prefill_chat_stream(void **state)
     json_t *j = prefill_of("{\"model\":\"m\",\"stream\":true,\"stream_options\":"
                            "{\"include_usage\":true},\"max_tokens\":50,"
                            "\"max_completion_tokens\":40,\"temperature\":0.25,\"user\":\"u\","
+                           "\"min_tokens\":4,\"min_completion_tokens\":3,"
                            "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
     assert_int_equal(json_integer_value(json_object_get(j, "max_tokens")), 1);
     assert_int_equal(json_integer_value(json_object_get(j, "max_completion_tokens")), 1);
     assert_true(json_is_false(json_object_get(j, "stream")));
     assert_null(json_object_get(j, "stream_options"));
+    /* vLLM rejects min_tokens > max_tokens: the prefill leg drops both. */
+    assert_null(json_object_get(j, "min_tokens"));
+    assert_null(json_object_get(j, "min_completion_tokens"));
     assert_prefill_params(j);
     /* Everything else unchanged. */
     assert_string_equal(json_string_value(json_object_get(j, "model")), "m");
@@ -106,6 +110,23 @@ static void test_prefill_rejects_non_objects(void **state)
     assert_int_equal(dp_pd_prefill_body("{bad", 4, &out, &len), -EINVAL);
     assert_int_equal(dp_pd_prefill_body(NULL, 0, &out, &len), -EINVAL);
     assert_null(out);
+}
+
+/* Several prompts are not disaggregated; one prompt, in any form, is. */
+static void test_prefill_refuses_prompt_batches(void **state)
+{
+    (void)state;
+    const char *batches[] = {"{\"prompt\":[\"a\",\"b\"]}", "{\"prompt\":[[1,2],[3]]}"};
+    for (size_t i = 0; i < 2; i++) {
+        char *out = NULL;
+        size_t len = 0;
+        assert_int_equal(dp_pd_prefill_body(batches[i], strlen(batches[i]), &out, &len), -EDOM);
+        assert_null(out);
+    }
+    const char *single[] = {"{\"prompt\":[\"a\"]}", "{\"prompt\":[1,2,3]}", "{\"prompt\":[[1,2]]}",
+                            "{\"prompt\":\"a\"}"};
+    for (size_t i = 0; i < 4; i++)
+        json_decref(prefill_of(single[i]));
 }
 
 static const char *const GOOD_RESP =
@@ -280,6 +301,7 @@ int main(void)
         cmocka_unit_test(test_prefill_completions_minimal),
         cmocka_unit_test(test_prefill_replaces_client_params),
         cmocka_unit_test(test_prefill_rejects_non_objects),
+        cmocka_unit_test(test_prefill_refuses_prompt_batches),
         cmocka_unit_test(test_decode_body_adds_params_verbatim),
         cmocka_unit_test(test_decode_body_replaces_client_params),
         cmocka_unit_test(test_decode_refuses_unusable_params),
