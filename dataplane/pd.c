@@ -446,6 +446,23 @@ static void pd_finish(struct dp_request *req, enum dp_pd_outcome outcome)
         dp_metrics_pd_phase(m, DP_PD_DECODE, (proc_monotonic_ms() - pd->phase_start_ms) * 1000);
 }
 
+/* No usable params: the decode phase runs the client's body as a plain
+ * request on a decode worker (the local leg), counted as pd_fallback. */
+static void pd_fallback(struct dp_request *req, const char *prefill_worker)
+{
+    struct dp_pd_state *pd = &req->pd;
+    uint64_t now = proc_monotonic_ms();
+    dp_metrics_pd_phase(&req->loop->sh->metrics, DP_PD_PREFILL, (now - pd->phase_start_ms) * 1000);
+    pd_finish(req, DP_PD_OUT_FALLBACK);
+    snprintf(pd->prefill_worker, sizeof(pd->prefill_worker), "%s", prefill_worker);
+    pd->phase = DP_PD_DECODE;
+    pd->phase_start_ms = now;
+    free(pd->resp);
+    pd->resp = NULL;
+    pd->resp_len = pd->resp_cap = 0;
+    req->leg = &pd_local_leg;
+}
+
 /*
  * The prefill response ended (its transfer complete, its guard released):
  * an error status goes to the client; a 2xx starts the decode leg with the
@@ -461,6 +478,15 @@ static enum dp_leg_action pd_collected(struct dp_request *req, struct dp_leg_ste
     }
     char err[DP_CAUSE_MAX + CFG_ID_MAX];
     int rc = pd_start_decode(req, step->worker_id, err, sizeof(err));
+    if (rc == -EPROTO &&
+        req->loop->sh->cfg->policy.pd_fallback == CFG_PD_FALLBACK_LOCAL_PREFILL) {
+        /* A format change costs speed, not availability: the decode
+         * worker prefills the client's body itself. */
+        log_warn("request %s: %s; sent to a decode worker to prefill locally", req->request_id,
+                 err);
+        pd_fallback(req, step->worker_id);
+        return DP_LEG_ACT_NEXT;
+    }
     if (rc == -EPROTO) {
         log_warn("request %s: %s", req->request_id, err);
         pd_finish(req, DP_PD_OUT_BAD_KV_PARAMS);

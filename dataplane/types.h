@@ -92,6 +92,7 @@ enum dp_pd_outcome {
     DP_PD_OUT_DECODE_ERROR,    /* no decode worker, decode failed, or its stream was cut */
     DP_PD_OUT_ABORTED_PREFILL, /* the client left during the prefill phase */
     DP_PD_OUT_ABORTED_DECODE,  /* the client left during the decode phase */
+    DP_PD_OUT_FALLBACK,        /* no usable params: sent to a decode worker as a plain request */
     DP_PD_OUT_COUNT,
 };
 

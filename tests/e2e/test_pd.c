@@ -713,8 +713,10 @@ static void test_prefill_without_params_is_502(void **state)
     (void)state;
     struct pd_fleet p;
     /* A worker registered as prefill that answers like a regular one: no kv_transfer_params. */
-    pd_fleet_start(&p,
-                   &(struct pd_opts){.n_prefill = 1, .n_decode = 1, .prefill_mocks_regular = true});
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1,
+                                         .n_decode = 1,
+                                         .prefill_mocks_regular = true,
+                                         .policy_extra = "pd_fallback: error\n"});
     char url[128];
     chat_url(&p, url, sizeof(url));
     struct h_resp r;
@@ -727,6 +729,36 @@ static void test_prefill_without_params_is_502(void **state)
     assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
     assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"bad_kv_params\"}"),
                      1);
+    h_fleet_stop(&p.f);
+}
+
+/* The default fallback: a prefill answer without usable params sends the client's body to a
+ * decode worker as a plain request (it prefills locally) instead of a 502. */
+static void test_prefill_without_params_falls_back(void **state)
+{
+    (void)state;
+    struct pd_fleet p;
+    pd_fleet_start(&p,
+                   &(struct pd_opts){.n_prefill = 1, .n_decode = 1, .prefill_mocks_regular = true});
+    char url[128];
+    chat_url(&p, url, sizeof(url));
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_int_equal(r.status, 200);
+    json_t *j = h_resp_json(&r);
+    assert_non_null(j);
+    assert_int_equal(json_int(json_object_get(j, "usage"), "completion_tokens"), 8);
+    json_decref(j);
+    h_resp_fini(&r);
+    json_t *db = last_request(&p, 1);
+    assert_null(json_object_get(db, "kv_transfer_params"));
+    assert_int_equal(json_int(db, "max_tokens"), 8);
+    json_decref(db);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "local_prefill"), 1);
+    assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
+    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"pd_fallback\"}"), 1);
+    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"bad_kv_params\"}"),
+                     0);
     h_fleet_stop(&p.f);
 }
 
@@ -963,9 +995,9 @@ static void test_soak_random_aborts_and_faults(void **state)
     assert_loads_match_mocks(&p);
     assert_int_equal(holds, SOAK_HOLDS);
     long long total = 0;
-    const char *outcomes[] = {"ok",           "prefill_error",   "bad_kv_params",
-                              "decode_error", "aborted_prefill", "aborted_decode"};
-    for (size_t o = 0; o < 6; o++) {
+    const char *outcomes[] = {"ok",              "prefill_error",  "bad_kv_params", "decode_error",
+                              "aborted_prefill", "aborted_decode", "pd_fallback"};
+    for (size_t o = 0; o < 7; o++) {
         char series[96];
         snprintf(series, sizeof(series), "switchyard_pd_requests_total{outcome=\"%s\"}",
                  outcomes[o]);
@@ -1002,6 +1034,7 @@ int main(void)
         H_TEST(test_prefill_503_retried_on_other_prefill),
         H_TEST(test_decode_503_retried_with_same_params),
         H_TEST(test_prefill_without_params_is_502),
+        H_TEST(test_prefill_without_params_falls_back),
         H_TEST(test_unreachable_decode_releases_prefill),
         H_TEST(test_prefill_timeouts),
         H_TEST(test_prefill_client_error_passed_through),
