@@ -512,11 +512,43 @@ static void pd_free(struct dp_request *req)
     pd->prefill_body = pd->decode_body = pd->resp = NULL;
 }
 
+/*
+ * A failed attempt may be retried. A decode attempt that may have reached
+ * its worker must never be retried with the same params: that worker may
+ * have read the prefill's blocks, or freed them by rejecting or aborting
+ * the request, and NIXL reads are one-sided, so a second decode worker
+ * would read whatever those blocks hold by then. Such a failure runs the
+ * whole request again (a new prefill, new blocks), at most
+ * retry.max_attempts prefills in all; the forwarder only asks while
+ * nothing was sent to the client. A decode that provably never reached a
+ * worker (connect failure), a prefill and the local fallback retry as
+ * usual.
+ */
+static enum dp_leg_action pd_retry(struct dp_request *req, const struct dp_leg_step *step)
+{
+    struct dp_pd_state *pd = &req->pd;
+    if (req->leg != &pd_decode_leg || step->unreached)
+        return DP_LEG_ACT_CONTINUE;
+    if (pd->reruns + 1 >= req->loop->sh->cfg->dataplane.retry.max_attempts ||
+        pd->prefill_body == NULL)
+        return DP_LEG_ACT_FAIL;
+    pd->reruns++;
+    free(pd->decode_body);
+    pd->decode_body = NULL;
+    pd->decode_len = 0;
+    pd->phase = DP_PD_PREFILL;
+    pd->phase_start_ms = proc_monotonic_ms();
+    req->leg = &pd_prefill_leg;
+    return DP_LEG_ACT_NEXT;
+}
+
 static enum dp_leg_action pd_next(struct dp_request *req, enum dp_leg_event ev,
                                   struct dp_leg_step *step)
 {
     bool decode = req->pd.phase == DP_PD_DECODE;
     switch (ev) {
+    case DP_LEG_EV_RETRY:
+        return pd_retry(req, step);
     case DP_LEG_EV_RESPONSE:
         /* A new prefill response (another attempt's): forget the earlier one. */
         req->pd.resp_len = 0;

@@ -111,6 +111,7 @@ struct dp_pd_state {
     bool resp_overflow;
     uint64_t phase_start_ms;
     enum dp_pd_outcome outcome; /* counted once, when first set */
+    uint32_t reruns;            /* prefills run again after a failed decode */
     char prefill_worker[CFG_ID_MAX];
 };
 

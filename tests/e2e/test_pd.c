@@ -679,7 +679,13 @@ static void test_prefill_503_retried_on_other_prefill(void **state)
     h_fleet_stop(&p.f);
 }
 
-static void test_decode_503_retried_with_same_params(void **state)
+/*
+ * A decode worker that answers 503 has seen the params: it may have read or freed the
+ * prefill's blocks, so the same params never go to another decode worker. The request runs
+ * again from a new prefill; the prefill mock counts every consumption of its blocks by a decode
+ * mock and must never see the same blocks consumed twice.
+ */
+static void test_decode_503_reruns_prefill(void **state)
 {
     (void)state;
     struct pd_fleet p;
@@ -697,14 +703,20 @@ static void test_decode_503_retried_with_same_params(void **state)
         assert_true(s.saw_done);
         h_sse_fini(&s);
     }
-    /* One prefill per request: the decode retry reused the params, no second prefill. */
-    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "requests_total"), 6);
-    assert_true(h_fleet_mock_stat(&p.f, 1, "requests_total") >= 1);
+    long long failed = h_fleet_mock_stat(&p.f, 1, "requests_total");
+    assert_true(failed >= 1);
+    /* No blocks consumed twice, one prefill per decode attempt: a failed decode's params were
+     * never reused. */
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "blocks_read_twice"), 0);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "requests_total"), 6 + failed);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "kv_reads"), 6 + failed);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "pinned_requests"), 0);
     assert_int_equal(h_fleet_mock_stat(&p.f, 2, "remote_prefill_used"), 6);
     json_t *db = last_request(&p, 2);
     assert_decode_params(&p, db, 0);
     json_decref(db);
     assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
+    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"ok\"}"), 6);
     h_fleet_stop(&p.f);
 }
 
@@ -1032,7 +1044,7 @@ int main(void)
         H_TEST(test_decode_stall_keeps_load_until_eof),
         H_TEST(test_decode_stall_client_leaves),
         H_TEST(test_prefill_503_retried_on_other_prefill),
-        H_TEST(test_decode_503_retried_with_same_params),
+        H_TEST(test_decode_503_reruns_prefill),
         H_TEST(test_prefill_without_params_is_502),
         H_TEST(test_prefill_without_params_falls_back),
         H_TEST(test_unreachable_decode_releases_prefill),

@@ -173,6 +173,7 @@ static enum mw_route route_of(struct mw_req *req, const char *url, const char *m
         {"/mock/stats", MW_ROUTE_MOCK_STATS, MW_EP_UNSET, "GET, HEAD"},
         {"/mock/faults", MW_ROUTE_MOCK_FAULTS, MW_EP_UNSET, "GET, HEAD, POST"},
         {"/mock/reset", MW_ROUTE_MOCK_RESET, MW_EP_UNSET, "POST"},
+        {"/mock/kv_read", MW_ROUTE_MOCK_KV_READ, MW_EP_UNSET, "POST"},
     };
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
         if (strcmp(url, table[i].path) != 0)
@@ -271,6 +272,14 @@ static void infer_receive(struct mw_req *req)
         req->parse_error =
             mw_openai_error_body(req->parse_status, err.message, &req->parse_error_len);
     record_last_request(req);
+    /* A decode worker that got the params consumes the prefill's blocks,
+     * whether it then serves, rejects or aborts the request (pd_pins.h). */
+    const struct mw_infer *in = &req->infer;
+    if (req->parse_status == 0 && s->opts.role == MW_ROLE_DECODE && in->remote_prefill_valid &&
+        in->remote_request_id[0] != '\0' &&
+        mw_pd_pins_notify(in->remote_host, in->remote_port, in->remote_request_id) != 0)
+        log_warn("could not tell %s:%u that the blocks of %s were read", in->remote_host,
+                 (unsigned)in->remote_port, in->remote_request_id);
     mw_fault_state_arrival(&s->faults, &req->plan);
     const char *rid = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Request-Id");
     mw_openai_request_id(req->ep, rid,
@@ -370,9 +379,11 @@ static json_t *kv_transfer_params(struct mw_req *req)
         .flat = s->opts.kv_ids_flat,
         .request_id = rid,
         .num_tokens = req->infer.prompt_tokens,
-        .expiry = (int64_t)time(NULL) + 30,
+        .expiry = (int64_t)time(NULL) + (int64_t)(s->opts.kv_lease_ms / 1000),
     };
     json_t *kv = mw_pd_answer_params(&a);
+    if (kv != NULL)
+        mw_pd_pins_add(&s->pins, rid, (uint32_t)n);
     free(ids);
     return kv;
 }
@@ -686,6 +697,7 @@ static enum MHD_Result respond_mock_stats(struct mw_req *req)
     json_object_set_new(obj, "engine_id", json_string(s->engine_id));
     json_object_set_new(obj, "port", json_integer(s->port));
     json_object_set_new(obj, "faults", mw_faults_to_json(&f));
+    mw_pd_pins_to_json(&s->pins, obj);
     return respond_json(req, 200, obj);
 }
 
@@ -716,10 +728,29 @@ static enum MHD_Result respond_mock_reset(struct mw_req *req)
 {
     struct mw_server *s = req->server;
     mw_stats_reset(&s->stats);
+    mw_pd_pins_reset(&s->pins);
     mw_fault_state_clear(&s->faults);
     mw_engine_reset(&s->engine);
     log_info("mock state reset");
     return respond_json(req, 200, json_pack("{s:b}", "reset", 1));
+}
+
+/* A decode worker consumed the blocks of one of this prefill's answers. */
+static enum MHD_Result respond_mock_kv_read(struct mw_req *req)
+{
+    json_t *j = req->body.data != NULL ? json_loadb(req->body.data, req->body.len, 0, NULL) : NULL;
+    const char *rid = json_string_value(json_object_get(j, "remote_request_id"));
+    if (rid == NULL) {
+        json_decref(j);
+        return respond_error(req, 400, "expected {\"remote_request_id\": string}");
+    }
+    int rc = mw_pd_pins_read(&req->server->pins, rid);
+    if (rc == -EALREADY)
+        log_warn("the blocks of %s were read a second time", rid);
+    json_t *out = json_pack("{s:s}", "result",
+                            rc == 0 ? "read" : rc == -EALREADY ? "read_twice" : "unknown");
+    json_decref(j);
+    return respond_json(req, 200, out);
 }
 
 static enum MHD_Result handle_control(struct mw_req *req, const char *method)
@@ -747,6 +778,8 @@ static enum MHD_Result handle_control(struct mw_req *req, const char *method)
         return respond_mock_faults(req, method);
     case MW_ROUTE_MOCK_RESET:
         return respond_mock_reset(req);
+    case MW_ROUTE_MOCK_KV_READ:
+        return respond_mock_kv_read(req);
     case MW_ROUTE_BAD_METHOD:
         return respond_error(req, 405, "Method Not Allowed");
     default:

@@ -53,6 +53,9 @@ static const struct opt_def opt_defs[] = {
     {"--kv-block-ids-shape", OPT_KIND_KV_SHAPE, OFF(kv_ids_flat), 0, 0, 0, "SHAPE",
      "remote_block_ids of P/D params: grouped ([[1,2]], vLLM since 2026-03) or flat "
      "(default grouped)"},
+    {"--kv-lease-ms", OPT_KIND_U64, OFF(kv_lease_ms), sizeof(uint64_t), 1, 86400000, "MS",
+     "P/D: how long a prefill worker pins the blocks of an answer no decode read (default "
+     "30000)"},
     {"--threads", OPT_KIND_U32, OFF(threads), sizeof(uint32_t), 1, MW_THREADS_MAX, "N",
      "event-loop threads (default 2)"},
     {"--seed", OPT_KIND_U64, OFF(seed), sizeof(uint64_t), 0, UINT64_MAX, "N",
@@ -94,6 +97,7 @@ void mw_options_defaults(struct mw_options *opts)
     opts->max_model_len = 32768;
     opts->embedding_dim = 16;
     opts->max_body_bytes = 32u << 20;
+    opts->kv_lease_ms = 30000;
 }
 
 const char *mw_role_name(enum mw_role role)
