@@ -522,7 +522,11 @@ static size_t fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
     }
     if (a->state != DP_ATT_RELAYING || req->client_gone || !dp_relay_is_open(&req->relay))
         return len;
-    if (dp_relay_append(&req->relay, data, len) != 0) {
+    const char *out = data;
+    size_t out_len = len;
+    if (a->leg->filter != NULL)
+        a->leg->filter(req, data, len, &out, &out_len);
+    if (dp_relay_append(&req->relay, out, out_len) != 0) {
         if (dp_relay_is_whole(&req->relay)) {
             /* Too large to send in one piece: relay it as it comes. */
             dp_relay_stream(&req->relay);
@@ -532,6 +536,8 @@ static size_t fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
         a->paused = true;
         return CURL_WRITEFUNC_PAUSE;
     }
+    if (a->leg->filter_commit != NULL)
+        a->leg->filter_commit(req, data, len);
     if (req->first_byte_ms == 0 && len > 0) {
         req->first_byte_ms = proc_monotonic_ms();
         dp_metrics_ttfb(&a->loop->sh->metrics, (req->first_byte_ms - req->start_ms) * 1000);

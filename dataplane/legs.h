@@ -79,6 +79,14 @@ struct dp_leg {
     void (*count_decision)(struct dp_metrics *m, enum pol_decision decision);
     /* A collecting leg's response bytes (the plan bounds what it keeps). */
     void (*collect)(struct dp_request *req, const char *data, size_t len);
+    /* Optional, a relaying leg: the bytes to relay for a chunk of the
+     * response (*out, valid until the next call; the plan may hold some
+     * back), computed without changing the plan's state; filter_commit
+     * then says the relay took them. A chunk the relay could not take is
+     * offered again later, so only a commit may change state. */
+    void (*filter)(struct dp_request *req, const char *data, size_t len, const char **out,
+                   size_t *out_len);
+    void (*filter_commit)(struct dp_request *req, const char *data, size_t len);
     /* The plan's answer to a transition (see dp_legs_next). */
     enum dp_leg_action (*next)(struct dp_request *req, enum dp_leg_event ev,
                                struct dp_leg_step *step);

@@ -191,6 +191,130 @@ out_answer:
     return rc;
 }
 
+/* ---- usage -------------------------------------------------------------------- */
+
+void dp_pd_prefill_usage(const char *resp, size_t len, struct dp_pd_usage *u)
+{
+    memset(u, 0, sizeof(*u));
+    json_t *answer = pd_load_object(resp, len);
+    json_t *usage = json_object_get(answer, "usage");
+    json_t *prompt = json_object_get(usage, "prompt_tokens");
+    if (json_is_integer(prompt)) {
+        u->known = true;
+        u->prompt_tokens = json_integer_value(prompt);
+        json_t *cached =
+            json_object_get(json_object_get(usage, "prompt_tokens_details"), "cached_tokens");
+        if (json_is_integer(cached)) {
+            u->cached_known = true;
+            u->cached_tokens = json_integer_value(cached);
+        }
+    }
+    json_decref(answer);
+}
+
+/* Rewrites a usage object from the prefill's. True when it changed. */
+static bool pd_fix_usage(json_t *usage, const struct dp_pd_usage *u)
+{
+    if (!json_is_object(usage) || !u->known)
+        return false;
+    json_t *completion = json_object_get(usage, "completion_tokens");
+    json_int_t c = json_is_integer(completion) ? json_integer_value(completion) : 0;
+    json_object_set_new(usage, "prompt_tokens", json_integer(u->prompt_tokens));
+    json_object_set_new(usage, "total_tokens", json_integer(u->prompt_tokens + c));
+    json_t *details = json_object_get(usage, "prompt_tokens_details");
+    if (u->cached_known) {
+        if (!json_is_object(details)) {
+            details = json_object();
+            json_object_set_new(usage, "prompt_tokens_details", details);
+        }
+        json_object_set_new(details, "cached_tokens", json_integer(u->cached_tokens));
+    } else if (json_is_object(details)) {
+        /* The decode's count is the pulled KV, not a cache hit: say nothing. */
+        json_object_set_new(usage, "prompt_tokens_details", json_null());
+    }
+    return true;
+}
+
+/* Copies prompt_logprobs of from into to where to has none. True when it changed. */
+static bool pd_take_logprobs(json_t *to, const json_t *from)
+{
+    bool changed = false;
+    json_t *top = json_object_get(from, "prompt_logprobs");
+    json_t *mine = json_object_get(to, "prompt_logprobs");
+    if (top != NULL && !json_is_null(top) && (mine == NULL || json_is_null(mine))) {
+        json_object_set(to, "prompt_logprobs", top);
+        changed = true;
+    }
+    json_t *tc = json_object_get(to, "choices"), *fc = json_object_get(from, "choices");
+    for (size_t i = 0; i < json_array_size(tc) && i < json_array_size(fc); i++) {
+        json_t *t = json_array_get(tc, i);
+        json_t *f = json_object_get(json_array_get(fc, i), "prompt_logprobs");
+        json_t *m = json_object_get(t, "prompt_logprobs");
+        if (json_is_object(t) && f != NULL && !json_is_null(f) && (m == NULL || json_is_null(m))) {
+            json_object_set(t, "prompt_logprobs", f);
+            changed = true;
+        }
+    }
+    return changed;
+}
+
+static int pd_dump(json_t *root, char **out, size_t *out_len)
+{
+    char *text = json_dumps(root, JSON_COMPACT);
+    if (text == NULL)
+        return -ENOMEM;
+    *out = text;
+    *out_len = strlen(text);
+    return 0;
+}
+
+int dp_pd_merge_answer(const char *body, size_t len, const struct dp_pd_usage *u,
+                       const char *prefill, size_t prefill_len, char **out, size_t *out_len)
+{
+    json_t *root = pd_load_object(body, len);
+    if (root == NULL)
+        return -EINVAL;
+    bool changed = pd_fix_usage(json_object_get(root, "usage"), u);
+    if (prefill != NULL) {
+        json_t *from = pd_load_object(prefill, prefill_len);
+        if (from != NULL)
+            changed = pd_take_logprobs(root, from) || changed;
+        json_decref(from);
+    }
+    int rc = changed ? pd_dump(root, out, out_len) : -ENOENT;
+    json_decref(root);
+    return rc;
+}
+
+int dp_pd_merge_line(const char *line, size_t len, const struct dp_pd_usage *u, char **out,
+                     size_t *out_len)
+{
+    static const char prefix[] = "data: ";
+    if (len < sizeof(prefix) - 1 || memcmp(line, prefix, sizeof(prefix) - 1) != 0)
+        return -EINVAL;
+    json_t *root =
+        pd_load_object(line + sizeof(prefix) - 1, len - (sizeof(prefix) - 1));
+    if (root == NULL)
+        return -EINVAL;
+    int rc = -ENOENT;
+    if (pd_fix_usage(json_object_get(root, "usage"), u)) {
+        char *text = json_dumps(root, JSON_COMPACT);
+        size_t n = text != NULL ? strlen(text) : 0;
+        *out = text != NULL ? malloc(sizeof(prefix) - 1 + n + 1) : NULL;
+        if (*out != NULL) {
+            memcpy(*out, prefix, sizeof(prefix) - 1);
+            memcpy(*out + sizeof(prefix) - 1, text, n + 1);
+            *out_len = sizeof(prefix) - 1 + n;
+            rc = 0;
+        } else {
+            rc = -ENOMEM;
+        }
+        free(text);
+    }
+    json_decref(root);
+    return rc;
+}
+
 /* ---- legs ------------------------------------------------------------------- */
 
 int dp_pd_loop_init(struct dp_loop *loop)
@@ -302,6 +426,9 @@ static void pd_collect(struct dp_request *req, const char *data, size_t len)
 
 static enum dp_leg_action pd_next(struct dp_request *req, enum dp_leg_event ev,
                                   struct dp_leg_step *step);
+static void pd_filter(struct dp_request *req, const char *data, size_t len, const char **out,
+                      size_t *out_len);
+static void pd_filter_commit(struct dp_request *req, const char *data, size_t len);
 
 static const struct dp_leg pd_prefill_leg = {
     .label = "prefill ",
@@ -322,6 +449,8 @@ static const struct dp_leg pd_decode_leg = {
     .body = pd_decode_leg_body,
     .count_decision = pd_decode_decision,
     .collect = NULL,
+    .filter = pd_filter,
+    .filter_commit = pd_filter_commit,
     .next = pd_next,
 };
 
@@ -410,7 +539,16 @@ static int pd_start_decode(struct dp_request *req, const char *prefill_worker, c
     snprintf(pd->prefill_worker, sizeof(pd->prefill_worker), "%s", prefill_worker);
     pd->phase = DP_PD_DECODE;
     pd->phase_start_ms = now;
-    free(pd->resp);
+    dp_pd_prefill_usage(pd->resp, pd->resp_len, &pd->usage);
+    free(pd->prefill_answer);
+    pd->prefill_answer = NULL;
+    if (req->body != NULL && memmem(req->body, req->body_len, "\"prompt_logprobs\"", 17) != NULL) {
+        /* Kept for the decode answer, which has no prompt logits of its own. */
+        pd->prefill_answer = pd->resp;
+        pd->prefill_answer_len = pd->resp_len;
+    } else {
+        free(pd->resp);
+    }
     pd->resp = NULL;
     pd->resp_len = pd->resp_cap = 0;
     req->leg = &pd_decode_leg;
@@ -502,14 +640,198 @@ static enum dp_leg_action pd_collected(struct dp_request *req, struct dp_leg_ste
     return DP_LEG_ACT_NEXT;
 }
 
+/* ---- the decode answer's usage ---------------------------------------------------- */
+
+#define PD_LINE_MAX (16u << 10) /* longest SSE line held back to rewrite */
+#define PD_USAGE    "\"usage\":{"
+
+/* What pd_filter_commit does: nothing; hold the whole chunk; hold the
+ * chunk's partial last line; drop what was held and stop rewriting. */
+enum { PD_KEEP_NONE, PD_KEEP_ALL, PD_KEEP_TAIL, PD_KEEP_GIVE_UP };
+
+static int pd_out_add(struct dp_pd_state *pd, const char *p, size_t n)
+{
+    if (pd->fout_len + n > pd->fout_cap) {
+        size_t cap = pd->fout_cap ? pd->fout_cap : 4096;
+        while (cap < pd->fout_len + n)
+            cap *= 2;
+        char *nb = realloc(pd->fout, cap);
+        if (nb == NULL)
+            return -ENOMEM;
+        pd->fout = nb;
+        pd->fout_cap = cap;
+    }
+    memcpy(pd->fout + pd->fout_len, p, n);
+    pd->fout_len += n;
+    return 0;
+}
+
+/* One whole line (n bytes, its '\n' included), its usage rewritten. */
+static int pd_out_line(struct dp_pd_state *pd, const char *line, size_t n)
+{
+    if (memmem(line, n, PD_USAGE, sizeof(PD_USAGE) - 1) != NULL) {
+        size_t body = n - 1;
+        if (body > 0 && line[body - 1] == '\r')
+            body--;
+        char *o = NULL;
+        size_t ol = 0;
+        if (dp_pd_merge_line(line, body, &pd->usage, &o, &ol) == 0) {
+            int rc = pd_out_add(pd, o, ol);
+            free(o);
+            return rc == 0 ? pd_out_add(pd, line + body, n - body) : rc;
+        }
+    }
+    return pd_out_add(pd, line, n);
+}
+
+/*
+ * The decode leg's relay filter: a stream's usage chunk gets the prefill's
+ * prompt and cached tokens. Lines are rewritten whole, so a partial last
+ * line is held back until its end arrives (at most PD_LINE_MAX bytes; a
+ * longer one, never a usage chunk of vLLM's, ends the rewriting).
+ */
+static void pd_filter(struct dp_request *req, const char *data, size_t len, const char **out,
+                      size_t *out_len)
+{
+    struct dp_pd_state *pd = &req->pd;
+    *out = data;
+    *out_len = len;
+    pd->keep = PD_KEEP_NONE;
+    if (!req->sse || !pd->usage.known || pd->no_rewrite || len == 0)
+        return;
+    const char *last = memrchr(data, '\n', len);
+    if (pd->line_len == 0 && last == data + len - 1 &&
+        memmem(data, len, PD_USAGE, sizeof(PD_USAGE) - 1) == NULL)
+        return; /* whole lines, no usage: as they are */
+    pd->fout_len = 0;
+    if (last == NULL && pd->line_len + len <= PD_LINE_MAX) {
+        pd->keep = PD_KEEP_ALL; /* all of it held back */
+        *out_len = 0;
+        return;
+    }
+    if (last == NULL) {
+        /* Too long to hold: what was held, then the rest as it comes. */
+        if (pd_out_add(pd, pd->line, pd->line_len) != 0 || pd_out_add(pd, data, len) != 0)
+            return;
+        pd->keep = PD_KEEP_GIVE_UP;
+        *out = pd->fout;
+        *out_len = pd->fout_len;
+        return;
+    }
+    size_t upto = (size_t)(last - data) + 1;
+    const char *nl = memchr(data, '\n', upto);
+    size_t first = (size_t)(nl - data) + 1;
+    int rc = 0;
+    if (pd->line_len > 0) {
+        char *joined = malloc(pd->line_len + first);
+        if (joined == NULL)
+            return;
+        memcpy(joined, pd->line, pd->line_len);
+        memcpy(joined + pd->line_len, data, first);
+        rc = pd_out_line(pd, joined, pd->line_len + first);
+        free(joined);
+    } else {
+        rc = pd_out_line(pd, data, first);
+    }
+    for (const char *p = data + first; rc == 0 && p < data + upto;) {
+        nl = memchr(p, '\n', (size_t)(data + upto - p));
+        rc = pd_out_line(pd, p, (size_t)(nl - p) + 1);
+        p = nl + 1;
+    }
+    if (rc != 0 || len - upto > PD_LINE_MAX) {
+        /* Out of memory, or a tail too long to hold: relay as is. */
+        pd->fout_len = 0;
+        if (pd_out_add(pd, pd->line, pd->line_len) != 0 || pd_out_add(pd, data, len) != 0)
+            return;
+        *out = pd->fout;
+        *out_len = pd->fout_len;
+        pd->keep = PD_KEEP_GIVE_UP;
+        return;
+    }
+    pd->keep = PD_KEEP_TAIL;
+    *out = pd->fout;
+    *out_len = pd->fout_len;
+}
+
+static void pd_filter_commit(struct dp_request *req, const char *data, size_t len)
+{
+    struct dp_pd_state *pd = &req->pd;
+    if (!req->sse || !pd->usage.known || pd->no_rewrite || len == 0)
+        return;
+    if (pd->keep == PD_KEEP_NONE)
+        return;
+    if (pd->keep == PD_KEEP_GIVE_UP) {
+        pd->line_len = 0;
+        pd->no_rewrite = true;
+        return;
+    }
+    const char *last = memrchr(data, '\n', len);
+    size_t from = pd->keep == PD_KEEP_ALL ? 0 : (size_t)(last - data) + 1;
+    if (pd->keep == PD_KEEP_TAIL)
+        pd->line_len = 0;
+    size_t n = len - from;
+    if (pd->line_len + n > pd->line_cap) {
+        char *nb = realloc(pd->line, PD_LINE_MAX);
+        if (nb == NULL) {
+            pd->no_rewrite = true; /* the held bytes are lost with the rewriting: rare */
+            return;
+        }
+        pd->line = nb;
+        pd->line_cap = PD_LINE_MAX;
+    }
+    memcpy(pd->line + pd->line_len, data + from, n);
+    pd->line_len += n;
+}
+
+/*
+ * The decode answer ended: a non-streamed one, still whole in the relay,
+ * gets the prefill's usage (and prompt_logprobs when asked); a stream's
+ * held-back partial line goes out as it is.
+ */
+static void pd_decode_done(struct dp_request *req)
+{
+    struct dp_pd_state *pd = &req->pd;
+    if (req->leg != &pd_decode_leg)
+        return;
+    if (req->sse) {
+        if (pd->line_len > 0)
+            (void)dp_relay_append(&req->relay, pd->line, pd->line_len);
+        pd->line_len = 0;
+        return;
+    }
+    if (!dp_relay_is_whole(&req->relay) || (!pd->usage.known && pd->prefill_answer == NULL))
+        return;
+    size_t len = 0;
+    unsigned char *whole = dp_relay_release(&req->relay, &len);
+    if (whole == NULL)
+        return;
+    char *merged = NULL;
+    size_t merged_len = 0;
+    int rc = dp_pd_merge_answer((const char *)whole, len, &pd->usage, pd->prefill_answer,
+                                pd->prefill_answer_len, &merged, &merged_len);
+    /* Reopened whole; the merged answer, or the worker's when it cannot be. */
+    if (dp_relay_open(&req->relay, true) == 0 &&
+        (rc != 0 || dp_relay_append(&req->relay, merged, merged_len) != 0))
+        (void)dp_relay_append(&req->relay, whole, len);
+    free(merged);
+    free(whole);
+}
+
 /* Frees what req->pd owns: its bodies once sent, everything when req dies. */
-static void pd_free(struct dp_request *req)
+static void pd_free(struct dp_request *req, bool ev_free)
 {
     struct dp_pd_state *pd = &req->pd;
     free(pd->prefill_body);
     free(pd->decode_body);
     free(pd->resp);
     pd->prefill_body = pd->decode_body = pd->resp = NULL;
+    if (ev_free) {
+        free(pd->prefill_answer);
+        free(pd->line);
+        free(pd->fout);
+        pd->prefill_answer = pd->line = pd->fout = NULL;
+        pd->line_len = pd->line_cap = pd->fout_len = pd->fout_cap = 0;
+    }
 }
 
 /*
@@ -557,10 +879,13 @@ static enum dp_leg_action pd_next(struct dp_request *req, enum dp_leg_event ev,
     case DP_LEG_EV_COLLECTED:
         return pd_collected(req, step);
     case DP_LEG_EV_SENT:
+        pd_free(req, false);
+        break;
     case DP_LEG_EV_FREE:
-        pd_free(req);
+        pd_free(req, true);
         break;
     case DP_LEG_EV_DONE:
+        pd_decode_done(req);
         pd_finish(req, DP_PD_OUT_OK);
         break;
     case DP_LEG_EV_FAILED:

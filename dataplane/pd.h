@@ -65,6 +65,27 @@ int dp_pd_prefill_body(const char *body, size_t len, char **out, size_t *out_len
 int dp_pd_decode_body(const char *body, size_t len, const char *resp, size_t resp_len, char **out,
                       size_t *out_len, char *err, size_t err_len);
 
+/*
+ * The usage the client gets under P/D (as vLLM's own router does): the
+ * prompt and cached tokens of the prefill answer, the completion tokens of
+ * the decode answer (whose cached tokens count the pulled KV), the total
+ * recomputed.
+ *
+ * dp_pd_prefill_usage reads the prefill answer's usage into u (u->known
+ * false when it has none). dp_pd_merge_answer rewrites a non-streamed
+ * decode answer: its usage from u, and when prefill is not NULL the
+ * prompt_logprobs of the prefill answer (top level, and per choice)
+ * wherever the decode answer has them null. dp_pd_merge_line rewrites one
+ * SSE line ("data: {...}") whose chunk carries a usage object. Both return
+ * 0 and a malloc'd *out, -ENOENT when nothing changes (use the input),
+ * -EINVAL when the input is not what they expect, -ENOMEM.
+ */
+void dp_pd_prefill_usage(const char *resp, size_t len, struct dp_pd_usage *u);
+int dp_pd_merge_answer(const char *body, size_t len, const struct dp_pd_usage *u,
+                       const char *prefill, size_t prefill_len, char **out, size_t *out_len);
+int dp_pd_merge_line(const char *line, size_t len, const struct dp_pd_usage *u, char **out,
+                     size_t *out_len);
+
 /* ---- legs ------------------------------------------------------------------ */
 
 /* Creates loop->pd: the prefill and decode policies (policy.prefill/decode). 0 or -errno. */

@@ -509,6 +509,57 @@ static void test_list_of_prompts_routed_as_regular(void **state)
     h_fleet_stop(&p.f);
 }
 
+/* The usage of the prefill answer's prompt_tokens_details. */
+static long long cached_of(json_t *usage)
+{
+    return json_int(json_object_get(usage, "prompt_tokens_details"), "cached_tokens");
+}
+
+/*
+ * Usage under P/D: the decode worker counts the KV it pulled as cached prompt tokens, so the
+ * client gets the prompt and cached tokens of the prefill answer, the completion tokens of the
+ * decode answer: a cold request reports 0 cached, the same request again the prefill's hit.
+ */
+static void test_usage_from_prefill(void **state)
+{
+    (void)state;
+    struct pd_fleet p;
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1, .n_decode = 1});
+    char url[128];
+    chat_url(&p, url, sizeof(url));
+    for (int round = 0; round < 2; round++) {
+        struct h_resp r;
+        assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+        assert_int_equal(r.status, 200);
+        json_t *j = h_resp_json(&r);
+        assert_non_null(j);
+        json_t *u = json_object_get(j, "usage");
+        long long prompt = json_int(u, "prompt_tokens");
+        assert_true(prompt > 32);
+        assert_int_equal(json_int(u, "completion_tokens"), 8);
+        assert_int_equal(json_int(u, "total_tokens"), prompt + 8);
+        /* Cold: nothing cached; warm: the prefill's two full blocks of 16 tokens. */
+        assert_int_equal(cached_of(u), round == 0 ? 0 : 32);
+        json_decref(j);
+        h_resp_fini(&r);
+    }
+    /* A stream's usage chunk the same way (its prompt is shorter than a block). */
+    struct h_sse s;
+    assert_int_equal(h_http_stream(url, CHAT_STREAM, &s), 0);
+    assert_int_equal(s.resp.status, 200);
+    assert_true(s.saw_done);
+    assert_int_equal(s.n_events, 9);
+    json_t *chunk = json_loads(s.events[s.n_events - 2].data, 0, NULL);
+    assert_non_null(chunk);
+    json_t *u = json_object_get(chunk, "usage");
+    assert_int_equal(json_int(u, "completion_tokens"), 6);
+    assert_int_equal(json_int(u, "total_tokens"), json_int(u, "prompt_tokens") + 6);
+    assert_int_equal(cached_of(u), 0);
+    json_decref(chunk);
+    h_sse_fini(&s);
+    h_fleet_stop(&p.f);
+}
+
 /* ---- cancellation in each phase --------------------------------------------------- */
 
 static void test_abort_while_prefill_pending(void **state)
@@ -1039,6 +1090,7 @@ int main(void)
         H_TEST(test_full_flow_flat_block_ids),
         H_TEST(test_min_tokens),
         H_TEST(test_list_of_prompts_routed_as_regular),
+        H_TEST(test_usage_from_prefill),
         H_TEST(test_abort_while_prefill_pending),
         H_TEST(test_abort_while_decode_pending),
         H_TEST(test_decode_stall_keeps_load_until_eof),

@@ -343,6 +343,7 @@ static void infer_start(struct mw_req *req)
         mw_now_ns() + ms_to_ns(req->plan.extra_latency_ms) + (uint64_t)(prefill_us * 1000.0);
     req->tpot_ns = (uint64_t)(o->tpot_ms * 1e6);
     req->gen.n_tokens = req->ep == MW_EP_EMBEDDINGS ? 0 : req->infer.max_tokens;
+    req->gen.cached_tokens = req->sched.prompt_tokens - req->sched.compute_tokens;
 }
 
 static uint64_t last_token_ns(const struct mw_req *req)

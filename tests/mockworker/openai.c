@@ -404,9 +404,10 @@ static const char *finish_reason(const struct mw_infer *r)
 
 static json_t *usage_json(const struct mw_infer *r, const struct mw_gen *g)
 {
-    return json_pack("{s:I, s:I, s:I, s:n}", "prompt_tokens", (json_int_t)r->prompt_tokens,
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)r->prompt_tokens,
                      "total_tokens", (json_int_t)(r->prompt_tokens + g->n_tokens),
-                     "completion_tokens", (json_int_t)g->n_tokens, "prompt_tokens_details");
+                     "completion_tokens", (json_int_t)g->n_tokens, "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)g->cached_tokens);
 }
 
 char *mw_openai_completion_body(const struct mw_infer *r, const struct mw_gen *g, json_t *kv,
@@ -543,9 +544,10 @@ int mw_openai_sse_usage(const struct mw_infer *r, const struct mw_gen *g, char *
     int n = snprintf(buf, cap,
                      "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%" PRId64
                      ",\"model\":\"%s\",\"choices\":[],\"usage\":{\"prompt_tokens\":%" PRIu64
-                     ",\"total_tokens\":%" PRIu64 ",\"completion_tokens\":%" PRIu64 "}}\n\n",
+                     ",\"total_tokens\":%" PRIu64 ",\"completion_tokens\":%" PRIu64
+                     ",\"prompt_tokens_details\":{\"cached_tokens\":%" PRIu64 "}}}\n\n",
                      g->id, object, g->created, g->model, r->prompt_tokens,
-                     r->prompt_tokens + g->n_tokens, g->n_tokens);
+                     r->prompt_tokens + g->n_tokens, g->n_tokens, g->cached_tokens);
     return sse_result(n, cap);
 }
 

@@ -109,6 +109,9 @@ struct mw_gen {
     int64_t created;
     uint64_t seed;
     uint64_t n_tokens; /* tokens generated */
+    /* Prompt tokens not computed here: local prefix-cache hits plus, on a
+     * decode worker, the KV pulled from a prefill worker (vLLM counts both). */
+    uint64_t cached_tokens;
 };
 
 /*

@@ -253,6 +253,86 @@ static void test_decode_passes_any_params_shape(void **state)
                           "\"remote_block_ids\":[]}}");
 }
 
+/* ---- usage under P/D ---------------------------------------------------------------- */
+
+static const char *const PREFILL_ANSWER =
+    "{\"id\":\"c\",\"choices\":[{\"index\":0,\"text\":\"x\",\"prompt_logprobs\":[null,{\"7\":"
+    "{\"logprob\":-1.5}}]}],\"prompt_logprobs\":[null],\"usage\":{\"prompt_tokens\":40,"
+    "\"total_tokens\":41,\"completion_tokens\":1,\"prompt_tokens_details\":{\"cached_tokens\":"
+    "16}},\"kv_transfer_params\":{\"do_remote_prefill\":true,\"remote_block_ids\":[[1]]}}";
+
+static void test_usage_taken_from_prefill(void **state)
+{
+    (void)state;
+    struct dp_pd_usage u;
+    dp_pd_prefill_usage(PREFILL_ANSWER, strlen(PREFILL_ANSWER), &u);
+    assert_true(u.known && u.cached_known);
+    assert_int_equal(u.prompt_tokens, 40);
+    assert_int_equal(u.cached_tokens, 16);
+    /* The decode answer counted the pulled KV as cached; no prompt logprobs of its own. */
+    const char *decode = "{\"id\":\"c\",\"choices\":[{\"index\":0,\"text\":\"abc\","
+                         "\"prompt_logprobs\":null}],\"prompt_logprobs\":null,\"usage\":{"
+                         "\"prompt_tokens\":40,\"total_tokens\":48,\"completion_tokens\":8,"
+                         "\"prompt_tokens_details\":{\"cached_tokens\":40}}}";
+    char *out = NULL;
+    size_t len = 0;
+    assert_int_equal(dp_pd_merge_answer(decode, strlen(decode), &u, NULL, 0, &out, &len), 0);
+    json_t *j = json_loads(out, 0, NULL);
+    free(out);
+    json_t *usage = json_object_get(j, "usage");
+    assert_int_equal(json_integer_value(json_object_get(usage, "prompt_tokens")), 40);
+    assert_int_equal(json_integer_value(json_object_get(usage, "completion_tokens")), 8);
+    assert_int_equal(json_integer_value(json_object_get(usage, "total_tokens")), 48);
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(usage, "prompt_tokens_details"), "cached_tokens")),
+                     16);
+    assert_true(json_is_null(json_object_get(j, "prompt_logprobs")));
+    json_decref(j);
+    /* prompt_logprobs asked for: the prefill's, top level and per choice. */
+    assert_int_equal(dp_pd_merge_answer(decode, strlen(decode), &u, PREFILL_ANSWER,
+                                        strlen(PREFILL_ANSWER), &out, &len),
+                     0);
+    j = json_loads(out, 0, NULL);
+    free(out);
+    assert_int_equal(json_array_size(json_object_get(j, "prompt_logprobs")), 1);
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+    assert_int_equal(json_array_size(json_object_get(c0, "prompt_logprobs")), 2);
+    assert_string_equal(json_string_value(json_object_get(c0, "text")), "abc");
+    json_decref(j);
+    /* No usage in the prefill answer: nothing to change. */
+    struct dp_pd_usage none;
+    dp_pd_prefill_usage("{\"id\":1}", 8, &none);
+    assert_false(none.known);
+    assert_int_equal(dp_pd_merge_answer(decode, strlen(decode), &none, NULL, 0, &out, &len),
+                     -ENOENT);
+}
+
+static void test_usage_line_rewritten(void **state)
+{
+    (void)state;
+    struct dp_pd_usage u = {.known = true, .cached_known = true, .prompt_tokens = 7,
+                            .cached_tokens = 0};
+    const char *line = "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,"
+                       "\"total_tokens\":13,\"completion_tokens\":6,\"prompt_tokens_details\":{"
+                       "\"cached_tokens\":7}}}";
+    char *out = NULL;
+    size_t len = 0;
+    assert_int_equal(dp_pd_merge_line(line, strlen(line), &u, &out, &len), 0);
+    assert_int_equal(strlen(out), len);
+    assert_memory_equal(out, "data: {", 7);
+    json_t *j = json_loads(out + 6, 0, NULL);
+    free(out);
+    json_t *usage = json_object_get(j, "usage");
+    assert_int_equal(json_integer_value(json_object_get(usage, "total_tokens")), 13);
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(usage, "prompt_tokens_details"), "cached_tokens")),
+                     0);
+    json_decref(j);
+    assert_int_equal(dp_pd_merge_line("data: [DONE]", 12, &u, &out, &len), -EINVAL);
+    const char *no_usage = "data: {\"choices\":[],\"usage\":null}";
+    assert_int_equal(dp_pd_merge_line(no_usage, strlen(no_usage), &u, &out, &len), -ENOENT);
+}
+
 /* A long prompt reaches both legs byte for byte, escapes included: the
  * rewrite never decodes it (dataplane/json_skeleton.h). */
 static void test_long_prompt_kept_byte_for_byte(void **state)
@@ -306,6 +386,8 @@ int main(void)
         cmocka_unit_test(test_decode_body_replaces_client_params),
         cmocka_unit_test(test_decode_refuses_unusable_params),
         cmocka_unit_test(test_decode_passes_any_params_shape),
+        cmocka_unit_test(test_usage_taken_from_prefill),
+        cmocka_unit_test(test_usage_line_rewritten),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
