@@ -560,6 +560,53 @@ static void test_usage_from_prefill(void **state)
     h_fleet_stop(&p.f);
 }
 
+/* The prefill mock's pins: an answer's blocks stay pinned until a decode worker consumes them
+ * (through the router: at once) or the lease runs out (a prefill nobody decodes). */
+static bool prefill_unpinned(void *arg)
+{
+    struct pd_fleet *p = arg;
+    return h_fleet_mock_stat(&p->f, 0, "pinned_blocks") == 0;
+}
+
+static void test_prefill_pins_until_read_or_lease(void **state)
+{
+    (void)state;
+    struct pd_fleet p;
+    const char *lease[] = {"--kv-lease-ms", "1000", NULL};
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1, .n_decode = 1, .prefill_args = lease});
+    char url[128];
+    chat_url(&p, url, sizeof(url));
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_fini(&r);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "kv_reads"), 1);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "pinned_blocks"), 0);
+    /* A prefill answer no decode reads: its 3 blocks (2 full, the tail) stay pinned. */
+    json_t *pb = last_request(&p, 0);
+    char *body = json_dumps(pb, JSON_COMPACT);
+    json_decref(pb);
+    assert_non_null(body);
+    char purl[128];
+    assert_int_equal(h_url(purl, sizeof(purl), p.f.mock[0].port, "/v1/chat/completions"), 0);
+    assert_int_equal(h_http_post_json(purl, body, &r), 0);
+    free(body);
+    assert_int_equal(r.status, 200);
+    json_t *j = h_resp_json(&r);
+    json_t *kv = json_object_get(j, "kv_transfer_params");
+    assert_true(json_is_string(json_object_get(kv, "remote_request_id")));
+    assert_true(json_int(kv, "remote_num_tokens") > 32);
+    assert_true(json_int(kv, "remote_blocks_expiry_time") > 0);
+    json_decref(j);
+    h_resp_fini(&r);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "pinned_blocks"), 3);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "pinned_requests"), 1);
+    assert_int_equal(h_wait_until(prefill_unpinned, &p, 3000), 0);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "kv_lease_expired"), 1);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "blocks_read_twice"), 0);
+    h_fleet_stop(&p.f);
+}
+
 /* ---- cancellation in each phase --------------------------------------------------- */
 
 static void test_abort_while_prefill_pending(void **state)
@@ -1091,6 +1138,7 @@ int main(void)
         H_TEST(test_min_tokens),
         H_TEST(test_list_of_prompts_routed_as_regular),
         H_TEST(test_usage_from_prefill),
+        H_TEST(test_prefill_pins_until_read_or_lease),
         H_TEST(test_abort_while_prefill_pending),
         H_TEST(test_abort_while_decode_pending),
         H_TEST(test_decode_stall_keeps_load_until_eof),
