@@ -158,7 +158,8 @@ static int pd_check_params(const json_t *kv, char *err, size_t err_len)
         return pd_bad(err, err_len, "kv_transfer_params.do_remote_prefill is not true");
     const json_t *mode = json_object_get(kv, "transfer_mode");
     if (json_is_string(mode) && strcmp(json_string_value(mode), "push") == 0)
-        return pd_bad(err, err_len, "kv_transfer_params asks for push mode, which is not supported");
+        return pd_bad(err, err_len,
+                      "kv_transfer_params asks for push mode, which is not supported");
     const json_t *ids = json_object_get(kv, "remote_block_ids");
     if (ids == NULL || json_is_null(ids))
         return pd_bad(err, err_len,
@@ -292,8 +293,7 @@ int dp_pd_merge_line(const char *line, size_t len, const struct dp_pd_usage *u, 
     static const char prefix[] = "data: ";
     if (len < sizeof(prefix) - 1 || memcmp(line, prefix, sizeof(prefix) - 1) != 0)
         return -EINVAL;
-    json_t *root =
-        pd_load_object(line + sizeof(prefix) - 1, len - (sizeof(prefix) - 1));
+    json_t *root = pd_load_object(line + sizeof(prefix) - 1, len - (sizeof(prefix) - 1));
     if (root == NULL)
         return -EINVAL;
     int rc = -ENOENT;
@@ -616,8 +616,7 @@ static enum dp_leg_action pd_collected(struct dp_request *req, struct dp_leg_ste
     }
     char err[DP_CAUSE_MAX + CFG_ID_MAX];
     int rc = pd_start_decode(req, step->worker_id, err, sizeof(err));
-    if (rc == -EPROTO &&
-        req->loop->sh->cfg->policy.pd_fallback == CFG_PD_FALLBACK_LOCAL_PREFILL) {
+    if (rc == -EPROTO && req->loop->sh->cfg->policy.pd_fallback == CFG_PD_FALLBACK_LOCAL_PREFILL) {
         /* A format change costs speed, not availability: the decode
          * worker prefills the client's body itself. */
         log_warn("request %s: %s; sent to a decode worker to prefill locally", req->request_id,

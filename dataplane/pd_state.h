@@ -1,8 +1,8 @@
 /*
  * Prefill/decode's state in a loop (struct dp_pd_loop, embedded in struct
- * dp_loop) and a request's prefill usage (struct dp_pd_usage): types only, apart from pd.h's functions, so loop.h can embed
- * it without depending on pd. Touched only by pd.c once the loop's driver
- * has cleared it.
+ * dp_loop) and a request's prefill usage (struct dp_pd_usage): types only, apart from pd.h's
+ * functions, so loop.h can embed it without depending on pd. Touched only by pd.c once the loop's
+ * driver has cleared it.
  */
 #ifndef SY_DATAPLANE_PD_STATE_H
 #define SY_DATAPLANE_PD_STATE_H

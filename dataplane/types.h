@@ -120,8 +120,8 @@ struct dp_pd_state {
      * the output of the last chunk, committed once the relay took it. */
     char *line, *fout;
     size_t line_len, line_cap, fout_len, fout_cap;
-    int keep;         /* what the commit does with the chunk (pd.c) */
-    bool no_rewrite;  /* a line too long to hold: the rest passes as is */
+    int keep;        /* what the commit does with the chunk (pd.c) */
+    bool no_rewrite; /* a line too long to hold: the rest passes as is */
     char prefill_worker[CFG_ID_MAX];
 };
 

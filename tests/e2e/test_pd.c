@@ -50,7 +50,7 @@ struct pd_fleet {
 
 struct pd_opts {
     size_t n_prefill, n_decode;
-    size_t n_regular; /* regular workers of the model, after the decode ones */
+    size_t n_regular;                /* regular workers of the model, after the decode ones */
     const char *const *prefill_args; /* extra mock flags, NULL-terminated, or NULL */
     const char *const *decode_args;
     const char *dataplane_extra;
@@ -417,10 +417,9 @@ static void test_full_flow_flat_block_ids(void **state)
     (void)state;
     struct pd_fleet p;
     const char *flat[] = {"--kv-block-ids-shape", "flat", NULL};
-    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1,
-                                         .n_decode = 1,
-                                         .prefill_args = flat,
-                                         .decode_args = flat});
+    pd_fleet_start(&p,
+                   &(struct pd_opts){
+                       .n_prefill = 1, .n_decode = 1, .prefill_args = flat, .decode_args = flat});
     char url[128];
     chat_url(&p, url, sizeof(url));
     struct h_resp r;
@@ -1105,8 +1104,9 @@ static void test_soak_random_aborts_and_faults(void **state)
     assert_loads_match_mocks(&p);
     assert_int_equal(holds, SOAK_HOLDS);
     long long total = 0;
-    const char *outcomes[] = {"ok",              "prefill_error",  "bad_kv_params", "decode_error",
-                              "aborted_prefill", "aborted_decode", "pd_fallback"};
+    const char *outcomes[] = {"ok",           "prefill_error",   "bad_kv_params",
+                              "decode_error", "aborted_prefill", "aborted_decode",
+                              "pd_fallback"};
     for (size_t o = 0; o < 7; o++) {
         char series[96];
         snprintf(series, sizeof(series), "switchyard_pd_requests_total{outcome=\"%s\"}",

@@ -749,7 +749,9 @@ static enum MHD_Result respond_mock_kv_read(struct mw_req *req)
     if (rc == -EALREADY)
         log_warn("the blocks of %s were read a second time", rid);
     json_t *out = json_pack("{s:s}", "result",
-                            rc == 0 ? "read" : rc == -EALREADY ? "read_twice" : "unknown");
+                            rc == 0           ? "read"
+                            : rc == -EALREADY ? "read_twice"
+                                              : "unknown");
     json_decref(j);
     return respond_json(req, 200, out);
 }

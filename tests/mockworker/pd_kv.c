@@ -83,6 +83,5 @@ json_t *mw_pd_answer_params(const struct mw_pd_answer *a)
                      "do_remote_decode", 0, "remote_engine_id", a->engine_id, "remote_block_ids",
                      ids, "remote_host", a->host, "remote_port", (int)a->port, "tp_size", 1,
                      "remote_request_id", a->request_id, "remote_num_tokens",
-                     (json_int_t)a->num_tokens, "remote_blocks_expiry_time",
-                     (json_int_t)a->expiry);
+                     (json_int_t)a->num_tokens, "remote_blocks_expiry_time", (json_int_t)a->expiry);
 }

@@ -310,8 +310,8 @@ static void test_usage_taken_from_prefill(void **state)
 static void test_usage_line_rewritten(void **state)
 {
     (void)state;
-    struct dp_pd_usage u = {.known = true, .cached_known = true, .prompt_tokens = 7,
-                            .cached_tokens = 0};
+    struct dp_pd_usage u = {
+        .known = true, .cached_known = true, .prompt_tokens = 7, .cached_tokens = 0};
     const char *line = "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,"
                        "\"total_tokens\":13,\"completion_tokens\":6,\"prompt_tokens_details\":{"
                        "\"cached_tokens\":7}}}";
