@@ -9,8 +9,15 @@
  *            worker of role prefill picked by policy.prefill; its response
  *            is collected by the router, never relayed;
  *   decode:  the client's body plus the kv_transfer_params the prefill
- *            returned, sent to a worker of role decode picked by
- *            policy.decode; its response is relayed to the client.
+ *            returned (checked only for do_remote_prefill, passed on
+ *            verbatim), sent to a worker of role decode picked by
+ *            policy.decode; its response is relayed to the client, its
+ *            usage taken from the prefill answer's prompt and cached tokens.
+ *
+ * A prefill answer without usable params falls back to the client's body
+ * on a decode worker (policy.pd_fallback); a decode that may have seen the
+ * params is never retried with them elsewhere (its blocks may be gone):
+ * the request runs again from a new prefill instead.
  *
  * This module owns the rewriting of bodies (pure functions, unit-tested),
  * the legs' choice of role and policy, the phase transitions and the P/D
@@ -22,7 +29,7 @@
  * complete or its transfer aborted, before any decode starts; the decode
  * guard is a relayed attempt's guard, held to the end of its body. A
  * request counts exactly one outcome: the first of the plan's ending
- * events (done, failed, cut, aborted, a bad prefill answer).
+ * events (done, failed, cut, aborted, a bad prefill answer, the fallback).
  *
  * Threading: the loop's thread only, except the pure body functions (any
  * thread).
