@@ -650,6 +650,8 @@ enum { PD_KEEP_NONE, PD_KEEP_ALL, PD_KEEP_TAIL, PD_KEEP_GIVE_UP };
 
 static int pd_out_add(struct dp_pd_state *pd, const char *p, size_t n)
 {
+    if (n == 0)
+        return 0;
     if (pd->fout_len + n > pd->fout_cap) {
         size_t cap = pd->fout_cap ? pd->fout_cap : 4096;
         while (cap < pd->fout_len + n)
@@ -689,14 +691,13 @@ static int pd_out_line(struct dp_pd_state *pd, const char *line, size_t n)
  * line is held back until its end arrives (at most PD_LINE_MAX bytes; a
  * longer one, never a usage chunk of vLLM's, ends the rewriting).
  */
-static void pd_filter(struct dp_request *req, const char *data, size_t len, const char **out,
-                      size_t *out_len)
+void dp_pd_filter(struct dp_pd_state *pd, bool sse, const char *data, size_t len, const char **out,
+                  size_t *out_len)
 {
-    struct dp_pd_state *pd = &req->pd;
     *out = data;
     *out_len = len;
     pd->keep = PD_KEEP_NONE;
-    if (!req->sse || !pd->usage.known || pd->no_rewrite || len == 0)
+    if (!sse || !pd->usage.known || pd->no_rewrite || len == 0)
         return;
     const char *last = memrchr(data, '\n', len);
     if (pd->line_len == 0 && last == data + len - 1 &&
@@ -752,10 +753,9 @@ static void pd_filter(struct dp_request *req, const char *data, size_t len, cons
     *out_len = pd->fout_len;
 }
 
-static void pd_filter_commit(struct dp_request *req, const char *data, size_t len)
+void dp_pd_filter_commit(struct dp_pd_state *pd, bool sse, const char *data, size_t len)
 {
-    struct dp_pd_state *pd = &req->pd;
-    if (!req->sse || !pd->usage.known || pd->no_rewrite || len == 0)
+    if (!sse || !pd->usage.known || pd->no_rewrite || len == 0)
         return;
     if (pd->keep == PD_KEEP_NONE)
         return;
@@ -769,6 +769,8 @@ static void pd_filter_commit(struct dp_request *req, const char *data, size_t le
     if (pd->keep == PD_KEEP_TAIL)
         pd->line_len = 0;
     size_t n = len - from;
+    if (n == 0)
+        return;
     if (pd->line_len + n > pd->line_cap) {
         char *nb = realloc(pd->line, PD_LINE_MAX);
         if (nb == NULL) {
@@ -780,6 +782,27 @@ static void pd_filter_commit(struct dp_request *req, const char *data, size_t le
     }
     memcpy(pd->line + pd->line_len, data + from, n);
     pd->line_len += n;
+}
+
+static void pd_filter(struct dp_request *req, const char *data, size_t len, const char **out,
+                      size_t *out_len)
+{
+    dp_pd_filter(&req->pd, req->sse, data, len, out, out_len);
+}
+
+static void pd_filter_commit(struct dp_request *req, const char *data, size_t len)
+{
+    dp_pd_filter_commit(&req->pd, req->sse, data, len);
+}
+
+/* Frees the rewriting's buffers (and the kept prefill answer). */
+void dp_pd_filter_fini(struct dp_pd_state *pd)
+{
+    free(pd->prefill_answer);
+    free(pd->line);
+    free(pd->fout);
+    pd->prefill_answer = pd->line = pd->fout = NULL;
+    pd->line_len = pd->line_cap = pd->fout_len = pd->fout_cap = 0;
 }
 
 /*
@@ -824,13 +847,8 @@ static void pd_free(struct dp_request *req, bool ev_free)
     free(pd->decode_body);
     free(pd->resp);
     pd->prefill_body = pd->decode_body = pd->resp = NULL;
-    if (ev_free) {
-        free(pd->prefill_answer);
-        free(pd->line);
-        free(pd->fout);
-        pd->prefill_answer = pd->line = pd->fout = NULL;
-        pd->line_len = pd->line_cap = pd->fout_len = pd->fout_cap = 0;
-    }
+    if (ev_free)
+        dp_pd_filter_fini(pd);
 }
 
 /*

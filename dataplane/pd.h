@@ -93,6 +93,22 @@ int dp_pd_merge_answer(const char *body, size_t len, const struct dp_pd_usage *u
 int dp_pd_merge_line(const char *line, size_t len, const struct dp_pd_usage *u, char **out,
                      size_t *out_len);
 
+/*
+ * The decode leg's relay filter on a request's P/D state (legs.h's filter
+ * and filter_commit; public for the unit tests): with sse and a known
+ * prefill usage, the lines of a stream whose chunk carries a usage object
+ * are rewritten by dp_pd_merge_line; a partial last line is held back
+ * (at most 16 KiB; a longer one ends the rewriting) until the chunk that
+ * ends it. dp_pd_filter sets *out (data itself, or pd's buffer) without
+ * changing what is held; dp_pd_filter_commit, once the relay took *out,
+ * does. dp_pd_filter_fini frees pd's buffers.
+ */
+struct dp_pd_state;
+void dp_pd_filter(struct dp_pd_state *pd, bool sse, const char *data, size_t len, const char **out,
+                  size_t *out_len);
+void dp_pd_filter_commit(struct dp_pd_state *pd, bool sse, const char *data, size_t len);
+void dp_pd_filter_fini(struct dp_pd_state *pd);
+
 /* ---- legs ------------------------------------------------------------------ */
 
 /* Creates loop->pd: the prefill and decode policies (policy.prefill/decode). 0 or -errno. */

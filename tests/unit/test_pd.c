@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "dataplane/pd.h"
+#include "dataplane/types.h"
 
 static json_t *prefill_of(const char *body)
 {
@@ -333,6 +334,73 @@ static void test_usage_line_rewritten(void **state)
     assert_int_equal(dp_pd_merge_line(no_usage, strlen(no_usage), &u, &out, &len), -ENOENT);
 }
 
+/* Runs a stream through the decode leg's filter in chunks of `step` bytes; every other chunk is
+ * first refused by the relay (offered again, as curl does after a pause). Returns the relayed
+ * bytes, the held tail flushed at the end (malloc'd). */
+static char *filter_stream(const char *stream, size_t step, size_t *out_len)
+{
+    struct dp_pd_state pd;
+    memset(&pd, 0, sizeof(pd));
+    pd.usage = (struct dp_pd_usage){.known = true, .cached_known = true, .prompt_tokens = 7};
+    size_t len = strlen(stream), n = 0;
+    char *got = malloc(4 * len + 64);
+    assert_non_null(got);
+    for (size_t off = 0, k = 0; off < len; off += step, k++) {
+        size_t c = len - off < step ? len - off : step;
+        const char *out = NULL;
+        size_t ol = 0;
+        if (k % 2 == 1)
+            dp_pd_filter(&pd, true, stream + off, c, &out, &ol); /* refused: no commit */
+        dp_pd_filter(&pd, true, stream + off, c, &out, &ol);
+        memcpy(got + n, out, ol);
+        n += ol;
+        dp_pd_filter_commit(&pd, true, stream + off, c);
+    }
+    if (pd.line_len > 0)
+        memcpy(got + n, pd.line, pd.line_len);
+    n += pd.line_len;
+    got[n] = '\0';
+    dp_pd_filter_fini(&pd);
+    *out_len = n;
+    return got;
+}
+
+static void test_stream_usage_rewritten_across_chunks(void **state)
+{
+    (void)state;
+    const char *stream =
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" a\"}}]}\n\n"
+        "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"total_tokens\":13,"
+        "\"completion_tokens\":6,\"prompt_tokens_details\":{\"cached_tokens\":7}}}\n\n"
+        "data: [DONE]\n\n";
+    size_t ref_len = 0;
+    char *ref = filter_stream(stream, strlen(stream), &ref_len);
+    assert_non_null(strstr(ref, "\"cached_tokens\":0"));
+    assert_null(strstr(ref, "\"cached_tokens\":7"));
+    assert_non_null(strstr(ref, "data: {\"id\":\"c\",\"choices\":[{"));
+    assert_true(ref_len >= 16 && memcmp(ref + ref_len - 16, "\n\ndata: [DONE]\n\n", 16) == 0);
+    for (size_t step = 1; step < strlen(stream); step++) {
+        size_t n = 0;
+        char *got = filter_stream(stream, step, &n);
+        assert_int_equal(n, ref_len);
+        assert_memory_equal(got, ref, n);
+        free(got);
+    }
+    free(ref);
+    /* Not a stream, or no prefill usage: every byte as it came. */
+    struct dp_pd_state pd;
+    memset(&pd, 0, sizeof(pd));
+    const char *out = NULL;
+    size_t ol = 0;
+    dp_pd_filter(&pd, true, stream, strlen(stream), &out, &ol);
+    assert_ptr_equal(out, stream);
+    assert_int_equal(ol, strlen(stream));
+    pd.usage.known = true;
+    dp_pd_filter(&pd, false, stream, strlen(stream), &out, &ol);
+    assert_ptr_equal(out, stream);
+    dp_pd_filter_fini(&pd);
+}
+
 /* A long prompt reaches both legs byte for byte, escapes included: the
  * rewrite never decodes it (dataplane/json_skeleton.h). */
 static void test_long_prompt_kept_byte_for_byte(void **state)
@@ -388,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_decode_passes_any_params_shape),
         cmocka_unit_test(test_usage_taken_from_prefill),
         cmocka_unit_test(test_usage_line_rewritten),
+        cmocka_unit_test(test_stream_usage_rewritten_across_chunks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
