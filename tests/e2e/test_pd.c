@@ -871,6 +871,40 @@ static void test_prefill_without_params_falls_back(void **state)
     h_fleet_stop(&p.f);
 }
 
+/* vLLM's push mode (no remote_block_ids: the legs would have to run concurrently) is refused:
+ * the local fallback by default, a 502 saying so with pd_fallback: error. */
+static void test_push_mode_refused(void **state)
+{
+    (void)state;
+    struct pd_fleet p;
+    const char *push[] = {"--kv-transfer-mode", "push", NULL};
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1, .n_decode = 1, .prefill_args = push});
+    char url[128];
+    chat_url(&p, url, sizeof(url));
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_fini(&r);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "local_prefill"), 1);
+    json_t *db = last_request(&p, 1);
+    assert_null(json_object_get(db, "kv_transfer_params"));
+    json_decref(db);
+    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"pd_fallback\"}"), 1);
+    h_fleet_stop(&p.f);
+
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1,
+                                         .n_decode = 1,
+                                         .prefill_args = push,
+                                         .policy_extra = "pd_fallback: error\n"});
+    chat_url(&p, url, sizeof(url));
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_error_body(&r, 502, "bad_kv_transfer_params");
+    assert_non_null(strstr(r.body, "push mode"));
+    h_resp_fini(&r);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "requests_total"), 0);
+    h_fleet_stop(&p.f);
+}
+
 /* A decode that never starts (its only worker refuses connections) holds no prefill load. */
 static void test_unreachable_decode_releases_prefill(void **state)
 {
@@ -1147,6 +1181,7 @@ int main(void)
         H_TEST(test_decode_503_reruns_prefill),
         H_TEST(test_prefill_without_params_is_502),
         H_TEST(test_prefill_without_params_falls_back),
+        H_TEST(test_push_mode_refused),
         H_TEST(test_unreachable_decode_releases_prefill),
         H_TEST(test_prefill_timeouts),
         H_TEST(test_prefill_client_error_passed_through),

@@ -378,6 +378,7 @@ static json_t *kv_transfer_params(struct mw_req *req)
         .block_ids = ids,
         .n_blocks = n,
         .flat = s->opts.kv_ids_flat,
+        .push = s->opts.kv_push,
         .request_id = rid,
         .num_tokens = req->infer.prompt_tokens,
         .expiry = (int64_t)time(NULL) + (int64_t)(s->opts.kv_lease_ms / 1000),

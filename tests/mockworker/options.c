@@ -20,6 +20,7 @@ enum opt_kind {
     OPT_KIND_STRING,
     OPT_KIND_ROLE,
     OPT_KIND_KV_SHAPE,
+    OPT_KIND_KV_MODE,
     OPT_KIND_U32,
     OPT_KIND_U64,
     OPT_KIND_DOUBLE,
@@ -53,6 +54,9 @@ static const struct opt_def opt_defs[] = {
     {"--kv-block-ids-shape", OPT_KIND_KV_SHAPE, OFF(kv_ids_flat), 0, 0, 0, "SHAPE",
      "remote_block_ids of P/D params: grouped ([[1,2]], vLLM since 2026-03) or flat "
      "(default grouped)"},
+    {"--kv-transfer-mode", OPT_KIND_KV_MODE, OFF(kv_push), 0, 0, 0, "MODE",
+     "P/D: pull (the decode reads the blocks) or push (answer as vLLM's push mode, without "
+     "remote_block_ids; default pull)"},
     {"--kv-lease-ms", OPT_KIND_U64, OFF(kv_lease_ms), sizeof(uint64_t), 1, 86400000, "MS",
      "P/D: how long a prefill worker pins the blocks of an answer no decode read (default "
      "30000)"},
@@ -229,6 +233,13 @@ static int apply_value(const struct opt_def *def, const char *value, struct mw_o
             return 0;
         }
         snprintf(err, err_len, "%s: expected grouped|flat, got '%s'", def->name, value);
+        return -EINVAL;
+    case OPT_KIND_KV_MODE:
+        if (strcmp(value, "pull") == 0 || strcmp(value, "push") == 0) {
+            opts->kv_push = strcmp(value, "push") == 0;
+            return 0;
+        }
+        snprintf(err, err_len, "%s: expected pull|push, got '%s'", def->name, value);
         return -EINVAL;
     case OPT_KIND_U32:
     case OPT_KIND_U64:

@@ -79,6 +79,15 @@ json_t *mw_pd_answer_params(const struct mw_pd_answer *a)
     }
     if (ids == NULL)
         return NULL;
+    if (a->push) {
+        /* The decode side would receive the KV while the prefill runs. */
+        json_decref(ids);
+        return json_pack("{s:b, s:b, s:s, s:s, s:i, s:i, s:s, s:I, s:s}", "do_remote_prefill", 1,
+                         "do_remote_decode", 0, "remote_engine_id", a->engine_id, "remote_host",
+                         a->host, "remote_port", (int)a->port, "tp_size", 1, "remote_request_id",
+                         a->request_id, "remote_num_tokens", (json_int_t)a->num_tokens,
+                         "transfer_mode", "push");
+    }
     return json_pack("{s:b, s:b, s:s, s:o, s:s, s:i, s:i, s:s, s:I, s:I}", "do_remote_prefill", 1,
                      "do_remote_decode", 0, "remote_engine_id", a->engine_id, "remote_block_ids",
                      ids, "remote_host", a->host, "remote_port", (int)a->port, "tp_size", 1,

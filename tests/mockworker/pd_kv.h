@@ -37,6 +37,7 @@ struct mw_pd_answer {
     const uint32_t *block_ids; /* n_blocks ids, the tail block's included */
     size_t n_blocks;
     bool flat;              /* remote_block_ids flat, else one group */
+    bool push;              /* push mode: no remote_block_ids, transfer_mode "push" */
     const char *request_id; /* remote_request_id: unique per prefill */
     uint64_t num_tokens;    /* remote_num_tokens: the prompt's tokens */
     int64_t expiry;         /* remote_blocks_expiry_time: unix seconds */
