@@ -54,6 +54,14 @@ enum cfg_balance_gate {
     CFG_BALANCE_GATE_FLEET,
 };
 
+/* policy.pd_fallback: what a P/D request does when the prefill answer has no
+ * usable kv_transfer_params (docs/pd.md). */
+enum cfg_pd_fallback {
+    CFG_PD_FALLBACK_UNSET = 0,
+    CFG_PD_FALLBACK_LOCAL_PREFILL, /* the client's body to a decode worker, which prefills */
+    CFG_PD_FALLBACK_ERROR,         /* 502 bad_kv_transfer_params */
+};
+
 struct cfg_shm {
     char name[CFG_PATH_MAX]; /* POSIX shm name, starts with '/', no other '/' */
     uint32_t max_workers;
@@ -119,6 +127,7 @@ struct cfg_policy {
     enum cfg_balance_gate balance_gate;
     struct cfg_policy_role prefill;
     struct cfg_policy_role decode;
+    enum cfg_pd_fallback pd_fallback;
 };
 
 struct cfg_worker {

@@ -183,6 +183,9 @@ static const struct cfg_key policy_keys[] = {
             "a mapping like { name: cache_aware }", NULL),
     KEY_MAP("decode", struct cfg_policy, decode, policy_decode_keys,
             "a mapping like { name: least_load }", NULL),
+    /* A format change of the prefill answer costs speed, not availability. */
+    KEY_ENUM("pd_fallback", CFG_KIND_PD_FALLBACK, struct cfg_policy, pd_fallback,
+             cfg_pd_fallback_names, CFG_PD_FALLBACK_LOCAL_PREFILL),
     KEY_END,
 };
 
@@ -245,6 +248,8 @@ void cfg_key_set_enum(const struct cfg_key *k, void *field, int value)
         *(enum cfg_role *)field = (enum cfg_role)value;
     else if (k->kind == CFG_KIND_POLICY)
         *(enum cfg_policy_name *)field = (enum cfg_policy_name)value;
+    else if (k->kind == CFG_KIND_PD_FALLBACK)
+        *(enum cfg_pd_fallback *)field = (enum cfg_pd_fallback)value;
     else
         *(enum cfg_balance_gate *)field = (enum cfg_balance_gate)value;
 }
@@ -278,6 +283,7 @@ void cfg_schema_apply_defaults(const struct cfg_key *table, void *base)
         case CFG_KIND_ROLE:
         case CFG_KIND_POLICY:
         case CFG_KIND_GATE:
+        case CFG_KIND_PD_FALLBACK:
             cfg_key_set_enum(k, field, (int)k->def.u);
             break;
         case CFG_KIND_STATUS_LIST: {

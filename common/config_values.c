@@ -49,6 +49,12 @@ const struct cfg_enum_name cfg_gate_names[] = {
     {NULL, 0},
 };
 
+const struct cfg_enum_name cfg_pd_fallback_names[] = {
+    {"local_prefill", CFG_PD_FALLBACK_LOCAL_PREFILL},
+    {"error", CFG_PD_FALLBACK_ERROR},
+    {NULL, 0},
+};
+
 static const char *enum_to_name(const struct cfg_enum_name *names, int value)
 {
     for (const struct cfg_enum_name *n = names; n->name != NULL; n++) {

@@ -140,13 +140,26 @@ static void fwd_unschedule_retry(struct dp_request *req)
     dp_request_unref(req);
 }
 
-/* A failed attempt: retry when allowed, else answer with the last cause. */
-static void fwd_failed(struct dp_request *req, int status, const char *code)
+/*
+ * A failed attempt: retry when allowed and the plan agrees, else answer
+ * with the last cause. unreached: the attempt provably never reached its
+ * worker (a P/D decode may then be retried with the same params).
+ */
+static void fwd_failed(struct dp_request *req, int status, const char *code, bool unreached)
 {
     if (fwd_can_retry(req)) {
-        dp_metrics_retry(&req->loop->sh->metrics);
-        fwd_schedule_retry(req);
-        return;
+        struct dp_leg_step step = {.unreached = unreached};
+        enum dp_leg_action act = dp_legs_next(req, DP_LEG_EV_RETRY, &step);
+        if (act == DP_LEG_ACT_NEXT) {
+            /* The plan runs an earlier leg again: its attempts start afresh. */
+            req->attempts = 0;
+            req->n_tried = 0;
+        }
+        if (act != DP_LEG_ACT_FAIL) {
+            dp_metrics_retry(&req->loop->sh->metrics);
+            fwd_schedule_retry(req);
+            return;
+        }
     }
     if (req->attempts > 1 || status == 502) {
         char msg[DP_CAUSE_MAX + 64];
@@ -451,7 +464,7 @@ static size_t fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
                  a->leg->label, a->worker_id, status);
         dp_metrics_upstream_error(&loop->sh->metrics, a->slot, DP_UPERR_STATUS);
         log_info("request %s: %s (attempt %u)", req->request_id, req->last_cause, req->attempts);
-        fwd_failed(req, 502, "upstream_error");
+        fwd_failed(req, 502, "upstream_error", false);
         return len;
     }
     if (a->leg->collects) {
@@ -486,7 +499,11 @@ static size_t fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
     }
     if (a->state != DP_ATT_RELAYING || req->client_gone || !dp_relay_is_open(&req->relay))
         return len;
-    if (dp_relay_append(&req->relay, data, len) != 0) {
+    const char *out = data;
+    size_t out_len = len;
+    if (a->leg->filter != NULL)
+        a->leg->filter(req, data, len, &out, &out_len);
+    if (dp_relay_append(&req->relay, out, out_len) != 0) {
         if (dp_relay_is_whole(&req->relay)) {
             /* Too large to send in one piece: relay it as it comes. */
             dp_relay_stream(&req->relay);
@@ -496,6 +513,8 @@ static size_t fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
         a->paused = true;
         return CURL_WRITEFUNC_PAUSE;
     }
+    if (a->leg->filter_commit != NULL)
+        a->leg->filter_commit(req, data, len);
     if (req->first_byte_ms == 0 && len > 0) {
         req->first_byte_ms = proc_monotonic_ms();
         dp_metrics_ttfb(&a->loop->sh->metrics, (req->first_byte_ms - req->start_ms) * 1000);
@@ -544,7 +563,7 @@ static void fwd_collected(struct dp_attempt *a, CURLcode result)
                  worker_id, curl_easy_strerror(result));
         log_info("request %s: %s (attempt %u)", req->request_id, req->last_cause, req->attempts);
         attempt_end(a);
-        fwd_failed(req, 502, "upstream_error");
+        fwd_failed(req, 502, "upstream_error", false);
         return;
     }
     struct dp_leg_step step = {.status = a->status, .worker_id = worker_id};
@@ -605,7 +624,8 @@ static void fwd_on_done(struct dp_attempt *a, CURLcode result)
         req->active = NULL;
         dp_request_ref(req);
         attempt_end(a);
-        fwd_failed(req, 502, "upstream_error");
+        fwd_failed(req, 502, "upstream_error",
+                   result == CURLE_COULDNT_CONNECT || result == CURLE_COULDNT_RESOLVE_HOST);
         dp_request_unref(req);
         return;
     }

@@ -43,6 +43,7 @@ enum dp_leg_event {
     DP_LEG_EV_CUT,       /* the relayed body was cut (the worker failed or timed out) */
     DP_LEG_EV_ABORTED,   /* the client left */
     DP_LEG_EV_FREE,      /* the request dies: the plan frees its state */
+    DP_LEG_EV_RETRY,     /* an attempt failed and may be retried (step: unreached) */
     DP_LEG_EV_COUNT,
 };
 
@@ -52,12 +53,14 @@ enum dp_leg_action {
     DP_LEG_ACT_CONTINUE, /* nothing new: carry on as before */
     DP_LEG_ACT_NEXT,     /* req->leg is a new leg: start its first attempt */
     DP_LEG_ACT_ANSWER,   /* answer the client with step->reply_status and step->reply_body */
+    DP_LEG_ACT_FAIL,     /* RETRY: do not retry; answer with the last failure */
 };
 
 /* The arguments and results of a transition. */
 struct dp_leg_step {
     long status;           /* in, COLLECTED: the response's HTTP status */
     const char *worker_id; /* in, COLLECTED: the worker that answered */
+    bool unreached;        /* in, RETRY: the attempt provably never reached its worker */
     int reply_status;      /* out, ANSWER */
     char *reply_body;      /* out, ANSWER: malloc'd (caller owns), NULL = out of memory */
 };
@@ -76,6 +79,14 @@ struct dp_leg {
     void (*count_decision)(struct dp_metrics *m, enum pol_decision decision);
     /* A collecting leg's response bytes (the plan bounds what it keeps). */
     void (*collect)(struct dp_request *req, const char *data, size_t len);
+    /* Optional, a relaying leg: the bytes to relay for a chunk of the
+     * response (*out, valid until the next call; the plan may hold some
+     * back), computed without changing the plan's state; filter_commit
+     * then says the relay took them. A chunk the relay could not take is
+     * offered again later, so only a commit may change state. */
+    void (*filter)(struct dp_request *req, const char *data, size_t len, const char **out,
+                   size_t *out_len);
+    void (*filter_commit)(struct dp_request *req, const char *data, size_t len);
     /* The plan's answer to a transition (see dp_legs_next). */
     enum dp_leg_action (*next)(struct dp_request *req, enum dp_leg_event ev,
                                struct dp_leg_step *step);
@@ -86,7 +97,9 @@ struct dp_leg {
 void dp_legs_begin_plain(struct dp_request *req);
 
 /* Reports ev to req's plan; step carries the event's arguments and the
- * answer. Before a plan began (dp_plan_begin) nothing happens:
+ * answer. To RETRY a plan answers CONTINUE (retry the same leg), NEXT
+ * (req->leg is an earlier leg to run again, with a fresh attempt budget) or
+ * FAIL (no retry). Before a plan began (dp_plan_begin) nothing happens:
  * DP_LEG_ACT_CONTINUE. */
 enum dp_leg_action dp_legs_next(struct dp_request *req, enum dp_leg_event ev,
                                 struct dp_leg_step *step);

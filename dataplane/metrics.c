@@ -145,6 +145,7 @@ static const char *const dp_pd_outcome_names[DP_PD_OUT_COUNT] = {
     [DP_PD_OUT_DECODE_ERROR] = "decode_error",
     [DP_PD_OUT_ABORTED_PREFILL] = "aborted_prefill",
     [DP_PD_OUT_ABORTED_DECODE] = "aborted_decode",
+    [DP_PD_OUT_FALLBACK] = "pd_fallback",
 };
 
 void dp_metrics_pd_outcome(struct dp_metrics *m, enum dp_pd_outcome outcome)

@@ -24,6 +24,7 @@
 #include "common/config.h"
 #include "common/list.h"
 #include "dataplane/guard.h"
+#include "dataplane/pd_state.h"
 #include "dataplane/policy.h"
 #include "dataplane/relay.h"
 #include "shm/registry.h"
@@ -94,6 +95,7 @@ enum dp_pd_outcome {
     DP_PD_OUT_DECODE_ERROR,    /* no decode worker, decode failed, or its stream was cut */
     DP_PD_OUT_ABORTED_PREFILL, /* the client left during the prefill phase */
     DP_PD_OUT_ABORTED_DECODE,  /* the client left during the decode phase */
+    DP_PD_OUT_FALLBACK,        /* no usable params: sent to a decode worker as a plain request */
     DP_PD_OUT_COUNT,
 };
 
@@ -112,6 +114,16 @@ struct dp_pd_state {
     struct buf resp;
     uint64_t phase_start_ms;
     enum dp_pd_outcome outcome; /* counted once, when first set */
+    uint32_t reruns;            /* prefills run again after a failed decode */
+    struct dp_pd_usage usage;   /* the prefill answer's, for the decode answer */
+    char *prefill_answer;       /* owned; kept when the client asked for prompt_logprobs */
+    size_t prefill_answer_len;
+    /* The decode stream's rewriting (pd.c): a partial line held back, and
+     * the output of the last chunk, committed once the relay took it. */
+    char *line, *fout;
+    size_t line_len, line_cap, fout_len, fout_cap;
+    int keep;        /* what the commit does with the chunk (pd.c) */
+    bool no_rewrite; /* a line too long to hold: the rest passes as is */
     char prefill_worker[CFG_ID_MAX];
 };
 

@@ -50,6 +50,7 @@ struct pd_fleet {
 
 struct pd_opts {
     size_t n_prefill, n_decode;
+    size_t n_regular;                /* regular workers of the model, after the decode ones */
     const char *const *prefill_args; /* extra mock flags, NULL-terminated, or NULL */
     const char *const *decode_args;
     const char *dataplane_extra;
@@ -86,14 +87,17 @@ static void pd_fleet_start(struct pd_fleet *p, const struct pd_opts *o)
     struct h_fleet *f = &p->f;
     p->n_prefill = o->n_prefill;
     p->n_decode = o->n_decode;
-    f->n = o->n_prefill + o->n_decode;
+    f->n = o->n_prefill + o->n_decode + o->n_regular;
     assert_true(f->n <= H_FLEET_MAX_MOCKS);
     for (size_t i = 0; i < f->n; i++) {
         bool prefill = i < o->n_prefill;
+        bool regular = i >= o->n_prefill + o->n_decode;
         char engine[32], id[32];
         snprintf(engine, sizeof(engine), "eng-p%zu", i + 1);
         snprintf(id, sizeof(id), "w%zu", i + 1);
-        if (!prefill && o->decode_dead) {
+        if (regular) {
+            pd_start_mock(f, i, "regular", NULL, NULL);
+        } else if (!prefill && o->decode_dead) {
             assert_int_equal(h_free_port(&f->mock[i].port), 0);
             assert_int_equal(h_url(f->mock[i].url, sizeof(f->mock[i].url), f->mock[i].port, NULL),
                              0);
@@ -103,7 +107,9 @@ static void pd_fleet_start(struct pd_fleet *p, const struct pd_opts *o)
                           prefill ? engine : NULL, prefill ? o->prefill_args : o->decode_args);
         }
         assert_int_equal(h_config_add_worker(&f->cfg, f->mock[i].url, id, H_FLEET_MODEL,
-                                             prefill ? "prefill" : "decode"),
+                                             regular   ? "regular"
+                                             : prefill ? "prefill"
+                                                       : "decode"),
                          0);
     }
     f->cfg.dataplane_extra = o->dataplane_extra;
@@ -220,8 +226,20 @@ static void assert_decode_params(struct pd_fleet *p, json_t *b, size_t pi)
     assert_string_equal(json_string_value(json_object_get(kv, "remote_engine_id")), engine);
     assert_string_equal(json_string_value(json_object_get(kv, "remote_host")), "127.0.0.1");
     assert_int_equal(json_int(kv, "remote_port"), p->f.mock[pi].port);
-    assert_true(json_array_size(json_object_get(kv, "remote_block_ids")) >= 1);
+    /* One group of block ids (vLLM since March 2026), passed through as is. */
+    json_t *ids = json_object_get(kv, "remote_block_ids");
+    assert_int_equal(json_array_size(ids), 1);
+    assert_true(json_array_size(json_array_get(ids, 0)) >= 1);
     assert_int_equal(json_int(kv, "tp_size"), 1); /* fields we do not know pass through */
+    assert_true(json_is_string(json_object_get(kv, "remote_request_id")));
+}
+
+/* The block ids of a mock's params: its one KV-cache group. */
+static json_t *group_ids(json_t *kv)
+{
+    json_t *ids = json_object_get(kv, "remote_block_ids");
+    assert_int_equal(json_array_size(ids), 1);
+    return json_array_get(ids, 0);
 }
 
 /*
@@ -234,7 +252,7 @@ static void assert_decode_params(struct pd_fleet *p, json_t *b, size_t pi)
 static void assert_block_ids_issued_by_prefill(struct pd_fleet *p, size_t pi, size_t di)
 {
     json_t *db = last_request(p, di);
-    json_t *got = json_object_get(json_object_get(db, "kv_transfer_params"), "remote_block_ids");
+    json_t *got = group_ids(json_object_get(db, "kv_transfer_params"));
     json_t *pb = last_request(p, pi);
     char *prefill_body = json_dumps(pb, JSON_COMPACT);
     assert_non_null(prefill_body);
@@ -245,8 +263,7 @@ static void assert_block_ids_issued_by_prefill(struct pd_fleet *p, size_t pi, si
     assert_int_equal(r.status, 200);
     json_t *again = h_resp_json(&r);
     assert_non_null(again);
-    json_t *want =
-        json_object_get(json_object_get(again, "kv_transfer_params"), "remote_block_ids");
+    json_t *want = group_ids(json_object_get(again, "kv_transfer_params"));
     size_t n = json_array_size(want);
     assert_true(n >= 3); /* full blocks and the tail */
     assert_int_equal(json_array_size(got), n);
@@ -391,6 +408,201 @@ static void test_full_flow_stream(void **state)
     assert_string_equal(last_header(&p, 0, "x-request-id", v, sizeof(v)), "pd-stream-1");
     assert_string_equal(last_header(&p, 1, "x-request-id", v, sizeof(v)), "pd-stream-1");
     assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
+    h_fleet_stop(&p.f);
+}
+
+/* A fleet of older vLLM (flat remote_block_ids): the params pass through in their shape. */
+static void test_full_flow_flat_block_ids(void **state)
+{
+    (void)state;
+    struct pd_fleet p;
+    const char *flat[] = {"--kv-block-ids-shape", "flat", NULL};
+    pd_fleet_start(&p,
+                   &(struct pd_opts){
+                       .n_prefill = 1, .n_decode = 1, .prefill_args = flat, .decode_args = flat});
+    char url[128];
+    chat_url(&p, url, sizeof(url));
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_fini(&r);
+    json_t *db = last_request(&p, 1);
+    json_t *ids = json_object_get(json_object_get(db, "kv_transfer_params"), "remote_block_ids");
+    assert_true(json_array_size(ids) >= 3);
+    assert_true(json_is_integer(json_array_get(ids, 0)));
+    json_decref(db);
+    /* The decode mock accepted them: it pulled the KV instead of prefilling. */
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "remote_prefill_used"), 1);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "local_prefill"), 0);
+    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"ok\"}"), 1);
+    h_fleet_stop(&p.f);
+}
+
+/* min_tokens above the prefill's max_tokens of 1 is dropped from the prefill leg (vLLM
+ * rejects min_tokens > max_tokens), kept for the decode leg. */
+static void test_min_tokens(void **state)
+{
+    (void)state;
+    struct pd_fleet p;
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1, .n_decode = 1});
+    char url[128];
+    chat_url(&p, url, sizeof(url));
+    const char *body = "{\"model\":\"" H_FLEET_MODEL "\",\"max_tokens\":8,\"min_tokens\":4,"
+                       "\"messages\":[{\"role\":\"user\",\"content\":\"at least four\"}]}";
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, body, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_fini(&r);
+    json_t *pb = last_request(&p, 0);
+    assert_null(json_object_get(pb, "min_tokens"));
+    json_decref(pb);
+    json_t *db = last_request(&p, 1);
+    assert_int_equal(json_int(db, "min_tokens"), 4);
+    json_decref(db);
+    h_fleet_stop(&p.f);
+}
+
+/* Several prompts in one completions request: vLLM would return the first prompt's params
+ * only, so the request is not disaggregated. With a regular worker it goes there; in a fleet
+ * of prefill and decode workers only, to a decode worker as a plain request. */
+static void post_batch(struct pd_fleet *p, const char *prompt)
+{
+    char url[128], body[256];
+    snprintf(url, sizeof(url), "%s/v1/completions", p->f.base);
+    snprintf(body, sizeof(body), "{\"model\":\"" H_FLEET_MODEL "\",\"max_tokens\":3,\"prompt\":%s}",
+             prompt);
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, body, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_fini(&r);
+}
+
+static void test_list_of_prompts_routed_as_regular(void **state)
+{
+    (void)state;
+    struct pd_fleet p;
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1, .n_decode = 1, .n_regular = 1});
+    post_batch(&p, "[\"one prompt\",\"another prompt\"]");
+    post_batch(&p, "[[1,2,3],[4,5]]");
+    assert_int_equal(h_fleet_mock_stat(&p.f, 2, "requests_total"), 2);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "requests_total"), 0);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "requests_total"), 0);
+    /* A single prompt (a list of one, or one token-id list) is still disaggregated. */
+    post_batch(&p, "[\"just one prompt\"]");
+    post_batch(&p, "[1,2,3,4]");
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "requests_total"), 2);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "remote_prefill_used"), 2);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 2, "requests_total"), 2);
+    h_fleet_stop(&p.f);
+
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1, .n_decode = 1});
+    post_batch(&p, "[\"one prompt\",\"another prompt\"]");
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "requests_total"), 0);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "requests_total"), 1);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "local_prefill"), 1);
+    json_t *db = last_request(&p, 1);
+    assert_null(json_object_get(db, "kv_transfer_params"));
+    json_decref(db);
+    /* Not a P/D request: no P/D outcome. */
+    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"ok\"}"), 0);
+    h_fleet_stop(&p.f);
+}
+
+/* The usage of the prefill answer's prompt_tokens_details. */
+static long long cached_of(json_t *usage)
+{
+    return json_int(json_object_get(usage, "prompt_tokens_details"), "cached_tokens");
+}
+
+/*
+ * Usage under P/D: the decode worker counts the KV it pulled as cached prompt tokens, so the
+ * client gets the prompt and cached tokens of the prefill answer, the completion tokens of the
+ * decode answer: a cold request reports 0 cached, the same request again the prefill's hit.
+ */
+static void test_usage_from_prefill(void **state)
+{
+    (void)state;
+    struct pd_fleet p;
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1, .n_decode = 1});
+    char url[128];
+    chat_url(&p, url, sizeof(url));
+    for (int round = 0; round < 2; round++) {
+        struct h_resp r;
+        assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+        assert_int_equal(r.status, 200);
+        json_t *j = h_resp_json(&r);
+        assert_non_null(j);
+        json_t *u = json_object_get(j, "usage");
+        long long prompt = json_int(u, "prompt_tokens");
+        assert_true(prompt > 32);
+        assert_int_equal(json_int(u, "completion_tokens"), 8);
+        assert_int_equal(json_int(u, "total_tokens"), prompt + 8);
+        /* Cold: nothing cached; warm: the prefill's two full blocks of 16 tokens. */
+        assert_int_equal(cached_of(u), round == 0 ? 0 : 32);
+        json_decref(j);
+        h_resp_fini(&r);
+    }
+    /* A stream's usage chunk the same way (its prompt is shorter than a block). */
+    struct h_sse s;
+    assert_int_equal(h_http_stream(url, CHAT_STREAM, &s), 0);
+    assert_int_equal(s.resp.status, 200);
+    assert_true(s.saw_done);
+    assert_int_equal(s.n_events, 9);
+    json_t *chunk = json_loads(s.events[s.n_events - 2].data, 0, NULL);
+    assert_non_null(chunk);
+    json_t *u = json_object_get(chunk, "usage");
+    assert_int_equal(json_int(u, "completion_tokens"), 6);
+    assert_int_equal(json_int(u, "total_tokens"), json_int(u, "prompt_tokens") + 6);
+    assert_int_equal(cached_of(u), 0);
+    json_decref(chunk);
+    h_sse_fini(&s);
+    h_fleet_stop(&p.f);
+}
+
+/* The prefill mock's pins: an answer's blocks stay pinned until a decode worker consumes them
+ * (through the router: at once) or the lease runs out (a prefill nobody decodes). */
+static bool prefill_unpinned(void *arg)
+{
+    struct pd_fleet *p = arg;
+    return h_fleet_mock_stat(&p->f, 0, "pinned_blocks") == 0;
+}
+
+static void test_prefill_pins_until_read_or_lease(void **state)
+{
+    (void)state;
+    struct pd_fleet p;
+    const char *lease[] = {"--kv-lease-ms", "1000", NULL};
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1, .n_decode = 1, .prefill_args = lease});
+    char url[128];
+    chat_url(&p, url, sizeof(url));
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_fini(&r);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "kv_reads"), 1);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "pinned_blocks"), 0);
+    /* A prefill answer no decode reads: its 3 blocks (2 full, the tail) stay pinned. */
+    json_t *pb = last_request(&p, 0);
+    char *body = json_dumps(pb, JSON_COMPACT);
+    json_decref(pb);
+    assert_non_null(body);
+    char purl[128];
+    assert_int_equal(h_url(purl, sizeof(purl), p.f.mock[0].port, "/v1/chat/completions"), 0);
+    assert_int_equal(h_http_post_json(purl, body, &r), 0);
+    free(body);
+    assert_int_equal(r.status, 200);
+    json_t *j = h_resp_json(&r);
+    json_t *kv = json_object_get(j, "kv_transfer_params");
+    assert_true(json_is_string(json_object_get(kv, "remote_request_id")));
+    assert_true(json_int(kv, "remote_num_tokens") > 32);
+    assert_true(json_int(kv, "remote_blocks_expiry_time") > 0);
+    json_decref(j);
+    h_resp_fini(&r);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "pinned_blocks"), 3);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "pinned_requests"), 1);
+    assert_int_equal(h_wait_until(prefill_unpinned, &p, 3000), 0);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "kv_lease_expired"), 1);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "blocks_read_twice"), 0);
     h_fleet_stop(&p.f);
 }
 
@@ -564,7 +776,13 @@ static void test_prefill_503_retried_on_other_prefill(void **state)
     h_fleet_stop(&p.f);
 }
 
-static void test_decode_503_retried_with_same_params(void **state)
+/*
+ * A decode worker that answers 503 has seen the params: it may have read or freed the
+ * prefill's blocks, so the same params never go to another decode worker. The request runs
+ * again from a new prefill; the prefill mock counts every consumption of its blocks by a decode
+ * mock and must never see the same blocks consumed twice.
+ */
+static void test_decode_503_reruns_prefill(void **state)
 {
     (void)state;
     struct pd_fleet p;
@@ -582,14 +800,20 @@ static void test_decode_503_retried_with_same_params(void **state)
         assert_true(s.saw_done);
         h_sse_fini(&s);
     }
-    /* One prefill per request: the decode retry reused the params, no second prefill. */
-    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "requests_total"), 6);
-    assert_true(h_fleet_mock_stat(&p.f, 1, "requests_total") >= 1);
+    long long failed = h_fleet_mock_stat(&p.f, 1, "requests_total");
+    assert_true(failed >= 1);
+    /* No blocks consumed twice, one prefill per decode attempt: a failed decode's params were
+     * never reused. */
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "blocks_read_twice"), 0);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "requests_total"), 6 + failed);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "kv_reads"), 6 + failed);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "pinned_requests"), 0);
     assert_int_equal(h_fleet_mock_stat(&p.f, 2, "remote_prefill_used"), 6);
     json_t *db = last_request(&p, 2);
     assert_decode_params(&p, db, 0);
     json_decref(db);
     assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
+    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"ok\"}"), 6);
     h_fleet_stop(&p.f);
 }
 
@@ -598,8 +822,10 @@ static void test_prefill_without_params_is_502(void **state)
     (void)state;
     struct pd_fleet p;
     /* A worker registered as prefill that answers like a regular one: no kv_transfer_params. */
-    pd_fleet_start(&p,
-                   &(struct pd_opts){.n_prefill = 1, .n_decode = 1, .prefill_mocks_regular = true});
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1,
+                                         .n_decode = 1,
+                                         .prefill_mocks_regular = true,
+                                         .policy_extra = "pd_fallback: error\n"});
     char url[128];
     chat_url(&p, url, sizeof(url));
     struct h_resp r;
@@ -612,6 +838,70 @@ static void test_prefill_without_params_is_502(void **state)
     assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
     assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"bad_kv_params\"}"),
                      1);
+    h_fleet_stop(&p.f);
+}
+
+/* The default fallback: a prefill answer without usable params sends the client's body to a
+ * decode worker as a plain request (it prefills locally) instead of a 502. */
+static void test_prefill_without_params_falls_back(void **state)
+{
+    (void)state;
+    struct pd_fleet p;
+    pd_fleet_start(&p,
+                   &(struct pd_opts){.n_prefill = 1, .n_decode = 1, .prefill_mocks_regular = true});
+    char url[128];
+    chat_url(&p, url, sizeof(url));
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_int_equal(r.status, 200);
+    json_t *j = h_resp_json(&r);
+    assert_non_null(j);
+    assert_int_equal(json_int(json_object_get(j, "usage"), "completion_tokens"), 8);
+    json_decref(j);
+    h_resp_fini(&r);
+    json_t *db = last_request(&p, 1);
+    assert_null(json_object_get(db, "kv_transfer_params"));
+    assert_int_equal(json_int(db, "max_tokens"), 8);
+    json_decref(db);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "local_prefill"), 1);
+    assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
+    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"pd_fallback\"}"), 1);
+    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"bad_kv_params\"}"),
+                     0);
+    h_fleet_stop(&p.f);
+}
+
+/* vLLM's push mode (no remote_block_ids: the legs would have to run concurrently) is refused:
+ * the local fallback by default, a 502 saying so with pd_fallback: error. */
+static void test_push_mode_refused(void **state)
+{
+    (void)state;
+    struct pd_fleet p;
+    const char *push[] = {"--kv-transfer-mode", "push", NULL};
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1, .n_decode = 1, .prefill_args = push});
+    char url[128];
+    chat_url(&p, url, sizeof(url));
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_fini(&r);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "local_prefill"), 1);
+    json_t *db = last_request(&p, 1);
+    assert_null(json_object_get(db, "kv_transfer_params"));
+    json_decref(db);
+    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"pd_fallback\"}"), 1);
+    h_fleet_stop(&p.f);
+
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1,
+                                         .n_decode = 1,
+                                         .prefill_args = push,
+                                         .policy_extra = "pd_fallback: error\n"});
+    chat_url(&p, url, sizeof(url));
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_error_body(&r, 502, "bad_kv_transfer_params");
+    assert_non_null(strstr(r.body, "push mode"));
+    h_resp_fini(&r);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "requests_total"), 0);
     h_fleet_stop(&p.f);
 }
 
@@ -849,8 +1139,9 @@ static void test_soak_random_aborts_and_faults(void **state)
     assert_int_equal(holds, SOAK_HOLDS);
     long long total = 0;
     const char *outcomes[] = {"ok",           "prefill_error",   "bad_kv_params",
-                              "decode_error", "aborted_prefill", "aborted_decode"};
-    for (size_t o = 0; o < 6; o++) {
+                              "decode_error", "aborted_prefill", "aborted_decode",
+                              "pd_fallback"};
+    for (size_t o = 0; o < 7; o++) {
         char series[96];
         snprintf(series, sizeof(series), "switchyard_pd_requests_total{outcome=\"%s\"}",
                  outcomes[o]);
@@ -877,13 +1168,20 @@ int main(void)
     const struct CMUnitTest tests[] = {
         H_TEST(test_full_flow_plain),
         H_TEST(test_full_flow_stream),
+        H_TEST(test_full_flow_flat_block_ids),
+        H_TEST(test_min_tokens),
+        H_TEST(test_list_of_prompts_routed_as_regular),
+        H_TEST(test_usage_from_prefill),
+        H_TEST(test_prefill_pins_until_read_or_lease),
         H_TEST(test_abort_while_prefill_pending),
         H_TEST(test_abort_while_decode_pending),
         H_TEST(test_decode_stall_keeps_load_until_eof),
         H_TEST(test_decode_stall_client_leaves),
         H_TEST(test_prefill_503_retried_on_other_prefill),
-        H_TEST(test_decode_503_retried_with_same_params),
+        H_TEST(test_decode_503_reruns_prefill),
         H_TEST(test_prefill_without_params_is_502),
+        H_TEST(test_prefill_without_params_falls_back),
+        H_TEST(test_push_mode_refused),
         H_TEST(test_unreachable_decode_releases_prefill),
         H_TEST(test_prefill_timeouts),
         H_TEST(test_prefill_client_error_passed_through),

@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/prom.h"
 #include "common/version.h"
+#include "tests/mockworker/pd_kv.h"
 #include "tests/mockworker/server.h"
 
 #include <ctype.h>
@@ -172,6 +173,7 @@ static enum mw_route route_of(struct mw_req *req, const char *url, const char *m
         {"/mock/stats", MW_ROUTE_MOCK_STATS, MW_EP_UNSET, "GET, HEAD"},
         {"/mock/faults", MW_ROUTE_MOCK_FAULTS, MW_EP_UNSET, "GET, HEAD, POST"},
         {"/mock/reset", MW_ROUTE_MOCK_RESET, MW_EP_UNSET, "POST"},
+        {"/mock/kv_read", MW_ROUTE_MOCK_KV_READ, MW_EP_UNSET, "POST"},
     };
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
         if (strcmp(url, table[i].path) != 0)
@@ -270,6 +272,14 @@ static void infer_receive(struct mw_req *req)
         req->parse_error =
             mw_openai_error_body(req->parse_status, err.message, &req->parse_error_len);
     record_last_request(req);
+    /* A decode worker that got the params consumes the prefill's blocks,
+     * whether it then serves, rejects or aborts the request (pd_pins.h). */
+    const struct mw_infer *in = &req->infer;
+    if (req->parse_status == 0 && s->opts.role == MW_ROLE_DECODE && in->remote_prefill_valid &&
+        in->remote_request_id[0] != '\0' &&
+        mw_pd_pins_notify(in->remote_host, in->remote_port, in->remote_request_id) != 0)
+        log_warn("could not tell %s:%u that the blocks of %s were read", in->remote_host,
+                 (unsigned)in->remote_port, in->remote_request_id);
     mw_fault_state_arrival(&s->faults, &req->plan);
     const char *rid = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Request-Id");
     mw_openai_request_id(req->ep, rid,
@@ -333,6 +343,7 @@ static void infer_start(struct mw_req *req)
         mw_now_ns() + ms_to_ns(req->plan.extra_latency_ms) + (uint64_t)(prefill_us * 1000.0);
     req->tpot_ns = (uint64_t)(o->tpot_ms * 1e6);
     req->gen.n_tokens = req->ep == MW_EP_EMBEDDINGS ? 0 : req->infer.max_tokens;
+    req->gen.cached_tokens = req->sched.prompt_tokens - req->sched.compute_tokens;
 }
 
 static uint64_t last_token_ns(const struct mw_req *req)
@@ -344,19 +355,39 @@ static uint64_t last_token_ns(const struct mw_req *req)
 static json_t *kv_transfer_params(struct mw_req *req)
 {
     struct mw_server *s = req->server;
-    json_t *ids = json_array();
     uint32_t bt = s->opts.block_tokens;
-    for (size_t i = 0; i < req->sched.n_hashes; i++)
-        json_array_append_new(ids, json_integer(req->block_ids[i]));
+    size_t n = req->sched.n_hashes;
+    uint32_t *ids = malloc(sizeof(*ids) * (n + 1));
+    if (ids == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        ids[i] = req->block_ids[i];
     /* The partial tail block is never in the prefix cache: ids >= kv_blocks name it. */
-    if (req->infer.prompt_tokens > (uint64_t)req->sched.n_hashes * bt) {
+    if (req->infer.prompt_tokens > (uint64_t)n * bt) {
         uint64_t t = atomic_fetch_add_explicit(&s->tail_ids, 1, memory_order_relaxed);
-        json_array_append_new(
-            ids, json_integer((json_int_t)(s->opts.kv_blocks + t % s->opts.kv_blocks)));
+        ids[n++] = (uint32_t)(s->opts.kv_blocks + t % s->opts.kv_blocks);
     }
-    return json_pack("{s:b, s:b, s:s, s:o, s:s, s:i, s:i}", "do_remote_prefill", 1,
-                     "do_remote_decode", 0, "remote_engine_id", s->engine_id, "remote_block_ids",
-                     ids, "remote_host", s->opts.host, "remote_port", (int)s->port, "tp_size", 1);
+    /* Unique per prefill, even for a request id the router sends twice. */
+    char rid[MW_REQUEST_ID_MAX + 24];
+    snprintf(rid, sizeof(rid), "%s-%016" PRIx64, req->id,
+             atomic_fetch_add_explicit(&s->unique, 1, memory_order_relaxed));
+    struct mw_pd_answer a = {
+        .engine_id = s->engine_id,
+        .host = s->opts.host,
+        .port = s->port,
+        .block_ids = ids,
+        .n_blocks = n,
+        .flat = s->opts.kv_ids_flat,
+        .push = s->opts.kv_push,
+        .request_id = rid,
+        .num_tokens = req->infer.prompt_tokens,
+        .expiry = (int64_t)time(NULL) + (int64_t)(s->opts.kv_lease_ms / 1000),
+    };
+    json_t *kv = mw_pd_answer_params(&a);
+    if (kv != NULL)
+        mw_pd_pins_add(&s->pins, rid, (uint32_t)n);
+    free(ids);
+    return kv;
 }
 
 static enum MHD_Result respond_final(struct mw_req *req)
@@ -668,6 +699,7 @@ static enum MHD_Result respond_mock_stats(struct mw_req *req)
     json_object_set_new(obj, "engine_id", json_string(s->engine_id));
     json_object_set_new(obj, "port", json_integer(s->port));
     json_object_set_new(obj, "faults", mw_faults_to_json(&f));
+    mw_pd_pins_to_json(&s->pins, obj);
     return respond_json(req, 200, obj);
 }
 
@@ -698,10 +730,31 @@ static enum MHD_Result respond_mock_reset(struct mw_req *req)
 {
     struct mw_server *s = req->server;
     mw_stats_reset(&s->stats);
+    mw_pd_pins_reset(&s->pins);
     mw_fault_state_clear(&s->faults);
     mw_engine_reset(&s->engine);
     log_info("mock state reset");
     return respond_json(req, 200, json_pack("{s:b}", "reset", 1));
+}
+
+/* A decode worker consumed the blocks of one of this prefill's answers. */
+static enum MHD_Result respond_mock_kv_read(struct mw_req *req)
+{
+    json_t *j = req->body.data != NULL ? json_loadb(req->body.data, req->body.len, 0, NULL) : NULL;
+    const char *rid = json_string_value(json_object_get(j, "remote_request_id"));
+    if (rid == NULL) {
+        json_decref(j);
+        return respond_error(req, 400, "expected {\"remote_request_id\": string}");
+    }
+    int rc = mw_pd_pins_read(&req->server->pins, rid);
+    if (rc == -EALREADY)
+        log_warn("the blocks of %s were read a second time", rid);
+    json_t *out = json_pack("{s:s}", "result",
+                            rc == 0           ? "read"
+                            : rc == -EALREADY ? "read_twice"
+                                              : "unknown");
+    json_decref(j);
+    return respond_json(req, 200, out);
 }
 
 static enum MHD_Result handle_control(struct mw_req *req, const char *method)
@@ -729,6 +782,8 @@ static enum MHD_Result handle_control(struct mw_req *req, const char *method)
         return respond_mock_faults(req, method);
     case MW_ROUTE_MOCK_RESET:
         return respond_mock_reset(req);
+    case MW_ROUTE_MOCK_KV_READ:
+        return respond_mock_kv_read(req);
     case MW_ROUTE_BAD_METHOD:
         return respond_error(req, 405, "Method Not Allowed");
     default:

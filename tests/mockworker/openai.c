@@ -7,6 +7,8 @@
  */
 #include "tests/mockworker/openai.h"
 
+#include "tests/mockworker/pd_kv.h"
+
 #include "common/buf.h"
 #include "common/rng.h"
 
@@ -159,30 +161,6 @@ static int get_max_tokens(const json_t *body, const char *key, uint64_t *out, bo
     return 0;
 }
 
-static void parse_kv_params(const json_t *body, struct mw_infer *out)
-{
-    json_t *kv = json_object_get(body, "kv_transfer_params");
-    if (!json_is_object(kv))
-        return;
-    out->do_remote_decode = json_is_true(json_object_get(kv, "do_remote_decode"));
-    json_t *ids = json_object_get(kv, "remote_block_ids");
-    if (!json_is_true(json_object_get(kv, "do_remote_prefill")) || !json_is_array(ids))
-        return;
-    if (!json_is_string(json_object_get(kv, "remote_engine_id")) ||
-        !json_is_string(json_object_get(kv, "remote_host")) ||
-        !json_is_integer(json_object_get(kv, "remote_port")))
-        return;
-    size_t i;
-    json_t *v;
-    json_array_foreach(ids, i, v)
-    {
-        if (!json_is_integer(v))
-            return;
-    }
-    out->remote_prefill_valid = true;
-    out->remote_blocks = json_array_size(ids);
-}
-
 static int parse_sampling(const json_t *body, enum mw_endpoint ep, const struct mw_openai_cfg *cfg,
                           struct mw_infer *out, struct mw_error *err)
 {
@@ -206,6 +184,16 @@ static int parse_sampling(const json_t *body, enum mw_endpoint ep, const struct 
         return rc;
     if (!out->max_tokens_given)
         out->max_tokens = cfg->output_tokens;
+    /* vLLM's SamplingParams check, which a P/D prefill leg (max_tokens 1) trips. */
+    json_t *min = json_object_get(body, "min_tokens");
+    if (json_is_integer(min) && json_integer_value(min) > (json_int_t)out->max_tokens) {
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "min_tokens must be less than or equal to max_tokens=%" PRIu64 ", got %" PRId64
+                 ".",
+                 out->max_tokens, (int64_t)json_integer_value(min));
+        return fail(err, 400, msg);
+    }
     uint64_t asked = out->max_tokens_given ? out->max_tokens : 0;
     if (out->prompt_tokens + asked > cfg->max_model_len) {
         char msg[256];
@@ -274,7 +262,7 @@ int mw_openai_parse(enum mw_endpoint ep, const char *body, size_t len,
         rc = parse_sampling(root, ep, cfg, out, err);
         if (rc != 0)
             goto out_decref;
-        parse_kv_params(root, out);
+        mw_pd_parse_params(root, cfg->kv_ids_flat, out);
     } else if (out->prompt_tokens > cfg->max_model_len) {
         rc = fail(err, 400, "input is longer than the model's maximum context length");
         goto out_decref;
@@ -416,9 +404,10 @@ static const char *finish_reason(const struct mw_infer *r)
 
 static json_t *usage_json(const struct mw_infer *r, const struct mw_gen *g)
 {
-    return json_pack("{s:I, s:I, s:I, s:n}", "prompt_tokens", (json_int_t)r->prompt_tokens,
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)r->prompt_tokens,
                      "total_tokens", (json_int_t)(r->prompt_tokens + g->n_tokens),
-                     "completion_tokens", (json_int_t)g->n_tokens, "prompt_tokens_details");
+                     "completion_tokens", (json_int_t)g->n_tokens, "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)g->cached_tokens);
 }
 
 char *mw_openai_completion_body(const struct mw_infer *r, const struct mw_gen *g, json_t *kv,
@@ -555,9 +544,10 @@ int mw_openai_sse_usage(const struct mw_infer *r, const struct mw_gen *g, char *
     int n = snprintf(buf, cap,
                      "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%" PRId64
                      ",\"model\":\"%s\",\"choices\":[],\"usage\":{\"prompt_tokens\":%" PRIu64
-                     ",\"total_tokens\":%" PRIu64 ",\"completion_tokens\":%" PRIu64 "}}\n\n",
+                     ",\"total_tokens\":%" PRIu64 ",\"completion_tokens\":%" PRIu64
+                     ",\"prompt_tokens_details\":{\"cached_tokens\":%" PRIu64 "}}}\n\n",
                      g->id, object, g->created, g->model, r->prompt_tokens,
-                     r->prompt_tokens + g->n_tokens, g->n_tokens);
+                     r->prompt_tokens + g->n_tokens, g->n_tokens, g->cached_tokens);
     return sse_result(n, cap);
 }
 

@@ -47,6 +47,7 @@ struct mw_openai_cfg {
     const char *model;
     uint64_t max_model_len;
     uint64_t output_tokens;
+    bool kv_ids_flat; /* remote_block_ids flat, not grouped (pd_kv.h) */
 };
 
 /* A parsed inference request. Caller storage; mw_infer_fini frees prompt. */
@@ -64,7 +65,10 @@ struct mw_infer {
     /* kv_transfer_params as sent by a P/D router. */
     bool do_remote_decode;     /* a prefill request for a remote decode */
     bool remote_prefill_valid; /* a decode request with usable remote blocks */
-    uint64_t remote_blocks;    /* len(remote_block_ids) when valid */
+    uint64_t remote_blocks;    /* blocks remote_block_ids names when valid (pd_kv.h) */
+    char remote_request_id[MW_REQUEST_ID_MAX + 24];
+    char remote_host[64];
+    uint16_t remote_port;
 };
 
 /*
@@ -105,6 +109,9 @@ struct mw_gen {
     int64_t created;
     uint64_t seed;
     uint64_t n_tokens; /* tokens generated */
+    /* Prompt tokens not computed here: local prefix-cache hits plus, on a
+     * decode worker, the KV pulled from a prefill worker (vLLM counts both). */
+    uint64_t cached_tokens;
 };
 
 /*

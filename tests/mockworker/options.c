@@ -19,6 +19,8 @@ enum opt_kind {
     OPT_KIND_LISTEN,
     OPT_KIND_STRING,
     OPT_KIND_ROLE,
+    OPT_KIND_KV_SHAPE,
+    OPT_KIND_KV_MODE,
     OPT_KIND_U32,
     OPT_KIND_U64,
     OPT_KIND_DOUBLE,
@@ -49,6 +51,15 @@ static const struct opt_def opt_defs[] = {
      "regular|prefill|decode (default regular)"},
     {"--engine-id", OPT_KIND_STRING, OFF(engine_id), MW_ENGINE_ID_MAX, 0, 0, "ID",
      "engine id reported in kv_transfer_params (default random)"},
+    {"--kv-block-ids-shape", OPT_KIND_KV_SHAPE, OFF(kv_ids_flat), 0, 0, 0, "SHAPE",
+     "remote_block_ids of P/D params: grouped ([[1,2]], vLLM since 2026-03) or flat "
+     "(default grouped)"},
+    {"--kv-transfer-mode", OPT_KIND_KV_MODE, OFF(kv_push), 0, 0, 0, "MODE",
+     "P/D: pull (the decode reads the blocks) or push (answer as vLLM's push mode, without "
+     "remote_block_ids; default pull)"},
+    {"--kv-lease-ms", OPT_KIND_U64, OFF(kv_lease_ms), sizeof(uint64_t), 1, 86400000, "MS",
+     "P/D: how long a prefill worker pins the blocks of an answer no decode read (default "
+     "30000)"},
     {"--threads", OPT_KIND_U32, OFF(threads), sizeof(uint32_t), 1, MW_THREADS_MAX, "N",
      "event-loop threads (default 2)"},
     {"--seed", OPT_KIND_U64, OFF(seed), sizeof(uint64_t), 0, UINT64_MAX, "N",
@@ -90,6 +101,7 @@ void mw_options_defaults(struct mw_options *opts)
     opts->max_model_len = 32768;
     opts->embedding_dim = 16;
     opts->max_body_bytes = 32u << 20;
+    opts->kv_lease_ms = 30000;
 }
 
 const char *mw_role_name(enum mw_role role)
@@ -214,6 +226,20 @@ static int apply_value(const struct opt_def *def, const char *value, struct mw_o
             return 0;
         snprintf(err, err_len, "%s: expected one of regular|prefill|decode, got '%s'", def->name,
                  value);
+        return -EINVAL;
+    case OPT_KIND_KV_SHAPE:
+        if (strcmp(value, "grouped") == 0 || strcmp(value, "flat") == 0) {
+            opts->kv_ids_flat = strcmp(value, "flat") == 0;
+            return 0;
+        }
+        snprintf(err, err_len, "%s: expected grouped|flat, got '%s'", def->name, value);
+        return -EINVAL;
+    case OPT_KIND_KV_MODE:
+        if (strcmp(value, "pull") == 0 || strcmp(value, "push") == 0) {
+            opts->kv_push = strcmp(value, "push") == 0;
+            return 0;
+        }
+        snprintf(err, err_len, "%s: expected pull|push, got '%s'", def->name, value);
         return -EINVAL;
     case OPT_KIND_U32:
     case OPT_KIND_U64:

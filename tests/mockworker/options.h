@@ -50,6 +50,9 @@ struct mw_options {
     uint32_t max_model_len;           /* prompt + completion limit, as vLLM checks it */
     uint32_t embedding_dim;
     uint64_t max_body_bytes; /* request bodies above this answer 413 */
+    bool kv_ids_flat;        /* P/D: remote_block_ids flat (old vLLM), not grouped */
+    bool kv_push;            /* P/D: answer as vLLM's push mode (no remote_block_ids) */
+    uint64_t kv_lease_ms;    /* P/D: a prefill pins its answer's blocks this long at most */
 };
 
 enum mw_options_result {

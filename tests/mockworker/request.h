@@ -22,6 +22,7 @@
 #include "tests/mockworker/faults.h"
 #include "tests/mockworker/openai.h"
 #include "tests/mockworker/options.h"
+#include "tests/mockworker/pd_pins.h"
 #include "tests/mockworker/stats.h"
 
 #include <stdatomic.h>
@@ -42,6 +43,7 @@ enum mw_route {
     MW_ROUTE_MOCK_STATS,
     MW_ROUTE_MOCK_FAULTS,
     MW_ROUTE_MOCK_RESET,
+    MW_ROUTE_MOCK_KV_READ,
     MW_ROUTE_NOT_FOUND,
     MW_ROUTE_BAD_METHOD,
 };
@@ -62,6 +64,7 @@ struct mw_server {
     struct mw_engine engine;
     struct mw_stats stats;
     struct mw_fault_state faults;
+    struct mw_pd_pins pins; /* P/D: blocks pinned for remote decodes */
     char engine_id[MW_ENGINE_ID_MAX];
     uint16_t port;   /* the bound port (differs from opts.port when that was 0) */
     int64_t started; /* unix seconds, the "created" of /v1/models */

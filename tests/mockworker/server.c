@@ -440,6 +440,7 @@ int mw_server_init(struct mw_server *s, const struct mw_options *opts, char *err
     s->ocfg.model = s->opts.model;
     s->ocfg.max_model_len = opts->max_model_len;
     s->ocfg.output_tokens = opts->output_tokens;
+    s->ocfg.kv_ids_flat = opts->kv_ids_flat;
     s->started = (int64_t)time(NULL);
     atomic_init(&s->unique, 0);
     atomic_init(&s->tail_ids, 0);
@@ -460,6 +461,8 @@ int mw_server_init(struct mw_server *s, const struct mw_options *opts, char *err
     rc = mw_stats_init(&s->stats);
     if (rc == 0)
         rc = mw_fault_state_init(&s->faults);
+    if (rc == 0)
+        rc = mw_pd_pins_init(&s->pins, opts->kv_lease_ms);
     if (rc != 0) {
         snprintf(err, err_len, "init: %s", strerror(-rc));
         goto out_engine;
@@ -538,6 +541,7 @@ void mw_server_fini(struct mw_server *s)
     if (s->listen_fd >= 0)
         close(s->listen_fd);
     s->listen_fd = -1;
+    mw_pd_pins_fini(&s->pins);
     mw_fault_state_fini(&s->faults);
     mw_stats_fini(&s->stats);
     mw_engine_fini(&s->engine);

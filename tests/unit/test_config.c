@@ -64,6 +64,7 @@ static void assert_defaults(const struct cfg *cfg)
     assert_int_equal(cfg->policy.balance_abs_threshold, 32);
     assert_true(cfg->policy.balance_rel_threshold == 1.5);
     assert_int_equal(cfg->policy.balance_gate, CFG_BALANCE_GATE_PER_REQUEST);
+    assert_int_equal(cfg->policy.pd_fallback, CFG_PD_FALLBACK_LOCAL_PREFILL);
     assert_int_equal(cfg->policy.prefill.name, CFG_POLICY_CACHE_AWARE);
     assert_int_equal(cfg->policy.decode.name, CFG_POLICY_LEAST_LOAD);
     assert_null(cfg->workers);
@@ -146,6 +147,8 @@ static bool row_holds_default(const struct cfg_key *k, const void *field)
         return (uint64_t) * (const enum cfg_policy_name *)field == k->def.u;
     case CFG_KIND_GATE:
         return (uint64_t) * (const enum cfg_balance_gate *)field == k->def.u;
+    case CFG_KIND_PD_FALLBACK:
+        return (uint64_t) * (const enum cfg_pd_fallback *)field == k->def.u;
     case CFG_KIND_STATUS_LIST: {
         const struct cfg_retry *retry = field;
         if (retry->n_on_status != k->def.n)
@@ -247,6 +250,7 @@ static void check_table(const struct cfg_key *table, const char *where)
         case CFG_KIND_ROLE:
         case CFG_KIND_POLICY:
         case CFG_KIND_GATE:
+        case CFG_KIND_PD_FALLBACK:
             assert_non_null(k->names);
             if (strcmp(enum_to_name(k->names, (int)k->def.u), "unset") == 0)
                 fail_msg("%s.%s: default %" PRIu64 " has no name", where, k->name, k->def.u);
@@ -359,24 +363,25 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.policy.balance_gate, CFG_BALANCE_GATE_FLEET);
     assert_int_equal(cfg.policy.prefill.name, CFG_POLICY_ROUND_ROBIN);
     assert_int_equal(cfg.policy.decode.name, CFG_POLICY_CONSISTENT_HASH);
+    assert_int_equal(cfg.policy.pd_fallback, CFG_PD_FALLBACK_ERROR);
 
     assert_int_equal(cfg.n_workers, 3);
     assert_string_equal(cfg.workers[0].id, "w1");
     assert_string_equal(cfg.workers[0].url, "http://127.0.0.1:9001");
     assert_string_equal(cfg.workers[0].model, "mock");
     assert_int_equal(cfg.workers[0].role, CFG_ROLE_PREFILL);
-    assert_int_equal(cfg.workers[0].line, 46);
+    assert_int_equal(cfg.workers[0].line, 47);
     /* Canonical url (lower-case host, no slash) and the id derived from it. */
     assert_string_equal(cfg.workers[1].id, "worker-b.example:8443");
     assert_string_equal(cfg.workers[1].url, "https://worker-b.example:8443");
     assert_string_equal(cfg.workers[1].model, "meta-llama/Llama-3.1-8B");
     assert_int_equal(cfg.workers[1].role, CFG_ROLE_DECODE);
-    assert_int_equal(cfg.workers[1].line, 50);
+    assert_int_equal(cfg.workers[1].line, 51);
     assert_string_equal(cfg.workers[2].id, "::1:9003");
     assert_string_equal(cfg.workers[2].url, "http://[::1]:9003");
     assert_string_equal(cfg.workers[2].model, "");
     assert_int_equal(cfg.workers[2].role, CFG_ROLE_REGULAR);
-    assert_int_equal(cfg.workers[2].line, 53);
+    assert_int_equal(cfg.workers[2].line, 54);
     cfg_fini(&cfg);
     assert_defaults(&cfg);
 }
@@ -526,6 +531,8 @@ static const struct bad_case bad_cases[] = {
      "got 'least_load'"},
     {"policy:\n  balance_gate: global\n",
      "t.yaml:2:17: policy.balance_gate: expected one of per_request|fleet, got 'global'"},
+    {"policy:\n  pd_fallback: retry\n",
+     "t.yaml:2:16: policy.pd_fallback: expected one of local_prefill|error, got 'retry'"},
     {"policy: {cache_threshold: 1.5}\n",
      "t.yaml:1:27: policy.cache_threshold: expected a number in 0..1, got '1.5'"},
     {"policy: {cache_threshold: nan}\n",
