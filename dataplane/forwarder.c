@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include "common/log.h"
 #include "common/proc.h"
@@ -490,6 +491,7 @@ static size_t fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
         return 0; /* aborts the transfer; its end releases the guard */
     }
     a->state = DP_ATT_RELAYING;
+    dp_sse_scan_init(&req->sse_scan);
     req->relay_status = status;
     req->relay_ready = !dp_relay_is_whole(&req->relay);
     fwd_drop_request_copies(req, a);
@@ -518,6 +520,13 @@ static size_t fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
         }
         a->paused = true;
         return CURL_WRITEFUNC_PAUSE;
+    }
+    if (req->sse && !req->in_band_error && dp_sse_scan_feed(&req->sse_scan, data, len)) {
+        /* Relayed as sent; counted as the worker's failure. */
+        req->in_band_error = true;
+        dp_metrics_upstream_error(&a->loop->sh->metrics, a->slot, DP_UPERR_IN_BAND);
+        log_info("request %s: worker %s sent an error event in its stream", req->request_id,
+                 a->worker_id);
     }
     if (req->first_byte_ms == 0 && len > 0) {
         req->first_byte_ms = proc_monotonic_ms();
@@ -654,9 +663,20 @@ ssize_t dp_fwd_read(struct dp_request *req, char *buf, size_t max)
             dp_up_unpause(a);
         return (ssize_t)n;
     }
+    if (req->up_done && req->up_failed) {
+        /* With MHD_USE_TURBO, MHD closes a connection whose reader failed
+         * only at a later pass over it, which after a resume may not come
+         * until the header deadline: the client would wait 30 s on a cut
+         * stream. Shutting the socket down ends it now (what was written
+         * is still delivered); MHD's own close follows. */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci != NULL)
+            shutdown(ci->connect_fd, SHUT_RDWR);
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
     if (req->up_done)
-        return req->up_failed ? MHD_CONTENT_READER_END_WITH_ERROR
-                              : MHD_CONTENT_READER_END_OF_STREAM;
+        return MHD_CONTENT_READER_END_OF_STREAM;
     dp_listener_watch_soon(req);
     MHD_suspend_connection(req->conn);
     req->suspended = true;

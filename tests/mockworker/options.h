@@ -21,6 +21,8 @@
 #define MW_HOST_MAX         64
 #define MW_MODEL_MAX        128
 #define MW_ENGINE_ID_MAX    64
+#define MW_NAMES_MAX        8 /* served model names, and LoRA adapters */
+#define MW_LORA_PATH_MAX    256
 #define MW_THREADS_MAX      64
 #define MW_BLOCK_TOKENS_MAX 4096
 
@@ -50,6 +52,14 @@ struct mw_options {
     uint32_t max_model_len;           /* prompt + completion limit, as vLLM checks it */
     uint32_t embedding_dim;
     uint64_t max_body_bytes; /* request bodies above this answer 413 */
+    /* Every name the model answers to, names[0] == model (--served-model-name). */
+    char names[MW_NAMES_MAX][MW_MODEL_MAX];
+    uint32_t n_names;
+    /* LoRA adapters (--lora-modules name=path ...): served under their own names. */
+    char lora_names[MW_NAMES_MAX][MW_MODEL_MAX];
+    char lora_paths[MW_NAMES_MAX][MW_LORA_PATH_MAX];
+    uint32_t n_lora;
+    bool legacy_errors; /* error bodies in vLLM's old top-level shape */
 };
 
 enum mw_options_result {
