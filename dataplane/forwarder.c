@@ -224,7 +224,7 @@ pick_again:;
     for (int pass = 0; pass < 2 && n == 0; pass++)
         for (size_t i = 0; i < v->n; i++) {
             const struct shm_worker_info *w = &v->w[i];
-            if (!req->leg->is_eligible(w) || strcmp(w->model, req->model) != 0)
+            if (!req->leg->is_eligible(w) || !shm_worker_serves(w, req->model))
                 continue;
             if (pass == 0 && fwd_was_tried(req, w->slot))
                 continue;

@@ -688,6 +688,67 @@ static void test_worker_error_bodies_relayed_verbatim(void **state)
     }
 }
 
+struct models_cond {
+    const char *url;
+    const char *want; /* substring of the body */
+};
+
+static bool models_list_has(void *arg)
+{
+    struct models_cond *c = arg;
+    struct h_resp r;
+    if (h_http_get(c->url, &r) != 0)
+        return false;
+    bool ok = r.status == 200 && strstr(r.body, c->want) != NULL;
+    h_resp_fini(&r);
+    return ok;
+}
+
+/* A worker serving several names (vLLM --served-model-name a b): the
+ * control plane learns them all from /v1/models, a request for any of
+ * them routes, and the router's /v1/models lists them. */
+static void test_worker_aliases_route(void **state)
+{
+    (void)state;
+    static const char *const mock_args[] = {"--served-model-name", "alias-a", "alias-b", NULL};
+    struct h_fleet f;
+    h_fleet_start(
+        &f, &(struct h_fleet_opts){
+                .n = 1, .mock_args = mock_args, .learn_model = true, .health_interval = "50ms"});
+    char url[128];
+    route_url(&f, "/v1/models", url, sizeof(url));
+    struct models_cond c = {.url = url, .want = "\"alias-b\""};
+    assert_int_equal(h_wait_until(models_list_has, &c, H_READY_TIMEOUT_MS), 0);
+    struct h_resp r;
+    assert_int_equal(h_http_get(url, &r), 0);
+    json_t *j = h_resp_json(&r);
+    h_resp_fini(&r);
+    json_t *data = json_object_get(j, "data");
+    assert_int_equal(json_array_size(data), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(data, 0), "id")),
+                        "alias-a");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(data, 1), "id")),
+                        "alias-b");
+    json_decref(j);
+
+    route_url(&f, "/v1/completions", url, sizeof(url));
+    static const char *const names[] = {"alias-a", "alias-b"};
+    for (size_t i = 0; i < 2; i++) {
+        char body[128];
+        snprintf(body, sizeof(body), "{\"model\":\"%s\",\"prompt\":\"hi\",\"max_tokens\":1}",
+                 names[i]);
+        assert_int_equal(h_http_post_json(url, body, &r), 0);
+        assert_int_equal(r.status, 200);
+        h_resp_fini(&r);
+    }
+    assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 2);
+    assert_int_equal(
+        h_http_post_json(url, "{\"model\":\"alias-c\",\"prompt\":\"hi\",\"max_tokens\":1}", &r), 0);
+    assert_int_equal(r.status, 404);
+    h_resp_fini(&r);
+    h_fleet_stop(&f);
+}
+
 static void post_expect(struct h_fleet *f, const char *method, const char *path, const char *body,
                         long status, const char *code)
 {
@@ -970,6 +1031,7 @@ int main(void)
         H_TEST(test_queued_stream_is_bounded_by_idle_timeout),
         H_TEST(test_in_band_stream_error),
         H_TEST(test_worker_error_bodies_relayed_verbatim),
+        H_TEST(test_worker_aliases_route),
         H_TEST(test_whole_answers),
         H_TEST(test_idle_upstream_connections_closed_by_the_worker),
         H_TEST(test_bad_inputs),
