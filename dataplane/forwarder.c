@@ -467,7 +467,16 @@ static size_t fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
         a->state = DP_ATT_DRAINING;
         return len;
     }
-    if (fwd_status_is_retryable(loop, status)) {
+    bool retryable = fwd_status_is_retryable(loop, status);
+    if (retryable && a->leg->relays_last_error && !fwd_can_retry(req)) {
+        /* The last attempt: the client gets the worker's own error answer
+         * (its message, in whichever shape the worker writes errors). */
+        dp_metrics_upstream_error(&loop->sh->metrics, a->slot, DP_UPERR_STATUS);
+        log_info("request %s: %sworker %s answered HTTP %ld, relayed (attempt %u, no retry left)",
+                 req->request_id, a->leg->label, a->worker_id, status, req->attempts);
+        retryable = false;
+    }
+    if (retryable) {
         a->state = DP_ATT_DRAINING;
         req->active = NULL;
         req->last_status = (int)status;

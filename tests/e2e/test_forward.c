@@ -654,8 +654,9 @@ static void test_in_band_stream_error(void **state)
     h_fleet_stop(&f);
 }
 
-/* A worker's error answer (a status not retried) reaches the client byte
- * for byte, in vLLM's current shape and in the old top-level one. */
+/* A worker's error answer (a status not retried, or a retried one once no
+ * attempt is left) reaches the client as the worker sent it, in vLLM's
+ * current shape and in the old top-level one. */
 static void test_worker_error_bodies_relayed_verbatim(void **state)
 {
     (void)state;
@@ -684,6 +685,22 @@ static void test_worker_error_bodies_relayed_verbatim(void **state)
         json_decref(j);
         h_resp_fini(&direct);
         h_resp_fini(&routed);
+
+        /* A status the router retries: once no attempt is left, the last
+         * answer is relayed as the worker sent it, message included. */
+        assert_int_equal(h_mock_faults(f.mock[0].url, "{\"fail_status\":503}"), 0);
+        assert_int_equal(h_http_post_json(url,
+                                          "{\"model\":\"" H_FLEET_MODEL
+                                          "\",\"prompt\":\"hi\",\"max_tokens\":1}",
+                                          &routed),
+                         0);
+        assert_int_equal(routed.status, 503);
+        j = h_resp_json(&routed);
+        msg = json_object_get(k == 0 ? json_object_get(j, "error") : j, "message");
+        assert_string_equal(json_string_value(msg), "mock worker fault: injected status 503");
+        json_decref(j);
+        h_resp_fini(&routed);
+        assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 2 + 3); /* 3 attempts */
         h_fleet_stop(&f);
     }
 }
