@@ -754,12 +754,13 @@ static enum MHD_Result respond_mock_faults(struct mw_req *req, const char *metho
     if (mw_fault_state_update(&s->faults, req->body.data != NULL ? req->body.data : "",
                               req->body.len, &f, err, sizeof(err)) != 0)
         return respond_error(req, 400, err);
-    log_info(
-        "faults updated: fail_status=%d fail_count=%" PRId64 " stall_before_headers_ms=%" PRIu64
-        " stall_after_chunks=%" PRIu64 " stall_ms=%" PRIu64 " reset_after_chunks=%" PRIu64
-        " health_status=%d extra_latency_ms=%" PRIu64 " fail_body_hold_ms=%" PRIu64,
-        f.fail_status, f.fail_count, f.stall_before_headers_ms, f.stall_after_chunks, f.stall_ms,
-        f.reset_after_chunks, f.health_status, f.extra_latency_ms, f.fail_body_hold_ms);
+    log_info("faults updated: fail_status=%d fail_count=%" PRId64
+             " stall_before_headers_ms=%" PRIu64 " stall_after_chunks=%" PRIu64 " stall_ms=%" PRIu64
+             " reset_after_chunks=%" PRIu64 " health_status=%d extra_latency_ms=%" PRIu64
+             " fail_body_hold_ms=%" PRIu64 " stream_error='%s' stream_error_after_chunks=%" PRIu64,
+             f.fail_status, f.fail_count, f.stall_before_headers_ms, f.stall_after_chunks,
+             f.stall_ms, f.reset_after_chunks, f.health_status, f.extra_latency_ms,
+             f.fail_body_hold_ms, f.stream_error, f.stream_error_after_chunks);
     return respond_json(req, 200, mw_faults_to_json(&f));
 }
 
