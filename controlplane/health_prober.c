@@ -306,6 +306,21 @@ static void hc_apply_probe(struct hc_prober *p, struct hc_target *t, bool ok, co
     }
 }
 
+/* A model name the registry can hold and every reader can print. */
+static bool hc_name_is_usable(const char *model)
+{
+    bool usable = model != NULL && model[0] != '\0' && strlen(model) < CFG_MODEL_MAX;
+    for (const char *c = model; usable && *c != '\0'; c++)
+        usable = (unsigned char)*c >= 0x20 && *c != 0x7f;
+    return usable;
+}
+
+/*
+ * The worker's names from its /v1/models: the first entry is its model,
+ * every other one (vLLM lists each --served-model-name and each LoRA
+ * adapter) an alias, so a request for any of them routes. Aliases that do
+ * not fit the slot's SHM_ALIASES_MAX bytes are left out, with a warning.
+ */
 static void hc_apply_models(struct hc_prober *p, struct hc_target *t, bool ok)
 {
     if (!ok)
@@ -313,16 +328,37 @@ static void hc_apply_models(struct hc_prober *p, struct hc_target *t, bool ok)
     json_error_t jerr;
     const struct buf *b = &t->models_body;
     json_t *root = json_loadb(b->data != NULL ? b->data : "", b->len, 0, &jerr);
-    json_t *first = json_array_get(json_object_get(root, "data"), 0);
-    const char *model = json_string_value(json_object_get(first, "id"));
-    bool usable = model != NULL && model[0] != '\0' && strlen(model) < CFG_MODEL_MAX;
-    for (const char *c = model; usable && *c != '\0'; c++)
-        usable = (unsigned char)*c >= 0x20 && *c != 0x7f;
-    if (usable && shm_registry_generation(p->seg, t->slot) == t->generation &&
-        shm_registry_set_model(p->seg, t->slot, model) == 0) {
+    json_t *data = json_object_get(root, "data");
+    const char *model = json_string_value(json_object_get(json_array_get(data, 0), "id"));
+    if (!hc_name_is_usable(model)) {
+        json_decref(root);
+        return;
+    }
+    char aliases[SHM_ALIASES_MAX] = "";
+    size_t len = 0;
+    size_t dropped = 0;
+    for (size_t i = 1; i < json_array_size(data); i++) {
+        const char *name = json_string_value(json_object_get(json_array_get(data, i), "id"));
+        if (!hc_name_is_usable(name) || strcmp(name, model) == 0)
+            continue;
+        size_t n = strlen(name);
+        if (len + (len > 0) + n >= sizeof(aliases)) {
+            dropped++;
+            continue;
+        }
+        if (len > 0)
+            aliases[len++] = '\n';
+        memcpy(aliases + len, name, n + 1);
+        len += n;
+    }
+    if (shm_registry_generation(p->seg, t->slot) == t->generation &&
+        shm_registry_set_names(p->seg, t->slot, model, aliases) == 0) {
         t->has_model = true;
-        log_info("worker %s (%s) serves model '%s' (learned from /v1/models)", t->id, t->url,
-                 model);
+        log_info("worker %s (%s) serves model '%s'%s%s (learned from /v1/models)", t->id, t->url,
+                 model, len > 0 ? ", also as " : "", len > 0 ? aliases : "");
+        if (dropped > 0)
+            log_warn("worker %s: %zu more model names do not fit the registry's %d bytes", t->id,
+                     dropped, SHM_ALIASES_MAX);
     }
     json_decref(root);
 }

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include "common/log.h"
 #include "common/proc.h"
@@ -217,7 +218,7 @@ pick_again:;
     for (int pass = 0; pass < 2 && n == 0; pass++)
         for (size_t i = 0; i < v->n; i++) {
             const struct shm_worker_info *w = &v->w[i];
-            if (!req->leg->is_eligible(w) || strcmp(w->model, req->model) != 0)
+            if (!req->leg->is_eligible(w) || !shm_worker_serves(w, req->model))
                 continue;
             if (pass == 0 && fwd_was_tried(req, w->slot))
                 continue;
@@ -456,7 +457,16 @@ static size_t fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
         a->state = DP_ATT_DRAINING;
         return len;
     }
-    if (fwd_status_is_retryable(loop, status)) {
+    bool retryable = fwd_status_is_retryable(loop, status);
+    if (retryable && a->leg->relays_last_error && !fwd_can_retry(req)) {
+        /* The last attempt: the client gets the worker's own error answer
+         * (its message, in whichever shape the worker writes errors). */
+        dp_metrics_upstream_error(&loop->sh->metrics, a->slot, DP_UPERR_STATUS);
+        log_info("request %s: %sworker %s answered HTTP %ld, relayed (attempt %u, no retry left)",
+                 req->request_id, a->leg->label, a->worker_id, status, req->attempts);
+        retryable = false;
+    }
+    if (retryable) {
         a->state = DP_ATT_DRAINING;
         req->active = NULL;
         req->last_status = (int)status;
@@ -480,6 +490,7 @@ static size_t fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
         return 0; /* aborts the transfer; its end releases the guard */
     }
     a->state = DP_ATT_RELAYING;
+    dp_sse_scan_init(&req->sse_scan);
     req->relay_status = status;
     req->relay_ready = !dp_relay_is_whole(&req->relay);
     fwd_drop_request_copies(req, a);
@@ -512,6 +523,13 @@ static size_t fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
         }
         a->paused = true;
         return CURL_WRITEFUNC_PAUSE;
+    }
+    if (req->sse && !req->in_band_error && dp_sse_scan_feed(&req->sse_scan, data, len)) {
+        /* Relayed as sent; counted as the worker's failure. */
+        req->in_band_error = true;
+        dp_metrics_upstream_error(&a->loop->sh->metrics, a->slot, DP_UPERR_IN_BAND);
+        log_info("request %s: worker %s sent an error event in its stream", req->request_id,
+                 a->worker_id);
     }
     if (a->leg->filter_commit != NULL)
         a->leg->filter_commit(req, data, len);
@@ -651,9 +669,20 @@ ssize_t dp_fwd_read(struct dp_request *req, char *buf, size_t max)
             dp_up_unpause(a);
         return (ssize_t)n;
     }
+    if (req->up_done && req->up_failed) {
+        /* With MHD_USE_TURBO, MHD closes a connection whose reader failed
+         * only at a later pass over it, which after a resume may not come
+         * until the header deadline: the client would wait 30 s on a cut
+         * stream. Shutting the socket down ends it now (what was written
+         * is still delivered); MHD's own close follows. */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci != NULL)
+            shutdown(ci->connect_fd, SHUT_RDWR);
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
     if (req->up_done)
-        return req->up_failed ? MHD_CONTENT_READER_END_WITH_ERROR
-                              : MHD_CONTENT_READER_END_OF_STREAM;
+        return MHD_CONTENT_READER_END_OF_STREAM;
     dp_listener_watch_soon(req);
     MHD_suspend_connection(req->conn);
     req->suspended = true;

@@ -34,6 +34,7 @@ static enum dp_leg_action legs_plain_next(struct dp_request *req, enum dp_leg_ev
 static const struct dp_leg legs_plain = {
     .label = "",
     .collects = false,
+    .relays_last_error = true,
     .is_eligible = dp_workers_is_eligible,
     .policy = legs_plain_policy,
     .body = legs_plain_body,

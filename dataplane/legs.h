@@ -69,6 +69,9 @@ struct dp_leg_step {
 struct dp_leg {
     const char *label; /* "prefill ", "decode " or "": in messages ("no healthy %sworker") */
     bool collects;     /* its response goes to collect, not to the client */
+    /* When no retry is left, a status in retry.on_status is relayed as the
+     * worker sent it (its own message and error shape) instead of our 502. */
+    bool relays_last_error;
     /* May w take this leg's next attempt? */
     bool (*is_eligible)(const struct shm_worker_info *w);
     /* The loop's policy that picks this leg's workers. */

@@ -39,6 +39,22 @@ static void local_health(struct dp_loop *loop, struct dp_local_reply *out)
                json_pack("{s:s}", "status", draining ? "draining" : "ok"));
 }
 
+/* Adds name to the model list unless it is there already. */
+static void models_add(json_t *data, json_t *seen, const char *name, size_t len)
+{
+    char buf[SHM_ALIASES_MAX];
+    if (len == 0 || len >= sizeof(buf))
+        return;
+    memcpy(buf, name, len);
+    buf[len] = '\0';
+    if (json_object_get(seen, buf) != NULL)
+        return;
+    json_object_set_new(seen, buf, json_true());
+    json_array_append_new(data, json_pack("{s:s, s:s, s:i, s:s}", "id", buf, "object", "model",
+                                          "created", 0, "owned_by", "switchyard"));
+}
+
+/* The union of the fleet's model names: each worker's model and aliases. */
 static void local_models(struct dp_loop *loop, struct dp_local_reply *out)
 {
     struct dp_workers *v = &loop->workers;
@@ -46,12 +62,17 @@ static void local_models(struct dp_loop *loop, struct dp_local_reply *out)
     json_t *seen = json_object();
     for (size_t i = 0; data != NULL && seen != NULL && i < v->n; i++) {
         const struct shm_worker_info *w = &v->w[i];
-        if (!w->healthy || w->draining || w->model[0] == '\0' ||
-            json_object_get(seen, w->model) != NULL)
+        if (!w->healthy || w->draining || w->model[0] == '\0')
             continue;
-        json_object_set_new(seen, w->model, json_true());
-        json_array_append_new(data, json_pack("{s:s, s:s, s:i, s:s}", "id", w->model, "object",
-                                              "model", "created", 0, "owned_by", "switchyard"));
+        models_add(data, seen, w->model, strlen(w->model));
+        for (const char *p = w->aliases; *p != '\0';) {
+            const char *end = strchr(p, '\n');
+            size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+            models_add(data, seen, p, n);
+            if (end == NULL)
+                break;
+            p = end + 1;
+        }
     }
     json_decref(seen);
     reply_json(out, 200,

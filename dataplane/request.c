@@ -6,12 +6,14 @@
 #include "dataplane/request.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <xxhash.h>
 
 #include "common/proc.h"
 #include "dataplane/header_rules.h"
@@ -92,8 +94,115 @@ static void text_add_json_string(struct dp_request *req, const struct dp_skel *s
         text_add(req, json_string_value(s), json_string_length(s));
 }
 
+/* A key of the parsed skeleton (a long one is a marker too). */
+static void text_add_key(struct dp_request *req, const struct dp_skel *skel, const char *key)
+{
+    size_t len = strlen(key);
+    const struct dp_skel_span *sp = dp_skel_span(skel, key, len);
+    if (sp != NULL)
+        text_add(req, req->body.data + sp->off, sp->len);
+    else
+        text_add(req, key, len);
+}
+
+#define DP_TEXT_JSON_DEPTH 16 /* deeper structure is not walked (routing degrades) */
+
+/*
+ * Any JSON value as routing text, compact and in document order, strings
+ * as text_add_json_string takes them (never a marker: its nonce differs
+ * per request). For what a chat template renders from structure: tool
+ * definitions and tool calls.
+ */
+static void text_add_json(struct dp_request *req, const struct dp_skel *skel, json_t *v, int depth)
+{
+    if (depth > DP_TEXT_JSON_DEPTH)
+        return;
+    char num[48];
+    int n = 0;
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *key;
+        json_t *x;
+        text_add(req, "{", 1);
+        json_object_foreach(v, key, x)
+        {
+            text_add_key(req, skel, key);
+            text_add(req, ":", 1);
+            text_add_json(req, skel, x, depth + 1);
+            text_add(req, ",", 1);
+        }
+        text_add(req, "}", 1);
+        return;
+    }
+    case JSON_ARRAY: {
+        size_t i;
+        json_t *x;
+        text_add(req, "[", 1);
+        json_array_foreach(v, i, x)
+        {
+            text_add_json(req, skel, x, depth + 1);
+            text_add(req, ",", 1);
+        }
+        text_add(req, "]", 1);
+        return;
+    }
+    case JSON_STRING:
+        text_add(req, "\"", 1);
+        text_add_json_string(req, skel, v);
+        text_add(req, "\"", 1);
+        return;
+    case JSON_INTEGER:
+        n = snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        break;
+    case JSON_REAL:
+        n = snprintf(num, sizeof(num), "%.17g", json_real_value(v));
+        break;
+    case JSON_TRUE:
+        n = snprintf(num, sizeof(num), "true");
+        break;
+    case JSON_FALSE:
+        n = snprintf(num, sizeof(num), "false");
+        break;
+    default:
+        n = snprintf(num, sizeof(num), "null");
+        break;
+    }
+    if (n > 0 && (size_t)n < sizeof(num))
+        text_add(req, num, (size_t)n);
+}
+
+/*
+ * An image part ({"type":"image_url","image_url":{"url":...}}, or the URL
+ * as a plain string) by its URL; a data URL by a hash of its contents, so
+ * different images key differently without the routing text carrying
+ * megabytes of base64.
+ */
+static void text_add_image(struct dp_request *req, const struct dp_skel *skel, json_t *image)
+{
+    json_t *url = json_is_object(image) ? json_object_get(image, "url") : image;
+    if (!json_is_string(url))
+        return;
+    const char *s = json_string_value(url);
+    size_t len = json_string_length(url);
+    const struct dp_skel_span *sp = dp_skel_span(skel, s, len);
+    if (sp != NULL) {
+        s = req->body.data + sp->off;
+        len = sp->len;
+    }
+    text_add(req, "[image ", 7);
+    if (len >= 5 && strncmp(s, "data:", 5) == 0) {
+        char hex[32];
+        int n = snprintf(hex, sizeof(hex), "data:%016llx", (unsigned long long)XXH3_64bits(s, len));
+        text_add(req, hex, (size_t)n);
+    } else {
+        text_add(req, s, len);
+    }
+    text_add(req, "]", 1);
+}
+
 /* A chat message's content: a string, or an array of parts whose "text"
- * parts count (images and other parts are not text a prefix cache keys). */
+ * parts count, and image parts by their URL (text_add_image); other parts
+ * (audio, files) are not keyed. */
 static void text_add_content(struct dp_request *req, const struct dp_skel *skel, json_t *content)
 {
     if (json_is_string(content)) {
@@ -105,17 +214,42 @@ static void text_add_content(struct dp_request *req, const struct dp_skel *skel,
     json_array_foreach(content, i, part)
     {
         json_t *text = json_object_get(part, "text");
+        json_t *image = json_object_get(part, "image_url");
         if (json_is_string(text))
             text_add_json_string(req, skel, text);
+        else if (image != NULL)
+            text_add_image(req, skel, image);
     }
 }
 
-/* Routing text of a completion: the prompt, a string or an array of strings. */
+/* Token ids as 4 little-endian bytes each (the width the mock worker's
+ * cost model gives an id), so a token prompt keys by its ids. */
+static void text_add_token_ids(struct dp_request *req, json_t *ids)
+{
+    size_t i;
+    json_t *id;
+    json_array_foreach(ids, i, id)
+    {
+        if (!json_is_integer(id))
+            continue;
+        uint32_t v = (uint32_t)json_integer_value(id);
+        unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+                              (unsigned char)(v >> 24)};
+        text_add(req, (const char *)b, sizeof(b));
+    }
+}
+
+/* Routing text of a completion: the prompt, a string or an array of
+ * strings; or token ids ([1,2,...]), or a batch of them ([[...],[...]]). */
 static void text_add_prompt(struct dp_request *req, const struct dp_skel *skel, json_t *root)
 {
     json_t *prompt = json_object_get(root, "prompt");
     if (json_is_string(prompt)) {
         text_add_json_string(req, skel, prompt);
+        return;
+    }
+    if (json_is_integer(json_array_get(prompt, 0))) {
+        text_add_token_ids(req, prompt);
         return;
     }
     size_t i;
@@ -124,16 +258,28 @@ static void text_add_prompt(struct dp_request *req, const struct dp_skel *skel, 
     {
         if (json_is_string(p))
             text_add_json_string(req, skel, p);
+        else if (json_is_array(p))
+            text_add_token_ids(req, p);
     }
 }
 
 /*
- * Routing text of a chat: the messages in order, each as role, newline,
- * content, newline — so every turn of a conversation extends the previous
- * turn's text, and cache_aware sees the shared prefix.
+ * Routing text of a chat: the request's tool definitions first (chat
+ * templates render them ahead of the conversation), then the messages in
+ * order, each as role, newline, content, newline — so every turn of a
+ * conversation extends the previous turn's text, and cache_aware sees the
+ * shared prefix. An assistant message's tool calls follow its content and
+ * a tool result names the call it answers: agent conversations that
+ * differ only there do not share a key.
  */
 static void text_add_messages(struct dp_request *req, const struct dp_skel *skel, json_t *root)
 {
+    json_t *tools = json_object_get(root, "tools");
+    if (json_is_array(tools) && json_array_size(tools) > 0) {
+        text_add(req, "tools\n", 6);
+        text_add_json(req, skel, tools, 0);
+        text_add(req, "\n", 1);
+    }
     json_t *messages = json_object_get(root, "messages");
     size_t i;
     json_t *m;
@@ -143,7 +289,15 @@ static void text_add_messages(struct dp_request *req, const struct dp_skel *skel
         if (json_is_string(role))
             text_add_json_string(req, skel, role);
         text_add(req, "\n", 1);
+        json_t *call_id = json_object_get(m, "tool_call_id");
+        if (json_is_string(call_id)) {
+            text_add_json_string(req, skel, call_id);
+            text_add(req, "\n", 1);
+        }
         text_add_content(req, skel, json_object_get(m, "content"));
+        json_t *calls = json_object_get(m, "tool_calls");
+        if (json_is_array(calls) && json_array_size(calls) > 0)
+            text_add_json(req, skel, calls, 0);
         text_add(req, "\n", 1);
     }
 }

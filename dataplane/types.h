@@ -27,6 +27,7 @@
 #include "dataplane/pd_state.h"
 #include "dataplane/policy.h"
 #include "dataplane/relay.h"
+#include "dataplane/sse_scan.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
 
@@ -68,6 +69,7 @@ enum dp_up_error {
     DP_UPERR_STATUS,   /* answered a status in retry.on_status */
     DP_UPERR_TIMEOUT,  /* first byte or idle timeout */
     DP_UPERR_TRANSFER, /* reset, truncated body, protocol error */
+    DP_UPERR_IN_BAND,  /* a 200 stream carrying an error event */
     DP_UPERR_COUNT,
 };
 
@@ -222,6 +224,8 @@ struct dp_request {
     bool up_done;   /* the worker's body ended (or was cut) */
     bool up_failed; /* ...abnormally: close the client connection with an error */
     bool sse;
+    struct dp_sse_scan sse_scan; /* watches a relayed stream for an in-band error */
+    bool in_band_error;          /* ...found one (counted once) */
 
     /* retries */
     uint32_t attempts;

@@ -38,7 +38,7 @@ void dp_workers_refresh(struct dp_workers *v)
 bool dp_workers_has_model(const struct dp_workers *v, const char *model)
 {
     for (size_t i = 0; i < v->n; i++)
-        if (strcmp(v->w[i].model, model) == 0)
+        if (shm_worker_serves(&v->w[i], model))
             return true;
     return false;
 }

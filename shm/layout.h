@@ -16,7 +16,7 @@
 
 /* Bumped whenever the segment's bytes change; a segment of another layout
  * version is refused on attach. */
-#define SHM_LAYOUT_VERSION 1u
+#define SHM_LAYOUT_VERSION 2u /* 2: worker slots carry model aliases */
 
 /* How often a lease holder and the control plane beat, and how the control
  * plane judges a lease whose holder stopped beating. Stored in the header so
@@ -30,5 +30,7 @@
 #define SHM_ID_MAX    64
 #define SHM_URL_MAX   256
 #define SHM_MODEL_MAX 128
+/* A worker's other model names (served aliases, adapters), '\n'-separated. */
+#define SHM_ALIASES_MAX 256
 
 #endif

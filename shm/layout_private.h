@@ -46,9 +46,10 @@ _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "32-bit atomics must be lock-free acro
 
 /* Fixed string fields of a worker slot, stored as relaxed-atomic words so a
  * seqlock reader racing the writer never performs a data race. */
-#define SHM_ID_WORDS    (SHM_ID_MAX / 8)
-#define SHM_URL_WORDS   (SHM_URL_MAX / 8)
-#define SHM_MODEL_WORDS (SHM_MODEL_MAX / 8)
+#define SHM_ID_WORDS      (SHM_ID_MAX / 8)
+#define SHM_URL_WORDS     (SHM_URL_MAX / 8)
+#define SHM_MODEL_WORDS   (SHM_MODEL_MAX / 8)
+#define SHM_ALIASES_WORDS (SHM_ALIASES_MAX / 8)
 
 struct shm_header {
     /* Written once at creation, before magic is published (release). */
@@ -111,6 +112,7 @@ struct shm_worker_slot {
     _Atomic uint64_t id[SHM_ID_WORDS];
     _Atomic uint64_t url[SHM_URL_WORDS];
     _Atomic uint64_t model[SHM_MODEL_WORDS];
+    _Atomic uint64_t aliases[SHM_ALIASES_WORDS]; /* learned with model; "" when none */
 } __attribute__((aligned(SHM_CACHE_LINE)));
 
 enum shm_lease_state {
@@ -137,10 +139,11 @@ struct shm_load_line {
 } __attribute__((aligned(SHM_CACHE_LINE)));
 
 _Static_assert(sizeof(struct shm_header) % SHM_CACHE_LINE == 0, "header size");
-_Static_assert(sizeof(struct shm_worker_slot) == 512, "slot size");
+_Static_assert(sizeof(struct shm_worker_slot) == 768, "slot size");
 _Static_assert(sizeof(struct shm_lease) % SHM_CACHE_LINE == 0, "lease size");
 _Static_assert(sizeof(struct shm_load_line) == SHM_CACHE_LINE, "load line size");
-_Static_assert(SHM_ID_MAX % 8 == 0 && SHM_URL_MAX % 8 == 0 && SHM_MODEL_MAX % 8 == 0,
+_Static_assert(SHM_ID_MAX % 8 == 0 && SHM_URL_MAX % 8 == 0 && SHM_MODEL_MAX % 8 == 0 &&
+                   SHM_ALIASES_MAX % 8 == 0,
                "string fields are stored as 64-bit words");
 
 #endif

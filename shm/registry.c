@@ -27,6 +27,8 @@ static struct shm_worker_slot *shm_slot(const struct shm_segment *seg, uint32_t 
     return &seg->slots[slot];
 }
 
+_Static_assert(SHM_ALIASES_MAX <= SHM_URL_MAX, "shm_words_store's buffer holds every field");
+
 static void shm_words_store(_Atomic uint64_t *words, size_t n_words, const char *text)
 {
     char buf[SHM_URL_MAX] = {0};
@@ -78,6 +80,7 @@ int shm_registry_read_slot(const struct shm_segment *seg, uint32_t slot,
             shm_words_load(s->id, SHM_ID_WORDS, out->id);
             shm_words_load(s->url, SHM_URL_WORDS, out->url);
             shm_words_load(s->model, SHM_MODEL_WORDS, out->model);
+            shm_words_load(s->aliases, SHM_ALIASES_WORDS, out->aliases);
         }
         atomic_thread_fence(memory_order_acquire);
         uint32_t seq2 = atomic_load_explicit(&s->seq, memory_order_relaxed);
@@ -193,10 +196,12 @@ int shm_registry_add(struct shm_segment *seg, const struct shm_worker_info *in,
     shm_words_store(s->id, SHM_ID_WORDS, in->id);
     shm_words_store(s->url, SHM_URL_WORDS, in->url);
     shm_words_store(s->model, SHM_MODEL_WORDS, in->model);
+    shm_words_store(s->aliases, SHM_ALIASES_WORDS, "");
     atomic_store_explicit(&s->state, shm_state_of(in), memory_order_relaxed);
     shm_write_end(seg, s);
     if (out != NULL) {
         *out = *in;
+        out->aliases[0] = '\0';
         shm_info_from_state(out, shm_state_of(in)); /* flags as a reader will see them */
         out->slot = free_slot;
         out->generation = gen;
@@ -256,6 +261,40 @@ int shm_registry_set_model(struct shm_segment *seg, uint32_t slot, const char *m
     shm_words_store(s->model, SHM_MODEL_WORDS, model);
     shm_write_end(seg, s);
     return 0;
+}
+
+int shm_registry_set_names(struct shm_segment *seg, uint32_t slot, const char *model,
+                           const char *aliases)
+{
+    if (strlen(model) >= SHM_MODEL_MAX || strlen(aliases) >= SHM_ALIASES_MAX)
+        return -EINVAL;
+    if (slot >= seg->max_workers)
+        return -ENOENT;
+    struct shm_worker_slot *s = shm_slot(seg, slot);
+    if (!(atomic_load_explicit(&s->state, memory_order_relaxed) & SHM_SLOT_IN_USE))
+        return -ENOENT;
+    shm_write_begin(s);
+    shm_words_store(s->model, SHM_MODEL_WORDS, model);
+    shm_words_store(s->aliases, SHM_ALIASES_WORDS, aliases);
+    shm_write_end(seg, s);
+    return 0;
+}
+
+bool shm_worker_serves(const struct shm_worker_info *w, const char *model)
+{
+    if (strcmp(w->model, model) == 0)
+        return true;
+    size_t len = strlen(model);
+    for (const char *p = w->aliases; *p != '\0';) {
+        const char *end = strchr(p, '\n');
+        size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (n == len && memcmp(p, model, len) == 0)
+            return true;
+        if (end == NULL)
+            break;
+        p = end + 1;
+    }
+    return false;
 }
 
 int shm_registry_remove(struct shm_segment *seg, uint32_t slot)

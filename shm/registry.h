@@ -34,6 +34,9 @@ struct shm_worker_info {
     char id[SHM_ID_MAX];
     char url[SHM_URL_MAX];
     char model[SHM_MODEL_MAX];
+    /* The worker's other names ('\n'-separated, "" = none): read side only;
+     * shm_registry_add leaves them empty, shm_registry_set_names sets them. */
+    char aliases[SHM_ALIASES_MAX];
 };
 
 /* How many times a reader retries a slot the writer keeps changing. */
@@ -86,6 +89,17 @@ int shm_registry_set_draining(struct shm_segment *seg, uint32_t slot, bool drain
 
 /* Sets the model of an in-use slot (learned from the worker's /v1/models). */
 int shm_registry_set_model(struct shm_segment *seg, uint32_t slot, const char *model);
+
+/*
+ * Sets the model and the other names of an in-use slot (both learned from
+ * the worker's /v1/models). aliases: names separated by '\n', "" for none;
+ * at most SHM_ALIASES_MAX - 1 bytes. 0, -ENOENT, -EINVAL (too long).
+ */
+int shm_registry_set_names(struct shm_segment *seg, uint32_t slot, const char *model,
+                           const char *aliases);
+
+/* True when w serves model under its name or one of its aliases. */
+bool shm_worker_serves(const struct shm_worker_info *w, const char *model);
 
 /* Marks the slot free. Its generation stays until the slot is reused. */
 int shm_registry_remove(struct shm_segment *seg, uint32_t slot);

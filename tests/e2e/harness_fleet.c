@@ -43,9 +43,8 @@ void h_fleet_start(struct h_fleet *f, const struct h_fleet_opts *o)
         assert_int_equal(h_mock_startv(&f->mock[i], argv), 0);
         char id[32];
         snprintf(id, sizeof(id), "w%zu", i + 1);
-        assert_int_equal(h_config_add_worker(&f->cfg, f->mock[i].url, id,
-                                             o->model ? o->model : H_FLEET_MODEL, NULL),
-                         0);
+        const char *model = o->learn_model ? NULL : o->model ? o->model : H_FLEET_MODEL;
+        assert_int_equal(h_config_add_worker(&f->cfg, f->mock[i].url, id, model, NULL), 0);
     }
     f->cfg.policy = o->policy;
     f->cfg.policy_extra = o->policy_extra;

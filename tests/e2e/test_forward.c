@@ -551,8 +551,218 @@ static void test_timeouts(void **state)
     assert_false(s.saw_done);
     assert_true(s.n_events >= 3);
     assert_non_null(strstr(s.events[s.n_events - 1].data, "upstream_timeout"));
+    /* The cut stream ends at once, not when the stall does (nor at the
+     * connection's header deadline). */
+    assert_true(s.resp.elapsed_ms < 2500);
     h_sse_fini(&s);
     assert_int_equal(h_wait_until(load_is_zero, &z, ABORT_MS), 0);
+    h_fleet_stop(&f);
+}
+
+/* A direct stream to mock i that occupies its only running slot (30 s stall). */
+static struct h_async *occupy_only_slot(struct h_fleet *f, size_t i)
+{
+    assert_int_equal(h_mock_faults(f->mock[i].url, "{\"stall_after_chunks\":1,\"stall_ms\":30000}"),
+                     0);
+    char url[H_URL_MAX];
+    snprintf(url, sizeof(url), "%s/v1/chat/completions", f->mock[i].url);
+    struct h_async *a = NULL;
+    assert_int_equal(
+        h_async_start(url, CHAT_STREAM, &(struct h_async_opts){.abort_at = H_ABORT_NEVER}, &a), 0);
+    assert_int_equal(h_async_wait_body(a, 1, H_READY_TIMEOUT_MS), 0);
+    assert_int_equal(h_fleet_mock_stat(f, i, "running"), 1);
+    return a;
+}
+
+/*
+ * vLLM sends a stream's 200 headers before its engine queues it, so a
+ * stream waiting on a busy worker has answered: first_byte_timeout no
+ * longer bounds it, idle_timeout does, and it is not retried. A
+ * non-streaming request queued the same way still has no headers and gets
+ * 504 after first_byte_timeout.
+ */
+static void test_queued_stream_is_bounded_by_idle_timeout(void **state)
+{
+    (void)state;
+    static const char *const mock_args[] = {"--max-num-seqs", "1", NULL};
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){
+                          .n = 1,
+                          .mock_args = mock_args,
+                          .dataplane_extra = "first_byte_timeout: 300ms\nidle_timeout: 1500ms\n"});
+    struct h_async *hold = occupy_only_slot(&f, 0);
+    char url[128];
+    route_url(&f, "/v1/chat/completions", url, sizeof(url));
+
+    struct h_sse s;
+    h_http_stream(url, CHAT_STREAM, &s);
+    assert_int_equal(s.resp.status, 200);
+    assert_false(s.saw_done);
+    assert_int_equal(s.n_events, 1);
+    assert_non_null(strstr(s.events[0].data, "upstream_timeout"));
+    assert_true(s.resp.elapsed_ms >= 1500 && s.resp.elapsed_ms < 5000);
+    h_sse_fini(&s);
+    assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 2); /* not retried */
+
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, CHAT_PLAIN, &r), 0);
+    assert_error_body(&r, 504, "upstream_timeout");
+    assert_true(r.elapsed_ms < 1500);
+    h_resp_fini(&r);
+
+    h_async_destroy(hold);
+    struct settle z = {.f = &f, .i = 0};
+    assert_int_equal(h_wait_until(load_is_zero, &z, ABORT_MS), 0);
+    h_fleet_stop(&f);
+}
+
+/* A 200 stream with an in-band error event reaches the client as the
+ * worker sent it and counts as an upstream error of kind in_band. */
+static void test_in_band_stream_error(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
+    assert_int_equal(h_mock_faults(f.mock[0].url, "{\"stream_error\":\"KV load failed\","
+                                                  "\"stream_error_after_chunks\":2}"),
+                     0);
+    char url[128];
+    route_url(&f, "/v1/chat/completions", url, sizeof(url));
+    struct h_sse s;
+    h_http_stream(url, CHAT_STREAM, &s);
+    assert_int_equal(s.resp.status, 200);
+    assert_false(s.malformed);
+    assert_true(s.saw_done);
+    assert_int_equal(s.n_events, 4); /* role, one token, the error, [DONE] */
+    json_t *e = json_loads(s.events[2].data, 0, NULL);
+    assert_non_null(e);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(e, "error"), "message")),
+                        "KV load failed");
+    json_decref(e);
+    h_sse_fini(&s);
+
+    struct h_resp m;
+    route_url(&f, "/metrics", url, sizeof(url));
+    assert_int_equal(h_http_get(url, &m), 0);
+    assert_non_null(
+        strstr(m.body, "switchyard_upstream_errors_total{worker=\"w1\",kind=\"in_band\"} 1\n"));
+    assert_non_null(
+        strstr(m.body, "switchyard_upstream_errors_total{worker=\"w1\",kind=\"transfer\"} 0\n"));
+    h_resp_fini(&m);
+    struct settle z = {.f = &f, .i = 0};
+    assert_int_equal(h_wait_until(load_is_zero, &z, ABORT_MS), 0);
+    h_fleet_stop(&f);
+}
+
+/* A worker's error answer (a status not retried, or a retried one once no
+ * attempt is left) reaches the client as the worker sent it, in vLLM's
+ * current shape and in the old top-level one. */
+static void test_worker_error_bodies_relayed_verbatim(void **state)
+{
+    (void)state;
+    static const char *const current[] = {"--max-model-len", "8", NULL};
+    static const char *const legacy[] = {"--max-model-len", "8", "--legacy-errors", NULL};
+    const char *const *args[] = {current, legacy};
+    static const char body[] =
+        "{\"model\":\"" H_FLEET_MODEL "\",\"prompt\":\"hi\",\"max_tokens\":64}";
+    for (size_t k = 0; k < 2; k++) {
+        struct h_fleet f;
+        h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .mock_args = args[k]});
+        char url[H_URL_MAX];
+        snprintf(url, sizeof(url), "%s/v1/completions", f.mock[0].url);
+        struct h_resp direct, routed;
+        assert_int_equal(h_http_post_json(url, body, &direct), 0);
+        route_url(&f, "/v1/completions", url, sizeof(url));
+        assert_int_equal(h_http_post_json(url, body, &routed), 0);
+        assert_int_equal(direct.status, 400);
+        assert_int_equal(routed.status, 400);
+        assert_string_equal(routed.body, direct.body);
+        json_t *j = h_resp_json(&routed);
+        json_t *msg = json_object_get(k == 0 ? json_object_get(j, "error") : j, "message");
+        assert_non_null(strstr(json_string_value(msg), "maximum context length"));
+        if (k == 1)
+            assert_string_equal(json_string_value(json_object_get(j, "object")), "error");
+        json_decref(j);
+        h_resp_fini(&direct);
+        h_resp_fini(&routed);
+
+        /* A status the router retries: once no attempt is left, the last
+         * answer is relayed as the worker sent it, message included. */
+        assert_int_equal(h_mock_faults(f.mock[0].url, "{\"fail_status\":503}"), 0);
+        assert_int_equal(h_http_post_json(url,
+                                          "{\"model\":\"" H_FLEET_MODEL
+                                          "\",\"prompt\":\"hi\",\"max_tokens\":1}",
+                                          &routed),
+                         0);
+        assert_int_equal(routed.status, 503);
+        j = h_resp_json(&routed);
+        msg = json_object_get(k == 0 ? json_object_get(j, "error") : j, "message");
+        assert_string_equal(json_string_value(msg), "mock worker fault: injected status 503");
+        json_decref(j);
+        h_resp_fini(&routed);
+        assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 2 + 3); /* 3 attempts */
+        h_fleet_stop(&f);
+    }
+}
+
+struct models_cond {
+    const char *url;
+    const char *want; /* substring of the body */
+};
+
+static bool models_list_has(void *arg)
+{
+    struct models_cond *c = arg;
+    struct h_resp r;
+    if (h_http_get(c->url, &r) != 0)
+        return false;
+    bool ok = r.status == 200 && strstr(r.body, c->want) != NULL;
+    h_resp_fini(&r);
+    return ok;
+}
+
+/* A worker serving several names (vLLM --served-model-name a b): the
+ * control plane learns them all from /v1/models, a request for any of
+ * them routes, and the router's /v1/models lists them. */
+static void test_worker_aliases_route(void **state)
+{
+    (void)state;
+    static const char *const mock_args[] = {"--served-model-name", "alias-a", "alias-b", NULL};
+    struct h_fleet f;
+    h_fleet_start(
+        &f, &(struct h_fleet_opts){
+                .n = 1, .mock_args = mock_args, .learn_model = true, .health_interval = "50ms"});
+    char url[128];
+    route_url(&f, "/v1/models", url, sizeof(url));
+    struct models_cond c = {.url = url, .want = "\"alias-b\""};
+    assert_int_equal(h_wait_until(models_list_has, &c, H_READY_TIMEOUT_MS), 0);
+    struct h_resp r;
+    assert_int_equal(h_http_get(url, &r), 0);
+    json_t *j = h_resp_json(&r);
+    h_resp_fini(&r);
+    json_t *data = json_object_get(j, "data");
+    assert_int_equal(json_array_size(data), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(data, 0), "id")),
+                        "alias-a");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(data, 1), "id")),
+                        "alias-b");
+    json_decref(j);
+
+    route_url(&f, "/v1/completions", url, sizeof(url));
+    static const char *const names[] = {"alias-a", "alias-b"};
+    for (size_t i = 0; i < 2; i++) {
+        char body[128];
+        snprintf(body, sizeof(body), "{\"model\":\"%s\",\"prompt\":\"hi\",\"max_tokens\":1}",
+                 names[i]);
+        assert_int_equal(h_http_post_json(url, body, &r), 0);
+        assert_int_equal(r.status, 200);
+        h_resp_fini(&r);
+    }
+    assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 2);
+    assert_int_equal(
+        h_http_post_json(url, "{\"model\":\"alias-c\",\"prompt\":\"hi\",\"max_tokens\":1}", &r), 0);
+    assert_int_equal(r.status, 404);
+    h_resp_fini(&r);
     h_fleet_stop(&f);
 }
 
@@ -835,6 +1045,10 @@ int main(void)
         H_TEST(test_retried_attempt_counted_until_its_body_ends),
         H_TEST(test_worker_reset_mid_stream),
         H_TEST(test_timeouts),
+        H_TEST(test_queued_stream_is_bounded_by_idle_timeout),
+        H_TEST(test_in_band_stream_error),
+        H_TEST(test_worker_error_bodies_relayed_verbatim),
+        H_TEST(test_worker_aliases_route),
         H_TEST(test_whole_answers),
         H_TEST(test_idle_upstream_connections_closed_by_the_worker),
         H_TEST(test_bad_inputs),

@@ -432,6 +432,67 @@ static void test_stats_record_requests(void **state)
     free(body);
 }
 
+/* As vLLM: /v1/models lists every served name and adapter, each name
+ * serves, /ping is health (GET and POST), and --legacy-errors answers the
+ * old top-level error shape. */
+static void test_names_adapters_ping_legacy_errors(void **state)
+{
+    (void)state;
+    struct h_mock m;
+    assert_int_equal(h_mock_start(&m, "--served-model-name", "a", "b", "--lora-modules",
+                                  "sql=/adapters/sql", "--legacy-errors", NULL),
+                     0);
+    char url[H_URL_MAX];
+    struct h_resp resp;
+    mock_url(&m, "/v1/models", url, sizeof(url));
+    assert_int_equal(h_http_get(url, &resp), 0);
+    json_t *j = h_resp_json(&resp);
+    h_resp_fini(&resp);
+    json_t *data = json_object_get(j, "data");
+    assert_int_equal(json_array_size(data), 3);
+    static const char *const ids[] = {"a", "b", "sql"};
+    for (size_t i = 0; i < 3; i++)
+        assert_string_equal(str_field(json_array_get(data, i), "id"), ids[i]);
+    json_t *lora = json_array_get(data, 2);
+    assert_string_equal(str_field(lora, "root"), "/adapters/sql");
+    assert_string_equal(str_field(lora, "parent"), "a");
+    assert_true(json_is_null(json_object_get(json_array_get(data, 1), "parent")));
+    json_decref(j);
+
+    /* Every name serves; responses carry the first one, as vLLM's. */
+    for (size_t i = 0; i < 3; i++) {
+        char *body =
+            dump(json_pack("{s:s, s:s, s:i}", "model", ids[i], "prompt", "hi", "max_tokens", 1));
+        j = post_expect(&m, "/v1/completions", body, 200);
+        assert_string_equal(str_field(j, "model"), "a");
+        json_decref(j);
+        free(body);
+    }
+
+    /* The old error shape: top-level object "error", message, type, code. */
+    char *body = dump(json_pack("{s:s, s:s}", "model", "nope", "prompt", "hi"));
+    j = post_expect(&m, "/v1/completions", body, 404);
+    free(body);
+    assert_string_equal(str_field(j, "object"), "error");
+    assert_non_null(strstr(str_field(j, "message"), "nope"));
+    assert_string_equal(str_field(j, "type"), "NotFoundError");
+    assert_int_equal(json_integer_value(json_object_get(j, "code")), 404);
+    assert_null(json_object_get(j, "error"));
+    json_decref(j);
+
+    mock_url(&m, "/ping", url, sizeof(url));
+    assert_int_equal(h_http_get(url, &resp), 0);
+    assert_int_equal(resp.status, 200);
+    h_resp_fini(&resp);
+    assert_int_equal(h_http_post_json(url, "{}", &resp), 0);
+    assert_int_equal(resp.status, 200);
+    h_resp_fini(&resp);
+    assert_int_equal(h_mock_faults(m.url, "{\"health_status\":503}"), 0);
+    assert_int_equal(h_http_get(url, &resp), 0);
+    assert_int_equal(resp.status, 503);
+    h_resp_fini(&resp);
+}
+
 static void test_bad_input_errors(void **state)
 {
     (void)state;
@@ -634,6 +695,15 @@ static void test_fifo_waiting(void **state)
     assert_int_equal(stat_of(&m, "inflight"), 3);
     assert_int_equal(held_bytes(&h[1]), 0);
     assert_int_equal(held_bytes(&h[2]), 0);
+    /* As vLLM: a stream's 200 headers go out before the engine queues it. */
+    for (int i = 1; i < 3; i++) {
+        assert_int_equal(h_async_wait_headers(h[i].a, WAIT_MS), 0);
+        struct h_async_state st;
+        h_async_get_state(h[i].a, &st);
+        assert_true(st.got_headers && !st.done);
+        assert_int_equal(st.status, 200);
+        assert_int_equal(st.body_bytes, 0);
+    }
 
     /* The first to wait is the first admitted. */
     assert_int_equal(h_async_abort(h[0].a), 0);
@@ -830,6 +900,56 @@ static void test_fault_reset_after_chunks(void **state)
     h_resp_fini(&resp);
     free(body);
     wait_stat(&m, "inflight", 0, WAIT_MS);
+}
+
+/* vLLM's failure inside a 200 stream: an error event, then [DONE]. */
+static void test_fault_stream_error(void **state)
+{
+    (void)state;
+    struct h_mock m;
+    START_MOCK(&m, NULL);
+    assert_int_equal(h_mock_faults(m.url, "{\"stream_error\":\"KV load failed\"}"), 0);
+    char *body = completion_body("fail in band", 8, true);
+    struct h_sse s;
+    stream_ok(&m, "/v1/completions", body, &s);
+    assert_int_equal(s.n_events, 2);
+    json_t *j = event_json(&s, 0);
+    json_t *e = json_object_get(j, "error");
+    assert_string_equal(str_field(e, "message"), "KV load failed");
+    assert_int_equal(json_integer_value(json_object_get(e, "code")), 500);
+    json_decref(j);
+    h_sse_fini(&s);
+    free(body);
+
+    /* After K events; non-streaming requests are unaffected. */
+    assert_int_equal(h_mock_faults(m.url, "{\"stream_error_after_chunks\":3}"), 0);
+    body = completion_body("fail in band", 8, true);
+    stream_ok(&m, "/v1/completions", body, &s);
+    assert_int_equal(s.n_events, 5);
+    j = event_json(&s, 3);
+    assert_non_null(json_object_get(j, "error"));
+    json_decref(j);
+    h_sse_fini(&s);
+    free(body);
+    complete(&m, "not streamed");
+    wait_stat(&m, "inflight", 0, WAIT_MS);
+    wait_stat(&m, "running", 0, WAIT_MS);
+
+    /* Bad values are refused; "" turns it off. */
+    char url[H_URL_MAX];
+    mock_url(&m, "/mock/faults", url, sizeof(url));
+    struct h_resp resp;
+    assert_int_equal(h_http_post_json(url, "{\"stream_error\":5}", &resp), 0);
+    assert_int_equal(resp.status, 400);
+    h_resp_fini(&resp);
+    assert_int_equal(h_mock_faults(m.url, "{\"stream_error\":\"\"}"), 0);
+    body = completion_body("fine", 2, true);
+    stream_ok(&m, "/v1/completions", body, &s);
+    j = event_json(&s, 0);
+    assert_null(json_object_get(j, "error"));
+    json_decref(j);
+    h_sse_fini(&s);
+    free(body);
 }
 
 static void test_fault_health_status(void **state)
@@ -1390,6 +1510,7 @@ int main(void)
         H_TEST(test_seed_and_output_tokens),
         H_TEST(test_stats_record_requests),
         H_TEST(test_bad_input_errors),
+        H_TEST(test_names_adapters_ping_legacy_errors),
         H_TEST(test_prefix_hits),
         H_TEST(test_lru_eviction),
         H_TEST(test_latency_model),
@@ -1400,6 +1521,7 @@ int main(void)
         H_TEST(test_fault_stall_before_headers),
         H_TEST(test_fault_stall_after_chunks),
         H_TEST(test_fault_reset_after_chunks),
+        H_TEST(test_fault_stream_error),
         H_TEST(test_fault_health_status),
         H_TEST(test_fault_extra_latency),
         H_TEST(test_client_abort_counting),

@@ -87,6 +87,17 @@ int mw_faults_merge_json(struct mw_faults *f, const json_t *obj, char *err, size
         } else if (strcmp(key, "extra_latency_ms") == 0) {
             rc = get_int(v, key, 0, MW_FAULT_MS_MAX, &x, err, err_len);
             next.extra_latency_ms = (uint64_t)x;
+        } else if (strcmp(key, "stream_error") == 0) {
+            if (!json_is_string(v) || json_string_length(v) >= sizeof(next.stream_error)) {
+                snprintf(err, err_len, "fault 'stream_error': expected a string under %zu bytes",
+                         sizeof(next.stream_error));
+                rc = -EINVAL;
+            } else {
+                snprintf(next.stream_error, sizeof(next.stream_error), "%s", json_string_value(v));
+            }
+        } else if (strcmp(key, "stream_error_after_chunks") == 0) {
+            rc = get_int(v, key, 0, MW_FAULT_CHUNKS_MAX, &x, err, err_len);
+            next.stream_error_after_chunks = (uint64_t)x;
         } else {
             snprintf(err, err_len, "unknown fault field '%s'", key);
             rc = -EINVAL;
@@ -105,13 +116,15 @@ int mw_faults_merge_json(struct mw_faults *f, const json_t *obj, char *err, size
 
 json_t *mw_faults_to_json(const struct mw_faults *f)
 {
-    return json_pack("{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:I}", "fail_status", f->fail_status,
-                     "fail_count", (json_int_t)f->fail_count, "fail_body_hold_ms",
+    return json_pack("{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:s, s:I}", "fail_status",
+                     f->fail_status, "fail_count", (json_int_t)f->fail_count, "fail_body_hold_ms",
                      (json_int_t)f->fail_body_hold_ms, "stall_before_headers_ms",
                      (json_int_t)f->stall_before_headers_ms, "stall_after_chunks",
                      (json_int_t)f->stall_after_chunks, "stall_ms", (json_int_t)f->stall_ms,
                      "reset_after_chunks", (json_int_t)f->reset_after_chunks, "health_status",
-                     f->health_status, "extra_latency_ms", (json_int_t)f->extra_latency_ms);
+                     f->health_status, "extra_latency_ms", (json_int_t)f->extra_latency_ms,
+                     "stream_error", f->stream_error, "stream_error_after_chunks",
+                     (json_int_t)f->stream_error_after_chunks);
 }
 
 int mw_fault_state_update(struct mw_fault_state *fs, const char *body, size_t len,
@@ -163,6 +176,8 @@ void mw_fault_state_arrival(struct mw_fault_state *fs, struct mw_fault_plan *pla
     }
     plan->reset_after_chunks = f->reset_after_chunks;
     plan->extra_latency_ms = f->extra_latency_ms;
+    memcpy(plan->stream_error, f->stream_error, sizeof(plan->stream_error));
+    plan->stream_error_after_chunks = f->stream_error_after_chunks;
     pthread_mutex_unlock(&fs->lock);
 }
 

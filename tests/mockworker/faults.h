@@ -15,6 +15,10 @@
  *                               (non-streaming: close without a response)
  *   health_status               what GET /health answers (0 or 200 = healthy)
  *   extra_latency_ms            added to each request's time to first token
+ *   stream_error, stream_error_after_chunks  streaming: after K SSE events,
+ *                               an in-band error event carrying this message
+ *                               ("" = off), then data: [DONE] (vLLM's way of
+ *                               failing a stream it already answered 200)
  *
  * Each request takes a snapshot of the faults when it arrives
  * (mw_fault_state_arrival), so a change applies to requests arriving after
@@ -33,6 +37,7 @@
 #include <stdint.h>
 
 #define MW_FAIL_COUNT_UNLIMITED (-1)
+#define MW_FAULT_MESSAGE_MAX    256
 
 struct mw_faults {
     int fail_status;    /* 0 = off, else 100..599 */
@@ -44,6 +49,8 @@ struct mw_faults {
     uint64_t reset_after_chunks;
     int health_status; /* 0 = 200 */
     uint64_t extra_latency_ms;
+    char stream_error[MW_FAULT_MESSAGE_MAX]; /* "" = off */
+    uint64_t stream_error_after_chunks;
 };
 
 /* What one request does, decided when it arrives. */
@@ -55,6 +62,8 @@ struct mw_fault_plan {
     uint64_t stall_ms;           /* 0 = no stall */
     uint64_t reset_after_chunks; /* 0 = no reset */
     uint64_t extra_latency_ms;
+    char stream_error[MW_FAULT_MESSAGE_MAX]; /* "" = no in-band error */
+    uint64_t stream_error_after_chunks;
 };
 
 /* Shared holder. Caller storage; mw_fault_state_init / _fini. */

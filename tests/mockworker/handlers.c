@@ -131,10 +131,17 @@ static enum MHD_Result respond(struct mw_req *req, int status, char *body, size_
     return ret;
 }
 
+/* An error body in the shape the server was started with (--legacy-errors). */
+static char *error_body(const struct mw_server *s, int status, const char *message, size_t *len)
+{
+    return s->opts.legacy_errors ? mw_openai_legacy_error_body(status, message, len)
+                                 : mw_openai_error_body(status, message, len);
+}
+
 static enum MHD_Result respond_error(struct mw_req *req, int status, const char *message)
 {
     size_t len = 1;
-    char *body = mw_openai_error_body(status, message, &len);
+    char *body = error_body(req->server, status, message, &len);
     return respond(req, status, body, len, CT_JSON);
 }
 
@@ -167,6 +174,7 @@ static enum mw_route route_of(struct mw_req *req, const char *url, const char *m
         {"/v1/completions", MW_ROUTE_INFERENCE, MW_EP_COMPLETIONS, "POST"},
         {"/v1/embeddings", MW_ROUTE_INFERENCE, MW_EP_EMBEDDINGS, "POST"},
         {"/health", MW_ROUTE_HEALTH, MW_EP_UNSET, "GET, HEAD"},
+        {"/ping", MW_ROUTE_HEALTH, MW_EP_UNSET, "GET, HEAD, POST"},
         {"/metrics", MW_ROUTE_METRICS, MW_EP_UNSET, "GET, HEAD"},
         {"/v1/models", MW_ROUTE_MODELS, MW_EP_UNSET, "GET, HEAD"},
         {"/version", MW_ROUTE_VERSION, MW_EP_UNSET, "GET, HEAD"},
@@ -179,9 +187,10 @@ static enum mw_route route_of(struct mw_req *req, const char *url, const char *m
         if (strcmp(url, table[i].path) != 0)
             continue;
         req->allow = table[i].allow;
-        bool ok = table[i].route == MW_ROUTE_MOCK_FAULTS ? (get || post)
-                  : strcmp(table[i].allow, "POST") == 0  ? post
-                                                         : get;
+        bool ok = strstr(table[i].allow, "POST") != NULL && strstr(table[i].allow, "GET") != NULL
+                      ? (get || post)
+                  : strcmp(table[i].allow, "POST") == 0 ? post
+                                                        : get;
         if (!ok)
             return MW_ROUTE_BAD_METHOD;
         req->ep = table[i].ep;
@@ -269,8 +278,7 @@ static void infer_receive(struct mw_req *req)
         req->parse_status = err.status;
     }
     if (req->parse_status != 0)
-        req->parse_error =
-            mw_openai_error_body(req->parse_status, err.message, &req->parse_error_len);
+        req->parse_error = error_body(s, req->parse_status, err.message, &req->parse_error_len);
     record_last_request(req);
     /* A decode worker that got the params consumes the prefill's blocks,
      * whether it then serves, rejects or aborts the request (pd_pins.h). */
@@ -337,6 +345,7 @@ static void infer_finish(struct mw_req *req, uint64_t generated)
 static void infer_start(struct mw_req *req)
 {
     const struct mw_options *o = &req->server->opts;
+    req->started = true;
     double prefill_us =
         o->prefill_base_us + (double)req->sched.compute_tokens * o->prefill_us_per_token;
     req->first_token_ns =
@@ -436,7 +445,7 @@ static enum MHD_Result respond_fault(struct mw_req *req)
     char msg[128];
     snprintf(msg, sizeof(msg), "mock worker fault: injected status %d", status);
     size_t len = 1;
-    char *body = mw_openai_error_body(status, msg, &len);
+    char *body = error_body(req->server, status, msg, &len);
     if (req->plan.fail_body_hold_ms == 0 || body == NULL || len < 2)
         return respond(req, status, body, len, CT_JSON);
     req->out_buf = body;
@@ -499,6 +508,40 @@ static ssize_t copy_pending(struct mw_req *req, char *buf, size_t max)
     return (ssize_t)n;
 }
 
+/* Makes the pending piece the len bytes in out_buf (len < 0: did not fit) and copies out. */
+static ssize_t stream_put(struct mw_req *req, int len, char *buf, size_t max)
+{
+    if (len < 0) {
+        log_warn("stream %s: event does not fit its buffer", req->id);
+        return fail_reader(req);
+    }
+    req->out_len = (size_t)len;
+    req->out_off = 0;
+    return copy_pending(req, buf, max);
+}
+
+/* Writes the stream_error fault's event into out_buf (grown to fit); its length or -ENOMEM. */
+static int sse_error_event(struct mw_req *req)
+{
+    size_t len = 0;
+    char *body = mw_openai_error_body(500, req->plan.stream_error, &len);
+    if (body == NULL)
+        return -ENOMEM;
+    size_t need = len + sizeof("data: \n\n");
+    if (need > req->out_cap) {
+        char *grown = realloc(req->out_buf, need);
+        if (grown == NULL) {
+            free(body);
+            return -ENOMEM;
+        }
+        req->out_buf = grown;
+        req->out_cap = need;
+    }
+    int n = snprintf(req->out_buf, req->out_cap, "data: %s\n\n", body);
+    free(body);
+    return n;
+}
+
 /* One SSE event per call (vLLM writes each chunk on its own). */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -508,6 +551,15 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         return fail_reader(req);
     if (req->out_off < req->out_len)
         return copy_pending(req, buf, max);
+    if (!req->admitted) {
+        /* Headers are out; the engine has not taken the request yet. */
+        if (mw_park(req, 0) == 0)
+            return 0;
+        infer_finish(req, 0);
+        return fail_reader(req);
+    }
+    if (!req->started)
+        infer_start(req);
     const struct mw_fault_plan *plan = &req->plan;
     if (plan->reset_after_chunks > 0 && req->events_sent >= plan->reset_after_chunks) {
         req->reset_by_us = true;
@@ -521,6 +573,14 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         if (mw_park(req, now + ms_to_ns(plan->stall_ms)) == 0)
             return 0;
     }
+    bool in_band =
+        plan->stream_error[0] != '\0' && req->events_sent >= plan->stream_error_after_chunks;
+    if (in_band && req->error_events >= 2)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    if (in_band && req->error_events == 1) {
+        req->error_events++;
+        return stream_put(req, mw_openai_sse_done(req->out_buf, req->out_cap), buf, max);
+    }
     uint64_t token = 0;
     uint64_t due = 0;
     enum stream_event ev = next_event(req, &token, &due);
@@ -528,6 +588,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         return MHD_CONTENT_READER_END_OF_STREAM;
     if (due > now && mw_park(req, due) == 0)
         return 0;
+    if (in_band) {
+        /* The stream answered 200 already: vLLM reports the failure in band. */
+        req->error_events++;
+        infer_finish(req, req->events_sent);
+        return stream_put(req, sse_error_event(req), buf, max);
+    }
     int len = -ENOSPC;
     switch (ev) {
     case STREAM_EVENT_ROLE:
@@ -602,6 +668,11 @@ static enum MHD_Result infer_step(struct mw_req *req)
         if (rc < 0)
             return respond_error(req, 500, "out of memory");
         req->phase = MW_PHASE_QUEUED;
+        req->admitted = rc == 1;
+        /* vLLM answers a stream before its engine queues the request: the
+         * 200 headers go out now, the reader waits for the admission. */
+        if (req->infer.stream && req->ep != MW_EP_EMBEDDINGS)
+            return respond_stream(req);
         if (rc == 0) {
             if (mw_park(req, 0) == 0)
                 return MHD_YES;
@@ -612,8 +683,6 @@ static enum MHD_Result infer_step(struct mw_req *req)
     }
     case MW_PHASE_QUEUED:
         infer_start(req);
-        if (req->infer.stream && req->ep != MW_EP_EMBEDDINGS)
-            return respond_stream(req);
         req->phase = MW_PHASE_GENERATING;
         __attribute__((fallthrough));
     case MW_PHASE_GENERATING: {
@@ -717,12 +786,13 @@ static enum MHD_Result respond_mock_faults(struct mw_req *req, const char *metho
     if (mw_fault_state_update(&s->faults, req->body.data != NULL ? req->body.data : "",
                               req->body.len, &f, err, sizeof(err)) != 0)
         return respond_error(req, 400, err);
-    log_info(
-        "faults updated: fail_status=%d fail_count=%" PRId64 " stall_before_headers_ms=%" PRIu64
-        " stall_after_chunks=%" PRIu64 " stall_ms=%" PRIu64 " reset_after_chunks=%" PRIu64
-        " health_status=%d extra_latency_ms=%" PRIu64 " fail_body_hold_ms=%" PRIu64,
-        f.fail_status, f.fail_count, f.stall_before_headers_ms, f.stall_after_chunks, f.stall_ms,
-        f.reset_after_chunks, f.health_status, f.extra_latency_ms, f.fail_body_hold_ms);
+    log_info("faults updated: fail_status=%d fail_count=%" PRId64
+             " stall_before_headers_ms=%" PRIu64 " stall_after_chunks=%" PRIu64 " stall_ms=%" PRIu64
+             " reset_after_chunks=%" PRIu64 " health_status=%d extra_latency_ms=%" PRIu64
+             " fail_body_hold_ms=%" PRIu64 " stream_error='%s' stream_error_after_chunks=%" PRIu64,
+             f.fail_status, f.fail_count, f.stall_before_headers_ms, f.stall_after_chunks,
+             f.stall_ms, f.reset_after_chunks, f.health_status, f.extra_latency_ms,
+             f.fail_body_hold_ms, f.stream_error, f.stream_error_after_chunks);
     return respond_json(req, 200, mw_faults_to_json(&f));
 }
 
@@ -771,7 +841,9 @@ static enum MHD_Result handle_control(struct mw_req *req, const char *method)
     case MW_ROUTE_METRICS:
         return respond_metrics(req);
     case MW_ROUTE_MODELS: {
-        char *body = mw_openai_models_body(s->opts.model, s->opts.max_model_len, s->started, &len);
+        char *body = mw_openai_models_body(s->model_names, s->opts.n_names,
+                                           s->model_names + s->opts.n_names, s->lora_paths,
+                                           s->opts.n_lora, s->opts.max_model_len, s->started, &len);
         return respond(req, 200, body, len, CT_JSON);
     }
     case MW_ROUTE_VERSION:

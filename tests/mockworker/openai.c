@@ -229,7 +229,10 @@ int mw_openai_parse(enum mw_endpoint ep, const char *body, size_t len,
         rc = fail(err, 400, "'model' must be a string");
         goto out_decref;
     }
-    if (json_is_string(model) && strcmp(json_string_value(model), cfg->model) != 0) {
+    bool known = false;
+    for (size_t i = 0; json_is_string(model) && i < cfg->n_names && !known; i++)
+        known = strcmp(json_string_value(model), cfg->names[i]) == 0;
+    if (json_is_string(model) && !known) {
         char msg[300];
         snprintf(msg, sizeof(msg), "The model `%.200s` does not exist.", json_string_value(model));
         rc = fail(err, 404, msg);
@@ -334,6 +337,16 @@ char *mw_openai_error_body(int status, const char *message, size_t *len)
     if (msg == NULL)
         msg = json_string("(message is not valid UTF-8)");
     return dump(json_pack("{s:{s:o, s:s, s:n, s:i}}", "error", "message", msg, "type",
+                          mw_openai_error_type(status), "param", "code", status),
+                len);
+}
+
+char *mw_openai_legacy_error_body(int status, const char *message, size_t *len)
+{
+    json_t *msg = json_string(message);
+    if (msg == NULL)
+        msg = json_string("(message is not valid UTF-8)");
+    return dump(json_pack("{s:s, s:o, s:s, s:n, s:i}", "object", "error", "message", msg, "type",
                           mw_openai_error_type(status), "param", "code", status),
                 len);
 }
@@ -475,20 +488,35 @@ char *mw_openai_embeddings_body(const struct mw_infer *r, const struct mw_gen *g
                 len);
 }
 
-char *mw_openai_models_body(const char *model, uint64_t max_model_len, int64_t created, size_t *len)
+static json_t *model_card(const char *id, const char *root, const char *parent,
+                          uint64_t max_model_len, int64_t created)
 {
-    char id[MW_REQUEST_ID_MAX];
-    snprintf(id, sizeof(id), "modelperm-%016" PRIx64, XXH3_64bits(model, strlen(model)));
-    return dump(json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:s, s:n, s:I, s:[{s:s, s:s, s:I, "
-                          "s:b, s:b, s:b, s:b, s:b, s:b, s:b, s:s, s:n, s:b}]}]}",
-                          "object", "list", "data", "id", model, "object", "model", "created",
-                          (json_int_t)created, "owned_by", "vllm", "root", model, "parent",
-                          "max_model_len", (json_int_t)max_model_len, "permission", "id", id,
-                          "object", "model_permission", "created", (json_int_t)created,
-                          "allow_create_engine", 0, "allow_sampling", 1, "allow_logprobs", 1,
-                          "allow_search_indices", 0, "allow_view", 1, "allow_fine_tuning", 0,
-                          "allow_aggregation", 0, "organization", "*", "group", "is_blocking", 0),
-                len);
+    char perm[MW_REQUEST_ID_MAX];
+    snprintf(perm, sizeof(perm), "modelperm-%016" PRIx64, XXH3_64bits(id, strlen(id)));
+    json_t *card = json_pack(
+        "{s:s, s:s, s:I, s:s, s:s, s:o, s:I, s:[{s:s, s:s, s:I, s:b, s:b, s:b, s:b, s:b, s:b, "
+        "s:b, s:s, s:n, s:b}]}",
+        "id", id, "object", "model", "created", (json_int_t)created, "owned_by", "vllm", "root",
+        root, "parent", parent != NULL ? json_string(parent) : json_null(), "max_model_len",
+        (json_int_t)max_model_len, "permission", "id", perm, "object", "model_permission",
+        "created", (json_int_t)created, "allow_create_engine", 0, "allow_sampling", 1,
+        "allow_logprobs", 1, "allow_search_indices", 0, "allow_view", 1, "allow_fine_tuning", 0,
+        "allow_aggregation", 0, "organization", "*", "group", "is_blocking", 0);
+    return card;
+}
+
+char *mw_openai_models_body(const char *const *names, size_t n_names, const char *const *lora_names,
+                            const char *const *lora_paths, size_t n_lora, uint64_t max_model_len,
+                            int64_t created, size_t *len)
+{
+    /* As vLLM: one card per served name (root: the model), then one per adapter. */
+    json_t *data = json_array();
+    for (size_t i = 0; i < n_names; i++)
+        json_array_append_new(data, model_card(names[i], names[0], NULL, max_model_len, created));
+    for (size_t i = 0; i < n_lora; i++)
+        json_array_append_new(
+            data, model_card(lora_names[i], lora_paths[i], names[0], max_model_len, created));
+    return dump(json_pack("{s:s, s:o}", "object", "list", "data", data), len);
 }
 
 /* ---- SSE --------------------------------------------------------------------------- */

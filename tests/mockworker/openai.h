@@ -45,6 +45,8 @@ struct mw_error {
 /* What parsing needs to know about the server. Borrowed strings. */
 struct mw_openai_cfg {
     const char *model;
+    const char *const *names; /* every model name a request may ask for */
+    size_t n_names;
     uint64_t max_model_len;
     uint64_t output_tokens;
     bool kv_ids_flat; /* remote_block_ids flat, not grouped (pd_kv.h) */
@@ -127,8 +129,13 @@ char *mw_openai_embeddings_body(const struct mw_infer *r, const struct mw_gen *g
                                 size_t *len);
 
 /* GET /v1/models body. */
-char *mw_openai_models_body(const char *model, uint64_t max_model_len, int64_t created,
-                            size_t *len);
+char *mw_openai_models_body(const char *const *names, size_t n_names, const char *const *lora_names,
+                            const char *const *lora_paths, size_t n_lora, uint64_t max_model_len,
+                            int64_t created, size_t *len);
+
+/* The error body in vLLM's old top-level shape
+ * {"object":"error","message":..,"type":..,"param":null,"code":status}. */
+char *mw_openai_legacy_error_body(int status, const char *message, size_t *len);
 
 /*
  * SSE events of a stream, written into buf (cap bytes, at least

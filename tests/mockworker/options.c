@@ -24,6 +24,9 @@ enum opt_kind {
     OPT_KIND_U32,
     OPT_KIND_U64,
     OPT_KIND_DOUBLE,
+    OPT_KIND_NAMES, /* one or more values, up to the next flag */
+    OPT_KIND_LORA,  /* one or more name=path, up to the next flag */
+    OPT_KIND_FLAG,  /* a bool set by the flag alone */
     OPT_KIND_HELP,
     OPT_KIND_VERSION,
 };
@@ -84,6 +87,12 @@ static const struct opt_def opt_defs[] = {
      "length of returned embeddings (default 16)"},
     {"--max-body-bytes", OPT_KIND_U64, OFF(max_body_bytes), sizeof(uint64_t), 1, 1ull << 32, "N",
      "largest accepted request body; larger answers 413 (default 33554432)"},
+    {"--served-model-name", OPT_KIND_NAMES, 0, 0, 0, 0, "NAME...",
+     "names the model answers to, the first one in responses (default: --model)"},
+    {"--lora-modules", OPT_KIND_LORA, 0, 0, 0, 0, "NAME=PATH...",
+     "LoRA adapters served under their own names (listed in /v1/models)"},
+    {"--legacy-errors", OPT_KIND_FLAG, OFF(legacy_errors), 0, 0, 0, NULL,
+     "error bodies as old vLLM: {\"object\":\"error\",\"message\",...}"},
     {"--help", OPT_KIND_HELP, 0, 0, 0, 0, NULL, "print this help and exit"},
     {"--version", OPT_KIND_VERSION, 0, 0, 0, 0, NULL, "print the version and exit"},
 };
@@ -221,6 +230,32 @@ static int apply_value(const struct opt_def *def, const char *value, struct mw_o
                  "backslashes, got '%s'",
                  def->name, def->size - 1, value);
         return -EINVAL;
+    case OPT_KIND_NAMES:
+        if (opts->n_names >= MW_NAMES_MAX || !is_plain_name(value, MW_MODEL_MAX)) {
+            snprintf(err, err_len, "%s: expected at most %d plain names, got '%s'", def->name,
+                     MW_NAMES_MAX, value);
+            return -EINVAL;
+        }
+        snprintf(opts->names[opts->n_names++], MW_MODEL_MAX, "%s", value);
+        return 0;
+    case OPT_KIND_LORA: {
+        const char *eq = strchr(value, '=');
+        char name[MW_MODEL_MAX];
+        size_t nl = eq != NULL ? (size_t)(eq - value) : 0;
+        if (eq != NULL && nl < sizeof(name)) {
+            memcpy(name, value, nl);
+            name[nl] = '\0';
+        }
+        if (opts->n_lora >= MW_NAMES_MAX || eq == NULL || nl >= sizeof(name) ||
+            !is_plain_name(name, MW_MODEL_MAX) || !is_plain_name(eq + 1, MW_LORA_PATH_MAX)) {
+            snprintf(err, err_len, "%s: expected at most %d NAME=PATH, got '%s'", def->name,
+                     MW_NAMES_MAX, value);
+            return -EINVAL;
+        }
+        snprintf(opts->lora_names[opts->n_lora], MW_MODEL_MAX, "%s", name);
+        snprintf(opts->lora_paths[opts->n_lora++], MW_LORA_PATH_MAX, "%s", eq + 1);
+        return 0;
+    }
     case OPT_KIND_ROLE:
         if (parse_role(value, &opts->role) == 0)
             return 0;
@@ -295,6 +330,28 @@ enum mw_options_result mw_options_parse(struct mw_options *opts, int argc, char 
             }
             return def->kind == OPT_KIND_HELP ? MW_OPTIONS_HELP : MW_OPTIONS_VERSION;
         }
+        if (def->kind == OPT_KIND_FLAG) {
+            if (eq != NULL) {
+                snprintf(err, err_len, "%s takes no value", def->name);
+                return MW_OPTIONS_ERROR;
+            }
+            *(bool *)(void *)((char *)opts + def->offset) = true;
+            continue;
+        }
+        if ((def->kind == OPT_KIND_NAMES || def->kind == OPT_KIND_LORA) && eq == NULL) {
+            /* As vLLM: the values run up to the next flag. */
+            int n = 0;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
+                if (apply_value(def, argv[++i], opts, err, err_len) != 0)
+                    return MW_OPTIONS_ERROR;
+                n++;
+            }
+            if (n == 0) {
+                snprintf(err, err_len, "%s: missing value", def->name);
+                return MW_OPTIONS_ERROR;
+            }
+            continue;
+        }
         const char *value = NULL;
         if (eq != NULL) {
             value = eq + 1;
@@ -314,6 +371,11 @@ enum mw_options_result mw_options_parse(struct mw_options *opts, int argc, char 
         snprintf(err, err_len, "--listen HOST:PORT is required (see --help)");
         return MW_OPTIONS_ERROR;
     }
+    /* The first served name is the one responses carry (vLLM's model_name). */
+    if (opts->n_names > 0)
+        snprintf(opts->model, sizeof(opts->model), "%s", opts->names[0]);
+    else
+        snprintf(opts->names[opts->n_names++], MW_MODEL_MAX, "%s", opts->model);
     return MW_OPTIONS_RUN;
 }
 

@@ -21,6 +21,8 @@
 #define MW_HOST_MAX         64
 #define MW_MODEL_MAX        128
 #define MW_ENGINE_ID_MAX    64
+#define MW_NAMES_MAX        8 /* served model names, and LoRA adapters */
+#define MW_LORA_PATH_MAX    256
 #define MW_THREADS_MAX      64
 #define MW_BLOCK_TOKENS_MAX 4096
 
@@ -53,6 +55,14 @@ struct mw_options {
     bool kv_ids_flat;        /* P/D: remote_block_ids flat (old vLLM), not grouped */
     bool kv_push;            /* P/D: answer as vLLM's push mode (no remote_block_ids) */
     uint64_t kv_lease_ms;    /* P/D: a prefill pins its answer's blocks this long at most */
+    /* Every name the model answers to, names[0] == model (--served-model-name). */
+    char names[MW_NAMES_MAX][MW_MODEL_MAX];
+    uint32_t n_names;
+    /* LoRA adapters (--lora-modules name=path ...): served under their own names. */
+    char lora_names[MW_NAMES_MAX][MW_MODEL_MAX];
+    char lora_paths[MW_NAMES_MAX][MW_LORA_PATH_MAX];
+    uint32_t n_lora;
+    bool legacy_errors; /* error bodies in vLLM's old top-level shape */
 };
 
 enum mw_options_result {

@@ -61,6 +61,8 @@ enum mw_phase {
 struct mw_server {
     struct mw_options opts; /* read-only after init */
     struct mw_openai_cfg ocfg;
+    const char *model_names[2 * MW_NAMES_MAX]; /* served names, then adapters (ocfg.names) */
+    const char *lora_paths[MW_NAMES_MAX];
     struct mw_engine engine;
     struct mw_stats stats;
     struct mw_fault_state faults;
@@ -109,6 +111,8 @@ struct mw_req {
     uint32_t *block_ids;
     struct mw_sched_entry sched;
     bool submitted; /* sched was submitted to the engine */
+    bool admitted;  /* the engine admitted sched (set on the owner loop's thread) */
+    bool started;   /* infer_start fixed the token schedule */
     char id[MW_REQUEST_ID_MAX];
     struct mw_gen gen;
     uint64_t first_token_ns; /* when the first token is out (after prefill) */
@@ -117,8 +121,9 @@ struct mw_req {
 
     /* Streaming and held bodies: one pending piece, copied out by the reader. */
     uint64_t events_sent;
-    bool stalled;  /* the stall fault has been served */
-    bool finished; /* engine finish done for the generated tokens */
+    bool stalled;          /* the stall fault has been served */
+    unsigned error_events; /* stream_error fault: 1 = error event sent, 2 = its [DONE] too */
+    bool finished;         /* engine finish done for the generated tokens */
     char *out_buf;
     size_t out_cap;
     size_t out_len;

@@ -166,6 +166,7 @@ static void take_admitted(struct mw_loop *loop)
         struct mw_sched_entry *next = x->next;
         x->next = NULL;
         struct mw_req *req = (struct mw_req *)((char *)x - offsetof(struct mw_req, sched));
+        req->admitted = true;
         unpark(req);
         x = next;
     }
@@ -438,6 +439,13 @@ int mw_server_init(struct mw_server *s, const struct mw_options *opts, char *err
     s->opts = *opts;
     s->listen_fd = -1;
     s->ocfg.model = s->opts.model;
+    for (uint32_t i = 0; i < s->opts.n_names; i++)
+        s->model_names[s->ocfg.n_names++] = s->opts.names[i];
+    for (uint32_t i = 0; i < s->opts.n_lora; i++) {
+        s->model_names[s->ocfg.n_names++] = s->opts.lora_names[i];
+        s->lora_paths[i] = s->opts.lora_paths[i];
+    }
+    s->ocfg.names = s->model_names;
     s->ocfg.max_model_len = opts->max_model_len;
     s->ocfg.output_tokens = opts->output_tokens;
     s->ocfg.kv_ids_flat = opts->kv_ids_flat;

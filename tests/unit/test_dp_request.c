@@ -183,9 +183,10 @@ static void test_parse_chat_routing_text_and_fields(void **state)
     assert_string_equal(req->model, "llama");
     assert_true(req->stream);
     assert_string_equal(req->user, "u7");
-    /* role \n content \n per message; the long content as the client escaped it. */
+    /* role \n content \n per message; the long content as the client escaped it;
+     * an image part by its URL. */
     char want[2048];
-    snprintf(want, sizeof(want), "system\n%s\\n\nuser\nhi\n", big);
+    snprintf(want, sizeof(want), "system\n%s\\n\nuser\nhi[image x]\n", big);
     assert_int_equal(req->routing_text.len, strlen(want));
     assert_memory_equal(req->routing_text.data, want, strlen(want));
     request_free(req);
@@ -226,6 +227,137 @@ static void test_turns_extend_the_previous_turn(void **state)
     request_free(a);
     request_free(b);
     free(big);
+}
+
+/* Parses body on route; returns the request (routing text set). */
+static struct dp_request *parsed(enum dp_route route, const char *body)
+{
+    struct dp_request *req = request_with(route, body);
+    assert_int_equal(dp_request_parse(req), DP_PARSE_OK);
+    return req;
+}
+
+static bool same_text(const struct dp_request *a, const struct dp_request *b)
+{
+    return a->routing_text.len == b->routing_text.len &&
+           (a->routing_text.len == 0 ||
+            memcmp(a->routing_text.data, b->routing_text.data, a->routing_text.len) == 0);
+}
+
+/* Token-id prompts key by their ids, 4 bytes each; a batch by every list. */
+static void test_token_id_prompts(void **state)
+{
+    (void)state;
+    struct dp_request *a = parsed(DP_ROUTE_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[1,2,3]}");
+    struct dp_request *b = parsed(DP_ROUTE_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[1,2,4]}");
+    struct dp_request *c =
+        parsed(DP_ROUTE_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[[1,2,3],[258]]}");
+    static const unsigned char want[] = {1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0};
+    assert_int_equal(a->routing_text.len, sizeof(want));
+    assert_memory_equal(a->routing_text.data, want, sizeof(want));
+    assert_false(same_text(a, b));
+    /* Ids share a prefix as the prompts do. */
+    assert_memory_equal(a->routing_text.data, b->routing_text.data, 8);
+    assert_int_equal(c->routing_text.len, 16);
+    assert_memory_equal(c->routing_text.data, want, sizeof(want));
+    assert_memory_equal(c->routing_text.data + 12, "\x02\x01\x00\x00", 4);
+    request_free(a);
+    request_free(b);
+    request_free(c);
+}
+
+/* Conversations that differ only in a tool call, a tool result's call id
+ * or the tool definitions key differently; turns still extend. */
+static void test_tools_count_toward_the_prefix(void **state)
+{
+    (void)state;
+    char *args = repeat('q', 400); /* long: set aside by the skeleton */
+    char call_a[1024], call_b[1024];
+    static const char fmt[] =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":"
+        "\"function\",\"function\":{\"name\":\"%s\",\"arguments\":\"{\\\"q\\\":\\\"%s\\\"}\"}}]}]}";
+    snprintf(call_a, sizeof(call_a), fmt, "get_weather", args);
+    snprintf(call_b, sizeof(call_b), fmt, "get_time", args);
+    struct dp_request *a = parsed(DP_ROUTE_CHAT, call_a), *b = parsed(DP_ROUTE_CHAT, call_b);
+    assert_false(same_text(a, b));
+    struct dp_request *a2 = parsed(DP_ROUTE_CHAT, call_a);
+    assert_true(same_text(a, a2)); /* stable: no marker nonce in the text */
+    assert_non_null(memmem(a->routing_text.data, a->routing_text.len, args, 400));
+    request_free(a2);
+
+    static const char result_fmt[] =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"tool\",\"tool_call_id\":\"%s\","
+        "\"content\":\"sunny\"}]}";
+    char r1[256], r2[256];
+    snprintf(r1, sizeof(r1), result_fmt, "call_1");
+    snprintf(r2, sizeof(r2), result_fmt, "call_2");
+    struct dp_request *t1 = parsed(DP_ROUTE_CHAT, r1), *t2 = parsed(DP_ROUTE_CHAT, r2);
+    assert_false(same_text(t1, t2));
+
+    static const char tools_fmt[] =
+        "{\"model\":\"m\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"%s\","
+        "\"parameters\":{\"type\":\"object\"}}}],\"messages\":[{\"role\":\"user\","
+        "\"content\":\"hi\"}]}";
+    char d1[512], d2[512];
+    snprintf(d1, sizeof(d1), tools_fmt, "search");
+    snprintf(d2, sizeof(d2), tools_fmt, "browse");
+    struct dp_request *u1 = parsed(DP_ROUTE_CHAT, d1), *u2 = parsed(DP_ROUTE_CHAT, d2);
+    assert_false(same_text(u1, u2));
+    /* The tools come first: the next turn extends this one's text. */
+    char d3[512];
+    snprintf(d3, sizeof(d3),
+             "{\"model\":\"m\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"search\","
+             "\"parameters\":{\"type\":\"object\"}}}],\"messages\":[{\"role\":\"user\","
+             "\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"ok\"}]}");
+    struct dp_request *u3 = parsed(DP_ROUTE_CHAT, d3);
+    assert_true(u3->routing_text.len > u1->routing_text.len);
+    assert_memory_equal(u3->routing_text.data, u1->routing_text.data, u1->routing_text.len);
+    request_free(a);
+    request_free(b);
+    request_free(t1);
+    request_free(t2);
+    request_free(u1);
+    request_free(u2);
+    request_free(u3);
+    free(args);
+}
+
+/* Image parts key by URL; a data URL by a hash of its bytes, not the bytes. */
+static void test_images_key_by_url_or_data_hash(void **state)
+{
+    (void)state;
+    static const char fmt[] =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\","
+        "\"text\":\"what is this?\"},{\"type\":\"image_url\",\"image_url\":{\"url\":\"%s\"}}]}]}";
+    char *data_a = repeat('A', 5000), *data_b = repeat('A', 5000);
+    data_b[4000] = 'B';
+    char url_a[5100], url_b[5100], body[6000];
+    snprintf(url_a, sizeof(url_a), "data:image/png;base64,%s", data_a);
+    snprintf(url_b, sizeof(url_b), "data:image/png;base64,%s", data_b);
+    snprintf(body, sizeof(body), fmt, url_a);
+    struct dp_request *a = parsed(DP_ROUTE_CHAT, body);
+    snprintf(body, sizeof(body), fmt, url_b);
+    struct dp_request *b = parsed(DP_ROUTE_CHAT, body);
+    snprintf(body, sizeof(body), fmt, url_a);
+    struct dp_request *a2 = parsed(DP_ROUTE_CHAT, body);
+    assert_false(same_text(a, b));
+    assert_true(same_text(a, a2));
+    assert_true(a->routing_text.len < 100);
+    snprintf(body, sizeof(body), fmt, "https://example.com/cat.png");
+    struct dp_request *c = parsed(DP_ROUTE_CHAT, body);
+    snprintf(body, sizeof(body), fmt, "https://example.com/dog.png");
+    struct dp_request *d = parsed(DP_ROUTE_CHAT, body);
+    assert_false(same_text(c, d));
+    assert_non_null(memmem(c->routing_text.data, c->routing_text.len, "https://example.com/cat.png",
+                           strlen("https://example.com/cat.png")));
+    request_free(a);
+    request_free(a2);
+    request_free(b);
+    request_free(c);
+    request_free(d);
+    free(data_a);
+    free(data_b);
 }
 
 static void test_parse_bad_bodies(void **state)
@@ -339,6 +471,9 @@ int main(void)
         cmocka_unit_test(test_parse_chat_routing_text_and_fields),
         cmocka_unit_test(test_parse_completions_prompt),
         cmocka_unit_test(test_turns_extend_the_previous_turn),
+        cmocka_unit_test(test_token_id_prompts),
+        cmocka_unit_test(test_tools_count_toward_the_prefix),
+        cmocka_unit_test(test_images_key_by_url_or_data_hash),
         cmocka_unit_test(test_parse_bad_bodies),
         cmocka_unit_test(test_parse_follows_the_route_body_shape),
         cmocka_unit_test(test_parse_large_prompt),

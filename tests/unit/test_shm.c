@@ -251,6 +251,39 @@ static void test_registry_add_find_remove_generation(void **state)
     shm_segment_close(&seg);
 }
 
+/* A worker's other names (layout 2): set with its model, matched whole. */
+static void test_registry_aliases(void **state)
+{
+    (void)state;
+    fresh_name();
+    struct shm_segment seg;
+    open_owner(&seg, 4, 2);
+    struct shm_worker_info a = worker("w1", "http://127.0.0.1:9001", "");
+    struct shm_worker_info placed, got;
+    assert_int_equal(shm_registry_add(&seg, &a, &placed), 0);
+    assert_string_equal(placed.aliases, "");
+    assert_int_equal(shm_registry_set_names(&seg, placed.slot, "a", "bb\nsql-lora"), 0);
+    assert_int_equal(shm_registry_find(&seg, "w1", &got), 0);
+    assert_string_equal(got.model, "a");
+    assert_string_equal(got.aliases, "bb\nsql-lora");
+    assert_true(shm_worker_serves(&got, "a"));
+    assert_true(shm_worker_serves(&got, "bb"));
+    assert_true(shm_worker_serves(&got, "sql-lora"));
+    assert_false(shm_worker_serves(&got, "b"));
+    assert_false(shm_worker_serves(&got, "sql"));
+    assert_false(shm_worker_serves(&got, "bb\nsql-lora"));
+    char big[SHM_ALIASES_MAX + 1];
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    assert_int_equal(shm_registry_set_names(&seg, placed.slot, "a", big), -EINVAL);
+    /* A worker placed in the slot later starts without them. */
+    assert_int_equal(shm_registry_remove(&seg, placed.slot), 0);
+    assert_int_equal(shm_registry_add(&seg, &a, &placed), 0);
+    assert_int_equal(shm_registry_read_slot(&seg, placed.slot, &got), 0);
+    assert_string_equal(got.aliases, "");
+    shm_segment_close(&seg);
+}
+
 static void test_registry_full(void **state)
 {
     (void)state;
@@ -724,6 +757,7 @@ int main(void)
         cmocka_unit_test_teardown(test_attach_waits_for_unpublished_segment, teardown_unlink),
         cmocka_unit_test_teardown(test_capacity_change_is_refused, teardown_unlink),
         cmocka_unit_test_teardown(test_registry_add_find_remove_generation, teardown_unlink),
+        cmocka_unit_test_teardown(test_registry_aliases, teardown_unlink),
         cmocka_unit_test_teardown(test_registry_full, teardown_unlink),
         cmocka_unit_test_teardown(test_seqlock_no_torn_reads, teardown_unlink),
         cmocka_unit_test_teardown(test_repair_closes_half_written_slot, teardown_unlink),

@@ -1,0 +1,53 @@
+/*
+ * In-band SSE error detection (see sse_scan.h). Bytes are looked at one by
+ * one only at an event's start, while the prefix may still match; the rest
+ * of every line is skipped to its newline with memchr, so a token stream
+ * costs about one memchr per event.
+ */
+#include "dataplane/sse_scan.h"
+
+#include <string.h>
+
+static const char DP_SSE_ERROR_PREFIX[] = "data: {\"error\"";
+
+void dp_sse_scan_init(struct dp_sse_scan *s)
+{
+    s->at_start = true;
+    s->blank = true;
+    s->matched = 0;
+}
+
+bool dp_sse_scan_feed(struct dp_sse_scan *s, const char *data, size_t len)
+{
+    const size_t plen = sizeof(DP_SSE_ERROR_PREFIX) - 1;
+    bool hit = false;
+    size_t i = 0;
+    while (i < len) {
+        if (s->at_start || s->matched > 0) {
+            if (data[i] == DP_SSE_ERROR_PREFIX[s->matched]) {
+                s->at_start = false;
+                s->blank = false;
+                s->matched++;
+                if (s->matched == plen) {
+                    hit = true;
+                    s->matched = 0;
+                }
+                i++;
+                continue;
+            }
+            s->matched = 0;
+            s->at_start = false;
+        }
+        const char *nl = memchr(data + i, '\n', len - i);
+        size_t end = nl != NULL ? (size_t)(nl - data) : len;
+        /* A line of only "\r" is still blank (CRLF framing). */
+        if (end > i && !(end - i == 1 && data[i] == '\r'))
+            s->blank = false;
+        if (nl == NULL)
+            break;
+        s->at_start = s->blank; /* a blank line ends an event */
+        s->blank = true;
+        i = end + 1;
+    }
+    return hit;
+}
