@@ -569,7 +569,7 @@ void dp_listener_close_idle(struct dp_loop *loop)
 
 /* Shuts the client's socket down under MHD, which then sees the end on its
  * next read and closes the connection the ordinary way. */
-static void lst_cut(struct dp_loop *loop, struct dp_conn *dc)
+static void lst_cut(struct dp_loop *loop, struct dp_conn *dc, bool in_body)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(dc->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -577,6 +577,7 @@ static void lst_cut(struct dp_loop *loop, struct dp_conn *dc)
         return;
     dc->cut = true;
     shutdown(ci->connect_fd, SHUT_RDWR);
+    dp_metrics_slow_client(&loop->sh->metrics, in_body);
     loop->lst.due = true;
 }
 
@@ -595,14 +596,14 @@ void dp_listener_enforce_deadlines(struct dp_loop *loop, uint64_t now_ms)
         const struct dp_request *req = dc->req;
         if (req == NULL) {
             if (now_ms - dc->idle_since_ms > dp->header_timeout_ms)
-                lst_cut(loop, dc);
+                lst_cut(loop, dc, false);
             continue;
         }
         uint64_t elapsed = now_ms - req->start_ms;
         if (req->phase == DP_REQ_RECEIVING && dp->upload_min_rate > 0 &&
             elapsed > dp->header_timeout_ms &&
             req->received_bytes * 1000u < dp->upload_min_rate * elapsed)
-            lst_cut(loop, dc);
+            lst_cut(loop, dc, true);
     }
 }
 

@@ -69,6 +69,8 @@ int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers)
         atomic_init(&m->decisions[d], 0);
     for (int p = 0; p < DP_PHASE_COUNT; p++)
         atomic_init(&m->disconnects[p], 0);
+    for (int k = 0; k < 2; k++)
+        atomic_init(&m->slow_clients[k], 0);
     hist_init(&m->duration);
     hist_init(&m->ttfb);
     for (int o = 0; o < DP_PD_OUT_COUNT; o++)
@@ -159,6 +161,11 @@ void dp_metrics_pd_phase(struct dp_metrics *m, enum dp_pd_phase phase, uint64_t 
     if (phase != DP_PD_PREFILL && phase != DP_PD_DECODE)
         return;
     hist_observe(&m->pd_phase[phase], us);
+}
+
+void dp_metrics_slow_client(struct dp_metrics *m, bool in_body)
+{
+    atomic_fetch_add_explicit(&m->slow_clients[in_body ? 1 : 0], 1, memory_order_relaxed);
 }
 
 void dp_metrics_disconnect(struct dp_metrics *m, enum dp_phase phase)
@@ -316,6 +323,13 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
     for (int p = DP_PHASE_UNSET + 1; p < DP_PHASE_COUNT; p++)
         prom_sample_u64(w, NULL, &(struct prom_label){"phase", dp_phase_names[p]}, 1,
                         atomic_load_explicit(&m->disconnects[p], memory_order_relaxed));
+
+    prom_family(w, "switchyard_slow_clients_total", PROM_COUNTER,
+                "Client connections shut down as too slow, by phase.");
+    static const char *const slow_phase[2] = {"headers", "body"};
+    for (int k = 0; k < 2; k++)
+        prom_sample_u64(w, NULL, &(struct prom_label){"phase", slow_phase[k]}, 1,
+                        atomic_load_explicit(&m->slow_clients[k], memory_order_relaxed));
 
     prom_family(w, "switchyard_load_underflows_total", PROM_COUNTER,
                 "Load releases at zero in this dataplane's lease.");

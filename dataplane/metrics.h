@@ -39,6 +39,7 @@ struct dp_metrics {
     _Atomic uint64_t *upstream_errors; /* max_workers x DP_UPERR_COUNT */
     _Atomic uint64_t retries;
     _Atomic uint64_t disconnects[DP_PHASE_COUNT];
+    _Atomic uint64_t slow_clients[2]; /* shut down: [0] headers, [1] body (listener.c) */
     struct dp_histogram duration;
     struct dp_histogram ttfb;
     const char *policy; /* policy.name, for the decisions' label */
@@ -57,6 +58,9 @@ void dp_metrics_ttfb(struct dp_metrics *m, uint64_t us);
 void dp_metrics_upstream_error(struct dp_metrics *m, uint32_t slot, enum dp_up_error kind);
 void dp_metrics_retry(struct dp_metrics *m);
 void dp_metrics_disconnect(struct dp_metrics *m, enum dp_phase phase);
+/* Counts a connection shut down as a slow client: in_body false while its
+ * headers were due (header_timeout), true for a body under upload_min_rate. */
+void dp_metrics_slow_client(struct dp_metrics *m, bool in_body);
 /* Counts one routing decision of a regular request. */
 void dp_metrics_decision(struct dp_metrics *m, enum pol_decision decision);
 /* Counts one routing decision of a P/D leg (phase PREFILL or DECODE). */

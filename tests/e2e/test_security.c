@@ -925,6 +925,27 @@ static int64_t ms_until_closed(int fd, char *buf, size_t cap, int timeout_ms)
     }
 }
 
+/* The value of one sample of the data plane's /metrics (-1 when absent). */
+static long long dp_metric(const struct h_fleet *f, const char *sample)
+{
+    char url[128];
+    snprintf(url, sizeof(url), "%s/metrics", f->base);
+    struct h_resp resp = {0};
+    long long v = -1;
+    if (h_http_get(url, &resp) == 0 && resp.status == 200) {
+        for (const char *line = resp.body; line != NULL && *line != '\0';) {
+            if (strncmp(line, sample, strlen(sample)) == 0 && line[strlen(sample)] == ' ') {
+                v = strtoll(line + strlen(sample) + 1, NULL, 10);
+                break;
+            }
+            line = strchr(line, '\n');
+            line = line != NULL ? line + 1 : NULL;
+        }
+    }
+    h_resp_fini(&resp);
+    return v;
+}
+
 static const char slow_opts[] = "header_timeout: 1s\nupload_min_rate: 1KiB\n";
 
 /* Headers begun and never finished: closed once header_timeout passed
@@ -946,6 +967,7 @@ static void test_stalled_headers_are_closed(void **state)
     }
     close(fd);
     assert_true(closed >= 0);
+    assert_true(dp_metric(&f, "switchyard_slow_clients_total{phase=\"headers\"}") >= 1);
     /* Meanwhile the router serves as usual. */
     char resp[8192];
     raw_exchange(&f, "", resp, sizeof(resp));
@@ -971,6 +993,7 @@ static void test_slow_upload_is_closed(void **state)
     }
     close(fd);
     assert_true(closed >= 0);
+    assert_int_equal(dp_metric(&f, "switchyard_slow_clients_total{phase=\"body\"}"), 1);
     assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 0);
     h_fleet_stop(&f);
 }
