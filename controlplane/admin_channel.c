@@ -58,6 +58,7 @@ struct adm_channel {
     char path[108];
     struct adm_chan_conn *conns[ADM_CHAN_MAX_CONNS];
     struct adm_chan_lease_mark marks[SHM_MAX_DATAPLANES_LIMIT];
+    bool shutting_down; /* adm_chan_destroy: closing is expected, not worth a warning */
 };
 
 static void adm_chan_close(struct adm_channel *ch, size_t i, const char *why)
@@ -65,7 +66,9 @@ static void adm_chan_close(struct adm_channel *ch, size_t i, const char *why)
     struct adm_chan_conn *c = ch->conns[i];
     if (c == NULL)
         return;
-    if (c->helloed) {
+    if (ch->shutting_down) {
+        /* A clean shutdown: the data planes reconnect to the next control plane. */
+    } else if (c->helloed) {
         log_warn("admin channel: dataplane pid %d (lease %u) disconnected: %s", (int)c->peer.pid,
                  c->peer.lease, why);
         struct adm_chan_lease_mark *m = &ch->marks[c->peer.lease];
@@ -416,12 +419,16 @@ void adm_chan_destroy(struct adm_channel *ch)
     if (ch == NULL)
         return;
     ch->on_reply = NULL; /* nobody left to tell */
+    ch->shutting_down = true;
+    size_t open = 0;
     for (size_t i = 0; i < ADM_CHAN_MAX_CONNS; i++) {
         if (ch->conns[i] != NULL) {
-            ch->conns[i]->helloed = false;
+            open++;
             adm_chan_close(ch, i, "control plane shutting down");
         }
     }
+    if (open > 0)
+        log_info("admin channel: closed %zu connection%s on shutdown", open, open == 1 ? "" : "s");
     if (ch->listen_fd >= 0) {
         close(ch->listen_fd);
         unlink(ch->path);

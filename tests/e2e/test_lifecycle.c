@@ -31,6 +31,7 @@
 /* This test forges and inspects the segment's bytes. */
 #include "shm/layout_private.h"
 #include "tests/e2e/harness.h"
+#include "tests/e2e/harness_fleet.h"
 #include "tests/e2e/harness_holder.h"
 
 #define READY_MS 10000
@@ -336,6 +337,29 @@ static void test_version_names_layout(void **state)
     }
 }
 
+static bool channel_connected_logged(void *arg)
+{
+    return h_proc_log_contains(arg, "admin channel: dataplane pid");
+}
+
+/*
+ * A clean control-plane shutdown with a data plane connected logs no
+ * warning about the admin channel (it used to warn "connection closed
+ * before hello" for every data plane), only what it closed.
+ */
+static void test_clean_shutdown_logs_no_channel_warning(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
+    assert_int_equal(h_wait_until(channel_connected_logged, f.cp, READY_MS), 0);
+    h_fleet_stop(&f);
+    assert_int_equal(h_proc_stop(f.cp, H_STOP_TIMEOUT_MS), 0);
+    assert_false(h_proc_log_contains(f.cp, "closed before hello"));
+    assert_false(h_proc_log_contains(f.cp, "disconnected:"));
+    assert_true(h_proc_log_contains(f.cp, "admin channel: closed 1 connection on shutdown"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -346,6 +370,7 @@ int main(void)
         H_TEST(test_dataplane_refuses_other_layout_version),
         H_TEST(test_bad_config_is_refused_with_position),
         H_TEST(test_version_names_layout),
+        H_TEST(test_clean_shutdown_logs_no_channel_warning),
     };
     return cmocka_run_group_tests_name("lifecycle", tests, NULL, NULL);
 }
