@@ -2,29 +2,46 @@
  * switchyard-controlplane: command line, then cp_run. See controlplane.h.
  */
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "common/config.h"
 #include "common/daemon.h"
+#include "common/log.h"
 #include "controlplane/controlplane.h"
 #include "shm/layout.h"
+#include "shm/segment.h"
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: switchyard-controlplane --config FILE\n"
+    fprintf(out, "usage: switchyard-controlplane --config FILE [--fresh]\n"
                  "\n"
                  "Owns the shared-memory registry of a switchyard router: discovers and\n"
                  "probes workers, reaps dead dataplanes' leases, serves the admin API.\n"
                  "\n"
                  "  -c, --config FILE   YAML configuration (see docs/configuration.md)\n"
+                 "      --fresh         start from the config alone: remove the segment a\n"
+                 "                      previous run left (its admin-API workers, drains and\n"
+                 "                      load counters); refused while a control plane or a\n"
+                 "                      data plane still uses it\n"
                  "  -h, --help          this text\n"
                  "  -V, --version       versions of the binary and the segment layout\n");
 }
 
 static int run(struct cfg *cfg, void *arg)
 {
-    (void)arg;
+    const bool *fresh = arg;
+    if (*fresh) {
+        char err[512];
+        int rc = shm_segment_remove_unused(cfg->shm.name, err, sizeof(err));
+        if (rc != 0) {
+            log_error("--fresh: %s", err);
+            return 1;
+        }
+        log_info("--fresh: starting from %s alone (segment %s removed if it existed)", cfg->path,
+                 cfg->shm.name);
+    }
     return cp_run(cfg);
 }
 
@@ -34,14 +51,19 @@ int main(int argc, char **argv)
         {"config", required_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
+        {"fresh", no_argument, NULL, 'F'},
         {NULL, 0, NULL, 0},
     };
     const char *config_path = NULL;
+    bool fresh = false;
     int opt;
     while ((opt = getopt_long(argc, argv, "c:hV", opts, NULL)) != -1) {
         switch (opt) {
         case 'c':
             config_path = optarg;
+            break;
+        case 'F':
+            fresh = true;
             break;
         case 'h':
             usage(stdout);
@@ -58,5 +80,5 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    return daemon_main("controlplane", config_path, run, NULL);
+    return daemon_main("controlplane", config_path, run, &fresh);
 }

@@ -27,7 +27,9 @@ for port in 9001 9002 9003; do
         --tpot-ms 20 --prefill-us-per-token 50 &
     pids+=($!)
 done
-"$build/switchyard-controlplane" --config "$config" &
+# --fresh: every make run starts from the config alone, not from what an
+# earlier run left in the segment (API-added workers, drains).
+"$build/switchyard-controlplane" --config "$config" --fresh &
 pids+=($!)
 "$build/switchyard-dataplane" --config "$config" &
 pids+=($!)

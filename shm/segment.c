@@ -422,6 +422,38 @@ void shm_segment_close(struct shm_segment *seg)
     shm_segment_reset(seg);
 }
 
+int shm_segment_remove_unused(const char *name, char *err, size_t err_len)
+{
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ENOENT)
+            return 0;
+        snprintf(err, err_len, "shm_open(%s): %s", name, strerror(e));
+        return -e;
+    }
+    int rc = shm_check_owner(fd, name, err, err_len);
+    if (rc == 0) {
+        /* l_len 0: every byte to the end, whoever holds which range. */
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+        if (fcntl(fd, F_OFD_GETLK, &fl) != 0) {
+            rc = -errno;
+            snprintf(err, err_len, "checking the locks of segment %s: %s", name, strerror(-rc));
+        } else if (fl.l_type != F_UNLCK) {
+            rc = -EBUSY;
+            snprintf(err, err_len,
+                     "segment %s is in use by a running control plane or data plane; stop them "
+                     "first",
+                     name);
+        } else if (shm_unlink(name) != 0 && errno != ENOENT) {
+            rc = -errno;
+            snprintf(err, err_len, "removing segment %s: %s", name, strerror(-rc));
+        }
+    }
+    close(fd);
+    return rc;
+}
+
 int shm_segment_unlink(const char *name)
 {
     return shm_unlink(name) == 0 ? 0 : -errno;

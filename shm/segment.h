@@ -89,6 +89,16 @@ void shm_segment_close(struct shm_segment *seg);
 /* Removes the name; mappings stay valid until closed. */
 int shm_segment_unlink(const char *name);
 
+/*
+ * Removes segment `name` if nobody uses it: it must be ours (owner and mode
+ * as attaching requires) and no process may hold a lock on any of its
+ * bytes (a control plane holds the owner lock, every data plane its
+ * lease's). Works whatever the segment's layout version, so it is also how
+ * a segment of an older layout is cleared. 0 when removed or absent;
+ * -EBUSY when in use; another negative errno; err says why.
+ */
+int shm_segment_remove_unused(const char *name, char *err, size_t err_len);
+
 /* Control plane: one heartbeat (+1 on cp_heartbeat). */
 void shm_segment_heartbeat(struct shm_segment *seg);
 

@@ -360,6 +360,76 @@ static void test_clean_shutdown_logs_no_channel_warning(void **state)
     assert_true(h_proc_log_contains(f.cp, "admin channel: closed 1 connection on shutdown"));
 }
 
+static bool cp_ready_logged(void *arg)
+{
+    return h_proc_log_contains(arg, "control plane ready");
+}
+
+static int start_cp_fresh(const char *config, struct h_proc **out)
+{
+    char bin[H_PATH_MAX];
+    int rc = h_bin_path("switchyard-controlplane", bin, sizeof(bin));
+    if (rc != 0)
+        return rc;
+    const char *argv[] = {bin, "--config", config, "--fresh", NULL};
+    return h_spawn("controlplane", argv, out);
+}
+
+static long admin_call(uint16_t port, const char *method, const char *path, const char *body)
+{
+    char url[160];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", (unsigned)port, path);
+    struct h_req req = {.method = method, .url = url, .body = body};
+    struct h_resp resp = {0};
+    long status = h_http(&req, &resp) == 0 ? resp.status : -1;
+    h_resp_fini(&resp);
+    return status;
+}
+
+/*
+ * --fresh: a control plane restarted with it starts from the config alone
+ * (the worker added through the API and the drain are gone), and it is
+ * refused while a data plane still uses the segment.
+ */
+static void test_fresh_start_discards_runtime_state(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
+    assert_int_equal(admin_call(f.cfg.admin_port, "POST", "/workers",
+                                "{\"url\":\"http://127.0.0.1:9\",\"id\":\"extra\","
+                                "\"model\":\"" H_FLEET_MODEL "\"}"),
+                     201);
+    assert_int_equal(
+        admin_call(f.cfg.admin_port, "POST", "/workers/w1/drain", "{\"draining\":true}"), 200);
+    h_fleet_stop(&f);
+    assert_int_equal(h_proc_stop(f.cp, H_STOP_TIMEOUT_MS), 0);
+
+    /* The data plane still holds its lease: --fresh must not pull the
+     * segment from under it. */
+    struct h_proc *refused = NULL;
+    assert_int_equal(start_cp_fresh(f.cfg.path, &refused), 0);
+    int status = 0;
+    assert_int_equal(h_proc_wait(refused, 10000, &status), 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+    assert_true(h_proc_log_contains(refused, "is in use by a running control plane or data plane"));
+
+    assert_int_equal(h_proc_stop(f.dp, H_STOP_TIMEOUT_MS), 0);
+    struct h_proc *cp = NULL;
+    assert_int_equal(start_cp_fresh(f.cfg.path, &cp), 0);
+    /* Attach only once it is ready: before, the old segment still exists. */
+    assert_int_equal(h_wait_until(cp_ready_logged, cp, READY_MS), 0);
+    struct seg_ctx sc = {.name = f.cfg.shm_name};
+    assert_int_equal(h_wait_until(segment_attachable, &sc, READY_MS), 0);
+    struct registry_ctx rc = {.seg = &sc.seg, .want = 1};
+    assert_int_equal(h_wait_until(registry_has, &rc, READY_MS), 0);
+    struct shm_worker_info w;
+    assert_int_equal(shm_registry_find(&sc.seg, "extra", &w), -ENOENT);
+    assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
+    assert_false(w.draining);
+    shm_segment_close(&sc.seg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -371,6 +441,7 @@ int main(void)
         H_TEST(test_bad_config_is_refused_with_position),
         H_TEST(test_version_names_layout),
         H_TEST(test_clean_shutdown_logs_no_channel_warning),
+        H_TEST(test_fresh_start_discards_runtime_state),
     };
     return cmocka_run_group_tests_name("lifecycle", tests, NULL, NULL);
 }
