@@ -30,14 +30,17 @@
 #include <microhttpd.h>
 
 #include "common/buf.h"
+#include "common/list.h"
 #include "common/log.h"
 #include "common/proc.h"
 #include "common/prom.h"
 #include "controlplane/admin_reply.h"
 #include "controlplane/admin_routes.h"
 
-#define ADM_TOKEN_MAX       4096u
-#define ADM_CODES_PER_ROUTE 24u
+#define ADM_TOKEN_MAX 4096u
+/* An admin client has this long to complete its request headers (docs/security.md). */
+#define ADM_HEADER_DEADLINE_MS 10000u
+#define ADM_CODES_PER_ROUTE    24u
 
 struct adm_code_count {
     unsigned code;
@@ -45,9 +48,26 @@ struct adm_code_count {
 };
 
 /* Owned by controlplane.c; loop thread only. */
+/*
+ * One open admin connection, tracked so that one which does not complete
+ * its request headers within ADM_HEADER_DEADLINE_MS (of its accept or of
+ * its previous request's end) is shut down: MHD's own timeout is for
+ * inactivity only, and a byte now and then would hold a slot forever.
+ * Created and freed by MHD's connection notifications.
+ */
+struct adm_conn {
+    struct list_node link; /* adm_http.conns */
+    struct MHD_Connection *conn;
+    uint64_t idle_since_ms;
+    bool in_request;
+    bool cut;
+};
+
 struct adm_http {
     struct adm_ctx *ctx; /* borrowed */
     struct MHD_Daemon *daemon;
+    struct list_node conns; /* struct adm_conn */
+    uint64_t next_sweep_ms;
     char *token; /* NULL = no auth */
     size_t token_len;
     struct adm_code_count counts[ADM_ROUTE_COUNT][ADM_CODES_PER_ROUTE];
@@ -181,6 +201,10 @@ static enum MHD_Result adm_handler(void *cls, struct MHD_Connection *conn, const
         p->conn = conn;
         buf_init(&p->body, ADM_HTTP_BODY_MAX);
         *con_cls = p;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        if (ci != NULL && ci->socket_context != NULL)
+            ((struct adm_conn *)ci->socket_context)->in_request = true;
         struct adm_reply early = {0};
         const char *cl =
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -228,8 +252,14 @@ static void adm_completed(void *cls, struct MHD_Connection *conn, void **con_cls
                           enum MHD_RequestTerminationCode toe)
 {
     (void)cls;
-    (void)conn;
     (void)toe;
+    const union MHD_ConnectionInfo *ci =
+        conn != NULL ? MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT) : NULL;
+    if (ci != NULL && ci->socket_context != NULL) {
+        struct adm_conn *ac = ci->socket_context;
+        ac->in_request = false;
+        ac->idle_since_ms = proc_monotonic_ms();
+    }
     struct adm_pending *p = *con_cls;
     if (p == NULL)
         return;
@@ -280,6 +310,50 @@ static int adm_load_token(struct adm_http *h, const char *path)
     return 0;
 }
 
+static void adm_notify_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                                  enum MHD_ConnectionNotificationCode toe)
+{
+    struct adm_http *h = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        struct adm_conn *ac = calloc(1, sizeof(*ac));
+        *socket_context = ac;
+        if (ac == NULL)
+            return; /* untracked: MHD's inactivity timeout still applies */
+        ac->conn = conn;
+        ac->idle_since_ms = proc_monotonic_ms();
+        list_push_front(&h->conns, &ac->link);
+        return;
+    }
+    struct adm_conn *ac = *socket_context;
+    if (ac == NULL)
+        return;
+    list_remove(&ac->link);
+    free(ac);
+    *socket_context = NULL;
+}
+
+/* Shuts down connections past the header deadline (see struct adm_conn);
+ * MHD then sees the end and closes them the ordinary way. */
+static void adm_sweep(struct adm_http *h, uint64_t now_ms)
+{
+    if (now_ms < h->next_sweep_ms)
+        return;
+    h->next_sweep_ms = now_ms + 100;
+    struct list_node *it;
+    list_foreach(it, &h->conns)
+    {
+        struct adm_conn *ac = list_entry(it, struct adm_conn, link);
+        if (ac->cut || ac->in_request || now_ms - ac->idle_since_ms <= ADM_HEADER_DEADLINE_MS)
+            continue;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(ac->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci == NULL)
+            continue;
+        ac->cut = true;
+        shutdown(ci->connect_fd, SHUT_RDWR);
+    }
+}
+
 static bool adm_is_loopback(const struct sockaddr *sa)
 {
     if (sa->sa_family == AF_INET)
@@ -309,6 +383,7 @@ int adm_http_create(struct adm_ctx *ctx, struct adm_http **out)
     if (h == NULL)
         return -ENOMEM;
     h->ctx = ctx;
+    list_init(&h->conns);
     const struct cfg_controlplane *cp = &ctx->cfg->controlplane;
     int rc = 0;
     if (cp->admin_token_file[0] != '\0' && (rc = adm_load_token(h, cp->admin_token_file)) != 0)
@@ -347,6 +422,7 @@ int adm_http_create(struct adm_ctx *ctx, struct adm_http **out)
         flags |= MHD_USE_IPv6;
     h->daemon = MHD_start_daemon(flags, portn, NULL, NULL, adm_handler, h, MHD_OPTION_SOCK_ADDR,
                                  ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, adm_completed, h,
+                                 MHD_OPTION_NOTIFY_CONNECTION, adm_notify_connection, h,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
                                  MHD_OPTION_CONNECTION_LIMIT, adm_connection_cap(), MHD_OPTION_END);
     freeaddrinfo(ai);
@@ -400,4 +476,5 @@ int adm_http_timeout_ms(const struct adm_http *h)
 void adm_http_run(struct adm_http *h)
 {
     MHD_run(h->daemon);
+    adm_sweep(h, proc_monotonic_ms());
 }

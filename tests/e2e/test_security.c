@@ -1042,6 +1042,31 @@ static void test_per_ip_connection_limit(void **state)
     h_fleet_stop(&f);
 }
 
+/* The admin API: a client that never completes its request headers is
+ * shut down after the 10 s header deadline, whatever it trickles (MHD's
+ * own timeout is 30 s of silence, so a byte every 2 s held it forever). */
+static void test_admin_stalled_headers_are_closed(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
+    int fd = raw_connect(f.cfg.admin_port);
+    send_text(fd, "GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+    char buf[4096];
+    int64_t start = h_now_ms();
+    int64_t closed = -1;
+    for (int i = 0; i < 10 && closed < 0; i++) {
+        if (write(fd, "X", 1) != 1)
+            break;
+        closed = ms_until_closed(fd, buf, sizeof(buf), 2000);
+    }
+    int64_t took = h_now_ms() - start;
+    close(fd);
+    assert_true(closed >= 0);
+    assert_true(took >= 9000); /* not before the deadline */
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1068,6 +1093,7 @@ int main(void)
         H_TEST(test_slow_upload_is_closed),
         H_TEST(test_oversized_content_length_is_refused_at_once),
         H_TEST(test_per_ip_connection_limit),
+        H_TEST(test_admin_stalled_headers_are_closed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
