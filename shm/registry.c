@@ -250,19 +250,6 @@ int shm_registry_set_draining(struct shm_segment *seg, uint32_t slot, bool drain
     return rc;
 }
 
-int shm_registry_set_model(struct shm_segment *seg, uint32_t slot, const char *model)
-{
-    if (slot >= seg->max_workers)
-        return -ENOENT;
-    struct shm_worker_slot *s = shm_slot(seg, slot);
-    if (!(atomic_load_explicit(&s->state, memory_order_relaxed) & SHM_SLOT_IN_USE))
-        return -ENOENT;
-    shm_write_begin(s);
-    shm_words_store(s->model, SHM_MODEL_WORDS, model);
-    shm_write_end(seg, s);
-    return 0;
-}
-
 int shm_registry_set_names(struct shm_segment *seg, uint32_t slot, const char *model,
                            const char *aliases)
 {

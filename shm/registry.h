@@ -87,9 +87,6 @@ int shm_registry_add(struct shm_segment *seg, const struct shm_worker_info *in,
 int shm_registry_set_healthy(struct shm_segment *seg, uint32_t slot, bool healthy);
 int shm_registry_set_draining(struct shm_segment *seg, uint32_t slot, bool draining);
 
-/* Sets the model of an in-use slot (learned from the worker's /v1/models). */
-int shm_registry_set_model(struct shm_segment *seg, uint32_t slot, const char *model);
-
 /*
  * Sets the model and the other names of an in-use slot (both learned from
  * the worker's /v1/models). aliases: names separated by '\n', "" for none;

@@ -94,7 +94,7 @@ static void test_unchanged_worker_keeps_slot_and_generation(void **state)
     assert_int_equal(a.source, CP_SOURCE_STATIC);
     assert_false(a.from_api);
     /* A model learned for w1 (proposed empty) is no change; health is kept. */
-    assert_int_equal(shm_registry_set_model(seg, a.slot, "learned"), 0);
+    assert_int_equal(shm_registry_set_names(seg, a.slot, "learned", ""), 0);
     assert_int_equal(shm_registry_set_healthy(seg, b.slot, false), 0);
     uint64_t changes = shm_registry_changes(seg);
 

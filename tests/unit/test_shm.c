@@ -325,7 +325,7 @@ static void *seqlock_reader(void *arg)
 }
 
 /* Rewrites a slot's strings in place, as fast as possible, through the
- * real writer protocol (set_model is one seqlocked write; the id and url
+ * real writer protocol (set_names is one seqlocked write; the id and url
  * go through the same begin/end pair via remove + add in a 1-slot registry). */
 static void test_seqlock_no_torn_reads(void **state)
 {
