@@ -70,8 +70,14 @@ endif
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/unit/test_*.c))
 E2E_TESTS := $(patsubst tests/e2e/%.c,$(BUILD)/tests/e2e/%,$(wildcard tests/e2e/test_*.c))
 MICRO_BENCHES := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(wildcard tests/bench/micro_*.c))
+# Fuzz targets (tests/fuzz/fuzz_*.c): each is a libFuzzer binary under
+# make fuzz, and a replay_fuzz_* cmocka test of its seeds and past crashes
+# in the normal suite.
+FUZZ_TARGET_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_REPLAYS := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/replay_%,$(FUZZ_TARGET_SRCS))
+FUZZERS := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/%,$(FUZZ_TARGET_SRCS))
 
-.PHONY: all deps test check check-deploy check-layering test-asan build-asan format format-check run bench bench-quick bench-pd bench-pd-quick clean
+.PHONY: all deps test check check-deploy check-layering test-asan build-asan format format-check run bench bench-quick bench-pd bench-pd-quick clean fuzz fuzzers
 .DEFAULT_GOAL := all
 # Keep generated sources (protobuf-c) instead of deleting them as intermediates.
 .SECONDARY:
@@ -123,6 +129,10 @@ $(BUILD)/tests/e2e/%: $(BUILD)/tests/e2e/%.o $(E2E_HARNESS_OBJS) $(ALL_LIBS)
 	$(CC) $(LDFLAGS) $< $(E2E_HARNESS_OBJS) $(ALL_LIBS) $(LDLIBS) $(TEST_LDLIBS) -o $@
 $(BUILD)/tests/bench/%: $(BUILD)/tests/bench/%.o $(ALL_LIBS)
 	$(CC) $(LDFLAGS) $< $(ALL_LIBS) $(LDLIBS) -o $@
+$(BUILD)/tests/fuzz/replay_%: $(BUILD)/tests/fuzz/%.o $(BUILD)/tests/fuzz/replay_main.o $(ALL_LIBS)
+	$(CC) $(LDFLAGS) $< $(BUILD)/tests/fuzz/replay_main.o $(ALL_LIBS) $(LDLIBS) $(TEST_LDLIBS) -o $@
+$(BUILD)/tests/fuzz/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(ALL_LIBS)
+	$(CC) $(LDFLAGS) -fsanitize=fuzzer $< $(ALL_LIBS) $(LDLIBS) -o $@
 
 deps:
 	@deploy/install-deps.sh
@@ -140,8 +150,8 @@ check-layering:
 	@tests/check-layering.py --self-test >/dev/null || tests/check-layering.py --self-test
 	@tests/check-layering.py
 
-check: $(BINS) $(UNIT_TESTS) $(E2E_TESTS)
-	@tests/run-tests.sh $(BUILD) $(UNIT_TESTS) $(E2E_TESTS)
+check: $(BINS) $(UNIT_TESTS) $(E2E_TESTS) $(FUZZ_REPLAYS)
+	@tests/run-tests.sh $(BUILD) $(UNIT_TESTS) $(FUZZ_REPLAYS) $(E2E_TESTS)
 
 # deploy/: systemd units, Kubernetes manifests, Containerfile, Prometheus and
 # Grafana, checked statically (deploy/check-deploy.sh); tools installed when missing.
@@ -190,6 +200,19 @@ bench-pd: deps
 bench-pd-quick: deps
 	@$(MAKE) --no-print-directory all
 	@tests/bench/run.sh $(BUILD) quick pd
+
+# Fuzzing (tests/fuzz/): every target built with clang, libFuzzer, ASan and
+# UBSan in its own tree, then run FUZZ_SECONDS each from its seed corpus;
+# the figures go to build/fuzz/report.md, a crash's input to
+# build/fuzz/crashes/NAME/ (copy it into tests/fuzz/regress/NAME/ once fixed).
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD := build/fuzz
+fuzz: deps
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang OPT='-O1 -g' \
+	    SAN_FLAGS='-fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer -fno-sanitize-recover=all' fuzzers
+	@tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+fuzzers: $(FUZZERS)
 
 clean:
 	rm -rf build

@@ -30,7 +30,17 @@ void adm_reply_error(struct adm_reply *r, unsigned status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    adm_reply_json(r, status, json_pack("{s:s}", "error", msg));
+    json_t *body = json_pack("{s:s}", "error", msg);
+    if (body == NULL) {
+        /* The message echoes client bytes (a URL, say) that are not UTF-8,
+         * which JSON cannot carry: say it with those bytes replaced rather
+         * than answer with an empty body. */
+        for (char *c = msg; *c != '\0'; c++)
+            if ((unsigned char)*c >= 0x80 || (unsigned char)*c < 0x20)
+                *c = '?';
+        body = json_pack("{s:s}", "error", msg);
+    }
+    adm_reply_json(r, status, body);
 }
 
 void adm_reply_deliver(struct adm_reply_later *later, struct adm_reply *reply)

@@ -32,8 +32,23 @@ const char *dp_error_type(int status)
 
 static json_t *error_object(int status, const char *code, const char *message)
 {
-    return json_pack("{s:{s:s, s:s, s:s}}", "error", "message", message, "type",
-                     dp_error_type(status), "code", code);
+    json_t *obj = json_pack("{s:{s:s, s:s, s:s}}", "error", "message", message, "type",
+                            dp_error_type(status), "code", code);
+    if (obj != NULL || message == NULL)
+        return obj;
+    /* The message echoes bytes from a client or a worker that are not
+     * UTF-8, which JSON cannot carry: say it with them replaced rather than
+     * lose the whole error body. */
+    char *clean = strdup(message);
+    if (clean == NULL)
+        return NULL;
+    for (char *c = clean; *c != '\0'; c++)
+        if ((unsigned char)*c >= 0x80 || (unsigned char)*c < 0x20)
+            *c = '?';
+    obj = json_pack("{s:{s:s, s:s, s:s}}", "error", "message", clean, "type", dp_error_type(status),
+                    "code", code);
+    free(clean);
+    return obj;
 }
 
 char *dp_error_body(int status, const char *code, const char *message)

@@ -1,0 +1,94 @@
+/*
+ * Fuzz target: a client's request body, as the data plane reads it. Every
+ * proxied route's body parser (model, stream, user and the routing text of
+ * the route's body shape) runs on the same bytes, and so does the JSON
+ * skeleton that sets long strings aside from jansson.
+ *
+ * Oracle beyond the sanitizers: an error body can always be made of the
+ * bytes (they may be echoed in it); a body jansson accepts must leave a
+ * skeleton jansson accepts too (the skeleton only shortens strings), and
+ * splicing an unmodified skeleton's dump back must give a body jansson
+ * accepts. A failed oracle aborts, which libFuzzer reports as a crash.
+ */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "dataplane/errors.h"
+#include "dataplane/json_skeleton.h"
+#include "dataplane/request.h"
+#include "dataplane/types.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void parse_on_every_route(const uint8_t *data, size_t size)
+{
+    for (int route = DP_ROUTE_UNSET + 1; route < DP_ROUTE_COUNT; route++) {
+        struct dp_request *req = calloc(1, sizeof(*req));
+        if (req == NULL)
+            return;
+        req->route = (enum dp_route)route;
+        buf_init(&req->body, size + 1);
+        buf_init(&req->routing_text, DP_ROUTING_TEXT_MAX);
+        buf_append(&req->body, (const char *)data, size);
+        (void)dp_request_parse(req);
+        buf_fini(&req->routing_text);
+        buf_fini(&req->body);
+        free(req);
+    }
+}
+
+static void skeleton_round_trip(const uint8_t *data, size_t size)
+{
+    struct dp_skel s;
+    /* A small threshold so short fuzz inputs exercise the markers too. */
+    if (dp_skel_build(&s, (const char *)data, size, 8, 0x5eedf00dull) != 0)
+        return;
+    json_error_t e;
+    json_t *orig = json_loadb((const char *)data, size, 0, &e);
+    json_t *skel = json_loadb(s.text, s.len, 0, &e);
+    if (orig != NULL && skel == NULL)
+        abort(); /* the skeleton broke a valid body */
+    if (skel != NULL) {
+        char *dumped = json_dumps(skel, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (dumped != NULL) {
+            size_t out_len = 0;
+            char *back = dp_skel_splice(&s, (const char *)data, dumped, strlen(dumped), &out_len);
+            if (back != NULL && orig != NULL) {
+                json_t *again = json_loadb(back, out_len, 0, &e);
+                if (again == NULL)
+                    abort(); /* splicing a valid body's skeleton broke it */
+                json_decref(again);
+            }
+            free(back);
+            free(dumped);
+        }
+    }
+    json_decref(orig);
+    json_decref(skel);
+    dp_skel_fini(&s);
+}
+
+/* Error bodies echo client bytes (a model name, a path): whatever they
+ * are, the client must get a body. */
+static void error_body_of(const uint8_t *data, size_t size)
+{
+    char *msg = strndup((const char *)data, size);
+    if (msg == NULL)
+        return;
+    char *body = dp_error_body(400, "invalid_request", msg);
+    if (body == NULL)
+        abort();
+    free(body);
+    free(msg);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    error_body_of(data, size);
+    parse_on_every_route(data, size);
+    skeleton_round_trip(data, size);
+    return 0;
+}
