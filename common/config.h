@@ -110,6 +110,9 @@ struct cfg_dataplane {
     uint64_t header_timeout_ms;
     uint64_t upload_min_rate;
     uint32_t per_ip_connection_limit;
+    /* Client connections the data plane holds (0: half its descriptor
+     * limit); at the cap a new connection closes the oldest idle one. */
+    uint32_t max_connections;
     char metrics_listen[CFG_ADDR_MAX]; /* HOST:PORT, or "" = /metrics on listen */
     bool debug_headers;
     struct cfg_retry retry;

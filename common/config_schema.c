@@ -149,6 +149,8 @@ static const struct cfg_key dataplane_keys[] = {
     /* 0: no limit (the usual case behind a load balancer, which is one address). */
     KEY_RANGE("per_ip_connection_limit", CFG_KIND_U32, struct cfg_dataplane,
               per_ip_connection_limit, 0, 1000000, 0),
+    KEY_RANGE("max_connections", CFG_KIND_U32, struct cfg_dataplane, max_connections, 0, 1000000,
+              0),
     /* "": /metrics is served on listen, as before this key existed. */
     KEY_STR("metrics_listen", struct cfg_dataplane, metrics_listen, cfg_addr_or_empty_is_valid,
             "HOST:PORT (e.g. 127.0.0.1:9090), or \"\" for the listen address", ""),

@@ -34,9 +34,10 @@
 #include "shm/lease.h"
 #include "shm/segment.h"
 
-#define DP_SEGMENT_POLL_MS      50
-#define DP_SEGMENT_LOG_EVERY_MS 2000
-#define DP_MAX_THREADS          256u
+#define DP_SEGMENT_POLL_MS          50
+#define DP_SEGMENT_LOG_EVERY_MS     2000
+#define DP_MAX_THREADS              256u
+#define DP_MIN_CONNECTIONS_PER_LOOP 16u
 
 struct dp_daemon {
     const struct cfg *cfg; /* borrowed */
@@ -238,6 +239,27 @@ static void dp_raise_fd_limit(void)
     }
 }
 
+/*
+ * dataplane.max_connections shared out over n loops (each accepts on its own
+ * socket). 0 means half the descriptor limit: every proxied request needs a
+ * second descriptor toward its worker, and a flood of idle connections must
+ * never take the descriptors that requests in flight and new clients need.
+ */
+static void dp_share_connection_cap(struct dp_daemon *d, unsigned n)
+{
+    uint64_t total = d->cfg->dataplane.max_connections;
+    if (total == 0) {
+        uint64_t limit = proc_fd_limit();
+        total = limit >= 2000000u ? 1000000u : limit / 2;
+    }
+    uint64_t per = total / n;
+    d->sh.conn_cap_per_loop =
+        per < DP_MIN_CONNECTIONS_PER_LOOP ? DP_MIN_CONNECTIONS_PER_LOOP : (unsigned)per;
+    log_info("at most %llu client connections (%u per event loop); at the cap a new one closes "
+             "the oldest idle one",
+             (unsigned long long)d->sh.conn_cap_per_loop * n, d->sh.conn_cap_per_loop);
+}
+
 static int dp_start_loops(struct dp_daemon *d)
 {
     unsigned n = d->cfg->dataplane.threads;
@@ -255,6 +277,7 @@ static int dp_start_loops(struct dp_daemon *d)
     }
     if (n > DP_MAX_THREADS)
         n = DP_MAX_THREADS;
+    dp_share_connection_cap(d, n);
     d->loops = calloc(n, sizeof(*d->loops));
     if (d->loops == NULL)
         return -ENOMEM;

@@ -33,7 +33,9 @@
 #include "dataplane/request.h"
 #include "dataplane/routes.h"
 
-#define DP_MAX_CONNECTIONS 16384u
+/* libmicrohttpd's own per-loop cap, above the listener's (conn_cap_per_loop):
+ * a backstop that refuses at accept should shedding ever fall behind. */
+#define DP_MHD_CONNECTION_SLACK 64u
 /* Each connection's libmicrohttpd pool holds its request line and headers
  * plus the response's headers and write buffer. MHD zeroes the pool after
  * every request, so its size is paid per request (the 32 KiB default was a
@@ -466,6 +468,49 @@ static void lst_completed(void *cls, struct MHD_Connection *conn, void **con_cls
     dp_request_unref(req);
 }
 
+/* Shuts a connection down under MHD (which then sees the end on its next
+ * read and closes it the ordinary way); false when it has no socket. */
+static bool lst_shutdown(struct dp_conn *dc)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(dc->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci == NULL)
+        return false;
+    dc->cut = true;
+    shutdown(ci->connect_fd, SHUT_RDWR);
+    return true;
+}
+
+/*
+ * A new connection took the loop over its cap: make room by closing the
+ * longest-held connection that has no request in progress (idle between
+ * keep-alive requests, or still sending its headers), as nginx reuses its
+ * idle connections when it runs out. Idle connections cost a client
+ * nothing to open, so without this a flood of them would lock every
+ * legitimate client out until header_timeout swept them. When every
+ * connection is busy, the new one is refused instead.
+ */
+static void lst_make_room(struct dp_loop *loop, struct dp_conn *fresh)
+{
+    if (loop->lst.n_conns <= loop->sh->conn_cap_per_loop)
+        return;
+    struct list_node *head = &loop->lst.conns;
+    for (struct list_node *it = head->prev; it != head; it = it->prev) {
+        struct dp_conn *dc = list_entry(it, struct dp_conn, link);
+        if (dc == fresh || dc->req != NULL || dc->cut)
+            continue;
+        if (lst_shutdown(dc)) {
+            dp_metrics_connection_shed(&loop->sh->metrics, false);
+            loop->lst.due = true;
+            return;
+        }
+    }
+    if (lst_shutdown(fresh)) {
+        dp_metrics_connection_shed(&loop->sh->metrics, true);
+        loop->lst.due = true;
+    }
+}
+
 static void lst_notify_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                                   enum MHD_ConnectionNotificationCode toe)
 {
@@ -478,8 +523,10 @@ static void lst_notify_connection(void *cls, struct MHD_Connection *conn, void *
         dc->conn = conn;
         dc->idle_since_ms = proc_monotonic_ms();
         list_push_front(&loop->lst.conns, &dc->link);
+        loop->lst.n_conns++;
         if (loop->draining)
             lst_close_when_idle(dc);
+        lst_make_room(loop, dc);
         return;
     }
     struct dp_conn *dc = *socket_context;
@@ -487,6 +534,7 @@ static void lst_notify_connection(void *cls, struct MHD_Connection *conn, void *
         return;
     *socket_context = NULL;
     list_remove(&dc->link);
+    loop->lst.n_conns--;
     free(dc);
 }
 
@@ -509,8 +557,9 @@ int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handle
             flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_LISTEN_SOCKET,
             (MHD_socket)inherited, MHD_OPTION_NOTIFY_COMPLETED, lst_completed, loop,
             MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop, MHD_OPTION_CONNECTION_LIMIT,
-            (unsigned int)DP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-            (unsigned int)DP_CONN_TIMEOUT_S, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+            (unsigned int)(sh->conn_cap_per_loop + DP_MHD_CONNECTION_SLACK),
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
+            MHD_OPTION_PER_IP_CONNECTION_LIMIT,
             (unsigned int)sh->cfg->dataplane.per_ip_connection_limit,
             MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
     else
@@ -518,7 +567,8 @@ int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handle
             flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_SOCK_ADDR, &sh->listen_addr,
             MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_NOTIFY_COMPLETED,
             lst_completed, loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
-            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)DP_MAX_CONNECTIONS,
+            MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned int)(sh->conn_cap_per_loop + DP_MHD_CONNECTION_SLACK),
             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
             MHD_OPTION_PER_IP_CONNECTION_LIMIT,
             (unsigned int)sh->cfg->dataplane.per_ip_connection_limit,
@@ -571,12 +621,8 @@ void dp_listener_close_idle(struct dp_loop *loop)
  * next read and closes the connection the ordinary way. */
 static void lst_cut(struct dp_loop *loop, struct dp_conn *dc, bool in_body)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(dc->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (ci == NULL)
+    if (!lst_shutdown(dc))
         return;
-    dc->cut = true;
-    shutdown(ci->connect_fd, SHUT_RDWR);
     dp_metrics_slow_client(&loop->sh->metrics, in_body);
     loop->lst.due = true;
 }

@@ -21,7 +21,8 @@ struct dp_request;
 struct dp_lst {
     struct MHD_Daemon *mhd;
     int listen_fd;                /* the daemon's listening socket (set once at start) */
-    struct list_node conns;       /* every open client connection (dp_conn.link) */
+    struct list_node conns;       /* every open client connection (dp_conn.link), newest first */
+    unsigned n_conns;             /* how many are on conns */
     struct list_node watch_queue; /* parked, not yet watched (dp_request.watch_link) */
     bool quiesced;                /* the daemon stopped accepting (dp_listener_quiesce ran) */
     bool due;                     /* run MHD at the end of this pass (a resume) */

@@ -69,6 +69,9 @@ struct dp_shared {
     const int *inherited;
     unsigned n_inherited;
     _Atomic unsigned loops_running; /* decremented by each loop thread as it ends */
+    /* Client connections each loop may hold (dataplane.max_connections
+     * shared out; set before the loops start). */
+    unsigned conn_cap_per_loop;
 };
 
 /*

@@ -71,6 +71,8 @@ int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers)
         atomic_init(&m->disconnects[p], 0);
     for (int k = 0; k < 2; k++)
         atomic_init(&m->slow_clients[k], 0);
+    for (int k = 0; k < 2; k++)
+        atomic_init(&m->conns_shed[k], 0);
     hist_init(&m->duration);
     hist_init(&m->ttfb);
     for (int o = 0; o < DP_PD_OUT_COUNT; o++)
@@ -161,6 +163,11 @@ void dp_metrics_pd_phase(struct dp_metrics *m, enum dp_pd_phase phase, uint64_t 
     if (phase != DP_PD_PREFILL && phase != DP_PD_DECODE)
         return;
     hist_observe(&m->pd_phase[phase], us);
+}
+
+void dp_metrics_connection_shed(struct dp_metrics *m, bool refused)
+{
+    atomic_fetch_add_explicit(&m->conns_shed[refused ? 1 : 0], 1, memory_order_relaxed);
 }
 
 void dp_metrics_slow_client(struct dp_metrics *m, bool in_body)
@@ -330,6 +337,14 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
     for (int k = 0; k < 2; k++)
         prom_sample_u64(w, NULL, &(struct prom_label){"phase", slow_phase[k]}, 1,
                         atomic_load_explicit(&m->slow_clients[k], memory_order_relaxed));
+
+    prom_family(w, "switchyard_connections_shed_total", PROM_COUNTER,
+                "Client connections closed to stay within dataplane.max_connections: an idle "
+                "one evicted for a new one, or the new one refused when none was idle.");
+    static const char *const shed_reason[2] = {"idle_evicted", "refused"};
+    for (int k = 0; k < 2; k++)
+        prom_sample_u64(w, NULL, &(struct prom_label){"reason", shed_reason[k]}, 1,
+                        atomic_load_explicit(&m->conns_shed[k], memory_order_relaxed));
 
     prom_family(w, "switchyard_load_underflows_total", PROM_COUNTER,
                 "Load releases at zero in this dataplane's lease.");

@@ -40,6 +40,7 @@ struct dp_metrics {
     _Atomic uint64_t retries;
     _Atomic uint64_t disconnects[DP_PHASE_COUNT];
     _Atomic uint64_t slow_clients[2]; /* shut down: [0] headers, [1] body (listener.c) */
+    _Atomic uint64_t conns_shed[2];   /* at the cap: [0] idle evicted, [1] new refused */
     struct dp_histogram duration;
     struct dp_histogram ttfb;
     const char *policy; /* policy.name, for the decisions' label */
@@ -61,6 +62,9 @@ void dp_metrics_disconnect(struct dp_metrics *m, enum dp_phase phase);
 /* Counts a connection shut down as a slow client: in_body false while its
  * headers were due (header_timeout), true for a body under upload_min_rate. */
 void dp_metrics_slow_client(struct dp_metrics *m, bool in_body);
+/* A connection closed to keep the loop within its cap: an idle one evicted,
+ * or (refused) the new one itself when none was idle. */
+void dp_metrics_connection_shed(struct dp_metrics *m, bool refused);
 /* Counts one routing decision of a regular request. */
 void dp_metrics_decision(struct dp_metrics *m, enum pol_decision decision);
 /* Counts one routing decision of a P/D leg (phase PREFILL or DECODE). */

@@ -35,7 +35,9 @@
 static json_t *pd_load_object(const char *body, size_t len)
 {
     json_error_t jerr;
-    json_t *root = json_loadb(body != NULL ? body : "", len, 0, &jerr);
+    /* As the request parser: an escaped NUL is valid JSON (and is dumped
+     * back escaped). */
+    json_t *root = json_loadb(body != NULL ? body : "", len, JSON_ALLOW_NUL, &jerr);
     if (root != NULL && !json_is_object(root)) {
         json_decref(root);
         root = NULL;

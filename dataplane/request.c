@@ -324,7 +324,9 @@ enum dp_parse_result dp_request_parse(struct dp_request *req)
                       DP_SKEL_MIN_STRING, dp_random64()) != 0)
         return DP_PARSE_NO_MEMORY;
     json_error_t jerr;
-    json_t *root = json_loadb(skel.text, skel.len, 0, &jerr);
+    /* "\u0000" is valid JSON and vLLM's parser takes it: so do we (every
+     * string below is used with its length, or refused when it holds one). */
+    json_t *root = json_loadb(skel.text, skel.len, JSON_ALLOW_NUL, &jerr);
     if (root == NULL) {
         dp_skel_fini(&skel);
         return DP_PARSE_BAD_JSON;
@@ -344,7 +346,8 @@ enum dp_parse_result dp_request_parse(struct dp_request *req)
     if (model == NULL || json_is_null(model)) {
         res = DP_PARSE_NO_MODEL;
     } else if (!json_is_string(model) || json_string_length(model) == 0 ||
-               json_string_length(model) >= sizeof(req->model)) {
+               json_string_length(model) >= sizeof(req->model) ||
+               strlen(json_string_value(model)) != json_string_length(model)) {
         res = DP_PARSE_BAD_FIELD;
         goto out_decref;
     } else if (dp_skel_span(&skel, json_string_value(model), json_string_length(model)) != NULL) {

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -84,5 +85,25 @@ long long h_fleet_mock_stat(struct h_fleet *f, size_t i, const char *key)
     long long v = -1;
     if (h_mock_stat_int(f->mock[i].url, key, &v) != 0)
         return -1;
+    return v;
+}
+
+long long h_fleet_dp_metric(const struct h_fleet *f, const char *sample)
+{
+    char url[128];
+    snprintf(url, sizeof(url), "%s/metrics", f->base);
+    struct h_resp resp = {0};
+    long long v = -1;
+    if (h_http_get(url, &resp) == 0 && resp.status == 200) {
+        for (const char *line = resp.body; line != NULL && *line != '\0';) {
+            if (strncmp(line, sample, strlen(sample)) == 0 && line[strlen(sample)] == ' ') {
+                v = strtoll(line + strlen(sample) + 1, NULL, 10);
+                break;
+            }
+            line = strchr(line, '\n');
+            line = line != NULL ? line + 1 : NULL;
+        }
+    }
+    h_resp_fini(&resp);
     return v;
 }

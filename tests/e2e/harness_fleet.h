@@ -47,6 +47,9 @@ bool h_fleet_attach(void *arg);
 void h_fleet_stop(struct h_fleet *f);
 /* Router load of worker i (0-based, id "w<i+1>") from the segment; -1 if absent. */
 long long h_fleet_load(struct h_fleet *f, size_t i);
+/* The value of one sample of the data plane's /metrics, e.g.
+ * "switchyard_slow_clients_total{phase=\"body\"}"; -1 when absent. */
+long long h_fleet_dp_metric(const struct h_fleet *f, const char *sample);
 /* One integer field of mock i's /mock/stats; -1 on error. */
 long long h_fleet_mock_stat(struct h_fleet *f, size_t i, const char *key);
 

@@ -42,6 +42,7 @@
 #include "shm/segment.h"
 #include "tests/e2e/harness.h"
 #include "tests/e2e/harness_fleet.h"
+#include "tests/e2e/harness_raw.h"
 
 #define NOBODY 65534
 
@@ -126,16 +127,6 @@ static void test_segment_open_to_others_is_refused(void **state)
     assert_refuses(h_start_dataplane, cfg.path, want);
 }
 
-static int raw_connect(uint16_t port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    return fd;
-}
-
 /* Sends raw request bytes to the fleet's data plane; returns the response
  * as read until the peer closes or the headers and a short body are in. */
 static void raw_exchange(struct h_fleet *f, const char *head, char *out, size_t cap)
@@ -149,7 +140,7 @@ static void raw_exchange(struct h_fleet *f, const char *head, char *out, size_t 
                      "Connection: close\r\n\r\n%s",
                      head, sizeof(body) - 1, body);
     assert_true(n > 0 && (size_t)n < sizeof(req));
-    int fd = raw_connect(f->cfg.dataplane_port);
+    int fd = h_raw_connect(f->cfg.dataplane_port);
     assert_int_equal(write(fd, req, (size_t)n), n);
     out[0] = '\0';
     size_t len = 0;
@@ -243,7 +234,7 @@ static void test_descriptor_exhaustion_does_not_reap_a_live_dataplane(void **sta
 
     int fds[IDLE];
     for (int i = 0; i < IDLE; i++)
-        fds[i] = raw_connect(f.cfg.admin_port);
+        fds[i] = h_raw_connect(f.cfg.admin_port);
     /* The control plane judges leases every 100 ms; the reviewer saw the
      * lease reaped and the data plane gone within 3 s. */
     int waited = h_wait_until(dataplane_exited, &f, 4000);
@@ -901,51 +892,6 @@ static void test_dataplane_refuses_a_foreign_control_plane(void **state)
 
 /* ---- finding 4: slow and oversized uploads ----------------------------------- */
 
-static void send_text(int fd, const char *text)
-{
-    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-}
-
-/* Reads until EOF; returns how long that took (ms), or -1 past timeout_ms.
- * What arrived is left in buf. */
-static int64_t ms_until_closed(int fd, char *buf, size_t cap, int timeout_ms)
-{
-    int64_t start = h_now_ms();
-    size_t len = 0;
-    buf[0] = '\0';
-    for (;;) {
-        int64_t left = timeout_ms - (h_now_ms() - start);
-        if (left <= 0)
-            return -1;
-        ssize_t n = h_fd_read_more(fd, buf, cap, &len, (int)left);
-        if (n == 0 || (n < 0 && n != -ETIMEDOUT && n != -ENOBUFS))
-            return h_now_ms() - start;
-        if (n == -ENOBUFS)
-            len = 0;
-    }
-}
-
-/* The value of one sample of the data plane's /metrics (-1 when absent). */
-static long long dp_metric(const struct h_fleet *f, const char *sample)
-{
-    char url[128];
-    snprintf(url, sizeof(url), "%s/metrics", f->base);
-    struct h_resp resp = {0};
-    long long v = -1;
-    if (h_http_get(url, &resp) == 0 && resp.status == 200) {
-        for (const char *line = resp.body; line != NULL && *line != '\0';) {
-            if (strncmp(line, sample, strlen(sample)) == 0 && line[strlen(sample)] == ' ') {
-                v = strtoll(line + strlen(sample) + 1, NULL, 10);
-                break;
-            }
-            line = strchr(line, '\n');
-            line = line != NULL ? line + 1 : NULL;
-        }
-    }
-    h_resp_fini(&resp);
-    return v;
-}
-
 static const char slow_opts[] = "header_timeout: 1s\nupload_min_rate: 1KiB\n";
 
 /* Headers begun and never finished: closed once header_timeout passed
@@ -955,19 +901,19 @@ static void test_stalled_headers_are_closed(void **state)
     (void)state;
     struct h_fleet f;
     h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .dataplane_extra = slow_opts});
-    int fd = raw_connect(f.cfg.dataplane_port);
-    send_text(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+    int fd = h_raw_connect(f.cfg.dataplane_port);
+    h_raw_send_text(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n");
     /* One more header byte now and then resets an inactivity timer, not
      * this deadline. */
     char buf[4096];
     int64_t closed = -1;
     for (int i = 0; i < 8 && closed < 0; i++) {
-        send_text(fd, "X");
-        closed = ms_until_closed(fd, buf, sizeof(buf), 400);
+        h_raw_send_text(fd, "X");
+        closed = h_raw_ms_until_closed(fd, buf, sizeof(buf), 400);
     }
     close(fd);
     assert_true(closed >= 0);
-    assert_true(dp_metric(&f, "switchyard_slow_clients_total{phase=\"headers\"}") >= 1);
+    assert_true(h_fleet_dp_metric(&f, "switchyard_slow_clients_total{phase=\"headers\"}") >= 1);
     /* Meanwhile the router serves as usual. */
     char resp[8192];
     raw_exchange(&f, "", resp, sizeof(resp));
@@ -981,19 +927,19 @@ static void test_slow_upload_is_closed(void **state)
     (void)state;
     struct h_fleet f;
     h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .dataplane_extra = slow_opts});
-    int fd = raw_connect(f.cfg.dataplane_port);
-    send_text(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                  "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{");
+    int fd = h_raw_connect(f.cfg.dataplane_port);
+    h_raw_send_text(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{");
     char buf[4096];
     int64_t closed = -1;
     for (int i = 0; i < 10 && closed < 0; i++) {
         if (write(fd, " ", 1) != 1)
             break; /* already closed */
-        closed = ms_until_closed(fd, buf, sizeof(buf), 300);
+        closed = h_raw_ms_until_closed(fd, buf, sizeof(buf), 300);
     }
     close(fd);
     assert_true(closed >= 0);
-    assert_int_equal(dp_metric(&f, "switchyard_slow_clients_total{phase=\"body\"}"), 1);
+    assert_int_equal(h_fleet_dp_metric(&f, "switchyard_slow_clients_total{phase=\"body\"}"), 1);
     assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 0);
     h_fleet_stop(&f);
 }
@@ -1004,9 +950,9 @@ static void test_oversized_content_length_is_refused_at_once(void **state)
     (void)state;
     struct h_fleet f;
     h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .dataplane_extra = "max_body: 1MiB\n"});
-    int fd = raw_connect(f.cfg.dataplane_port);
-    send_text(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                  "Content-Type: application/json\r\nContent-Length: 1000000000000\r\n\r\n");
+    int fd = h_raw_connect(f.cfg.dataplane_port);
+    h_raw_send_text(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        "Content-Type: application/json\r\nContent-Length: 1000000000000\r\n\r\n");
     char buf[4096] = "";
     size_t len = 0;
     while (strstr(buf, "\r\n\r\n") == NULL &&
@@ -1025,14 +971,14 @@ static void test_per_ip_connection_limit(void **state)
     struct h_fleet f;
     h_fleet_start(&f, &(struct h_fleet_opts){
                           .n = 1, .dataplane_extra = "threads: 1\nper_ip_connection_limit: 2\n"});
-    int a = raw_connect(f.cfg.dataplane_port);
-    int b = raw_connect(f.cfg.dataplane_port);
-    int c = raw_connect(f.cfg.dataplane_port);
+    int a = h_raw_connect(f.cfg.dataplane_port);
+    int b = h_raw_connect(f.cfg.dataplane_port);
+    int c = h_raw_connect(f.cfg.dataplane_port);
     char buf[4096];
-    int64_t closed = ms_until_closed(c, buf, sizeof(buf), H_READY_TIMEOUT_MS);
+    int64_t closed = h_raw_ms_until_closed(c, buf, sizeof(buf), H_READY_TIMEOUT_MS);
     close(c);
     assert_true(closed >= 0);
-    send_text(a, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    h_raw_send_text(a, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     size_t len = 0;
     buf[0] = '\0';
     assert_true(h_fd_read_more(a, buf, sizeof(buf), &len, H_READY_TIMEOUT_MS) > 0);
@@ -1050,15 +996,15 @@ static void test_admin_stalled_headers_are_closed(void **state)
     (void)state;
     struct h_fleet f;
     h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
-    int fd = raw_connect(f.cfg.admin_port);
-    send_text(fd, "GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+    int fd = h_raw_connect(f.cfg.admin_port);
+    h_raw_send_text(fd, "GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n");
     char buf[4096];
     int64_t start = h_now_ms();
     int64_t closed = -1;
     for (int i = 0; i < 10 && closed < 0; i++) {
         if (write(fd, "X", 1) != 1)
             break;
-        closed = ms_until_closed(fd, buf, sizeof(buf), 2000);
+        closed = h_raw_ms_until_closed(fd, buf, sizeof(buf), 2000);
     }
     int64_t took = h_now_ms() - start;
     close(fd);

@@ -216,7 +216,8 @@ int mw_openai_parse(enum mw_endpoint ep, const char *body, size_t len,
     char why[160] = "";
     uint64_t n_items = 1;
     json_error_t jerr;
-    json_t *root = json_loadb(body, len, 0, &jerr);
+    /* Python's json module (vLLM's) takes an escaped NUL in a string. */
+    json_t *root = json_loadb(body, len, JSON_ALLOW_NUL, &jerr);
     if (root == NULL) {
         char msg[300];
         snprintf(msg, sizeof(msg), "Invalid JSON body: %s (line %d, column %d)", jerr.text,

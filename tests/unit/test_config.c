@@ -308,6 +308,24 @@ static void test_defaults_are_the_schema_rows(void **state)
     cfg_fini(&cfg);
 }
 
+/* The 1-based line of path that starts with prefix (asserts there is one):
+ * keeps the expected line numbers true when keys are added above. */
+static int line_of(const char *path, const char *prefix)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[512];
+    int n = 0, found = 0;
+    while (found == 0 && fgets(line, sizeof(line), f) != NULL) {
+        n++;
+        if (strncmp(line, prefix, strlen(prefix)) == 0)
+            found = n;
+    }
+    fclose(f);
+    assert_true(found > 0);
+    return found;
+}
+
 /* tests/unit/configs/full.yaml sets every key to a non-default value. */
 static void test_full_file_round_trip(void **state)
 {
@@ -348,6 +366,7 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.dataplane.header_timeout_ms, 5000);
     assert_int_equal(cfg.dataplane.upload_min_rate, 100);
     assert_int_equal(cfg.dataplane.per_ip_connection_limit, 16);
+    assert_int_equal(cfg.dataplane.max_connections, 5000);
     assert_string_equal(cfg.dataplane.metrics_listen, "127.0.0.1:19090");
     assert_true(cfg.dataplane.debug_headers);
     assert_int_equal(cfg.dataplane.retry.max_attempts, 5);
@@ -370,18 +389,18 @@ static void test_full_file_round_trip(void **state)
     assert_string_equal(cfg.workers[0].url, "http://127.0.0.1:9001");
     assert_string_equal(cfg.workers[0].model, "mock");
     assert_int_equal(cfg.workers[0].role, CFG_ROLE_PREFILL);
-    assert_int_equal(cfg.workers[0].line, 47);
+    assert_int_equal(cfg.workers[0].line, line_of(path, "  - url: http://127.0.0.1:9001"));
     /* Canonical url (lower-case host, no slash) and the id derived from it. */
     assert_string_equal(cfg.workers[1].id, "worker-b.example:8443");
     assert_string_equal(cfg.workers[1].url, "https://worker-b.example:8443");
     assert_string_equal(cfg.workers[1].model, "meta-llama/Llama-3.1-8B");
     assert_int_equal(cfg.workers[1].role, CFG_ROLE_DECODE);
-    assert_int_equal(cfg.workers[1].line, 51);
+    assert_int_equal(cfg.workers[1].line, line_of(path, "  - url: https://Worker-B.example"));
     assert_string_equal(cfg.workers[2].id, "::1:9003");
     assert_string_equal(cfg.workers[2].url, "http://[::1]:9003");
     assert_string_equal(cfg.workers[2].model, "");
     assert_int_equal(cfg.workers[2].role, CFG_ROLE_REGULAR);
-    assert_int_equal(cfg.workers[2].line, 54);
+    assert_int_equal(cfg.workers[2].line, line_of(path, "  - url: http://[::1]:9003"));
     cfg_fini(&cfg);
     assert_defaults(&cfg);
 }
@@ -430,7 +449,8 @@ static const struct bad_case bad_cases[] = {
     {"dataplane:\n  lisen: 127.0.0.1:8080\n",
      "t.yaml:2:3: dataplane.lisen: unknown key (expected one of listen|threads|max_body|"
      "max_header_size|connect_timeout|first_byte_timeout|idle_timeout|drain_timeout|"
-     "header_timeout|upload_min_rate|per_ip_connection_limit|metrics_listen|debug_headers|retry)"},
+     "header_timeout|upload_min_rate|per_ip_connection_limit|max_connections|metrics_listen|"
+     "debug_headers|retry)"},
     {"workers:\n  - url: http://127.0.0.1:9001\n    weight: 2\n",
      "t.yaml:3:5: workers[0].weight: unknown key (expected one of url|id|model|role)"},
     {"shmm:\n  name: /x\n",
