@@ -25,6 +25,7 @@
 #include "controlplane/lease_reaper.h"
 #include "controlplane/reset_load.h"
 #include "controlplane/source_static.h"
+#include "shm/load_report.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
 
@@ -70,6 +71,10 @@ static int cp_open_segment(struct cp_daemon *d)
         if (repaired > 0)
             log_warn("repaired %d worker slot(s) left half-written by the previous control plane",
                      repaired);
+        int dropped = shm_load_report_repair(&d->seg);
+        if (dropped > 0)
+            log_warn("dropped %d load report(s) left half-written by the previous control plane",
+                     dropped);
     }
     rc = cp_source_static_sync(&d->seg, d->cfg, err, sizeof(err));
     if (rc != 0)

@@ -35,8 +35,8 @@ struct lrp_report {
     bool has_running;
     bool has_waiting;
     bool has_kv;
-    uint32_t engines;     /* distinct series of num_requests_running seen */
-    uint32_t bad_lines;   /* sample lines that did not parse (for logs) */
+    uint32_t engines;   /* distinct series of num_requests_running seen */
+    uint32_t bad_lines; /* sample lines that did not parse (for logs) */
 };
 
 /*

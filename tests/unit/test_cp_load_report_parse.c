@@ -79,7 +79,7 @@ static void test_labels_escapes_timestamps_blanks(void **state)
     static const char page[] =
         "  vllm:num_requests_running { model_name = \"a\\\"b\\\\c\\nd\" , engine=\"0\" , } 4.0 "
         "1712345678901\r\n"
-        "vllm:num_requests_waiting 2\n" /* no labels at all */
+        "vllm:num_requests_waiting 2\n"                 /* no labels at all */
         "vllm:kv_cache_usage_perc{engine=\"0\"} 1.7\n"; /* clamped to 1 */
     struct lrp_report r;
     assert_int_equal(lrp_parse(page, strlen(page), "a\"b\\c\nd", &r), 0);
@@ -109,7 +109,8 @@ static void test_garbage(void **state)
         "vllm:num_requests_running{engine=\"0\\",
         "# vllm:num_requests_running 3",
         "vllm:num_requests_running_total 3", /* a longer name is another family */
-        "vllm:num_requests_running 12345678901234567890123456789012345678901234567890123456789012345",
+        "vllm:num_requests_running "
+        "12345678901234567890123456789012345678901234567890123456789012345",
     };
     for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
         struct lrp_report r;
