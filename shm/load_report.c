@@ -56,8 +56,7 @@ int shm_load_report_read(const struct shm_segment *seg, uint32_t slot, uint32_t 
         struct shm_load_report r = {
             .running = atomic_load_explicit(&s->report_running, memory_order_relaxed),
             .waiting = atomic_load_explicit(&s->report_waiting, memory_order_relaxed),
-            .kv_cache_usage =
-                atomic_load_explicit(&s->report_kv_ppm, memory_order_relaxed) / 1e6,
+            .kv_cache_usage = atomic_load_explicit(&s->report_kv_ppm, memory_order_relaxed) / 1e6,
             .own_inflight = atomic_load_explicit(&s->report_own, memory_order_relaxed),
             .unix_ms = atomic_load_explicit(&s->report_unix_ms, memory_order_relaxed),
         };

@@ -149,6 +149,8 @@ static bool row_holds_default(const struct cfg_key *k, const void *field)
         return (uint64_t) * (const enum cfg_balance_gate *)field == k->def.u;
     case CFG_KIND_PD_FALLBACK:
         return (uint64_t) * (const enum cfg_pd_fallback *)field == k->def.u;
+    case CFG_KIND_LOAD_SIGNAL:
+        return (uint64_t) * (const enum cfg_load_signal *)field == k->def.u;
     case CFG_KIND_STATUS_LIST: {
         const struct cfg_retry *retry = field;
         if (retry->n_on_status != k->def.n)
@@ -251,6 +253,7 @@ static void check_table(const struct cfg_key *table, const char *where)
         case CFG_KIND_POLICY:
         case CFG_KIND_GATE:
         case CFG_KIND_PD_FALLBACK:
+        case CFG_KIND_LOAD_SIGNAL:
             assert_non_null(k->names);
             if (strcmp(enum_to_name(k->names, (int)k->def.u), "unset") == 0)
                 fail_msg("%s.%s: default %" PRIu64 " has no name", where, k->name, k->def.u);
@@ -337,6 +340,12 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.controlplane.health.timeout_ms, 100);
     assert_int_equal(cfg.controlplane.health.failure_threshold, 5);
     assert_int_equal(cfg.controlplane.health.success_threshold, 1);
+    assert_string_equal(cfg.controlplane.load_reports.path, "/v2/metrics");
+    assert_int_equal(cfg.controlplane.load_reports.interval_ms, 0);
+    assert_int_equal(cfg.controlplane.load_reports.timeout_ms, 300);
+    assert_int_equal(cfg.controlplane.load_reports.stale_after_ms, 2000);
+    assert_int_equal(cfg.policy.load_signal, CFG_LOAD_SIGNAL_OWN);
+    assert_true(cfg.policy.kv_overload == 0.75);
     assert_string_equal(cfg.dataplane.listen, "0.0.0.0:18080");
     assert_int_equal(cfg.dataplane.threads, 4);
     assert_int_equal(cfg.dataplane.max_body, 64 * 1024);
@@ -370,18 +379,18 @@ static void test_full_file_round_trip(void **state)
     assert_string_equal(cfg.workers[0].url, "http://127.0.0.1:9001");
     assert_string_equal(cfg.workers[0].model, "mock");
     assert_int_equal(cfg.workers[0].role, CFG_ROLE_PREFILL);
-    assert_int_equal(cfg.workers[0].line, 47);
+    assert_int_equal(cfg.workers[0].line, 54);
     /* Canonical url (lower-case host, no slash) and the id derived from it. */
     assert_string_equal(cfg.workers[1].id, "worker-b.example:8443");
     assert_string_equal(cfg.workers[1].url, "https://worker-b.example:8443");
     assert_string_equal(cfg.workers[1].model, "meta-llama/Llama-3.1-8B");
     assert_int_equal(cfg.workers[1].role, CFG_ROLE_DECODE);
-    assert_int_equal(cfg.workers[1].line, 51);
+    assert_int_equal(cfg.workers[1].line, 58);
     assert_string_equal(cfg.workers[2].id, "::1:9003");
     assert_string_equal(cfg.workers[2].url, "http://[::1]:9003");
     assert_string_equal(cfg.workers[2].model, "");
     assert_int_equal(cfg.workers[2].role, CFG_ROLE_REGULAR);
-    assert_int_equal(cfg.workers[2].line, 54);
+    assert_int_equal(cfg.workers[2].line, 61);
     cfg_fini(&cfg);
     assert_defaults(&cfg);
 }
