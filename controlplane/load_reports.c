@@ -51,8 +51,8 @@ struct lr_target {
 
 /* Owned by the control plane loop; dies with lr_destroy. */
 struct lr_scraper {
-    struct shm_segment *seg;             /* borrowed */
-    const struct cfg_load_reports *cfg;  /* borrowed */
+    struct shm_segment *seg;            /* borrowed */
+    const struct cfg_load_reports *cfg; /* borrowed */
     struct cep cep;
     int epfd;
     uint64_t registry_seen;
@@ -74,8 +74,7 @@ static size_t lr_collect(char *data, size_t size, size_t n, void *arg)
     return len;
 }
 
-int lr_create(struct shm_segment *seg, const struct cfg_load_reports *cfg,
-              struct lr_scraper **out)
+int lr_create(struct shm_segment *seg, const struct cfg_load_reports *cfg, struct lr_scraper **out)
 {
     struct lr_scraper *s = calloc(1, sizeof(*s));
     if (s == NULL)
@@ -225,8 +224,8 @@ static void lr_failed(struct lr_target *t, const char *why)
 {
     t->scrapes_failed++;
     if (!t->failing)
-        log_warn("worker %s (%s): load report scrape failed: %s; its last report ages out",
-                 t->id, t->url, why);
+        log_warn("worker %s (%s): load report scrape failed: %s; its last report ages out", t->id,
+                 t->url, why);
     t->failing = true;
 }
 

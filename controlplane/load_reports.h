@@ -41,8 +41,7 @@ struct lr_worker_stats {
 };
 
 /* Creates the scraper. seg and cfg are borrowed and must outlive it. */
-int lr_create(struct shm_segment *seg, const struct cfg_load_reports *cfg,
-              struct lr_scraper **out);
+int lr_create(struct shm_segment *seg, const struct cfg_load_reports *cfg, struct lr_scraper **out);
 void lr_destroy(struct lr_scraper *s);
 
 /* The descriptor to watch for EPOLLIN in the loop's epoll set. */
