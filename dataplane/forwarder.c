@@ -24,7 +24,7 @@
 
 #include "common/log.h"
 #include "common/proc.h"
-#include "dataplane/effective_load.h"
+#include "shm/effective_load.h"
 #include "dataplane/errors.h"
 #include "dataplane/listener.h"
 #include "dataplane/loop.h"
@@ -246,12 +246,12 @@ pick_again:;
         goto out_free;
     }
     shm_load_read_many(loop->sh->seg, slots, gens, n, loads);
-    struct el_params elp;
-    el_params_from_cfg(loop->sh->cfg, &elp);
+    struct shm_el_params elp;
+    shm_el_params_from_cfg(loop->sh->cfg, &elp);
     uint64_t now_unix_ms = proc_wall_ms();
     for (size_t i = 0; i < n; i++) {
-        struct el_load el;
-        el_of(loop->sh->seg, &elp, slots[i], gens[i], loads[i], now_unix_ms, &el);
+        struct shm_el_load el;
+        shm_el_of(loop->sh->seg, &elp, slots[i], gens[i], loads[i], now_unix_ms, &el);
         cands[i].load = el.effective;
         cands[i].kv_overloaded = el.kv_overloaded;
         if (el.stale)

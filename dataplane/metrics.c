@@ -303,9 +303,9 @@ static void render_reports(struct prom_writer *w, const struct dp_metrics *m,
     prom_family(w, "switchyard_worker_effective_load", PROM_GAUGE,
                 "The load routing sees: own in-flight combined with a fresh load report.");
     for (size_t i = 0; i < n; i++) {
-        struct el_load el;
+        struct shm_el_load el;
         uint64_t own = shm_load_of(guards->seg, workers[i].slot, workers[i].generation);
-        el_of(guards->seg, &m->load, workers[i].slot, workers[i].generation, own, now, &el);
+        shm_el_of(guards->seg, &m->load, workers[i].slot, workers[i].generation, own, now, &el);
         prom_sample_u64(w, NULL, &(struct prom_label){"worker", workers[i].id}, 1, el.effective);
     }
     prom_family(w, "switchyard_load_reports_stale_total", PROM_COUNTER,

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dataplane/effective_load.h"
+#include "shm/effective_load.h"
 #include "dataplane/guard.h"
 #include "dataplane/policy.h"
 #include "dataplane/types.h"
@@ -39,7 +39,7 @@ struct dp_metrics {
     _Atomic uint64_t requests[DP_ROUTE_COUNT][DP_STATUS_MAX];
     _Atomic uint64_t *upstream_errors; /* max_workers x DP_UPERR_COUNT */
     _Atomic uint64_t *reports_stale;   /* max_workers: decisions without a fresh report */
-    struct el_params load;             /* how the effective load is combined (set by main) */
+    struct shm_el_params load;         /* how the effective load is combined (set by main) */
     _Atomic uint64_t retries;
     _Atomic uint64_t disconnects[DP_PHASE_COUNT];
     _Atomic uint64_t slow_clients[2]; /* shut down: [0] headers, [1] body (listener.c) */

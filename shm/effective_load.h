@@ -30,8 +30,8 @@
  *
  * Pure functions plus one segment read; callable from any loop thread.
  */
-#ifndef SY_DATAPLANE_EFFECTIVE_LOAD_H
-#define SY_DATAPLANE_EFFECTIVE_LOAD_H
+#ifndef SY_SHM_EFFECTIVE_LOAD_H
+#define SY_SHM_EFFECTIVE_LOAD_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -41,7 +41,7 @@
 #include "shm/segment.h"
 
 /* From the config; plain value. */
-struct el_params {
+struct shm_el_params {
     enum cfg_load_signal signal;
     bool reports_on;         /* controlplane.load_reports.interval > 0 */
     uint64_t stale_after_ms; /* controlplane.load_reports.stale_after */
@@ -49,24 +49,24 @@ struct el_params {
 };
 
 /* What one worker's load is for one decision. */
-struct el_load {
+struct shm_el_load {
     uint64_t effective;
     bool fresh;         /* a fresh report took part */
     bool stale;         /* combined signal, reports on, but no fresh report: fell back to own */
     bool kv_overloaded; /* fresh report with kv_cache_usage > kv_overload */
 };
 
-void el_params_from_cfg(const struct cfg *cfg, struct el_params *out);
+void shm_el_params_from_cfg(const struct cfg *cfg, struct shm_el_params *out);
 
 /*
  * Combines own with report r (NULL = none) at wall-clock now_unix_ms.
  * A report from the future (a clock step) counts as age 0.
  */
-void el_combine(const struct el_params *p, uint64_t own, const struct shm_load_report *r,
-                uint64_t now_unix_ms, struct el_load *out);
+void shm_el_combine(const struct shm_el_params *p, uint64_t own, const struct shm_load_report *r,
+                    uint64_t now_unix_ms, struct shm_el_load *out);
 
 /* Reads (slot, generation)'s report from seg and combines it with own. */
-void el_of(const struct shm_segment *seg, const struct el_params *p, uint32_t slot,
-           uint32_t generation, uint64_t own, uint64_t now_unix_ms, struct el_load *out);
+void shm_el_of(const struct shm_segment *seg, const struct shm_el_params *p, uint32_t slot,
+               uint32_t generation, uint64_t own, uint64_t now_unix_ms, struct shm_el_load *out);
 
 #endif

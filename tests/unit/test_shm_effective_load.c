@@ -17,19 +17,18 @@
 
 #include <cmocka.h>
 
-#include "dataplane/effective_load.h"
+#include "shm/effective_load.h"
 #include "dataplane/policy/cache_aware.h"
 #include "dataplane/policy/prefix_index.h"
 
-static const struct el_params combined = {
+static const struct shm_el_params combined = {
     .signal = CFG_LOAD_SIGNAL_COMBINED,
     .reports_on = true,
     .stale_after_ms = 1000,
     .kv_overload = 0.9,
 };
 
-static struct shm_load_report report(uint32_t running, uint32_t waiting, uint32_t own,
-                                     uint64_t at)
+static struct shm_load_report report(uint32_t running, uint32_t waiting, uint32_t own, uint64_t at)
 {
     return (struct shm_load_report){
         .running = running, .waiting = waiting, .own_inflight = own, .unix_ms = at};
@@ -38,67 +37,67 @@ static struct shm_load_report report(uint32_t running, uint32_t waiting, uint32_
 static void test_one_node_routes_as_today(void **state)
 {
     (void)state;
-    struct el_load el;
+    struct shm_el_load el;
     /* The worker counts exactly this node's 3 requests. */
     struct shm_load_report r = report(2, 1, 3, 10000);
-    el_combine(&combined, 3, &r, 10100, &el);
+    shm_el_combine(&combined, 3, &r, 10100, &el);
     assert_true(el.fresh);
     assert_false(el.stale);
     assert_int_equal(el.effective, 3);
     /* Since the report, 2 finished and 4 were dispatched: own says 5. */
-    el_combine(&combined, 5, &r, 10100, &el);
+    shm_el_combine(&combined, 5, &r, 10100, &el);
     assert_int_equal(el.effective, 5);
     /* The worker had not yet seen one of ours (reported < own at report). */
     r = report(2, 0, 3, 10000);
-    el_combine(&combined, 3, &r, 10100, &el);
+    shm_el_combine(&combined, 3, &r, 10100, &el);
     assert_int_equal(el.effective, 3);
 }
 
 static void test_other_nodes_are_added(void **state)
 {
     (void)state;
-    struct el_load el;
+    struct shm_el_load el;
     /* 10 running + 4 waiting, 2 of them ours: 12 are another node's. */
     struct shm_load_report r = report(10, 4, 2, 5000);
-    el_combine(&combined, 2, &r, 5200, &el);
+    shm_el_combine(&combined, 2, &r, 5200, &el);
     assert_int_equal(el.effective, 14);
     /* This node dispatched 3 more since (own 5): counted once. */
-    el_combine(&combined, 5, &r, 5200, &el);
+    shm_el_combine(&combined, 5, &r, 5200, &el);
     assert_int_equal(el.effective, 17);
     /* Never below own, whatever the report says. */
     r = report(0, 0, 0, 5000);
-    el_combine(&combined, 7, &r, 5200, &el);
+    shm_el_combine(&combined, 7, &r, 5200, &el);
     assert_int_equal(el.effective, 7);
 }
 
 static void test_stale_missing_future_and_own(void **state)
 {
     (void)state;
-    struct el_load el;
+    struct shm_el_load el;
     struct shm_load_report r = report(50, 0, 0, 1000);
-    el_combine(&combined, 4, &r, 2000, &el); /* age 1000: still fresh */
+    shm_el_combine(&combined, 4, &r, 2000, &el); /* age 1000: still fresh */
     assert_true(el.fresh);
     assert_int_equal(el.effective, 54);
-    el_combine(&combined, 4, &r, 2001, &el); /* age 1001: stale */
+    shm_el_combine(&combined, 4, &r, 2001, &el); /* age 1001: stale */
     assert_false(el.fresh);
     assert_true(el.stale);
     assert_int_equal(el.effective, 4);
-    el_combine(&combined, 4, NULL, 2000, &el);
+    shm_el_combine(&combined, 4, NULL, 2000, &el);
     assert_true(el.stale);
     assert_int_equal(el.effective, 4);
-    el_combine(&combined, 4, &r, 500, &el); /* a clock step back: age 0 */
+    shm_el_combine(&combined, 4, &r, 500, &el); /* a clock step back: age 0 */
     assert_true(el.fresh);
     /* load_signal: own ignores reports, and is not "stale". */
-    struct el_params own = combined;
+    struct shm_el_params own = combined;
     own.signal = CFG_LOAD_SIGNAL_OWN;
-    el_combine(&own, 4, &r, 1100, &el);
+    shm_el_combine(&own, 4, &r, 1100, &el);
     assert_false(el.fresh);
     assert_false(el.stale);
     assert_int_equal(el.effective, 4);
     /* Scraping off: no report is expected, none is stale. */
-    struct el_params off = combined;
+    struct shm_el_params off = combined;
     off.reports_on = false;
-    el_combine(&off, 4, NULL, 1100, &el);
+    shm_el_combine(&off, 4, NULL, 1100, &el);
     assert_false(el.stale);
     assert_int_equal(el.effective, 4);
 }
@@ -106,15 +105,15 @@ static void test_stale_missing_future_and_own(void **state)
 static void test_kv_overload(void **state)
 {
     (void)state;
-    struct el_load el;
+    struct shm_el_load el;
     struct shm_load_report r = report(1, 0, 1, 1000);
     r.kv_cache_usage = 0.9;
-    el_combine(&combined, 1, &r, 1000, &el);
+    shm_el_combine(&combined, 1, &r, 1000, &el);
     assert_false(el.kv_overloaded); /* "above" */
     r.kv_cache_usage = 0.95;
-    el_combine(&combined, 1, &r, 1000, &el);
+    shm_el_combine(&combined, 1, &r, 1000, &el);
     assert_true(el.kv_overloaded);
-    el_combine(&combined, 1, &r, 5000, &el); /* a stale report says nothing */
+    shm_el_combine(&combined, 1, &r, 5000, &el); /* a stale report says nothing */
     assert_false(el.kv_overloaded);
 }
 

@@ -4,11 +4,11 @@
  * function with a unit test, and the /metrics page and the routing
  * decision cannot disagree about it.
  */
-#include "dataplane/effective_load.h"
+#include "shm/effective_load.h"
 
 #include <stddef.h>
 
-void el_params_from_cfg(const struct cfg *cfg, struct el_params *out)
+void shm_el_params_from_cfg(const struct cfg *cfg, struct shm_el_params *out)
 {
     out->signal = cfg->policy.load_signal;
     out->reports_on = cfg->controlplane.load_reports.interval_ms > 0;
@@ -16,10 +16,10 @@ void el_params_from_cfg(const struct cfg *cfg, struct el_params *out)
     out->kv_overload = cfg->policy.kv_overload;
 }
 
-void el_combine(const struct el_params *p, uint64_t own, const struct shm_load_report *r,
-                uint64_t now_unix_ms, struct el_load *out)
+void shm_el_combine(const struct shm_el_params *p, uint64_t own, const struct shm_load_report *r,
+                    uint64_t now_unix_ms, struct shm_el_load *out)
 {
-    *out = (struct el_load){.effective = own};
+    *out = (struct shm_el_load){.effective = own};
     if (p->signal == CFG_LOAD_SIGNAL_OWN || !p->reports_on)
         return;
     uint64_t age = r != NULL && now_unix_ms > r->unix_ms ? now_unix_ms - r->unix_ms : 0;
@@ -34,11 +34,11 @@ void el_combine(const struct el_params *p, uint64_t own, const struct shm_load_r
     out->kv_overloaded = r->kv_cache_usage > p->kv_overload;
 }
 
-void el_of(const struct shm_segment *seg, const struct el_params *p, uint32_t slot,
-           uint32_t generation, uint64_t own, uint64_t now_unix_ms, struct el_load *out)
+void shm_el_of(const struct shm_segment *seg, const struct shm_el_params *p, uint32_t slot,
+               uint32_t generation, uint64_t own, uint64_t now_unix_ms, struct shm_el_load *out)
 {
     struct shm_load_report r;
     bool have = p->signal != CFG_LOAD_SIGNAL_OWN && p->reports_on &&
                 shm_load_report_read(seg, slot, generation, &r) == 0;
-    el_combine(p, own, have ? &r : NULL, now_unix_ms, out);
+    shm_el_combine(p, own, have ? &r : NULL, now_unix_ms, out);
 }
