@@ -55,9 +55,9 @@ static void node_start(struct node *b, const struct h_fleet *a, const char *poli
 {
     memset(b, 0, sizeof(*b));
     for (size_t i = 0; i < a->n; i++)
-        assert_int_equal(h_config_add_worker(&b->cfg, a->mock[i].url, a->cfg.workers[i].id,
-                                             H_FLEET_MODEL, NULL),
-                         0);
+        assert_int_equal(
+            h_config_add_worker(&b->cfg, a->mock[i].url, a->cfg.workers[i].id, H_FLEET_MODEL, NULL),
+            0);
     b->cfg.policy = policy;
     b->cfg.policy_extra = policy_extra;
     b->cfg.controlplane_extra = load_reports_yaml;
