@@ -7,6 +7,7 @@
  *
  *  - least_load and cache_aware on node B avoid worker 1 within two scrape
  *    intervals of the streams being held, and use it again once they end;
+ *  - a worker with data-parallel engines: its series are summed;
  *  - a worker whose /metrics answers garbage or hangs: its report on B goes
  *    stale, B routes on its own counts again (worker 1 is picked), no
  *    request fails, and B's switchyard_load_reports_stale_total{worker="w1"}
@@ -337,12 +338,63 @@ static void test_stale_report_falls_back_to_own_counts(void **state)
     h_fleet_stop(&a);
 }
 
+/* A worker with internal data parallelism shows one series per engine:
+ * the report sums them. 5 requests held directly on the worker (outside
+ * the router: another node's, as far as this one knows), 2 running and 3
+ * waiting, spread over 3 engine series. */
+static void test_data_parallel_engines_are_summed(void **state)
+{
+    (void)state;
+    static const char *const mock_args[] = {"--data-parallel-size", "3", "--max-num-seqs", "2",
+                                            NULL};
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){
+                          .n = 1,
+                          .mock_args = mock_args,
+                          .policy = "least_load",
+                          .controlplane_extra = load_reports_yaml,
+                      });
+    struct node view = {0};
+    assert_int_equal(h_url(view.admin, sizeof(view.admin), f.cfg.admin_port, NULL), 0);
+    assert_int_equal(h_mock_faults(f.mock[0].url, "{\"stall_after_chunks\":1,\"stall_ms\":60000}"),
+                     0);
+    char url[128];
+    snprintf(url, sizeof(url), "%s/v1/completions", f.mock[0].url);
+    static const char body[] = "{\"model\":\"" H_FLEET_MODEL "\",\"prompt\":\"dp\","
+                               "\"stream\":true,\"max_tokens\":64}";
+    struct h_async *held[5];
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(
+            h_async_start(url, body, &(struct h_async_opts){.timeout_ms = 120000}, &held[i]), 0);
+        assert_int_equal(h_async_wait_headers(held[i], WAIT_MS), 0);
+    }
+    assert_int_equal(h_wait_mock_stat(f.mock[0].url, "waiting", 3, WAIT_MS), 0);
+    struct wait_field wf = {&view, "effective_load", 5, 5};
+    assert_int_equal(h_wait_until(field_in_range, &wf, WAIT_MS), 0);
+    assert_int_equal(b_worker_field(&view, "w1", "load"), 0);
+
+    char murl[128];
+    snprintf(murl, sizeof(murl), "%s/workers", view.admin);
+    struct h_resp r = {0};
+    assert_int_equal(h_http_get(murl, &r), 0);
+    json_t *j = h_resp_json(&r);
+    json_t *rep = json_object_get(json_array_get(json_object_get(j, "workers"), 0), "reported");
+    assert_int_equal(json_integer_value(json_object_get(rep, "running")), 2);
+    assert_int_equal(json_integer_value(json_object_get(rep, "waiting")), 3);
+    json_decref(j);
+    h_resp_fini(&r);
+    for (int i = 0; i < 5; i++)
+        h_async_destroy(held[i]);
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         H_TEST(test_least_load_avoids_other_nodes_worker),
         H_TEST(test_cache_aware_affinity_yields_to_other_nodes_load),
         H_TEST(test_stale_report_falls_back_to_own_counts),
+        H_TEST(test_data_parallel_engines_are_summed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

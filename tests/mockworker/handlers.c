@@ -698,16 +698,6 @@ static enum MHD_Result infer_step(struct mw_req *req)
 
 /* ---- other endpoints ---------------------------------------------------------------- */
 
-/* One vLLM-named family with its single series; value spelled as vLLM does ("3.0").
- * Labels in vLLM's order (its labelnames are ["model_name", "engine"]). */
-static void vllm_metric(struct prom_writer *w, const char *name, enum prom_type type,
-                        const char *help, const char *model, const char *value)
-{
-    const struct prom_label labels[] = {{"model_name", model}, {"engine", "0"}};
-    prom_family(w, name, type, help);
-    prom_sample_text(w, type == PROM_COUNTER ? "_total" : "", labels, 2, value);
-}
-
 /* A double as Python's repr spells it (prometheus_client writes repr):
  * the shortest digits that read back exactly, ".0" on whole numbers. */
 static void vllm_float(double x, char *out, size_t cap)
@@ -719,6 +709,31 @@ static void vllm_float(double x, char *out, size_t cap)
     }
     if (strpbrk(out, ".eEni") == NULL && strlen(out) + 2 < cap)
         strcat(out, ".0");
+}
+
+/*
+ * One vLLM-named family with a series per engine (--data-parallel-size),
+ * values spelled as vLLM does ("3.0"), labels in vLLM's order (its
+ * labelnames are ["model_name", "engine"]). A count is split over the
+ * engines (engine i gets v / n, plus one when i < v % n: each engine's
+ * counter still only grows, and the series sum to v); a fraction (kv) is
+ * the same on every engine.
+ */
+static void vllm_metric(struct prom_writer *w, const char *name, enum prom_type type,
+                        const char *help, const char *model, uint32_t engines, uint64_t count,
+                        const double *fraction)
+{
+    prom_family(w, name, type, help);
+    for (uint32_t i = 0; i < engines; i++) {
+        char engine[16], v[64];
+        snprintf(engine, sizeof(engine), "%" PRIu32, i);
+        if (fraction != NULL)
+            vllm_float(*fraction, v, sizeof(v));
+        else
+            snprintf(v, sizeof(v), "%" PRIu64 ".0", count / engines + (i < count % engines));
+        const struct prom_label labels[] = {{"model_name", model}, {"engine", engine}};
+        prom_sample_text(w, type == PROM_COUNTER ? "_total" : "", labels, 2, v);
+    }
 }
 
 /* The metrics_garbage fault's page: what a misconfigured path or a proxy's
@@ -752,28 +767,23 @@ static enum MHD_Result respond_metrics(struct mw_req *req)
     struct buf b = BUF_INIT(TEXT_MAX);
     struct prom_writer w;
     prom_init(&w, &b);
-    char v[64];
-    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.running);
+    uint32_t n = s->opts.data_parallel_size;
     vllm_metric(&w, "vllm:num_requests_running", PROM_GAUGE,
-                "Number of requests in model execution batches.", m, v);
-    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.waiting);
+                "Number of requests in model execution batches.", m, n, snap.running, NULL);
     vllm_metric(&w, "vllm:num_requests_waiting", PROM_GAUGE,
-                "Number of requests waiting to be processed.", m, v);
-    vllm_float(snap.kv_usage, v, sizeof(v));
+                "Number of requests waiting to be processed.", m, n, snap.waiting, NULL);
     vllm_metric(&w, "vllm:kv_cache_usage_perc", PROM_GAUGE,
-                "KV-cache usage. 1 means 100 percent usage.", m, v);
-    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.prefix_query_tokens);
+                "KV-cache usage. 1 means 100 percent usage.", m, n, 0, &snap.kv_usage);
     vllm_metric(&w, "vllm:prefix_cache_queries", PROM_COUNTER,
-                "Prefix cache queries, in terms of number of queried tokens.", m, v);
-    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.prefix_hit_tokens);
+                "Prefix cache queries, in terms of number of queried tokens.", m, n,
+                snap.prefix_query_tokens, NULL);
     vllm_metric(&w, "vllm:prefix_cache_hits", PROM_COUNTER,
-                "Prefix cache hits, in terms of number of cached tokens.", m, v);
-    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.prompt_tokens);
-    vllm_metric(&w, "vllm:prompt_tokens", PROM_COUNTER, "Number of prefill tokens processed.", m,
-                v);
-    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.generation_tokens);
+                "Prefix cache hits, in terms of number of cached tokens.", m, n,
+                snap.prefix_hit_tokens, NULL);
+    vllm_metric(&w, "vllm:prompt_tokens", PROM_COUNTER, "Number of prefill tokens processed.", m, n,
+                snap.prompt_tokens, NULL);
     vllm_metric(&w, "vllm:generation_tokens", PROM_COUNTER,
-                "Number of generation tokens processed.", m, v);
+                "Number of generation tokens processed.", m, n, snap.generation_tokens, NULL);
     if (prom_error(&w) != 0) {
         buf_fini(&b);
         return respond(req, 500, NULL, 1, CT_JSON);
