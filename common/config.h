@@ -62,6 +62,13 @@ enum cfg_pd_fallback {
     CFG_PD_FALLBACK_ERROR,         /* 502 bad_kv_transfer_params */
 };
 
+/* policy.load_signal: the load a policy sees (docs/routing.md, "Two truths"). */
+enum cfg_load_signal {
+    CFG_LOAD_SIGNAL_UNSET = 0,
+    CFG_LOAD_SIGNAL_COMBINED, /* own in-flight combined with the worker's fresh report */
+    CFG_LOAD_SIGNAL_OWN,      /* this node's own in-flight count only */
+};
+
 struct cfg_shm {
     char name[CFG_PATH_MAX]; /* POSIX shm name, starts with '/', no other '/' */
     uint32_t max_workers;
@@ -76,6 +83,14 @@ struct cfg_health {
     uint32_t success_threshold;
 };
 
+/* controlplane.load_reports: scraping each worker's /metrics. */
+struct cfg_load_reports {
+    char path[CFG_PATH_MAX]; /* starts with '/' */
+    uint64_t interval_ms;    /* 0 = no scraping */
+    uint64_t timeout_ms;
+    uint64_t stale_after_ms; /* a report older than this is ignored */
+};
+
 struct cfg_controlplane {
     char admin_listen[CFG_ADDR_MAX];     /* HOST:PORT */
     char admin_token_file[CFG_PATH_MAX]; /* empty = no auth */
@@ -83,6 +98,7 @@ struct cfg_controlplane {
     /* Serve the admin API without a token on a non-loopback address. */
     bool admin_insecure;
     struct cfg_health health;
+    struct cfg_load_reports load_reports;
 };
 
 struct cfg_retry {
@@ -131,6 +147,8 @@ struct cfg_policy {
     struct cfg_policy_role prefill;
     struct cfg_policy_role decode;
     enum cfg_pd_fallback pd_fallback;
+    enum cfg_load_signal load_signal;
+    double kv_overload; /* a fresh report's kv_cache_usage above this = overloaded */
 };
 
 struct cfg_worker {

@@ -43,6 +43,7 @@ struct cfg_enum_name {
 extern const struct cfg_enum_name cfg_role_names[];
 extern const struct cfg_enum_name cfg_policy_names[];
 extern const struct cfg_enum_name cfg_gate_names[];
+extern const struct cfg_enum_name cfg_load_signal_names[];
 extern const struct cfg_enum_name cfg_pd_fallback_names[];
 
 /* The value named text in names: 0, or -EINVAL for NULL or an unknown name. */
@@ -93,6 +94,7 @@ enum cfg_kind {
     CFG_KIND_POLICY,      /* enum cfg_policy_name, named by names */
     CFG_KIND_GATE,        /* enum cfg_balance_gate, named by names */
     CFG_KIND_PD_FALLBACK, /* enum cfg_pd_fallback, named by names */
+    CFG_KIND_LOAD_SIGNAL, /* enum cfg_load_signal, named by names */
     CFG_KIND_STATUS_LIST, /* the whole struct cfg_retry: on_status and n_on_status */
     CFG_KIND_WORKERS,     /* struct cfg's workers array; each entry a child mapping */
 };

@@ -101,6 +101,18 @@ static const struct cfg_key health_keys[] = {
     KEY_END,
 };
 
+static const struct cfg_key load_reports_keys[] = {
+    KEY_STR("path", struct cfg_load_reports, path, cfg_http_path_is_valid,
+            "an HTTP path starting with '/' (at most 255 characters, no spaces)", "/metrics"),
+    /* 0 turns scraping off. */
+    KEY_RANGE("interval", CFG_KIND_DURATION, struct cfg_load_reports, interval_ms, 0, MS_HOUR, 250),
+    KEY_RANGE("timeout", CFG_KIND_DURATION, struct cfg_load_reports, timeout_ms, 1, MS_HOUR,
+              MS_SECOND),
+    KEY_RANGE("stale_after", CFG_KIND_DURATION, struct cfg_load_reports, stale_after_ms, 1, MS_HOUR,
+              MS_SECOND),
+    KEY_END,
+};
+
 static const struct cfg_key controlplane_keys[] = {
     KEY_ADDR("admin_listen", struct cfg_controlplane, admin_listen, "127.0.0.1:8081"),
     /* "": the admin API asks for no token. */
@@ -113,6 +125,7 @@ static const struct cfg_key controlplane_keys[] = {
      * this says the operator means it (docs/security.md). */
     KEY_BOOL("admin_insecure", struct cfg_controlplane, admin_insecure, false),
     KEY_MAP("health", struct cfg_controlplane, health, health_keys, NULL, NULL),
+    KEY_MAP("load_reports", struct cfg_controlplane, load_reports, load_reports_keys, NULL, NULL),
     KEY_END,
 };
 
@@ -188,6 +201,9 @@ static const struct cfg_key policy_keys[] = {
     /* A format change of the prefill answer costs speed, not availability. */
     KEY_ENUM("pd_fallback", CFG_KIND_PD_FALLBACK, struct cfg_policy, pd_fallback,
              cfg_pd_fallback_names, CFG_PD_FALLBACK_LOCAL_PREFILL),
+    KEY_ENUM("load_signal", CFG_KIND_LOAD_SIGNAL, struct cfg_policy, load_signal,
+             cfg_load_signal_names, CFG_LOAD_SIGNAL_COMBINED),
+    KEY_NUM("kv_overload", struct cfg_policy, kv_overload, 0.0, 1.0, 0.9),
     KEY_END,
 };
 
@@ -252,6 +268,8 @@ void cfg_key_set_enum(const struct cfg_key *k, void *field, int value)
         *(enum cfg_policy_name *)field = (enum cfg_policy_name)value;
     else if (k->kind == CFG_KIND_PD_FALLBACK)
         *(enum cfg_pd_fallback *)field = (enum cfg_pd_fallback)value;
+    else if (k->kind == CFG_KIND_LOAD_SIGNAL)
+        *(enum cfg_load_signal *)field = (enum cfg_load_signal)value;
     else
         *(enum cfg_balance_gate *)field = (enum cfg_balance_gate)value;
 }
@@ -286,6 +304,7 @@ void cfg_schema_apply_defaults(const struct cfg_key *table, void *base)
         case CFG_KIND_POLICY:
         case CFG_KIND_GATE:
         case CFG_KIND_PD_FALLBACK:
+        case CFG_KIND_LOAD_SIGNAL:
             cfg_key_set_enum(k, field, (int)k->def.u);
             break;
         case CFG_KIND_STATUS_LIST: {

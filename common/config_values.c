@@ -55,6 +55,12 @@ const struct cfg_enum_name cfg_pd_fallback_names[] = {
     {NULL, 0},
 };
 
+const struct cfg_enum_name cfg_load_signal_names[] = {
+    {"combined", CFG_LOAD_SIGNAL_COMBINED},
+    {"own", CFG_LOAD_SIGNAL_OWN},
+    {NULL, 0},
+};
+
 static const char *enum_to_name(const struct cfg_enum_name *names, int value)
 {
     for (const struct cfg_enum_name *n = names; n->name != NULL; n++) {

@@ -582,6 +582,7 @@ static int parse_value(struct cfg_parser *p, const struct cfg_key *k, void *base
     case CFG_KIND_POLICY:
     case CFG_KIND_GATE:
     case CFG_KIND_PD_FALLBACK:
+    case CFG_KIND_LOAD_SIGNAL:
         return parse_enum(p, k, field);
     case CFG_KIND_STATUS_LIST:
         return parse_status_list(p, field);

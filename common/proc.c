@@ -176,3 +176,10 @@ uint64_t proc_monotonic_ms(void)
 {
     return proc_monotonic_ns() / 1000000u;
 }
+
+uint64_t proc_wall_ms(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
+}

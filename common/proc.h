@@ -52,4 +52,8 @@ uint64_t proc_fd_limit(void);
 uint64_t proc_monotonic_ns(void);
 uint64_t proc_monotonic_ms(void);
 
+/* Wall clock (CLOCK_REALTIME) in ms since the epoch: for stamps that two
+ * processes of one node compare (a load report's age). */
+uint64_t proc_wall_ms(void);
+
 #endif

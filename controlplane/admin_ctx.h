@@ -15,6 +15,7 @@
 #include "shm/segment.h"
 
 struct hc_prober;
+struct lr_scraper;
 struct adm_channel;
 struct cp_reset;
 struct adm_http;
@@ -29,6 +30,7 @@ struct adm_ctx {
     const struct cfg *cfg;
     struct shm_segment *seg;
     struct hc_prober *hc;
+    struct lr_scraper *lr; /* load-report scraper (load_reports.h) */
     struct adm_channel *chan;
     struct cp_reset *reset;
     struct adm_http *http; /* stored for controlplane.c; the routes never call it */

@@ -18,10 +18,13 @@
 #include "common/prom.h"
 #include "controlplane/admin_channel.h"
 #include "controlplane/health_prober.h"
+#include "controlplane/load_reports.h"
 #include "controlplane/reset_load.h"
 #include "controlplane/source_api.h"
 #include "shm/lease.h"
+#include "shm/effective_load.h"
 #include "shm/load.h"
+#include "shm/load_report.h"
 #include "shm/registry.h"
 
 const char *const adm_route_labels[ADM_ROUTE_COUNT] = {
@@ -69,6 +72,30 @@ enum adm_route_id adm_route_match(const char *url)
     return adm_split(url, id, sizeof(id));
 }
 
+/*
+ * The worker's last load report (null when it has none, shown with its
+ * age even when stale) and the load routing sees now (shm/effective_load.h:
+ * own in-flight combined with a fresh report).
+ */
+static void adm_worker_report_json(const struct adm_ctx *ctx, const struct shm_worker_info *w,
+                                   uint64_t own, json_t *j)
+{
+    struct shm_el_params p;
+    shm_el_params_from_cfg(ctx->cfg, &p);
+    uint64_t now = proc_wall_ms();
+    struct shm_load_report r;
+    bool have = shm_load_report_read(ctx->seg, w->slot, w->generation, &r) == 0;
+    json_t *reported = json_null();
+    if (have)
+        reported = json_pack("{s:I, s:I, s:f, s:I}", "running", (json_int_t)r.running, "waiting",
+                             (json_int_t)r.waiting, "kv_cache_usage", r.kv_cache_usage, "age_ms",
+                             (json_int_t)(now > r.unix_ms ? now - r.unix_ms : 0));
+    json_object_set_new(j, "reported", reported);
+    struct shm_el_load el;
+    shm_el_combine(&p, own, have ? &r : NULL, now, &el);
+    json_object_set_new(j, "effective_load", json_integer((json_int_t)el.effective));
+}
+
 static json_t *adm_worker_json(const struct adm_ctx *ctx, const struct shm_worker_info *w)
 {
     const struct shm_segment *seg = ctx->seg;
@@ -81,12 +108,14 @@ static json_t *adm_worker_json(const struct adm_ctx *ctx, const struct shm_worke
         json_object_set_new(by_dp, key,
                             json_integer(shm_load_in_lease(seg, i, w->slot, w->generation)));
     }
-    return json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:I, s:o, s:i, s:i, s:b}", "id", w->id, "url",
-                     w->url, "model", w->model, "role", cfg_role_name(w->role), "healthy",
-                     w->healthy, "draining", w->draining, "load",
-                     (json_int_t)shm_load_of(seg, w->slot, w->generation), "inflight_by_dataplane",
-                     by_dp, "slot", (int)w->slot, "generation", (int)w->generation, "from_api",
-                     w->from_api);
+    uint64_t own = shm_load_of(seg, w->slot, w->generation);
+    json_t *j =
+        json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:I, s:o, s:i, s:i, s:b}", "id", w->id, "url",
+                  w->url, "model", w->model, "role", cfg_role_name(w->role), "healthy", w->healthy,
+                  "draining", w->draining, "load", (json_int_t)own, "inflight_by_dataplane", by_dp,
+                  "slot", (int)w->slot, "generation", (int)w->generation, "from_api", w->from_api);
+    adm_worker_report_json(ctx, w, own, j);
+    return j;
 }
 
 static void adm_list_workers(struct adm_ctx *ctx, struct adm_reply *reply)
@@ -339,6 +368,17 @@ static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
         prom_sample_u64(&w, NULL, ok, 2, st[i].checks_ok);
         prom_sample_u64(&w, NULL, failed, 2, st[i].checks_failed);
     }
+    struct lr_worker_stats *ls = calloc(max, sizeof(*ls));
+    size_t nl = ctx->lr != NULL && ls != NULL ? lr_stats(ctx->lr, ls, max) : 0;
+    prom_family(&w, "switchyard_load_report_scrapes_total", PROM_COUNTER,
+                "Load-report scrapes of each worker's /metrics, by result.");
+    for (size_t i = 0; i < nl; i++) {
+        struct prom_label ok[] = {{"worker", ls[i].id}, {"result", "success"}};
+        struct prom_label failed[] = {{"worker", ls[i].id}, {"result", "failure"}};
+        prom_sample_u64(&w, NULL, ok, 2, ls[i].scrapes_ok);
+        prom_sample_u64(&w, NULL, failed, 2, ls[i].scrapes_failed);
+    }
+    free(ls);
     struct shm_segment_stats seg_stats;
     shm_segment_stats(ctx->seg, &seg_stats);
     prom_family(&w, "switchyard_dataplanes", PROM_GAUGE, "Dataplanes holding an active lease.");

@@ -23,8 +23,10 @@
 #include "controlplane/admin_http.h"
 #include "controlplane/health_prober.h"
 #include "controlplane/lease_reaper.h"
+#include "controlplane/load_reports.h"
 #include "controlplane/reset_load.h"
 #include "controlplane/source_static.h"
+#include "shm/load_report.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
 
@@ -70,6 +72,10 @@ static int cp_open_segment(struct cp_daemon *d)
         if (repaired > 0)
             log_warn("repaired %d worker slot(s) left half-written by the previous control plane",
                      repaired);
+        int dropped = shm_load_report_repair(&d->seg);
+        if (dropped > 0)
+            log_warn("dropped %d load report(s) left half-written by the previous control plane",
+                     dropped);
     }
     rc = cp_source_static_sync(&d->seg, d->cfg, err, sizeof(err));
     if (rc != 0)
@@ -114,9 +120,11 @@ static int cp_run_parts(struct cp_daemon *d)
     adm_chan_run(d->ctx.chan, now);
     adm_http_run(d->ctx.http);
     hc_run(d->ctx.hc, now);
+    lr_run(d->ctx.lr, proc_monotonic_ms());
     cp_reset_run(d->ctx.reset, proc_monotonic_ms());
     now = proc_monotonic_ms();
     int t = hc_timeout_ms(d->ctx.hc, now);
+    t = cp_min_timeout(t, lr_timeout_ms(d->ctx.lr, now));
     t = cp_min_timeout(t, adm_http_timeout_ms(d->ctx.http));
     t = cp_min_timeout(t, cp_reset_timeout_ms(d->ctx.reset, now));
     return t;
@@ -131,6 +139,8 @@ static int cp_start_parts(struct cp_daemon *d)
     if (rc == 0)
         rc = hc_create(&d->seg, &d->cfg->controlplane.health, &d->ctx.hc);
     if (rc == 0)
+        rc = lr_create(&d->seg, &d->cfg->controlplane.load_reports, &d->ctx.lr);
+    if (rc == 0)
         rc = adm_chan_create(d->cfg->controlplane.admin_socket, &d->seg, cp_reset_on_reply,
                              d->ctx.reset, &d->ctx.chan);
     if (rc == 0)
@@ -138,7 +148,7 @@ static int cp_start_parts(struct cp_daemon *d)
     if (rc != 0)
         return rc;
     cp_lease_reaper_set_channel(&d->reaper, cp_channel_lost, d);
-    if ((rc = cp_watch(d, hc_fd(d->ctx.hc))) != 0 ||
+    if ((rc = cp_watch(d, hc_fd(d->ctx.hc))) != 0 || (rc = cp_watch(d, lr_fd(d->ctx.lr))) != 0 ||
         (rc = cp_watch(d, adm_chan_fd(d->ctx.chan))) != 0 ||
         (rc = cp_watch(d, adm_http_fd(d->ctx.http))) != 0)
         log_error("setting up the event loop: %s", strerror(-rc));
@@ -153,6 +163,7 @@ static void cp_stop_parts(struct cp_daemon *d)
     adm_http_destroy(d->ctx.http);
     adm_chan_destroy(d->ctx.chan);
     hc_destroy(d->ctx.hc);
+    lr_destroy(d->ctx.lr);
     memset(&d->ctx, 0, sizeof(d->ctx));
 }
 

@@ -398,6 +398,7 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
         goto out_free_shared;
     }
     d.sh.metrics.policy = cfg_policy_name_str(cfg->policy.name);
+    shm_el_params_from_cfg(cfg, &d.sh.metrics.load);
     d.tickfd = evfd_timer_open(shm_segment_heartbeat_interval_ms(&d.seg));
     d.epfd = epoll_create1(EPOLL_CLOEXEC);
     if (d.tickfd < 0 || d.epfd < 0 || dp_watch(&d, d.tickfd) != 0 || dp_watch(&d, d.sigfd) != 0) {

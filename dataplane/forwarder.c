@@ -24,6 +24,7 @@
 
 #include "common/log.h"
 #include "common/proc.h"
+#include "shm/effective_load.h"
 #include "dataplane/errors.h"
 #include "dataplane/listener.h"
 #include "dataplane/loop.h"
@@ -245,8 +246,17 @@ pick_again:;
         goto out_free;
     }
     shm_load_read_many(loop->sh->seg, slots, gens, n, loads);
-    for (size_t i = 0; i < n; i++)
-        cands[i].load = loads[i];
+    struct shm_el_params elp;
+    shm_el_params_from_cfg(loop->sh->cfg, &elp);
+    uint64_t now_unix_ms = proc_wall_ms();
+    for (size_t i = 0; i < n; i++) {
+        struct shm_el_load el;
+        shm_el_of(loop->sh->seg, &elp, slots[i], gens[i], loads[i], now_unix_ms, &el);
+        cands[i].load = el.effective;
+        cands[i].kv_overloaded = el.kv_overloaded;
+        if (el.stale)
+            dp_metrics_report_stale(&loop->sh->metrics, slots[i]);
+    }
     struct pol_request pr = {
         .path = dp_route_row(req->route)->upstream_path,
         .model = req->model,

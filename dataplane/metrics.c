@@ -15,8 +15,10 @@
 #include <string.h>
 
 #include "common/buf.h"
+#include "common/proc.h"
 #include "common/prom.h"
 #include "shm/load.h"
+#include "shm/load_report.h"
 
 #define DP_METRICS_MAX (16u << 20)
 
@@ -64,6 +66,14 @@ int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers)
         return -ENOMEM;
     for (size_t i = 0; i < (size_t)max_workers * DP_UPERR_COUNT; i++)
         atomic_init(&m->upstream_errors[i], 0);
+    m->reports_stale = calloc(max_workers, sizeof(*m->reports_stale));
+    if (m->reports_stale == NULL) {
+        free(m->upstream_errors);
+        m->upstream_errors = NULL;
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < max_workers; i++)
+        atomic_init(&m->reports_stale[i], 0);
     atomic_init(&m->retries, 0);
     for (int d = 0; d < POL_DECISION_COUNT; d++)
         atomic_init(&m->decisions[d], 0);
@@ -91,6 +101,8 @@ void dp_metrics_fini(struct dp_metrics *m)
 {
     free(m->upstream_errors);
     m->upstream_errors = NULL;
+    free(m->reports_stale);
+    m->reports_stale = NULL;
 }
 
 void dp_metrics_request(struct dp_metrics *m, enum dp_route route, int status, uint64_t dur_us)
@@ -114,6 +126,12 @@ void dp_metrics_upstream_error(struct dp_metrics *m, uint32_t slot, enum dp_up_e
         return;
     atomic_fetch_add_explicit(&m->upstream_errors[(size_t)slot * DP_UPERR_COUNT + kind], 1,
                               memory_order_relaxed);
+}
+
+void dp_metrics_report_stale(struct dp_metrics *m, uint32_t slot)
+{
+    if (slot < m->max_workers)
+        atomic_fetch_add_explicit(&m->reports_stale[slot], 1, memory_order_relaxed);
 }
 
 void dp_metrics_retry(struct dp_metrics *m)
@@ -252,6 +270,62 @@ static void render_pd(struct prom_writer *w, const struct dp_metrics *m,
         render_hist_series(w, &(struct prom_label){"phase", phases[p]}, 1, &m->pd_phase[p]);
 }
 
+/* The workers' own reports (only workers that have one), the load routing
+ * sees, and how often a report was stale. */
+static void render_reports(struct prom_writer *w, const struct dp_metrics *m,
+                           const struct shm_worker_info *workers, size_t n,
+                           const struct dp_guards *guards)
+{
+    uint64_t now = proc_wall_ms();
+    static const char *const names[] = {
+        "switchyard_worker_reported_running",
+        "switchyard_worker_reported_waiting",
+        "switchyard_worker_reported_kv_cache_usage",
+        "switchyard_worker_report_age_seconds",
+    };
+    static const char *const helps[] = {
+        "The worker's vllm:num_requests_running in its last load report.",
+        "The worker's vllm:num_requests_waiting in its last load report.",
+        "The worker's vllm:kv_cache_usage_perc (0..1) in its last load report.",
+        "Age of the worker's last load report.",
+    };
+    for (int f = 0; f < 4; f++) {
+        prom_family(w, names[f], PROM_GAUGE, helps[f]);
+        for (size_t i = 0; i < n; i++) {
+            struct shm_load_report r;
+            if (shm_load_report_read(guards->seg, workers[i].slot, workers[i].generation, &r) != 0)
+                continue;
+            const struct prom_label l = {"worker", workers[i].id};
+            if (f == 0)
+                prom_sample_u64(w, NULL, &l, 1, r.running);
+            else if (f == 1)
+                prom_sample_u64(w, NULL, &l, 1, r.waiting);
+            else if (f == 2)
+                prom_sample_f64(w, NULL, &l, 1, r.kv_cache_usage);
+            else
+                prom_sample_f64(w, NULL, &l, 1,
+                                now > r.unix_ms ? (double)(now - r.unix_ms) / 1000.0 : 0.0);
+        }
+    }
+    prom_family(w, "switchyard_worker_effective_load", PROM_GAUGE,
+                "The load routing sees: own in-flight combined with a fresh load report.");
+    for (size_t i = 0; i < n; i++) {
+        struct shm_el_load el;
+        uint64_t own = shm_load_of(guards->seg, workers[i].slot, workers[i].generation);
+        shm_el_of(guards->seg, &m->load, workers[i].slot, workers[i].generation, own, now, &el);
+        prom_sample_u64(w, NULL, &(struct prom_label){"worker", workers[i].id}, 1, el.effective);
+    }
+    prom_family(w, "switchyard_load_reports_stale_total", PROM_COUNTER,
+                "Routing candidates whose load report was stale or missing (own count used).");
+    for (size_t i = 0; i < n; i++) {
+        if (workers[i].slot >= m->max_workers)
+            continue;
+        prom_sample_u64(
+            w, NULL, &(struct prom_label){"worker", workers[i].id}, 1,
+            atomic_load_explicit(&m->reports_stale[workers[i].slot], memory_order_relaxed));
+    }
+}
+
 int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *workers, size_t n,
                       const struct dp_guards *guards, char **out, size_t *out_len)
 {
@@ -271,6 +345,7 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
     for (size_t i = 0; i < n; i++)
         prom_sample_u64(w, NULL, &(struct prom_label){"worker", workers[i].id}, 1,
                         dp_guards_live(guards, workers[i].slot, workers[i].generation));
+    render_reports(w, m, workers, n, guards);
 
     prom_family(w, "switchyard_requests_total", PROM_COUNTER,
                 "Client requests answered, by route and HTTP status.");

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shm/effective_load.h"
 #include "dataplane/guard.h"
 #include "dataplane/policy.h"
 #include "dataplane/types.h"
@@ -37,6 +38,8 @@ struct dp_metrics {
     uint32_t max_workers;
     _Atomic uint64_t requests[DP_ROUTE_COUNT][DP_STATUS_MAX];
     _Atomic uint64_t *upstream_errors; /* max_workers x DP_UPERR_COUNT */
+    _Atomic uint64_t *reports_stale;   /* max_workers: decisions without a fresh report */
+    struct shm_el_params load;         /* how the effective load is combined (set by main) */
     _Atomic uint64_t retries;
     _Atomic uint64_t disconnects[DP_PHASE_COUNT];
     _Atomic uint64_t slow_clients[2]; /* shut down: [0] headers, [1] body (listener.c) */
@@ -58,6 +61,9 @@ void dp_metrics_request(struct dp_metrics *m, enum dp_route route, int status, u
 void dp_metrics_ttfb(struct dp_metrics *m, uint64_t us);
 void dp_metrics_upstream_error(struct dp_metrics *m, uint32_t slot, enum dp_up_error kind);
 void dp_metrics_retry(struct dp_metrics *m);
+/* Counts a candidate of one routing decision whose load report was stale or
+ * missing, so its own in-flight count was used. */
+void dp_metrics_report_stale(struct dp_metrics *m, uint32_t slot);
 void dp_metrics_disconnect(struct dp_metrics *m, enum dp_phase phase);
 /* Counts a connection shut down as a slow client: in_body false while its
  * headers were due (header_timeout), true for a body under upload_min_rate. */

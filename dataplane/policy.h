@@ -67,7 +67,9 @@ struct pol_request {
 
 struct pol_candidate {
     const struct shm_worker_info *worker; /* borrowed */
-    uint64_t load;                        /* shm_load_read_many at decision time */
+    uint64_t load;      /* at decision time: own in-flight combined with the worker's
+                         * fresh report (dataplane/effective_load.h) */
+    bool kv_overloaded; /* the fresh report's kv_cache_usage > policy.kv_overload */
 };
 
 struct pol_ops {

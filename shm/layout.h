@@ -16,7 +16,7 @@
 
 /* Bumped whenever the segment's bytes change; a segment of another layout
  * version is refused on attach. */
-#define SHM_LAYOUT_VERSION 2u /* 2: worker slots carry model aliases */
+#define SHM_LAYOUT_VERSION 3u /* 2: worker slots carry model aliases; 3: and load reports */
 
 /* How often a lease holder and the control plane beat, and how the control
  * plane judges a lease whose holder stopped beating. Stored in the header so

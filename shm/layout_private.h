@@ -113,6 +113,18 @@ struct shm_worker_slot {
     _Atomic uint64_t url[SHM_URL_WORDS];
     _Atomic uint64_t model[SHM_MODEL_WORDS];
     _Atomic uint64_t aliases[SHM_ALIASES_WORDS]; /* learned with model; "" when none */
+
+    /* The worker's own load report (shm/load_report.h), written by the
+     * control plane's scraper behind report_seq, a seqlock of its own: a
+     * report never waits for a registry write and never bumps seq or
+     * registry_changes. report_generation names the occupant it describes. */
+    _Atomic uint32_t report_seq;
+    _Atomic uint32_t report_generation;
+    _Atomic uint32_t report_running;
+    _Atomic uint32_t report_waiting;
+    _Atomic uint32_t report_kv_ppm;  /* kv_cache_usage in millionths */
+    _Atomic uint32_t report_own;     /* this node's in-flight to the worker at the scrape */
+    _Atomic uint64_t report_unix_ms; /* when it was scraped; 0 = no report */
 } __attribute__((aligned(SHM_CACHE_LINE)));
 
 enum shm_lease_state {

@@ -22,14 +22,20 @@ bool ca_is_overloaded(const struct ca_params *p, uint64_t load, uint64_t min_loa
  * The least-loaded candidate. Among equally loaded ones the better match
  * (`prefer`) wins; otherwise `spread` (a hash of the request) picks one, so
  * that sequential unmatched requests on an idle fleet do not all land on
- * the first worker.
+ * the first worker. A worker whose KV cache is over policy.kv_overload is
+ * taken only when every candidate is.
  */
 static size_t ca_least_loaded(const struct ca_candidate *cands, size_t n, long prefer,
                               uint64_t spread)
 {
+    bool skip_kv = false;
+    for (size_t i = 0; i < n && !skip_kv; i++)
+        skip_kv = !cands[i].kv_overloaded;
     uint64_t min_load = UINT64_MAX;
     size_t ties = 0;
     for (size_t i = 0; i < n; i++) {
+        if (skip_kv && cands[i].kv_overloaded)
+            continue;
         if (cands[i].load < min_load) {
             min_load = cands[i].load;
             ties = 1;
@@ -37,11 +43,11 @@ static size_t ca_least_loaded(const struct ca_candidate *cands, size_t n, long p
             ties++;
         }
     }
-    if (prefer >= 0 && cands[prefer].load == min_load)
+    if (prefer >= 0 && cands[prefer].load == min_load && !(skip_kv && cands[prefer].kv_overloaded))
         return (size_t)prefer;
     size_t pick = (size_t)(spread % ties);
     for (size_t i = 0; i < n; i++) {
-        if (cands[i].load != min_load)
+        if (cands[i].load != min_load || (skip_kv && cands[i].kv_overloaded))
             continue;
         if (pick == 0)
             return i;
@@ -108,7 +114,8 @@ int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model
     } else if (!enough) {
         chosen = ca_least_loaded(cands, n, prefer, spread);
         decision = POL_DECISION_NO_MATCH;
-    } else if (ca_is_overloaded(p, cands[matched_idx].load, min_load)) {
+    } else if (cands[matched_idx].kv_overloaded ||
+               ca_is_overloaded(p, cands[matched_idx].load, min_load)) {
         chosen = ca_least_loaded(cands, n, -1, spread);
         decision = POL_DECISION_OVERLOADED_FALLBACK;
     } else {

@@ -39,6 +39,7 @@ struct ca_params {
 struct ca_candidate {
     uint32_t slot;
     uint64_t load;
+    bool kv_overloaded; /* counts as overloaded in the balance gate */
 };
 
 struct ca_choice {

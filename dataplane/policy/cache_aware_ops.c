@@ -87,7 +87,9 @@ static int ca_pick(void *state, const struct pol_request *req, const struct pol_
     if (cc == NULL)
         return -ENOMEM;
     for (size_t i = 0; i < n; i++)
-        cc[i] = (struct ca_candidate){.slot = cands[i].worker->slot, .load = cands[i].load};
+        cc[i] = (struct ca_candidate){.slot = cands[i].worker->slot,
+                                      .load = cands[i].load,
+                                      .kv_overloaded = cands[i].kv_overloaded};
     struct ca_choice choice;
     int rc = ca_decide(s->ix, &s->params, req->model, req->text != NULL ? req->text : "",
                        req->text_len, cc, n, &choice);

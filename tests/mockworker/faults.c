@@ -98,6 +98,15 @@ int mw_faults_merge_json(struct mw_faults *f, const json_t *obj, char *err, size
         } else if (strcmp(key, "stream_error_after_chunks") == 0) {
             rc = get_int(v, key, 0, MW_FAULT_CHUNKS_MAX, &x, err, err_len);
             next.stream_error_after_chunks = (uint64_t)x;
+        } else if (strcmp(key, "metrics_stall_ms") == 0) {
+            rc = get_int(v, key, 0, MW_FAULT_MS_MAX, &x, err, err_len);
+            next.metrics_stall_ms = (uint64_t)x;
+        } else if (strcmp(key, "metrics_garbage") == 0) {
+            if (!json_is_boolean(v)) {
+                snprintf(err, err_len, "fault 'metrics_garbage': expected true or false");
+                rc = -EINVAL;
+            }
+            next.metrics_garbage = json_is_true(v);
         } else {
             snprintf(err, err_len, "unknown fault field '%s'", key);
             rc = -EINVAL;
@@ -116,15 +125,16 @@ int mw_faults_merge_json(struct mw_faults *f, const json_t *obj, char *err, size
 
 json_t *mw_faults_to_json(const struct mw_faults *f)
 {
-    return json_pack("{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:s, s:I}", "fail_status",
-                     f->fail_status, "fail_count", (json_int_t)f->fail_count, "fail_body_hold_ms",
-                     (json_int_t)f->fail_body_hold_ms, "stall_before_headers_ms",
-                     (json_int_t)f->stall_before_headers_ms, "stall_after_chunks",
-                     (json_int_t)f->stall_after_chunks, "stall_ms", (json_int_t)f->stall_ms,
-                     "reset_after_chunks", (json_int_t)f->reset_after_chunks, "health_status",
-                     f->health_status, "extra_latency_ms", (json_int_t)f->extra_latency_ms,
-                     "stream_error", f->stream_error, "stream_error_after_chunks",
-                     (json_int_t)f->stream_error_after_chunks);
+    return json_pack(
+        "{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:s, s:I, s:I, s:b}", "fail_status",
+        f->fail_status, "fail_count", (json_int_t)f->fail_count, "fail_body_hold_ms",
+        (json_int_t)f->fail_body_hold_ms, "stall_before_headers_ms",
+        (json_int_t)f->stall_before_headers_ms, "stall_after_chunks",
+        (json_int_t)f->stall_after_chunks, "stall_ms", (json_int_t)f->stall_ms,
+        "reset_after_chunks", (json_int_t)f->reset_after_chunks, "health_status", f->health_status,
+        "extra_latency_ms", (json_int_t)f->extra_latency_ms, "stream_error", f->stream_error,
+        "stream_error_after_chunks", (json_int_t)f->stream_error_after_chunks, "metrics_stall_ms",
+        (json_int_t)f->metrics_stall_ms, "metrics_garbage", f->metrics_garbage);
 }
 
 int mw_fault_state_update(struct mw_fault_state *fs, const char *body, size_t len,

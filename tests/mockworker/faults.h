@@ -19,6 +19,9 @@
  *                               an in-band error event carrying this message
  *                               ("" = off), then data: [DONE] (vLLM's way of
  *                               failing a stream it already answered 200)
+ *   metrics_stall_ms            GET /metrics answers only after this long
+ *   metrics_garbage             GET /metrics answers 200 with a page that is
+ *                               not Prometheus text (JSON true/false)
  *
  * Each request takes a snapshot of the faults when it arrives
  * (mw_fault_state_arrival), so a change applies to requests arriving after
@@ -51,6 +54,8 @@ struct mw_faults {
     uint64_t extra_latency_ms;
     char stream_error[MW_FAULT_MESSAGE_MAX]; /* "" = off */
     uint64_t stream_error_after_chunks;
+    uint64_t metrics_stall_ms; /* GET /metrics answers after this long (0 = at once) */
+    bool metrics_garbage;      /* GET /metrics answers 200 with bytes that are not Prometheus */
 };
 
 /* What one request does, decided when it arrives. */

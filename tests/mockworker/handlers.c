@@ -698,46 +698,92 @@ static enum MHD_Result infer_step(struct mw_req *req)
 
 /* ---- other endpoints ---------------------------------------------------------------- */
 
-/* One vLLM-named family with its single series; value spelled as vLLM does ("3.0"). */
-static void vllm_metric(struct prom_writer *w, const char *name, enum prom_type type,
-                        const char *help, const char *model, const char *value)
+/* A double as Python's repr spells it (prometheus_client writes repr):
+ * the shortest digits that read back exactly, ".0" on whole numbers. */
+static void vllm_float(double x, char *out, size_t cap)
 {
-    const struct prom_label labels[] = {{"engine", "0"}, {"model_name", model}};
-    prom_family(w, name, type, help);
-    prom_sample_text(w, type == PROM_COUNTER ? "_total" : "", labels, 2, value);
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(out, cap, "%.*g", prec, x);
+        if (strtod(out, NULL) == x)
+            break;
+    }
+    if (strpbrk(out, ".eEni") == NULL && strlen(out) + 2 < cap)
+        strcat(out, ".0");
 }
+
+/*
+ * One vLLM-named family with a series per engine (--data-parallel-size),
+ * values spelled as vLLM does ("3.0"), labels in vLLM's order (its
+ * labelnames are ["model_name", "engine"]). A count is split over the
+ * engines (engine i gets v / n, plus one when i < v % n: each engine's
+ * counter still only grows, and the series sum to v); a fraction (kv) is
+ * the same on every engine.
+ */
+static void vllm_metric(struct prom_writer *w, const char *name, enum prom_type type,
+                        const char *help, const char *model, uint32_t engines, uint64_t count,
+                        const double *fraction)
+{
+    prom_family(w, name, type, help);
+    for (uint32_t i = 0; i < engines; i++) {
+        char engine[16], v[64];
+        snprintf(engine, sizeof(engine), "%" PRIu32, i);
+        if (fraction != NULL)
+            vllm_float(*fraction, v, sizeof(v));
+        else
+            snprintf(v, sizeof(v), "%" PRIu64 ".0", count / engines + (i < count % engines));
+        const struct prom_label labels[] = {{"model_name", model}, {"engine", engine}};
+        prom_sample_text(w, type == PROM_COUNTER ? "_total" : "", labels, 2, v);
+    }
+}
+
+/* The metrics_garbage fault's page: what a misconfigured path or a proxy's
+ * error page looks like to a scraper (HTML, a half line, binary bytes). */
+static const char metrics_garbage[] = "<html><body><h1>502 Bad Gateway</h1></body></html>\n"
+                                      "vllm:num_requests_running{model_name=\"\x01\xfe\n"
+                                      "\x00\x01\x02 not prometheus {{{ \"\n";
 
 static enum MHD_Result respond_metrics(struct mw_req *req)
 {
     struct mw_server *s = req->server;
+    struct mw_faults f;
+    mw_fault_state_get(&s->faults, &f);
+    if (req->phase == MW_PHASE_RECEIVING && f.metrics_stall_ms > 0) {
+        /* The hang fault: park, answer when the stall is over (or never
+         * see the client again: a scraper that gave up closes). */
+        req->phase = MW_PHASE_STALLED;
+        if (mw_park(req, mw_now_ns() + ms_to_ns(f.metrics_stall_ms)) == 0)
+            return MHD_YES;
+    }
+    if (f.metrics_garbage) {
+        char *g = malloc(sizeof(metrics_garbage) - 1);
+        if (g == NULL)
+            return respond(req, 500, NULL, 1, CT_JSON);
+        memcpy(g, metrics_garbage, sizeof(metrics_garbage) - 1);
+        return respond(req, 200, g, sizeof(metrics_garbage) - 1, CT_PROM);
+    }
     struct mw_engine_snapshot snap;
     mw_engine_snapshot(&s->engine, &snap);
     const char *m = s->opts.model;
     struct buf b = BUF_INIT(TEXT_MAX);
     struct prom_writer w;
     prom_init(&w, &b);
-    char v[64];
-    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.running);
+    uint32_t n = s->opts.data_parallel_size;
     vllm_metric(&w, "vllm:num_requests_running", PROM_GAUGE,
-                "Number of requests in model execution batches.", m, v);
-    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.waiting);
+                "Number of requests in model execution batches.", m, n, snap.running, NULL);
     vllm_metric(&w, "vllm:num_requests_waiting", PROM_GAUGE,
-                "Number of requests waiting to be processed.", m, v);
-    snprintf(v, sizeof(v), "%.6f", snap.kv_usage);
+                "Number of requests waiting to be processed.", m, n, snap.waiting, NULL);
     vllm_metric(&w, "vllm:kv_cache_usage_perc", PROM_GAUGE,
-                "KV-cache usage. 1 means 100 percent usage.", m, v);
-    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.prefix_query_tokens);
+                "KV-cache usage. 1 means 100 percent usage.", m, n, 0, &snap.kv_usage);
     vllm_metric(&w, "vllm:prefix_cache_queries", PROM_COUNTER,
-                "Prefix cache queries, in terms of number of queried tokens.", m, v);
-    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.prefix_hit_tokens);
+                "Prefix cache queries, in terms of number of queried tokens.", m, n,
+                snap.prefix_query_tokens, NULL);
     vllm_metric(&w, "vllm:prefix_cache_hits", PROM_COUNTER,
-                "Prefix cache hits, in terms of number of cached tokens.", m, v);
-    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.prompt_tokens);
-    vllm_metric(&w, "vllm:prompt_tokens", PROM_COUNTER, "Number of prefill tokens processed.", m,
-                v);
-    snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.generation_tokens);
+                "Prefix cache hits, in terms of number of cached tokens.", m, n,
+                snap.prefix_hit_tokens, NULL);
+    vllm_metric(&w, "vllm:prompt_tokens", PROM_COUNTER, "Number of prefill tokens processed.", m, n,
+                snap.prompt_tokens, NULL);
     vllm_metric(&w, "vllm:generation_tokens", PROM_COUNTER,
-                "Number of generation tokens processed.", m, v);
+                "Number of generation tokens processed.", m, n, snap.generation_tokens, NULL);
     if (prom_error(&w) != 0) {
         buf_fini(&b);
         return respond(req, 500, NULL, 1, CT_JSON);
@@ -889,6 +935,8 @@ enum MHD_Result mw_handle_access(struct mw_loop *loop, struct mw_server *server,
     }
     if (req->route == MW_ROUTE_INFERENCE)
         return infer_step(req);
+    if (req->route == MW_ROUTE_METRICS && req->phase == MW_PHASE_STALLED)
+        return respond_metrics(req); /* the metrics_stall_ms fault is over */
     if (req->phase != MW_PHASE_RECEIVING)
         return MHD_NO;
     return handle_control(req, method);

@@ -93,6 +93,8 @@ static const struct opt_def opt_defs[] = {
      "LoRA adapters served under their own names (listed in /v1/models)"},
     {"--legacy-errors", OPT_KIND_FLAG, OFF(legacy_errors), 0, 0, 0, NULL,
      "error bodies as old vLLM: {\"object\":\"error\",\"message\",...}"},
+    {"--data-parallel-size", OPT_KIND_U32, OFF(data_parallel_size), sizeof(uint32_t), 1, 64, "N",
+     "engines (data-parallel ranks) /metrics shows, one series each (default 1)"},
     {"--help", OPT_KIND_HELP, 0, 0, 0, 0, NULL, "print this help and exit"},
     {"--version", OPT_KIND_VERSION, 0, 0, 0, 0, NULL, "print the version and exit"},
 };
@@ -111,6 +113,7 @@ void mw_options_defaults(struct mw_options *opts)
     opts->embedding_dim = 16;
     opts->max_body_bytes = 32u << 20;
     opts->kv_lease_ms = 30000;
+    opts->data_parallel_size = 1;
 }
 
 const char *mw_role_name(enum mw_role role)

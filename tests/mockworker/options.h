@@ -62,7 +62,8 @@ struct mw_options {
     char lora_names[MW_NAMES_MAX][MW_MODEL_MAX];
     char lora_paths[MW_NAMES_MAX][MW_LORA_PATH_MAX];
     uint32_t n_lora;
-    bool legacy_errors; /* error bodies in vLLM's old top-level shape */
+    bool legacy_errors;          /* error bodies in vLLM's old top-level shape */
+    uint32_t data_parallel_size; /* engines shown in /metrics (engine="0".."N-1") */
 };
 
 enum mw_options_result {

@@ -149,6 +149,8 @@ static bool row_holds_default(const struct cfg_key *k, const void *field)
         return (uint64_t) * (const enum cfg_balance_gate *)field == k->def.u;
     case CFG_KIND_PD_FALLBACK:
         return (uint64_t) * (const enum cfg_pd_fallback *)field == k->def.u;
+    case CFG_KIND_LOAD_SIGNAL:
+        return (uint64_t) * (const enum cfg_load_signal *)field == k->def.u;
     case CFG_KIND_STATUS_LIST: {
         const struct cfg_retry *retry = field;
         if (retry->n_on_status != k->def.n)
@@ -251,6 +253,7 @@ static void check_table(const struct cfg_key *table, const char *where)
         case CFG_KIND_POLICY:
         case CFG_KIND_GATE:
         case CFG_KIND_PD_FALLBACK:
+        case CFG_KIND_LOAD_SIGNAL:
             assert_non_null(k->names);
             if (strcmp(enum_to_name(k->names, (int)k->def.u), "unset") == 0)
                 fail_msg("%s.%s: default %" PRIu64 " has no name", where, k->name, k->def.u);
@@ -355,6 +358,12 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.controlplane.health.timeout_ms, 100);
     assert_int_equal(cfg.controlplane.health.failure_threshold, 5);
     assert_int_equal(cfg.controlplane.health.success_threshold, 1);
+    assert_string_equal(cfg.controlplane.load_reports.path, "/v2/metrics");
+    assert_int_equal(cfg.controlplane.load_reports.interval_ms, 0);
+    assert_int_equal(cfg.controlplane.load_reports.timeout_ms, 300);
+    assert_int_equal(cfg.controlplane.load_reports.stale_after_ms, 2000);
+    assert_int_equal(cfg.policy.load_signal, CFG_LOAD_SIGNAL_OWN);
+    assert_true(cfg.policy.kv_overload == 0.75);
     assert_string_equal(cfg.dataplane.listen, "0.0.0.0:18080");
     assert_int_equal(cfg.dataplane.threads, 4);
     assert_int_equal(cfg.dataplane.max_body, 64 * 1024);

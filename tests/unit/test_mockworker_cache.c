@@ -405,6 +405,22 @@ static void test_faults_arrival_consumes_count(void **state)
     mw_fault_state_fini(&fs);
 }
 
+/* The /metrics faults: a stall in ms, garbage as a JSON boolean only. */
+static void test_faults_metrics(void **state)
+{
+    (void)state;
+    struct mw_faults f = {0};
+    assert_int_equal(merge(&f, "{\"metrics_stall_ms\":1500,\"metrics_garbage\":true}"), 0);
+    assert_int_equal(f.metrics_stall_ms, 1500);
+    assert_true(f.metrics_garbage);
+    assert_int_equal(merge(&f, "{\"metrics_garbage\":1}"), -EINVAL);
+    assert_true(f.metrics_garbage);
+    assert_int_equal(merge(&f, "{\"metrics_stall_ms\":-5}"), -EINVAL);
+    assert_int_equal(merge(&f, "{\"metrics_garbage\":false,\"metrics_stall_ms\":0}"), 0);
+    assert_false(f.metrics_garbage);
+    assert_int_equal(f.metrics_stall_ms, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -422,6 +438,7 @@ int main(void)
         cmocka_unit_test(test_engine_prefix_and_usage_accounting),
         cmocka_unit_test(test_faults_merge_rules),
         cmocka_unit_test(test_faults_arrival_consumes_count),
+        cmocka_unit_test(test_faults_metrics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,51 @@
+/*
+ * Reading a worker's load out of its Prometheus text page (vLLM's /metrics):
+ * the three gauges a router can act on, `vllm:num_requests_running`,
+ * `vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc`.
+ *
+ * vLLM writes one series per engine (data-parallel rank) with the labels
+ * `model_name` and `engine`; one endpoint serving N ranks shows
+ * `engine="0".."N-1"`. Running and waiting are request counts and are
+ * summed over the engines; KV-cache usage is a fraction of each engine's
+ * own cache, so the page's value is their mean (a sum of fractions would
+ * read 1.6 for two engines at 80%, which means nothing).
+ *
+ * The page comes from a worker, not from us: the parser accepts any bytes
+ * (garbage, NUL, lines of any length, other metrics, comments, escaped
+ * label values, timestamps) and never reads past len; it looks at no more
+ * than LRP_INPUT_MAX bytes. Samples whose value is not a finite number
+ * >= 0 are skipped. It allocates nothing and keeps no state: a pure
+ * function, callable from any thread.
+ */
+#ifndef SY_CONTROLPLANE_LOAD_REPORT_PARSE_H
+#define SY_CONTROLPLANE_LOAD_REPORT_PARSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bytes of a page the parser looks at; the rest is ignored. */
+#define LRP_INPUT_MAX (4u * 1024u * 1024u)
+
+/* What one page says. Caller storage. */
+struct lrp_report {
+    uint64_t running; /* summed over engines, saturating */
+    uint64_t waiting;
+    double kv_cache_usage; /* mean over engines, 0..1 (clamped) */
+    bool has_running;
+    bool has_waiting;
+    bool has_kv;
+    uint32_t engines;   /* distinct series of num_requests_running seen */
+    uint32_t bad_lines; /* sample lines that did not parse (for logs) */
+};
+
+/*
+ * Parses text[0..len). model: when non-NULL and non-empty, only series
+ * whose model_name label equals it count (a series without model_name
+ * counts too). Returns 0 when the page held at least running or waiting,
+ * -ENODATA otherwise (garbage, an empty page, another server's metrics);
+ * *out is filled either way.
+ */
+int lrp_parse(const char *text, size_t len, const char *model, struct lrp_report *out);
+
+#endif

@@ -1,0 +1,60 @@
+/*
+ * The load-report scraper: GETs every registered worker's
+ * controlplane.load_reports.path (vLLM's /metrics) every
+ * load_reports.interval, all workers in parallel on one libcurl multi
+ * handle driven from the control plane's epoll loop (common/curl_epoll.h,
+ * as the health prober), each scrape bounded by load_reports.timeout. A
+ * page that parses (controlplane/load_report_parse.h) becomes the worker's
+ * report in its slot (shm/load_report.h), stamped with the scrape's wall
+ * clock and with this node's in-flight count to the worker at that moment,
+ * so the data plane can tell what the worker counts of this node's own
+ * requests from what other nodes send it.
+ *
+ * A scrape that fails (connection refused, timeout, non-2xx, a page without
+ * the gauges) publishes nothing: the worker keeps its last report, which
+ * ages and is ignored by routing once older than load_reports.stale_after.
+ * A worker still being scraped is not scraped again (a hung /metrics costs
+ * one transfer, not one per interval). interval 0 turns scraping off.
+ *
+ * Invariant 10: the scraper reads load counters (the in-flight snapshot)
+ * and never writes one; it writes only the report fields of a slot.
+ *
+ * Threading: owned by the control plane's loop thread; every function runs
+ * there. One descriptor (an inner epoll set) for the loop's epoll set.
+ */
+#ifndef SY_CONTROLPLANE_LOAD_REPORTS_H
+#define SY_CONTROLPLANE_LOAD_REPORTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "shm/segment.h"
+
+struct lr_scraper;
+
+/* Per-worker counters for /metrics; caller storage. */
+struct lr_worker_stats {
+    char id[CFG_ID_MAX];
+    uint64_t scrapes_ok;
+    uint64_t scrapes_failed;
+};
+
+/* Creates the scraper. seg and cfg are borrowed and must outlive it. */
+int lr_create(struct shm_segment *seg, const struct cfg_load_reports *cfg, struct lr_scraper **out);
+void lr_destroy(struct lr_scraper *s);
+
+/* The descriptor to watch for EPOLLIN in the loop's epoll set. */
+int lr_fd(const struct lr_scraper *s);
+
+/* Milliseconds until lr_run has work at now_ms (0 = now, -1 = none). */
+int lr_timeout_ms(const struct lr_scraper *s, uint64_t now_ms);
+
+/* Follows registry changes, drives transfers, starts due scrapes and
+ * publishes results. Call on every loop pass. */
+void lr_run(struct lr_scraper *s, uint64_t now_ms);
+
+/* Copies per-worker scrape counters (up to cap); returns how many. */
+size_t lr_stats(const struct lr_scraper *s, struct lr_worker_stats *out, size_t cap);
+
+#endif
