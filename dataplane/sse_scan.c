@@ -40,9 +40,12 @@ bool dp_sse_scan_feed(struct dp_sse_scan *s, const char *data, size_t len)
         }
         const char *nl = memchr(data + i, '\n', len - i);
         size_t end = nl != NULL ? (size_t)(nl - data) : len;
-        /* A line of only "\r" is still blank (CRLF framing). */
-        if (end > i && !(end - i == 1 && data[i] == '\r'))
-            s->blank = false;
+        /* A line of only "\r" bytes is still blank (CRLF framing). Looked at
+         * byte by byte, so the answer cannot depend on where a read ended;
+         * a content line stops at its first byte. */
+        for (size_t k = i; k < end && s->blank; k++)
+            if (data[k] != '\r')
+                s->blank = false;
         if (nl == NULL)
             break;
         s->at_start = s->blank; /* a blank line ends an event */

@@ -5,8 +5,10 @@
  * size the input picks; every complete frame is decoded with protobuf-c.
  *
  * Oracle: a decoded message re-encodes to exactly its announced packed
- * size and decodes again (protobuf-c's own round trip).
+ * size and, when it carried no unknown fields, decodes again (protobuf-c's
+ * own round trip).
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,29 @@
 #include "proto/frame.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* True when msg or a message field set in it (the oneof's active member
+ * included) kept fields its schema does not know. */
+static bool has_unknown_fields(const ProtobufCMessage *msg)
+{
+    if (msg->n_unknown_fields > 0)
+        return true;
+    const ProtobufCMessageDescriptor *d = msg->descriptor;
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        if (f->type != PROTOBUF_C_TYPE_MESSAGE || f->label == PROTOBUF_C_LABEL_REPEATED)
+            continue;
+        if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+            uint32_t active = *(const uint32_t *)((const char *)msg + f->quantifier_offset);
+            if (active != f->id)
+                continue;
+        }
+        const ProtobufCMessage *sub = *(ProtobufCMessage *const *)((const char *)msg + f->offset);
+        if (sub != NULL && has_unknown_fields(sub))
+            return true;
+    }
+    return false;
+}
 
 static void check_round_trip(const Switchyard__Admin__AdminMessage *m)
 {
@@ -23,8 +48,11 @@ static void check_round_trip(const Switchyard__Admin__AdminMessage *m)
         return;
     if (switchyard__admin__admin_message__pack(m, buf) != n)
         abort();
+    /* protobuf-c keeps unknown fields and writes them back as it read them,
+     * except that it accepts an overlong tag 0 it refuses once rewritten
+     * short: only a message without unknown fields must decode again. */
     Switchyard__Admin__AdminMessage *again = frame_decode(buf, n);
-    if (again == NULL)
+    if (again == NULL && !has_unknown_fields(&m->base))
         abort();
     frame_msg_free(again);
     free(buf);
