@@ -97,6 +97,8 @@ struct cfg_controlplane {
     char admin_socket[CFG_PATH_MAX];
     /* Serve the admin API without a token on a non-loopback address. */
     bool admin_insecure;
+    /* How long reset_load waits for every data plane's in-flight count. */
+    uint64_t reset_load_timeout_ms;
     struct cfg_health health;
     struct cfg_load_reports load_reports;
 };

@@ -124,6 +124,8 @@ static const struct cfg_key controlplane_keys[] = {
     /* Without a token the admin API may listen only on loopback, unless
      * this says the operator means it (docs/security.md). */
     KEY_BOOL("admin_insecure", struct cfg_controlplane, admin_insecure, false),
+    KEY_RANGE("reset_load_timeout", CFG_KIND_DURATION, struct cfg_controlplane,
+              reset_load_timeout_ms, 100, 10 * 60 * 1000, 2000),
     KEY_MAP("health", struct cfg_controlplane, health, health_keys, NULL, NULL),
     KEY_MAP("load_reports", struct cfg_controlplane, load_reports, load_reports_keys, NULL, NULL),
     KEY_END,

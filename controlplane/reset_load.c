@@ -125,7 +125,7 @@ int cp_reset_start(struct cp_reset *r, const struct shm_worker_info *w,
     r->w = *w;
     r->was_draining = w->draining;
     r->request_id = r->next_request_id++;
-    r->deadline_ms = proc_monotonic_ms() + CP_RESET_TIMEOUT_MS;
+    r->deadline_ms = proc_monotonic_ms() + r->ctx->cfg->controlplane.reset_load_timeout_ms;
     memset(r->answer, 0, sizeof(r->answer));
     memset(r->count, 0, sizeof(r->count));
     if (!w->draining)

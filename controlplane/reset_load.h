@@ -4,7 +4,7 @@
  *   2. ask every live dataplane (every ACTIVE lease) over the admin channel
  *      how many requests it has in flight on (slot, generation): its own
  *      count of live guards, not the shared counter;
- *   3. if all answer 0 within CP_RESET_TIMEOUT_MS, shm_load_reset and
+ *   3. if all answer 0 within controlplane.reset_load_timeout (2 s), shm_load_reset and
  *      answer 200 with the discarded amount; if any reports work, is not
  *      connected to the channel, or does not answer in time, change nothing
  *      and answer 409 with the per-dataplane counts;
@@ -26,8 +26,6 @@
 #include "controlplane/admin_ctx.h"
 #include "controlplane/admin_reply.h"
 #include "shm/registry.h"
-
-#define CP_RESET_TIMEOUT_MS 2000u
 
 int cp_reset_create(struct adm_ctx *ctx, struct cp_reset **out);
 

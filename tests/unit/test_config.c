@@ -353,6 +353,7 @@ static void test_full_file_round_trip(void **state)
     assert_string_equal(cfg.controlplane.admin_token_file, "/etc/switchyard/token");
     assert_string_equal(cfg.controlplane.admin_socket, "/tmp/sy-test.sock");
     assert_true(cfg.controlplane.admin_insecure);
+    assert_int_equal(cfg.controlplane.reset_load_timeout_ms, 45000);
     assert_string_equal(cfg.controlplane.health.path, "/v1/health?deep=1");
     assert_int_equal(cfg.controlplane.health.interval_ms, 250);
     assert_int_equal(cfg.controlplane.health.timeout_ms, 100);
