@@ -66,6 +66,7 @@ struct cfg_shm {
     char name[CFG_PATH_MAX]; /* POSIX shm name, starts with '/', no other '/' */
     uint32_t max_workers;
     uint32_t max_dataplanes;
+    uint32_t prefix_index_blocks; /* capacity of the "<name>.prefix" segment */
 };
 
 struct cfg_health {

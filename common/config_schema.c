@@ -86,6 +86,9 @@ static const struct cfg_key shm_keys[] = {
             "a POSIX shm name: '/' then 1..249 characters, no other '/'", "/switchyard"),
     KEY_RANGE("max_workers", CFG_KIND_U32, struct cfg_shm, max_workers, 1, CFG_WORKERS_LIMIT, 1024),
     KEY_RANGE("max_dataplanes", CFG_KIND_U32, struct cfg_shm, max_dataplanes, 1, 64, 8),
+    /* 1 Mi blocks of 240 bytes of routing text in 16 MiB (64 KiB .. 4 GiB). */
+    KEY_RANGE("prefix_index_blocks", CFG_KIND_U32, struct cfg_shm, prefix_index_blocks, 4096,
+              268435456, 1048576),
     KEY_END,
 };
 

@@ -26,7 +26,7 @@
 
 #include "common/config.h"
 #include "dataplane/policy.h"
-#include "dataplane/policy/prefix_index.h"
+#include "shm/prefix_index.h"
 
 struct ca_params {
     double cache_threshold;

@@ -31,7 +31,7 @@ bench_cleanup() {
     done
     bench_pids=()
     rm -rf "$bench_tmp"
-    rm -f /dev/shm/sy-bench-*-$$ 2>/dev/null || true
+    rm -f /dev/shm/sy-bench-*-$$ /dev/shm/sy-bench-*-$$.prefix 2>/dev/null || true
 }
 
 # Runs a command in the background, remembers its pid in $last_pid.
@@ -285,7 +285,8 @@ switchyard_pd_config() {
 switchyard_start() {
     local build=$1 config=$2 dp=$3 name
     name=$(basename "$config" .yaml)
-    bench_spawn "$bench_tmp/$name-cp.log" "$build/switchyard-controlplane" --config "$config"
+    # --fresh: a run starts with an empty registry state and prefix index.
+    bench_spawn "$bench_tmp/$name-cp.log" "$build/switchyard-controlplane" --config "$config" --fresh
     cp_pid=$last_pid
     bench_spawn "$bench_tmp/$name-dp.log" "$build/switchyard-dataplane" --config "$config"
     dp_pid=$last_pid

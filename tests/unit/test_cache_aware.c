@@ -1,5 +1,6 @@
 /*
- * Unit tests of the prefix index and cache_aware's per-request decision,
+ * Unit tests of cache_aware's per-request decision (the index itself:
+ * test_prefix_index.c),
  * including vllm-router #238's regression (a hot worker elsewhere must not
  * switch affinity off) and the fleet gate that reproduces the old bug.
  */
@@ -14,7 +15,7 @@
 #include <cmocka.h>
 
 #include "dataplane/policy/cache_aware.h"
-#include "dataplane/policy/prefix_index.h"
+#include "shm/prefix_index.h"
 
 static const struct ca_params default_params = {
     .cache_threshold = 0.5,
@@ -256,50 +257,6 @@ static void test_multi_turn_chat_sticks_to_its_worker(void **state)
     pix_destroy(ix);
 }
 
-static void test_index_memory_is_bounded(void **state)
-{
-    (void)state;
-    struct pix_index *ix = pix_create(1 << 18);
-    assert_non_null(ix);
-    size_t bytes = pix_memory_bytes(ix);
-    size_t cap = pix_capacity(ix);
-    assert_true(cap >= (1 << 18));
-    assert_true(bytes <= cap * 16 + 4096);
-    /* One million distinct blocks. */
-    uint64_t h[1024];
-    for (uint64_t i = 0; i < 1000000; i += 1024) {
-        for (size_t k = 0; k < 1024; k++)
-            h[k] = (i + k) * 0x9e3779b97f4a7c15ull;
-        pix_record(ix, h, 0, 1024, (uint32_t)(i % 7));
-    }
-    assert_int_equal(pix_memory_bytes(ix), bytes);
-    /* The latest blocks are still there; most early ones were evicted. */
-    assert_true(pix_has(ix, h[1023], (uint32_t)((1000000 - 1024 + 576) / 1024 * 1024 % 7)) ||
-                pix_has(ix, h[1023], 0) || pix_has(ix, h[1023], 1) || pix_has(ix, h[1023], 2) ||
-                pix_has(ix, h[1023], 3) || pix_has(ix, h[1023], 4) || pix_has(ix, h[1023], 5) ||
-                pix_has(ix, h[1023], 6));
-    size_t early_left = 0;
-    for (uint64_t i = 0; i < 1024; i++)
-        for (uint32_t s = 0; s < 7; s++)
-            early_left += pix_has(ix, i * 0x9e3779b97f4a7c15ull, s);
-    assert_true(early_left < 512);
-    pix_destroy(ix);
-}
-
-static void test_refs_keep_three_most_recent_workers(void **state)
-{
-    (void)state;
-    struct pix_index *ix = ix_new();
-    uint64_t h = 0x1234567890abcdefull;
-    for (uint32_t s = 1; s <= 4; s++)
-        pix_record(ix, &h, 0, 1, s);
-    assert_false(pix_has(ix, h, 1));
-    assert_true(pix_has(ix, h, 2));
-    assert_true(pix_has(ix, h, 3));
-    assert_true(pix_has(ix, h, 4));
-    pix_destroy(ix);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -310,8 +267,6 @@ int main(void)
         cmocka_unit_test(test_matched_worker_gone_is_no_match),
         cmocka_unit_test(test_models_have_separate_indexes),
         cmocka_unit_test(test_multi_turn_chat_sticks_to_its_worker),
-        cmocka_unit_test(test_index_memory_is_bounded),
-        cmocka_unit_test(test_refs_keep_three_most_recent_workers),
         cmocka_unit_test(test_least_loaded_holder_of_the_prefix_wins),
     };
     return cmocka_run_group_tests_name("cache_aware", tests, NULL, NULL);
