@@ -129,6 +129,11 @@ struct cfg_policy {
     struct cfg_policy_role prefill;
     struct cfg_policy_role decode;
     enum cfg_pd_fallback pd_fallback;
+    /* cache_aware: cold prefixes and overloaded fallbacks walk a rendezvous
+     * ranking (false: the least-loaded worker, as before); a worker is
+     * within bounds while its load <= bounded_load_factor x mean + 1. */
+    bool rendezvous;
+    double bounded_load_factor; /* >= 1 */
 };
 
 struct cfg_worker {

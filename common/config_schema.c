@@ -189,6 +189,11 @@ static const struct cfg_key policy_keys[] = {
     /* A format change of the prefill answer costs speed, not availability. */
     KEY_ENUM("pd_fallback", CFG_KIND_PD_FALLBACK, struct cfg_policy, pd_fallback,
              cfg_pd_fallback_names, CFG_PD_FALLBACK_LOCAL_PREFILL),
+    /* cache_aware: cold prefixes and overloaded fallbacks follow a
+     * rendezvous ranking, so independent router nodes agree (false: the
+     * least-loaded worker, as before). */
+    KEY_BOOL("rendezvous", struct cfg_policy, rendezvous, true),
+    KEY_NUM("bounded_load_factor", struct cfg_policy, bounded_load_factor, 1.0, 100.0, 1.25),
     KEY_END,
 };
 

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "dataplane/policy.h"
 #include "dataplane/policy/cache_aware.h"
+#include "dataplane/policy/rendezvous.h"
 #include "shm/prefix_index.h"
 
 /* The private fallback's size: shm.prefix_index_blocks' default (1 Mi
@@ -75,6 +76,8 @@ static int ca_create(const struct cfg_policy *cfg, void **state)
         .balance_abs_threshold = cfg->balance_abs_threshold,
         .balance_rel_threshold = cfg->balance_rel_threshold,
         .balance_gate = cfg->balance_gate,
+        .rendezvous = cfg->rendezvous,
+        .bounded_load_factor = cfg->bounded_load_factor,
     };
     *state = s;
     return 0;
@@ -97,7 +100,11 @@ static int ca_pick(void *state, const struct pol_request *req, const struct pol_
     if (cc == NULL)
         return -ENOMEM;
     for (size_t i = 0; i < n; i++)
-        cc[i] = (struct ca_candidate){.slot = cands[i].worker->slot, .load = cands[i].load};
+        cc[i] = (struct ca_candidate){
+            .slot = cands[i].worker->slot,
+            .load = cands[i].load,
+            .rdv_seed = rdv_worker_seed(cands[i].worker->id),
+        };
     struct ca_choice choice;
     int rc = ca_decide(s->ix, &s->params, req->model, req->text != NULL ? req->text : "",
                        req->text_len, cc, n, &choice);

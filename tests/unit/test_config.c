@@ -365,24 +365,26 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.policy.prefill.name, CFG_POLICY_ROUND_ROBIN);
     assert_int_equal(cfg.policy.decode.name, CFG_POLICY_CONSISTENT_HASH);
     assert_int_equal(cfg.policy.pd_fallback, CFG_PD_FALLBACK_ERROR);
+    assert_false(cfg.policy.rendezvous);
+    assert_true(cfg.policy.bounded_load_factor == 1.5);
 
     assert_int_equal(cfg.n_workers, 3);
     assert_string_equal(cfg.workers[0].id, "w1");
     assert_string_equal(cfg.workers[0].url, "http://127.0.0.1:9001");
     assert_string_equal(cfg.workers[0].model, "mock");
     assert_int_equal(cfg.workers[0].role, CFG_ROLE_PREFILL);
-    assert_int_equal(cfg.workers[0].line, 48);
+    assert_int_equal(cfg.workers[0].line, 50);
     /* Canonical url (lower-case host, no slash) and the id derived from it. */
     assert_string_equal(cfg.workers[1].id, "worker-b.example:8443");
     assert_string_equal(cfg.workers[1].url, "https://worker-b.example:8443");
     assert_string_equal(cfg.workers[1].model, "meta-llama/Llama-3.1-8B");
     assert_int_equal(cfg.workers[1].role, CFG_ROLE_DECODE);
-    assert_int_equal(cfg.workers[1].line, 52);
+    assert_int_equal(cfg.workers[1].line, 54);
     assert_string_equal(cfg.workers[2].id, "::1:9003");
     assert_string_equal(cfg.workers[2].url, "http://[::1]:9003");
     assert_string_equal(cfg.workers[2].model, "");
     assert_int_equal(cfg.workers[2].role, CFG_ROLE_REGULAR);
-    assert_int_equal(cfg.workers[2].line, 55);
+    assert_int_equal(cfg.workers[2].line, 57);
     cfg_fini(&cfg);
     assert_defaults(&cfg);
 }
