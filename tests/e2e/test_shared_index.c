@@ -34,8 +34,8 @@
 static const char *const DEBUG = "debug_headers: true\n";
 
 /* POSTs body to base+path; the serving worker and the decision. */
-static void post_routed(const char *base, const char *path, json_t *body, char *worker,
-                        size_t wlen, char *decision, size_t dlen)
+static void post_routed(const char *base, const char *path, json_t *body, char *worker, size_t wlen,
+                        char *decision, size_t dlen)
 {
     char *text = json_dumps(body, JSON_COMPACT);
     char url[128];
@@ -49,8 +49,8 @@ static void post_routed(const char *base, const char *path, json_t *body, char *
     free(text);
 }
 
-static void chat_turn(const char *base, json_t *messages, char *worker, size_t wlen,
-                      char *decision, size_t dlen)
+static void chat_turn(const char *base, json_t *messages, char *worker, size_t wlen, char *decision,
+                      size_t dlen)
 {
     json_t *body =
         json_pack("{s:s, s:O, s:i}", "model", H_FLEET_MODEL, "messages", messages, "max_tokens", 4);
@@ -137,8 +137,8 @@ static void test_hot_restart_and_crash_keep_affinity(void **state)
 {
     (void)state;
     struct h_fleet f;
-    h_fleet_start(&f, &(struct h_fleet_opts){
-                          .n = 3, .policy = "cache_aware", .dataplane_extra = DEBUG});
+    h_fleet_start(
+        &f, &(struct h_fleet_opts){.n = 3, .policy = "cache_aware", .dataplane_extra = DEBUG});
     assert_true(h_proc_log_contains(f.dp, "prefix index: attached"));
     char home[64];
     json_t *conv = start_conversation(f.base, 10, home, sizeof(home));
@@ -168,8 +168,8 @@ static void test_second_dataplane_knows_the_prefix(void **state)
 {
     (void)state;
     struct h_fleet f;
-    h_fleet_start(&f, &(struct h_fleet_opts){
-                          .n = 3, .policy = "cache_aware", .dataplane_extra = DEBUG});
+    h_fleet_start(
+        &f, &(struct h_fleet_opts){.n = 3, .policy = "cache_aware", .dataplane_extra = DEBUG});
     char home[64];
     json_t *conv = start_conversation(f.base, 40, home, sizeof(home));
 
@@ -219,8 +219,8 @@ static void test_fresh_removes_the_index(void **state)
 {
     (void)state;
     struct h_fleet f;
-    h_fleet_start(&f, &(struct h_fleet_opts){
-                          .n = 3, .policy = "cache_aware", .dataplane_extra = DEBUG});
+    h_fleet_start(
+        &f, &(struct h_fleet_opts){.n = 3, .policy = "cache_aware", .dataplane_extra = DEBUG});
     char home[64];
     json_t *conv = start_conversation(f.base, 70, home, sizeof(home));
     h_fleet_stop(&f);
