@@ -257,7 +257,7 @@ static void start_node(struct h_config *c, const char *name, const struct h_mock
     c->policy = "cache_aware";
     c->dataplane_extra = DEBUG;
     for (int i = 0; i < 3; i++) {
-        char id[16];
+        char id[32];
         snprintf(id, sizeof(id), "w%d", order[i] + 1);
         assert_int_equal(h_config_add_worker(c, mocks[order[i]].url, id, H_FLEET_MODEL, NULL), 0);
     }

@@ -297,7 +297,7 @@ static const struct ca_params rdv_params = {
 static void rdv_fleet(struct ca_candidate *c, size_t n, uint32_t base)
 {
     for (size_t i = 0; i < n; i++) {
-        char id[16];
+        char id[32];
         snprintf(id, sizeof(id), "w%zu", i);
         c[i] = (struct ca_candidate){
             .slot = base + (uint32_t)i, .load = 0, .rdv_seed = rdv_worker_seed(id)};

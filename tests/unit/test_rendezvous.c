@@ -32,7 +32,7 @@ static void test_walk_is_order_free_and_skips_refused(void **state)
     (void)state;
     uint64_t seeds[5], rev[5];
     for (int i = 0; i < 5; i++) {
-        char id[8];
+        char id[32];
         snprintf(id, sizeof(id), "w%d", i);
         seeds[i] = rdv_worker_seed(id);
         rev[4 - i] = seeds[i];
