@@ -73,6 +73,7 @@ struct cfg_shm {
     char name[CFG_PATH_MAX]; /* POSIX shm name, starts with '/', no other '/' */
     uint32_t max_workers;
     uint32_t max_dataplanes;
+    uint32_t prefix_index_blocks; /* capacity of the "<name>.prefix" segment */
 };
 
 struct cfg_health {
@@ -151,6 +152,11 @@ struct cfg_policy {
     enum cfg_pd_fallback pd_fallback;
     enum cfg_load_signal load_signal;
     double kv_overload; /* a fresh report's kv_cache_usage above this = overloaded */
+    /* cache_aware: cold prefixes and overloaded fallbacks walk a rendezvous
+     * ranking (false: the least-loaded worker, as before); a worker is
+     * within bounds while its load <= bounded_load_factor x mean + 1. */
+    bool rendezvous;
+    double bounded_load_factor; /* >= 1 */
 };
 
 struct cfg_worker {

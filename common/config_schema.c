@@ -86,6 +86,9 @@ static const struct cfg_key shm_keys[] = {
             "a POSIX shm name: '/' then 1..249 characters, no other '/'", "/switchyard"),
     KEY_RANGE("max_workers", CFG_KIND_U32, struct cfg_shm, max_workers, 1, CFG_WORKERS_LIMIT, 1024),
     KEY_RANGE("max_dataplanes", CFG_KIND_U32, struct cfg_shm, max_dataplanes, 1, 64, 8),
+    /* 1 Mi blocks of 240 bytes of routing text in 16 MiB (64 KiB .. 4 GiB). */
+    KEY_RANGE("prefix_index_blocks", CFG_KIND_U32, struct cfg_shm, prefix_index_blocks, 4096,
+              268435456, 1048576),
     KEY_END,
 };
 
@@ -206,6 +209,11 @@ static const struct cfg_key policy_keys[] = {
     KEY_ENUM("load_signal", CFG_KIND_LOAD_SIGNAL, struct cfg_policy, load_signal,
              cfg_load_signal_names, CFG_LOAD_SIGNAL_COMBINED),
     KEY_NUM("kv_overload", struct cfg_policy, kv_overload, 0.0, 1.0, 0.9),
+    /* cache_aware: cold prefixes and overloaded fallbacks follow a
+     * rendezvous ranking, so independent router nodes agree (false: the
+     * least-loaded worker, as before). */
+    KEY_BOOL("rendezvous", struct cfg_policy, rendezvous, true),
+    KEY_NUM("bounded_load_factor", struct cfg_policy, bounded_load_factor, 1.0, 100.0, 1.25),
     KEY_END,
 };
 

@@ -27,12 +27,14 @@
 #include "controlplane/reset_load.h"
 #include "controlplane/source_static.h"
 #include "shm/load_report.h"
+#include "shm/prefix_index.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
 
 struct cp_daemon {
     const struct cfg *cfg; /* borrowed */
     struct shm_segment seg;
+    struct pix_index *prefix; /* the node's prefix index segment; NULL if none */
     struct cp_lease_reaper reaper;
     struct adm_ctx ctx;
     int epfd;
@@ -52,6 +54,45 @@ static const char *cp_outcome_name(enum shm_open_outcome o)
     default:
         return "opened";
     }
+}
+
+/*
+ * Creates (or keeps) the node's prefix index segment, "<shm.name>.prefix".
+ * Here, holding the registry's owner lock, so no other control plane can
+ * replace it under us; and before the registry is marked synced, which is
+ * what data planes wait for before they attach it. It is a cache: a failure
+ * to create it costs affinity, not service, so only a name squatted by
+ * someone else (-EPERM, the registry's own rule) stops the start.
+ */
+static int cp_open_prefix_index(struct cp_daemon *d)
+{
+    char name[CFG_PATH_MAX + sizeof(PIX_NAME_SUFFIX)];
+    char err[512] = "";
+    enum pix_open_outcome outcome = PIX_OPEN_UNSET;
+    int rc = pix_segment_name(d->cfg->shm.name, name, sizeof(name));
+    if (rc != 0) {
+        log_warn("shm.name %s is too long to add %s: no shared prefix index (data planes keep "
+                 "their own)",
+                 d->cfg->shm.name, PIX_NAME_SUFFIX);
+        return 0;
+    }
+    rc = pix_open_owner(name, d->cfg->shm.prefix_index_blocks, &d->prefix, &outcome, err,
+                        sizeof(err));
+    if (rc == -EPERM) {
+        log_error("%s: %s", d->cfg->path, err);
+        return rc;
+    }
+    if (rc != 0) {
+        log_warn("prefix index: %s; data planes keep their own", err);
+        d->prefix = NULL;
+        return 0;
+    }
+    if (outcome == PIX_OPEN_REPLACED)
+        log_warn("%s", err);
+    log_info("%s prefix index segment %s (layout version %u, %zu blocks, %zu bytes)",
+             outcome == PIX_OPEN_REATTACHED ? "re-attached" : "created", name, PIX_LAYOUT_VERSION,
+             pix_capacity(d->prefix), pix_memory_bytes(d->prefix));
+    return 0;
 }
 
 static int cp_open_segment(struct cp_daemon *d)
@@ -77,6 +118,9 @@ static int cp_open_segment(struct cp_daemon *d)
             log_warn("dropped %d load report(s) left half-written by the previous control plane",
                      dropped);
     }
+    rc = cp_open_prefix_index(d);
+    if (rc != 0)
+        return rc;
     rc = cp_source_static_sync(&d->seg, d->cfg, err, sizeof(err));
     if (rc != 0)
         log_error("%s", err);
@@ -230,6 +274,7 @@ out_close_loop:
         close(d.tickfd);
     shm_segment_close(&d.seg);
 out_close_signals:
+    pix_destroy(d.prefix);
     close(d.sigfd);
     return code;
 }

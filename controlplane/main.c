@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "controlplane/controlplane.h"
 #include "shm/layout.h"
+#include "shm/prefix_index.h"
 #include "shm/segment.h"
 
 static void usage(FILE *out)
@@ -23,7 +24,8 @@ static void usage(FILE *out)
                  "  -c, --config FILE   YAML configuration (see docs/configuration.md)\n"
                  "      --fresh         start from the config alone: remove the segment a\n"
                  "                      previous run left (its admin-API workers, drains and\n"
-                 "                      load counters); refused while a control plane or a\n"
+                 "                      load counters) and its prefix index; refused while a\n"
+                 "                      control plane or a\n"
                  "                      data plane still uses it\n"
                  "  -h, --help          this text\n"
                  "  -V, --version       versions of the binary and the segment layout\n");
@@ -39,8 +41,19 @@ static int run(struct cfg *cfg, void *arg)
             log_error("--fresh: %s", err);
             return 1;
         }
-        log_info("--fresh: starting from %s alone (segment %s removed if it existed)", cfg->path,
-                 cfg->shm.name);
+        /* Only once the registry is gone: then no data plane uses the
+         * index either (each holds a lease lock on the registry). */
+        char prefix[CFG_PATH_MAX + sizeof(PIX_NAME_SUFFIX)];
+        if (pix_segment_name(cfg->shm.name, prefix, sizeof(prefix)) == 0) {
+            rc = shm_segment_remove_unused(prefix, err, sizeof(err));
+            if (rc != 0) {
+                log_error("--fresh: %s", err);
+                return 1;
+            }
+        }
+        log_info("--fresh: starting from %s alone (segment %s and its prefix index removed if "
+                 "they existed)",
+                 cfg->path, cfg->shm.name);
     }
     return cp_run(cfg);
 }

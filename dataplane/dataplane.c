@@ -31,7 +31,9 @@
 #include "dataplane/listener.h"
 #include "dataplane/loop_run.h"
 #include "dataplane/metrics_listener.h"
+#include "dataplane/policy.h"
 #include "shm/lease.h"
+#include "shm/prefix_index.h"
 #include "shm/segment.h"
 
 #define DP_SEGMENT_POLL_MS          50
@@ -42,6 +44,7 @@
 struct dp_daemon {
     const struct cfg *cfg; /* borrowed */
     struct shm_segment seg;
+    struct pix_index *prefix; /* the node's shared prefix index, or NULL */
     struct shm_lease_handle lease;
     int epfd;
     int sigfd;
@@ -103,6 +106,33 @@ static int dp_wait_segment(struct dp_daemon *d, uint64_t wait_ms)
         struct timespec ts = {.tv_nsec = DP_SEGMENT_POLL_MS * 1000000L};
         nanosleep(&ts, NULL);
     }
+}
+
+/*
+ * Attaches the node's prefix index, which the control plane created before
+ * it published the registry we just waited for. Routing does not depend on
+ * it: without it cache_aware keeps a private index (as a lone data plane
+ * did before the index was shared) and says so once.
+ */
+static void dp_attach_prefix_index(struct dp_daemon *d)
+{
+    char name[CFG_PATH_MAX + sizeof(PIX_NAME_SUFFIX)];
+    char err[512];
+    int rc = pix_segment_name(d->cfg->shm.name, name, sizeof(name));
+    if (rc == 0)
+        rc = pix_attach(name, &d->prefix, err, sizeof(err));
+    else
+        snprintf(err, sizeof(err), "shm.name %s is too long to derive its name", d->cfg->shm.name);
+    if (rc != 0) {
+        log_warn("prefix index: %s; cache_aware uses a private index (not shared with other "
+                 "data planes, lost on restart)",
+                 err);
+        d->prefix = NULL;
+        return;
+    }
+    pol_cache_aware_use_index(d->prefix);
+    log_info("prefix index: attached %s (%zu blocks, %zu bytes)", name, pix_capacity(d->prefix),
+             pix_memory_bytes(d->prefix));
 }
 
 static int dp_watch(struct dp_daemon *d, int fd)
@@ -384,6 +414,7 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
         goto out_close_signals;
     if (dp_wait_segment(&d, opts->segment_wait_ms) != 0)
         goto out_close_signals;
+    dp_attach_prefix_index(&d);
     if (shm_lease_claim(&d.seg, &d.lease, err, sizeof(err)) != 0) {
         log_error("%s", err);
         goto out_close_segment;
@@ -459,6 +490,10 @@ out_free_shared:
      * previous dataplane is gone, lease included". */
     dp_hot_fini(&d.hot);
 out_close_segment:
+    if (d.prefix != NULL) {
+        pol_cache_aware_use_index(NULL);
+        pix_destroy(d.prefix);
+    }
     shm_segment_close(&d.seg);
 out_close_signals:
     close(d.sigfd);

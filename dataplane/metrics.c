@@ -397,7 +397,7 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
         prom_sample_u64(w, NULL, labels, 2, v);
     }
     prom_family(w, "switchyard_prefix_index_bytes", PROM_GAUGE,
-                "Memory of cache_aware's prefix index.");
+                "Bytes mapped by cache_aware's prefix index (shared by the node's data planes).");
     prom_sample_u64(w, NULL, NULL, 0, pol_cache_aware_index_bytes());
 
     prom_family(w, "switchyard_client_disconnects_total", PROM_COUNTER,

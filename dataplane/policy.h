@@ -10,8 +10,9 @@
  * Threading: each event loop creates its own instance (pol_create), so a
  * policy's state (a round-robin cursor, a random generator) is
  * single-threaded. cache_aware's prefix index is the exception: one per
- * process, shared by every loop, so that a request's affinity does not
- * depend on which thread accepted it (see policy/prefix_index.h).
+ * node, in shared memory, used by every loop of every data plane, so that a
+ * request's affinity does not depend on which thread or process accepted it
+ * nor on a restart (see shm/prefix_index.h).
  */
 #ifndef SY_DATAPLANE_POLICY_H
 #define SY_DATAPLANE_POLICY_H
@@ -108,7 +109,16 @@ void pol_destroy(struct pol_policy *p);
 int pol_pick(struct pol_policy *p, const struct pol_request *req, const struct pol_candidate *cands,
              size_t n, enum pol_decision *decision);
 
-/* Bytes held by cache_aware's shared prefix index (0 before its first use). */
+struct pix_index;
+
+/*
+ * Hands cache_aware the node's shared prefix index (borrowed: it must
+ * outlive every policy). Call before the loops create their policies;
+ * without it cache_aware creates a private index on first use.
+ */
+void pol_cache_aware_use_index(struct pix_index *ix);
+
+/* Bytes mapped by cache_aware's prefix index (0 before its first use). */
 size_t pol_cache_aware_index_bytes(void);
 
 /* The consistent_hash choice as a function (also used by tests). */

@@ -171,7 +171,7 @@ static void shm_fill_owner(struct shm_segment *seg)
  * would let its owner rewrite worker URLs (and receive the prompts) or
  * truncate it under us (SIGBUS). -EPERM with the owner and mode in err.
  */
-static int shm_check_owner(int fd, const char *name, char *err, size_t err_len)
+int shm_segment_check_owner(int fd, const char *name, char *err, size_t err_len)
 {
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -266,7 +266,7 @@ static int shm_reattach(struct shm_segment *seg, const char *name, uint32_t max_
         return -e;
     }
     seg->fd = fd;
-    int rc = shm_check_owner(fd, name, err, err_len);
+    int rc = shm_segment_check_owner(fd, name, err, err_len);
     if (rc != 0)
         goto out_close;
     rc = shm_segment_try_lock(seg, SHM_OWNER_LOCK_OFFSET, SHM_OWNER_LOCK_LEN);
@@ -377,7 +377,7 @@ int shm_segment_attach(struct shm_segment *seg, const char *name, char *err, siz
         snprintf(err, err_len, "shm_open(%s): %s", name, strerror(e));
         return -e;
     }
-    int rc = shm_check_owner(fd, name, err, err_len);
+    int rc = shm_segment_check_owner(fd, name, err, err_len);
     if (rc != 0)
         goto out_close;
     struct stat st;
@@ -432,7 +432,7 @@ int shm_segment_remove_unused(const char *name, char *err, size_t err_len)
         snprintf(err, err_len, "shm_open(%s): %s", name, strerror(e));
         return -e;
     }
-    int rc = shm_check_owner(fd, name, err, err_len);
+    int rc = shm_segment_check_owner(fd, name, err, err_len);
     if (rc == 0) {
         /* l_len 0: every byte to the end, whoever holds which range. */
         struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};

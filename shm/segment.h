@@ -83,6 +83,14 @@ int shm_segment_attach(struct shm_segment *seg, const char *name, char *err, siz
 int shm_segment_validate(const struct shm_header *hdr, uint64_t file_size, char *err,
                          size_t err_len);
 
+/*
+ * Refuses an object that someone else could have prepared: it must belong to
+ * the effective uid and give nothing to group or other. 0, or -EPERM (owner
+ * and mode in err) or another negative errno. Used for every shm object the
+ * daemons open (this segment and the prefix index's).
+ */
+int shm_segment_check_owner(int fd, const char *name, char *err, size_t err_len);
+
 /* Unmaps and closes (dropping every lock this process holds on it). NULL-safe. */
 void shm_segment_close(struct shm_segment *seg);
 

@@ -10,6 +10,8 @@
 
 #include <xxhash.h>
 
+#include "dataplane/policy/rendezvous.h"
+
 #define CA_MAX_CANDIDATES 1024u
 
 bool ca_is_overloaded(const struct ca_params *p, uint64_t load, uint64_t min_load)
@@ -56,6 +58,38 @@ static size_t ca_least_loaded(const struct ca_candidate *cands, size_t n, long p
     return 0;
 }
 
+/* A walk of the rendezvous ranking: candidates within the load bound and
+ * not KV-full, except `skip` (the overloaded matched worker, or n for none). */
+struct ca_walk {
+    const struct ca_candidate *cands;
+    size_t n;
+    size_t skip;
+    uint64_t total;
+    double factor;
+};
+
+static bool ca_walk_accept(const void *ctx, size_t i, uint64_t *seed)
+{
+    const struct ca_walk *w = ctx;
+    *seed = w->cands[i].rdv_seed;
+    /* A worker whose fresh report says its KV cache is full is passed over
+     * like one over the bound: a request sent there would queue. */
+    return i != w->skip && !w->cands[i].kv_overloaded &&
+           rdv_within_bound(w->cands[i].load, w->total, w->n, w->factor);
+}
+
+/* The first worker of the ranking for key within bounds (skipping `skip`);
+ * the least-loaded one if none is (only possible when skipping). */
+static size_t ca_ranked(const struct ca_params *p, const struct ca_candidate *cands, size_t n,
+                        uint64_t total, size_t skip, const void *key, size_t key_len,
+                        uint64_t spread)
+{
+    struct ca_walk w = {
+        .cands = cands, .n = n, .skip = skip, .total = total, .factor = p->bounded_load_factor};
+    long i = rdv_first(key, key_len, n, ca_walk_accept, &w);
+    return i >= 0 ? (size_t)i : ca_least_loaded(cands, n, -1, spread);
+}
+
 int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model, const char *text,
               size_t len, const struct ca_candidate *cands, size_t n, struct ca_choice *out)
 {
@@ -68,8 +102,9 @@ int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model
     static _Thread_local struct pix_slot_set candidates;
     uint32_t slots[CA_MAX_CANDIDATES];
     size_t n_slots = n < CA_MAX_CANDIDATES ? n : CA_MAX_CANDIDATES;
-    uint64_t min_load = UINT64_MAX, max_load = 0;
+    uint64_t min_load = UINT64_MAX, max_load = 0, total = 0;
     for (size_t i = 0; i < n; i++) {
+        total += cands[i].load;
         if (i < n_slots) {
             slots[i] = cands[i].slot;
             pix_slots_add(&candidates, cands[i].slot);
@@ -106,17 +141,25 @@ int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model
 
     /* Deterministic per text, different across texts. */
     uint64_t spread = n_blocks > 0 ? hashes[0] : XXH3_64bits(text, len);
+    /* The ranking's key: the chained hash of the head's blocks (it covers
+     * them all), or the whole text when it has no full block. */
+    size_t key_blocks = n_blocks < CA_RDV_KEY_BLOCKS ? n_blocks : CA_RDV_KEY_BLOCKS;
+    const void *rdv_key = key_blocks > 0 ? (const void *)&hashes[key_blocks - 1] : text;
+    size_t rdv_key_len = key_blocks > 0 ? sizeof(hashes[0]) : len;
     size_t chosen;
     enum pol_decision decision;
     if (p->balance_gate == CFG_BALANCE_GATE_FLEET && ca_is_overloaded(p, max_load, min_load)) {
         chosen = ca_least_loaded(cands, n, prefer, spread);
         decision = POL_DECISION_FLEET_IMBALANCED;
     } else if (!enough) {
-        chosen = ca_least_loaded(cands, n, prefer, spread);
+        chosen = p->rendezvous ? ca_ranked(p, cands, n, total, n, rdv_key, rdv_key_len, spread)
+                               : ca_least_loaded(cands, n, prefer, spread);
         decision = POL_DECISION_NO_MATCH;
     } else if (cands[matched_idx].kv_overloaded ||
                ca_is_overloaded(p, cands[matched_idx].load, min_load)) {
-        chosen = ca_least_loaded(cands, n, -1, spread);
+        chosen = p->rendezvous
+                     ? ca_ranked(p, cands, n, total, matched_idx, rdv_key, rdv_key_len, spread)
+                     : ca_least_loaded(cands, n, -1, spread);
         decision = POL_DECISION_OVERLOADED_FALLBACK;
     } else {
         chosen = matched_idx;

@@ -12,6 +12,18 @@
  * least-loaded worker, ties broken toward the longer match. A hot worker
  * elsewhere in the fleet does not switch affinity off (invariant 9).
  *
+ * Rendezvous (params.rendezvous): a prefix no eligible worker holds (or
+ * holds less than cache_threshold of) goes down the rendezvous ranking of
+ * the eligible workers (policy/rendezvous.h), keyed by the hash of its
+ * first CA_RDV_KEY_BLOCKS blocks (the whole text when shorter than a
+ * block), to the first worker whose load is within the bound
+ * (bounded_load_factor × mean + 1); and when the matched worker is
+ * overloaded, the fallback walks the same ranking, skipping it. Independent
+ * router nodes, each with its own index, thus send the same new prefix to
+ * the same worker, and agree on where to go when they give up affinity.
+ * The worker key is its id, never a slot number. Without rendezvous both
+ * go to the least-loaded worker (the behaviour before it existed).
+ *
  * balance_gate: fleet reproduces vllm-router's pre-#238 behaviour for
  * benchmarks only: when the fleet's max and min loads differ by both
  * thresholds, every request goes to the least-loaded worker.
@@ -21,25 +33,36 @@
 #ifndef SY_DATAPLANE_POLICY_CACHE_AWARE_H
 #define SY_DATAPLANE_POLICY_CACHE_AWARE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/config.h"
 #include "dataplane/policy.h"
-#include "dataplane/policy/prefix_index.h"
+#include "shm/prefix_index.h"
+
+/* Blocks of a prompt's head that key its rendezvous ranking: 2 blocks, 480
+ * bytes, about 120 tokens. Short, so that the first turn of a chat already
+ * has them and later turns (arriving at other router nodes) keep the same
+ * key; long enough that prompts sharing only a short preamble spread. */
+#define CA_RDV_KEY_BLOCKS 2u
 
 struct ca_params {
     double cache_threshold;
     uint64_t balance_abs_threshold;
     double balance_rel_threshold;
     enum cfg_balance_gate balance_gate;
+    bool rendezvous;            /* cold prefixes and fallbacks walk the ranking */
+    double bounded_load_factor; /* >= 1 (the ranking's load bound) */
 };
 
-/* One eligible worker: its registry slot and current load. */
+/* One eligible worker: its registry slot, current load, and rendezvous
+ * seed (rdv_worker_seed of its id). */
 struct ca_candidate {
     uint32_t slot;
     uint64_t load;
     bool kv_overloaded; /* counts as overloaded in the balance gate */
+    uint64_t rdv_seed;
 };
 
 struct ca_choice {

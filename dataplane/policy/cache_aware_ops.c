@@ -1,9 +1,12 @@
 /*
  * cache_aware as a routing policy (the decision itself is in
- * cache_aware.c). The prefix index is one per process, created by the
- * first loop that asks for it and shared by all loops, so a request's
- * affinity does not depend on the thread that accepted it; it lives until
- * the process exits (its memory is fixed at creation).
+ * cache_aware.c). The prefix index is one per node: the data plane attaches
+ * the control plane's shared segment at startup and hands it over with
+ * pol_cache_aware_use_index before any loop creates its policy, so every
+ * loop of every data plane on the node (and the next one after a hot
+ * restart) sees the same prefixes. Without one (no segment, or a unit test)
+ * the first loop that asks creates a private index for the process, as
+ * before the index was shared; either lives until the process exits.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -13,15 +16,23 @@
 #include "common/log.h"
 #include "dataplane/policy.h"
 #include "dataplane/policy/cache_aware.h"
-#include "dataplane/policy/prefix_index.h"
+#include "dataplane/policy/rendezvous.h"
+#include "shm/prefix_index.h"
 
-/* 1 Mi blocks of 240 bytes: 240 MiB of distinct prompt text remembered, in
- * 16 MiB of index. */
+/* The private fallback's size: shm.prefix_index_blocks' default (1 Mi
+ * blocks of 240 bytes: 240 MiB of distinct prompt text, in 16 MiB). */
 #define CA_INDEX_BLOCKS     (1u << 20)
 #define CA_STACK_CANDIDATES 256u
 
 static pthread_mutex_t ca_index_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pix_index *ca_index;
+
+void pol_cache_aware_use_index(struct pix_index *ix)
+{
+    pthread_mutex_lock(&ca_index_lock);
+    ca_index = ix;
+    pthread_mutex_unlock(&ca_index_lock);
+}
 
 static struct pix_index *ca_shared_index(void)
 {
@@ -29,8 +40,8 @@ static struct pix_index *ca_shared_index(void)
     if (ca_index == NULL) {
         ca_index = pix_create(CA_INDEX_BLOCKS);
         if (ca_index != NULL)
-            log_info("cache_aware: prefix index of %zu blocks (%zu bytes)", pix_capacity(ca_index),
-                     pix_memory_bytes(ca_index));
+            log_info("cache_aware: private prefix index of %zu blocks (%zu bytes)",
+                     pix_capacity(ca_index), pix_memory_bytes(ca_index));
     }
     struct pix_index *ix = ca_index;
     pthread_mutex_unlock(&ca_index_lock);
@@ -65,6 +76,8 @@ static int ca_create(const struct cfg_policy *cfg, void **state)
         .balance_abs_threshold = cfg->balance_abs_threshold,
         .balance_rel_threshold = cfg->balance_rel_threshold,
         .balance_gate = cfg->balance_gate,
+        .rendezvous = cfg->rendezvous,
+        .bounded_load_factor = cfg->bounded_load_factor,
     };
     *state = s;
     return 0;
@@ -87,9 +100,12 @@ static int ca_pick(void *state, const struct pol_request *req, const struct pol_
     if (cc == NULL)
         return -ENOMEM;
     for (size_t i = 0; i < n; i++)
-        cc[i] = (struct ca_candidate){.slot = cands[i].worker->slot,
-                                      .load = cands[i].load,
-                                      .kv_overloaded = cands[i].kv_overloaded};
+        cc[i] = (struct ca_candidate){
+            .slot = cands[i].worker->slot,
+            .load = cands[i].load,
+            .kv_overloaded = cands[i].kv_overloaded,
+            .rdv_seed = rdv_worker_seed(cands[i].worker->id),
+        };
     struct ca_choice choice;
     int rc = ca_decide(s->ix, &s->params, req->model, req->text != NULL ? req->text : "",
                        req->text_len, cc, n, &choice);

@@ -1,9 +1,10 @@
 /*
  * consistent_hash: requests with the same session key go to the same worker.
  * The key is the X-Session-Id header, else X-User-Id, else the body's
- * "user". Rendezvous (highest-random-weight) hashing over the worker ids:
- * a key's worker changes only when that worker leaves or is full, never
- * because an unrelated worker came or went.
+ * "user". Rendezvous (highest-random-weight) hashing over the worker ids
+ * (policy/rendezvous.h, shared with cache_aware): a key's worker changes
+ * only when that worker leaves or is full, never because an unrelated
+ * worker came or went.
  *
  * Bounded load: a worker is full when its load has reached
  * ceil(CH_LOAD_FACTOR × (total load + 1) / n); the key then goes to its
@@ -13,11 +14,11 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
-#include <xxhash.h>
-
 #include "dataplane/policy.h"
+#include "dataplane/policy/rendezvous.h"
 
 #define CH_LOAD_FACTOR 1.25
 
@@ -38,6 +39,19 @@ static const char *ch_key(const struct pol_request *req, size_t *len)
     return NULL;
 }
 
+struct ch_walk {
+    const struct pol_candidate *cands;
+    uint64_t cap;
+    bool capped; /* false: every worker is acceptable */
+};
+
+static bool ch_accept(const void *ctx, size_t i, uint64_t *seed)
+{
+    const struct ch_walk *w = ctx;
+    *seed = rdv_worker_seed(w->cands[i].worker->id);
+    return !w->capped || w->cands[i].load < w->cap;
+}
+
 int pol_consistent_hash_pick(const struct pol_request *req, const struct pol_candidate *cands,
                              size_t n, enum pol_decision *decision)
 {
@@ -54,24 +68,19 @@ int pol_consistent_hash_pick(const struct pol_request *req, const struct pol_can
         *decision = POL_DECISION_NO_KEY;
         return (int)least;
     }
-    uint64_t cap = (uint64_t)ceil(CH_LOAD_FACTOR * (double)(total + 1) / (double)n);
+    struct ch_walk walk = {
+        .cands = cands,
+        .cap = (uint64_t)ceil(CH_LOAD_FACTOR * (double)(total + 1) / (double)n),
+        .capped = true,
+    };
     /* The best-ranked worker under the cap; the best overall if all are full. */
-    long best = -1, best_any = -1;
-    uint64_t best_score = 0, best_any_score = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char *id = cands[i].worker->id;
-        uint64_t score = XXH3_64bits_withSeed(key, key_len, XXH3_64bits(id, strlen(id)));
-        if (best_any < 0 || score > best_any_score) {
-            best_any = (long)i;
-            best_any_score = score;
-        }
-        if (cands[i].load < cap && (best < 0 || score > best_score)) {
-            best = (long)i;
-            best_score = score;
-        }
-    }
+    long best = rdv_first(key, key_len, n, ch_accept, &walk);
     *decision = best >= 0 ? POL_DECISION_HASH : POL_DECISION_HASH_ALL_FULL;
-    return (int)(best >= 0 ? best : best_any);
+    if (best < 0) {
+        walk.capped = false;
+        best = rdv_first(key, key_len, n, ch_accept, &walk);
+    }
+    return (int)best;
 }
 
 static int ch_pick(void *state, const struct pol_request *req, const struct pol_candidate *cands,

@@ -31,7 +31,7 @@ bench_cleanup() {
     done
     bench_pids=()
     rm -rf "$bench_tmp"
-    rm -f /dev/shm/sy-bench-*-$$ 2>/dev/null || true
+    rm -f /dev/shm/sy-bench-*-$$ /dev/shm/sy-bench-*-$$.prefix 2>/dev/null || true
 }
 
 # Runs a command in the background, remembers its pid in $last_pid.
@@ -219,9 +219,10 @@ proxy_nginx_start() {
 
 # switchyard_config FILE NAME THREADS POLICY GATE DP_PORT ADMIN_PORT WORKER_PORT...
 # Writes a config whose workers are 127.0.0.1:PORT (model "mock"), probed
-# every 100 ms. $balance_abs, when set, is policy.balance_abs_threshold.
+# every 100 ms. $balance_abs, when set, is policy.balance_abs_threshold;
+# $policy_extra, when set, holds more "key: value" lines for policy.
 switchyard_config() {
-    local file=$1 name=$2 threads=$3 policy=$4 gate=$5 dp=$6 admin=$7 p i=0
+    local file=$1 name=$2 threads=$3 policy=$4 gate=$5 dp=$6 admin=$7 p i=0 line
     shift 7
     {
         echo "shm:"
@@ -238,6 +239,9 @@ switchyard_config() {
         echo "  name: $policy"
         echo "  balance_gate: $gate"
         if [ -n "${balance_abs:-}" ]; then echo "  balance_abs_threshold: $balance_abs"; fi
+        if [ -n "${policy_extra:-}" ]; then
+            while IFS= read -r line; do echo "  $line"; done <<<"$policy_extra"
+        fi
         echo "workers:"
         for p in "$@"; do
             i=$((i + 1))
@@ -285,7 +289,8 @@ switchyard_pd_config() {
 switchyard_start() {
     local build=$1 config=$2 dp=$3 name
     name=$(basename "$config" .yaml)
-    bench_spawn "$bench_tmp/$name-cp.log" "$build/switchyard-controlplane" --config "$config"
+    # --fresh: a run starts with an empty registry state and prefix index.
+    bench_spawn "$bench_tmp/$name-cp.log" "$build/switchyard-controlplane" --config "$config" --fresh
     cp_pid=$last_pid
     bench_spawn "$bench_tmp/$name-dp.log" "$build/switchyard-dataplane" --config "$config"
     dp_pid=$last_pid

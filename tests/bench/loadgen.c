@@ -252,9 +252,43 @@ static void lg_replay_done(struct lg_engine *e, struct lg_xfer *x, CURLcode rc)
         lg_turn_ended(c, x->idx, now - c->t_start);
 }
 
+/* The router URLs requests go to, round robin in the order they are sent
+ * (a round-robin front over independent router nodes). */
+#define LG_MAX_URLS 8
+
+struct lg_urls {
+    char chat[LG_MAX_URLS][256], cmpl[LG_MAX_URLS][256];
+    size_t n, next;
+};
+
+/* Splits "http://A,http://B" into the routes of each. 0 or -EINVAL. */
+static int lg_urls_parse(struct lg_urls *u, const char *base_urls)
+{
+    u->n = u->next = 0;
+    const char *p = base_urls;
+    while (*p != '\0') {
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len > 200 || u->n == LG_MAX_URLS)
+            return -EINVAL;
+        snprintf(u->chat[u->n], sizeof(u->chat[0]), "%.*s/v1/chat/completions", (int)len, p);
+        snprintf(u->cmpl[u->n], sizeof(u->cmpl[0]), "%.*s/v1/completions", (int)len, p);
+        u->n++;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return u->n > 0 ? 0 : -EINVAL;
+}
+
+/* The URL of the next request sent (chat or completions), round robin. */
+static const char *lg_urls_take(struct lg_urls *u, bool chat)
+{
+    size_t i = u->next++ % u->n;
+    return chat ? u->chat[i] : u->cmpl[i];
+}
+
 /* Sends every request of an open-loop plan at its arrival time. */
-static void lg_replay_open(struct lg_engine *e, struct lg_replay_ctx *c, const char *chat_url,
-                           const char *cmpl_url)
+static void lg_replay_open(struct lg_engine *e, struct lg_replay_ctx *c, struct lg_urls *urls)
 {
     const struct wl_plan *plan = c->plan;
     size_t next = 0;
@@ -263,8 +297,7 @@ static void lg_replay_open(struct lg_engine *e, struct lg_replay_ctx *c, const c
         while (next < plan->n && plan->req[next].at_s <= now) {
             const struct wl_request *r = &plan->req[next];
             c->res[next].sent = true;
-            if (lg_add(e, r->chat ? chat_url : cmpl_url, r->body, r->body_len, r->session, next) !=
-                0)
+            if (lg_add(e, lg_urls_take(urls, r->chat), r->body, r->body_len, r->session, next) != 0)
                 c->res[next].curl_rc = -1;
             next++;
         }
@@ -293,7 +326,7 @@ static long lg_wait_ms(double at, double now, long cap)
 
 /* Runs a sequential plan: conversations start open-loop (at most
  * max_concurrency at once), each turn after the previous one ended. */
-static void lg_replay_sequential(struct lg_engine *e, struct lg_replay_ctx *c, const char *chat_url)
+static void lg_replay_sequential(struct lg_engine *e, struct lg_replay_ctx *c, struct lg_urls *urls)
 {
     const struct wl_plan *plan = c->plan;
     size_t n_conv = plan->n / plan->turns, started = 0;
@@ -317,7 +350,7 @@ static void lg_replay_sequential(struct lg_engine *e, struct lg_replay_ctx *c, c
             const struct wl_request *r = &plan->req[idx];
             c->ready_at[conv] = -1;
             c->res[idx].sent = true;
-            if (lg_add(e, chat_url, r->body, r->body_len, r->session, idx) != 0) {
+            if (lg_add(e, lg_urls_take(urls, true), r->body, r->body_len, r->session, idx) != 0) {
                 c->res[idx].curl_rc = -1;
                 lg_turn_ended(c, idx, now);
                 wait = 0;
@@ -346,6 +379,7 @@ int lg_replay(const struct wl_plan *plan, const char *base_url, struct lg_result
         return rc;
     size_t n_conv = plan->sequential && plan->turns > 0 ? plan->n / plan->turns : 0;
     struct lg_replay_ctx c = {.res = results, .plan = plan};
+    struct lg_urls *urls = NULL;
     if (plan->sequential) {
         c.ready_at = malloc((n_conv + 1) * sizeof(*c.ready_at));
         c.next_turn = calloc(n_conv + 1, sizeof(*c.next_turn));
@@ -358,18 +392,24 @@ int lg_replay(const struct wl_plan *plan, const char *base_url, struct lg_result
     }
     e.user = &c;
     e.on_done = lg_replay_done;
-    char chat_url[256], cmpl_url[256];
-    snprintf(chat_url, sizeof(chat_url), "%s/v1/chat/completions", base_url);
-    snprintf(cmpl_url, sizeof(cmpl_url), "%s/v1/completions", base_url);
+    urls = malloc(sizeof(*urls));
+    if (urls == NULL) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    rc = lg_urls_parse(urls, base_url);
+    if (rc != 0)
+        goto out;
     for (size_t i = 0; i < plan->n; i++)
         results[i] = (struct lg_result){.ttft_s = -1, .e2e_s = -1};
     c.t_start = lg_now();
     if (plan->sequential)
-        lg_replay_sequential(&e, &c, chat_url);
+        lg_replay_sequential(&e, &c, urls);
     else
-        lg_replay_open(&e, &c, chat_url, cmpl_url);
+        lg_replay_open(&e, &c, urls);
     *wall_s = lg_now() - c.t_start;
 out:
+    free(urls);
     free(c.ready_at);
     free(c.next_turn);
     lg_engine_fini(&e);

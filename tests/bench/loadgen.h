@@ -36,7 +36,9 @@ struct lg_result {
 };
 
 /* Sends plan to base_url (http://HOST:PORT) open-loop; results[i] is the
- * outcome of plan->req[i]. Returns 0 or -errno (setup failure). */
+ * outcome of plan->req[i]. base_url may list up to 8 comma-separated URLs
+ * (independent router nodes): requests go to them round robin in the order
+ * they are sent. Returns 0 or -errno (setup failure, -EINVAL: a bad list). */
 int lg_replay(const struct wl_plan *plan, const char *base_url, struct lg_result *results,
               double *wall_s);
 

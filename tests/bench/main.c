@@ -32,6 +32,10 @@
  * of the requests that completed in it; its hit-rate ceiling follows the
  * order in which the run sent the requests.
  *
+ * --url may list several comma-separated router URLs (independent router
+ * nodes, at most 8): requests go to them round robin, as behind a
+ * round-robin front.
+ *
  * Results go to stdout as "name value" lines (the format of the micro
  * benches), plus a JSON summary and a per-request CSV on request.
  */

@@ -12,7 +12,7 @@
 
 #include "common/proc.h"
 #include "dataplane/policy/cache_aware.h"
-#include "dataplane/policy/prefix_index.h"
+#include "shm/prefix_index.h"
 
 #define WORKERS 256
 #define GROUPS  64

@@ -40,7 +40,7 @@
 #include <cmocka.h>
 
 #define H_MAX_PROCS       32
-#define H_MAX_SHM         16
+#define H_MAX_SHM         32
 #define H_MAX_PORT_CLAIMS 64
 #define H_LOG_TAIL_LINES  60
 #define H_LOG_TAIL_BYTES  (64 * 1024)
@@ -313,7 +313,9 @@ int h_shm_name(char *buf, size_t len)
     int rc = h_ctx_begin();
     if (rc != 0)
         return rc;
-    if (h_ctx.n_shm == H_MAX_SHM)
+    /* Two names: the segment and the prefix index the control plane
+     * creates beside it ("<name>.prefix"), both removed at teardown. */
+    if (h_ctx.n_shm + 2 > H_MAX_SHM)
         return -ENOSPC;
     char name[H_NAME_MAX];
     rc = h_fmt(name, sizeof(name), "/sy-test-%d-%u", (int)getpid(), ++h_shm_seq);
@@ -321,10 +323,16 @@ int h_shm_name(char *buf, size_t len)
         rc = h_fmt(buf, len, "%s", name);
     if (rc != 0)
         return rc;
-    size_t i = h_ctx.n_shm;
-    memcpy(h_ctx.shm_names[i], name, sizeof(name));
-    snprintf(h_ctx.shm_paths[i], sizeof(h_ctx.shm_paths[i]), "/dev/shm%s", name);
-    h_ctx.n_shm = i + 1;
+    for (int k = 0; k < 2; k++) {
+        char full[H_NAME_MAX];
+        rc = h_fmt(full, sizeof(full), "%s%s", name, k == 0 ? "" : ".prefix");
+        if (rc != 0)
+            return rc;
+        size_t i = h_ctx.n_shm;
+        memcpy(h_ctx.shm_names[i], full, sizeof(full));
+        snprintf(h_ctx.shm_paths[i], sizeof(h_ctx.shm_paths[i]), "/dev/shm%s", full);
+        h_ctx.n_shm = i + 1;
+    }
     return 0;
 }
 

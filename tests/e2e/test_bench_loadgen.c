@@ -149,12 +149,45 @@ static void test_open_loop_unchanged(void **state)
     wl_plan_fini(&plan);
 }
 
+/* --url A,B,C: requests go to the routers round robin (the mocks' own
+ * request counters), and a bad list is refused. */
+static void test_urls_round_robin(void **state)
+{
+    (void)state;
+    struct h_mock m[3];
+    for (int i = 0; i < 3; i++)
+        start_mock(&m[i]);
+    struct wl_plan plan;
+    build_plan("name: r\nkind: multi_turn\nconversations: 3\nturns: 3\nsystem_tokens: 32\n"
+               "question_tokens: 8\noutput_tokens: 4\nrate: 100\nseed: 7\n",
+               &plan);
+    struct lg_result *res = calloc(plan.n, sizeof(*res));
+    assert_non_null(res);
+    char urls[256];
+    snprintf(urls, sizeof(urls), "%s,%s,%s", m[0].url, m[1].url, m[2].url);
+    double wall = 0;
+    assert_int_equal(lg_replay(&plan, urls, res, &wall), 0);
+    for (size_t i = 0; i < plan.n; i++)
+        assert_true(res[i].ok);
+    for (int i = 0; i < 3; i++) {
+        long long n = -1;
+        assert_int_equal(h_mock_stat_int(m[i].url, "requests_total", &n), 0);
+        assert_int_equal(n, (long long)plan.n / 3);
+    }
+    assert_int_equal(lg_replay(&plan, "", res, &wall), -EINVAL);
+    snprintf(urls, sizeof(urls), "%s,,%s", m[0].url, m[1].url);
+    assert_int_equal(lg_replay(&plan, urls, res, &wall), -EINVAL);
+    free(res);
+    wl_plan_fini(&plan);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
         H_TEST(test_sequential_turns),
         H_TEST(test_open_loop_unchanged),
+        H_TEST(test_urls_round_robin),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

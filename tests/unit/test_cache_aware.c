@@ -1,5 +1,6 @@
 /*
- * Unit tests of the prefix index and cache_aware's per-request decision,
+ * Unit tests of cache_aware's per-request decision (the index itself:
+ * test_prefix_index.c),
  * including vllm-router #238's regression (a hot worker elsewhere must not
  * switch affinity off) and the fleet gate that reproduces the old bug.
  */
@@ -14,7 +15,8 @@
 #include <cmocka.h>
 
 #include "dataplane/policy/cache_aware.h"
-#include "dataplane/policy/prefix_index.h"
+#include "dataplane/policy/rendezvous.h"
+#include "shm/prefix_index.h"
 
 static const struct ca_params default_params = {
     .cache_threshold = 0.5,
@@ -256,47 +258,257 @@ static void test_multi_turn_chat_sticks_to_its_worker(void **state)
     pix_destroy(ix);
 }
 
-static void test_index_memory_is_bounded(void **state)
+/* ---- rendezvous for cold prefixes, bounded load ---------------------------- */
+
+/* Text of `len` bytes drawn from `base` up to byte `from` and from `seed`
+ * after it (make_text's salt gives only two distinct texts). */
+static char *rdv_text2(size_t len, unsigned base, unsigned seed, size_t from)
 {
-    (void)state;
-    struct pix_index *ix = pix_create(1 << 18);
-    assert_non_null(ix);
-    size_t bytes = pix_memory_bytes(ix);
-    size_t cap = pix_capacity(ix);
-    assert_true(cap >= (1 << 18));
-    assert_true(bytes <= cap * 16 + 4096);
-    /* One million distinct blocks. */
-    uint64_t h[1024];
-    for (uint64_t i = 0; i < 1000000; i += 1024) {
-        for (size_t k = 0; k < 1024; k++)
-            h[k] = (i + k) * 0x9e3779b97f4a7c15ull;
-        pix_record(ix, h, 0, 1024, (uint32_t)(i % 7));
+    char *t = malloc(len + 1);
+    assert_non_null(t);
+    for (size_t i = 0; i < len; i++) {
+        uint64_t x = (uint64_t)(i >= from ? seed : base) * 0x9e3779b97f4a7c15ull + i;
+        x ^= x >> 31;
+        x *= 0xbf58476d1ce4e5b9ull;
+        x ^= x >> 29;
+        t[i] = (char)('a' + x % 26);
     }
-    assert_int_equal(pix_memory_bytes(ix), bytes);
-    /* The latest blocks are still there; most early ones were evicted. */
-    assert_true(pix_has(ix, h[1023], (uint32_t)((1000000 - 1024 + 576) / 1024 * 1024 % 7)) ||
-                pix_has(ix, h[1023], 0) || pix_has(ix, h[1023], 1) || pix_has(ix, h[1023], 2) ||
-                pix_has(ix, h[1023], 3) || pix_has(ix, h[1023], 4) || pix_has(ix, h[1023], 5) ||
-                pix_has(ix, h[1023], 6));
-    size_t early_left = 0;
-    for (uint64_t i = 0; i < 1024; i++)
-        for (uint32_t s = 0; s < 7; s++)
-            early_left += pix_has(ix, i * 0x9e3779b97f4a7c15ull, s);
-    assert_true(early_left < 512);
-    pix_destroy(ix);
+    t[len] = '\0';
+    return t;
 }
 
-static void test_refs_keep_three_most_recent_workers(void **state)
+static char *rdv_text(size_t len, unsigned seed, size_t from)
+{
+    return rdv_text2(len, seed, seed, from);
+}
+
+static const struct ca_params rdv_params = {
+    .cache_threshold = 0.5,
+    .balance_abs_threshold = 32,
+    .balance_rel_threshold = 1.5,
+    .balance_gate = CFG_BALANCE_GATE_PER_REQUEST,
+    .rendezvous = true,
+    .bounded_load_factor = 1.25,
+};
+
+#define RDV_N 4
+
+/* Candidates w0..w<n-1> on slots base+0.., all idle. */
+static void rdv_fleet(struct ca_candidate *c, size_t n, uint32_t base)
+{
+    for (size_t i = 0; i < n; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "w%zu", i);
+        c[i] = (struct ca_candidate){
+            .slot = base + (uint32_t)i, .load = 0, .rdv_seed = rdv_worker_seed(id)};
+    }
+}
+
+/* Routes text on a fresh index (a router node that never saw it): the
+ * chosen candidate's seed, which names the worker whatever its slot. */
+static uint64_t cold_pick(const struct ca_params *p, const char *text, const struct ca_candidate *c,
+                          size_t n, enum pol_decision *decision)
+{
+    struct pix_index *ix = ix_new();
+    struct ca_choice ch;
+    assert_int_equal(ca_decide(ix, p, "m", text, strlen(text), c, n, &ch), 0);
+    pix_destroy(ix);
+    if (decision != NULL)
+        *decision = ch.decision;
+    return c[ch.index].rdv_seed;
+}
+
+/* Two router nodes with their own indexes, their own slot numbers and
+ * candidate orders send the same new prompt to the same worker, and many
+ * prompts spread over every worker. */
+static void test_rendezvous_nodes_agree_on_cold_prefix(void **state)
+{
+    (void)state;
+    struct ca_candidate a[RDV_N], b[RDV_N];
+    rdv_fleet(a, RDV_N, 0);
+    rdv_fleet(b, RDV_N, 100);
+    /* Node B lists them in reverse. */
+    for (size_t i = 0; i < RDV_N / 2; i++) {
+        struct ca_candidate t = b[i];
+        b[i] = b[RDV_N - 1 - i];
+        b[RDV_N - 1 - i] = t;
+    }
+    unsigned hits[RDV_N] = {0};
+    for (unsigned k = 0; k < 64; k++) {
+        char *text = rdv_text(1500, k + 1, 0);
+        enum pol_decision d;
+        uint64_t on_a = cold_pick(&rdv_params, text, a, RDV_N, &d);
+        assert_int_equal(d, POL_DECISION_NO_MATCH);
+        assert_true(on_a == cold_pick(&rdv_params, text, b, RDV_N, NULL));
+        for (size_t i = 0; i < RDV_N; i++)
+            hits[i] += a[i].rdv_seed == on_a;
+        free(text);
+    }
+    for (size_t i = 0; i < RDV_N; i++)
+        assert_true(hits[i] > 0);
+}
+
+/* The key is the prompt's head: a later turn of a chat (the earlier turns
+ * plus a new question) that reaches a node which never saw the chat goes to
+ * the worker the first turn went to on another node. A prompt shorter than
+ * a block is keyed by its whole text. */
+static void test_rendezvous_key_is_the_head(void **state)
+{
+    (void)state;
+    struct ca_candidate c[RDV_N];
+    rdv_fleet(c, RDV_N, 0);
+    unsigned moved = 0;
+    for (unsigned k = 0; k < 32; k++) {
+        char *turn1 = rdv_text(600, k + 1, 0);
+        char *turn5 = rdv_text(4000, k + 1, 0);
+        assert_memory_equal(turn1, turn5, 600);
+        assert_true(cold_pick(&rdv_params, turn1, c, RDV_N, NULL) ==
+                    cold_pick(&rdv_params, turn5, c, RDV_N, NULL));
+        /* Differing from the third block on: still the same worker. */
+        char *third = rdv_text2(4000, k + 1, k + 1000, 2 * PIX_BLOCK_BYTES);
+        assert_true(cold_pick(&rdv_params, turn1, c, RDV_N, NULL) ==
+                    cold_pick(&rdv_params, third, c, RDV_N, NULL));
+        /* Differing in the second block: its own ranking (differs sometimes). */
+        char *second = rdv_text2(4000, k + 1, k + 1000, PIX_BLOCK_BYTES + 10);
+        moved += cold_pick(&rdv_params, turn1, c, RDV_N, NULL) !=
+                 cold_pick(&rdv_params, second, c, RDV_N, NULL);
+        free(turn1);
+        free(turn5);
+        free(third);
+        free(second);
+    }
+    assert_true(moved > 0);
+    const char *hi = "hello there";
+    assert_true(cold_pick(&rdv_params, hi, c, RDV_N, NULL) ==
+                cold_pick(&rdv_params, hi, c, RDV_N, NULL));
+}
+
+/* The first worker of the ranking over the bound (factor × mean + 1) is
+ * passed over for the next one within it — the same one on every node —
+ * not for the least-loaded one. */
+static void test_rendezvous_bounded_load_walks_the_ranking(void **state)
+{
+    (void)state;
+    struct ca_candidate c[RDV_N];
+    rdv_fleet(c, RDV_N, 0);
+    unsigned not_least = 0;
+    for (unsigned k = 0; k < 32; k++) {
+        char *text = rdv_text(1500, k + 1, 0);
+        uint64_t first = cold_pick(&rdv_params, text, c, RDV_N, NULL);
+        size_t fi = 0;
+        while (c[fi].rdv_seed != first)
+            fi++;
+        /* total 12, mean 3: bound 1.25 * 3 + 1 = 4.75; the first has 9. */
+        struct ca_candidate busy[RDV_N];
+        memcpy(busy, c, sizeof(busy));
+        busy[fi].load = 9;
+        size_t other = (fi + 1) % RDV_N;
+        busy[other].load = 3; /* within the bound, not the least loaded */
+        uint64_t second = cold_pick(&rdv_params, text, busy, RDV_N, NULL);
+        assert_true(second != first);
+        size_t si = 0;
+        while (busy[si].rdv_seed != second)
+            si++;
+        assert_true(rdv_within_bound(busy[si].load, 12, RDV_N, 1.25));
+        not_least += busy[si].load != 0;
+        /* Within the bound again (4 <= 1.25 * 13 / 4 + 1): back to the first. */
+        for (size_t i = 0; i < RDV_N; i++)
+            busy[i].load = 3;
+        busy[fi].load = 4;
+        assert_true(cold_pick(&rdv_params, text, busy, RDV_N, NULL) == first);
+        free(text);
+    }
+    /* `other` (load 3) is the second of the ranking about a third of the time. */
+    assert_true(not_least > 0);
+}
+
+/* The matched worker is overloaded: the fallback is the first worker of the
+ * prefix's ranking within bounds other than it, not the least-loaded one. */
+static void test_rendezvous_overloaded_fallback_follows_ranking(void **state)
+{
+    (void)state;
+    struct ca_candidate c[RDV_N];
+    rdv_fleet(c, RDV_N, 0);
+    unsigned not_least = 0;
+    for (unsigned k = 0; k < 32; k++) {
+        char *text = rdv_text(2048, k + 1, 0);
+        /* Where the ranking goes when worker 0 is out of bounds. */
+        struct ca_candidate probe[RDV_N];
+        memcpy(probe, c, sizeof(probe));
+        probe[0].load = 1000;
+        uint64_t expect = cold_pick(&rdv_params, text, probe, RDV_N, NULL);
+        assert_true(expect != c[0].rdv_seed);
+
+        struct pix_index *ix = ix_new();
+        struct ca_candidate only = c[0];
+        struct ca_choice ch;
+        assert_int_equal(ca_decide(ix, &rdv_params, "m", text, strlen(text), &only, 1, &ch), 0);
+        /* Worker 0 holds the prefix and is overloaded (40 > 0 + 32, > 0 * 1.5);
+         * the others have 1, 0, 0 (bound 1.25 * 41 / 4 + 1). */
+        struct ca_candidate over[RDV_N];
+        memcpy(over, c, sizeof(over));
+        over[0].load = 40;
+        over[1].load = 1;
+        assert_int_equal(ca_decide(ix, &rdv_params, "m", text, strlen(text), over, RDV_N, &ch), 0);
+        assert_int_equal(ch.decision, POL_DECISION_OVERLOADED_FALLBACK);
+        assert_true(over[ch.index].rdv_seed == expect);
+        not_least += over[ch.index].load != 0;
+        free(text);
+        pix_destroy(ix);
+    }
+    assert_true(not_least > 0);
+}
+
+/* Adding a worker moves only the prefixes that now rank it first; removing
+ * one moves only those that ranked it first. */
+static void test_rendezvous_membership_change_moves_few(void **state)
+{
+    (void)state;
+    struct ca_candidate c[RDV_N + 1];
+    rdv_fleet(c, RDV_N + 1, 0);
+    unsigned to_new = 0;
+    for (unsigned k = 0; k < 200; k++) {
+        char *text = rdv_text(1500, k + 1, 0);
+        uint64_t before = cold_pick(&rdv_params, text, c, RDV_N, NULL);
+        uint64_t after = cold_pick(&rdv_params, text, c, RDV_N + 1, NULL);
+        if (after != before) {
+            assert_true(after == c[RDV_N].rdv_seed);
+            to_new++;
+        }
+        /* Remove w1 (swap the last one into its place: order does not matter). */
+        struct ca_candidate less[RDV_N - 1] = {c[0], c[3], c[2]};
+        uint64_t removed = cold_pick(&rdv_params, text, less, RDV_N - 1, NULL);
+        if (before != c[1].rdv_seed)
+            assert_true(removed == before);
+        free(text);
+    }
+    /* About 1/5 of them. */
+    assert_true(to_new > 15 && to_new < 70);
+}
+
+/* Rendezvous changes where cold prefixes and fallbacks go, nothing else:
+ * a hot worker elsewhere keeps affinity (invariant 9), and the fleet gate
+ * still sends everyone to the least loaded. */
+static void test_rendezvous_keeps_affinity_rules(void **state)
 {
     (void)state;
     struct pix_index *ix = ix_new();
-    uint64_t h = 0x1234567890abcdefull;
-    for (uint32_t s = 1; s <= 4; s++)
-        pix_record(ix, &h, 0, 1, s);
-    assert_false(pix_has(ix, h, 1));
-    assert_true(pix_has(ix, h, 2));
-    assert_true(pix_has(ix, h, 3));
-    assert_true(pix_has(ix, h, 4));
+    char *text = rdv_text(4096, 0, 0);
+    struct ca_candidate c[3];
+    rdv_fleet(c, 3, 10);
+    struct ca_choice ch;
+    assert_int_equal(ca_decide(ix, &rdv_params, "m", text, strlen(text), &c[1], 1, &ch), 0);
+    c[0].load = 60;
+    c[1].load = 2;
+    assert_int_equal(ca_decide(ix, &rdv_params, "m", text, strlen(text), c, 3, &ch), 0);
+    assert_int_equal(ch.index, 1);
+    assert_int_equal(ch.decision, POL_DECISION_AFFINITY_DESPITE_IMBALANCE);
+    struct ca_params fleet = rdv_params;
+    fleet.balance_gate = CFG_BALANCE_GATE_FLEET;
+    assert_int_equal(ca_decide(ix, &fleet, "m", text, strlen(text), c, 3, &ch), 0);
+    assert_int_equal(ch.index, 2);
+    assert_int_equal(ch.decision, POL_DECISION_FLEET_IMBALANCED);
+    free(text);
     pix_destroy(ix);
 }
 
@@ -310,9 +522,13 @@ int main(void)
         cmocka_unit_test(test_matched_worker_gone_is_no_match),
         cmocka_unit_test(test_models_have_separate_indexes),
         cmocka_unit_test(test_multi_turn_chat_sticks_to_its_worker),
-        cmocka_unit_test(test_index_memory_is_bounded),
-        cmocka_unit_test(test_refs_keep_three_most_recent_workers),
         cmocka_unit_test(test_least_loaded_holder_of_the_prefix_wins),
+        cmocka_unit_test(test_rendezvous_nodes_agree_on_cold_prefix),
+        cmocka_unit_test(test_rendezvous_key_is_the_head),
+        cmocka_unit_test(test_rendezvous_bounded_load_walks_the_ranking),
+        cmocka_unit_test(test_rendezvous_overloaded_fallback_follows_ranking),
+        cmocka_unit_test(test_rendezvous_membership_change_moves_few),
+        cmocka_unit_test(test_rendezvous_keeps_affinity_rules),
     };
     return cmocka_run_group_tests_name("cache_aware", tests, NULL, NULL);
 }

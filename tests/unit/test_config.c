@@ -349,6 +349,7 @@ static void test_full_file_round_trip(void **state)
     assert_string_equal(cfg.shm.name, "/sy-test");
     assert_int_equal(cfg.shm.max_workers, 4);
     assert_int_equal(cfg.shm.max_dataplanes, 2);
+    assert_int_equal(cfg.shm.prefix_index_blocks, 8192);
     assert_string_equal(cfg.controlplane.admin_listen, "[::1]:9081");
     assert_string_equal(cfg.controlplane.admin_token_file, "/etc/switchyard/token");
     assert_string_equal(cfg.controlplane.admin_socket, "/tmp/sy-test.sock");
@@ -393,6 +394,8 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.policy.prefill.name, CFG_POLICY_ROUND_ROBIN);
     assert_int_equal(cfg.policy.decode.name, CFG_POLICY_CONSISTENT_HASH);
     assert_int_equal(cfg.policy.pd_fallback, CFG_PD_FALLBACK_ERROR);
+    assert_false(cfg.policy.rendezvous);
+    assert_true(cfg.policy.bounded_load_factor == 1.5);
 
     assert_int_equal(cfg.n_workers, 3);
     assert_string_equal(cfg.workers[0].id, "w1");
