@@ -10,6 +10,7 @@
 #include "dataplane/routes.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,10 @@ int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers)
     }
     for (int p = 0; p <= DP_PD_DECODE; p++)
         hist_init(&m->pd_phase[p]);
+    atomic_init(&m->access_log_dropped, 0);
+    atomic_init(&m->trace_spans_dropped, 0);
+    atomic_init(&m->trace_spans_exported, 0);
+    atomic_init(&m->trace_export_failures, 0);
     return 0;
 }
 
@@ -245,6 +250,33 @@ static void render_pd(struct prom_writer *w, const struct dp_metrics *m,
         render_hist_series(w, &(struct prom_label){"phase", phases[p]}, 1, &m->pd_phase[p]);
 }
 
+/* The access log's and the span exporter's counters. */
+static void render_obs(struct prom_writer *w, const struct dp_metrics *m)
+{
+    static const struct {
+        const char *name, *help;
+        size_t off;
+    } rows[] = {
+        {"switchyard_access_log_dropped_total",
+         "Access-log lines dropped: an event loop's buffer was full, or the write failed.",
+         offsetof(struct dp_metrics, access_log_dropped)},
+        {"switchyard_trace_spans_dropped_total",
+         "Spans dropped before export: an event loop's queue was full (the collector is slow "
+         "or down), or an export request failed.",
+         offsetof(struct dp_metrics, trace_spans_dropped)},
+        {"switchyard_trace_spans_exported_total", "Spans the OTLP collector accepted.",
+         offsetof(struct dp_metrics, trace_spans_exported)},
+        {"switchyard_trace_export_failures_total",
+         "OTLP export requests that failed (no answer in time, or not a 2xx).",
+         offsetof(struct dp_metrics, trace_export_failures)},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const _Atomic uint64_t *v = (const _Atomic uint64_t *)((const char *)m + rows[i].off);
+        prom_family(w, rows[i].name, PROM_COUNTER, rows[i].help);
+        prom_sample_u64(w, NULL, NULL, 0, atomic_load_explicit(v, memory_order_relaxed));
+    }
+}
+
 int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *workers, size_t n,
                       const struct dp_guards *guards, char **out, size_t *out_len)
 {
@@ -341,6 +373,7 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
                 "Time from request arrival to the first response body byte from a worker.",
                 &m->ttfb);
     render_pd(w, m, workers, n, guards);
+    render_obs(w, m);
     int rc = prom_error(w);
     if (rc != 0) {
         buf_fini(&text);

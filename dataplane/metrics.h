@@ -48,6 +48,12 @@ struct dp_metrics {
     const char *pd_policy[DP_PD_DECODE + 1]; /* policy.prefill/decode names, by phase */
     _Atomic uint64_t pd_decisions[DP_PD_DECODE + 1][POL_DECISION_COUNT];
     struct dp_histogram pd_phase[DP_PD_DECODE + 1]; /* by enum dp_pd_phase */
+    /* Observability (access_log.h, trace_export.h): bumped by the loops and
+     * by the access-log writer and span exporter threads. */
+    _Atomic uint64_t access_log_dropped;
+    _Atomic uint64_t trace_spans_dropped;
+    _Atomic uint64_t trace_spans_exported;
+    _Atomic uint64_t trace_export_failures;
 };
 
 int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers);

@@ -17,6 +17,7 @@
 
 #include "common/proc.h"
 #include "dataplane/header_rules.h"
+#include "dataplane/journal.h"
 #include "dataplane/json_skeleton.h"
 #include "dataplane/random64.h"
 #include "dataplane/routes.h"
@@ -40,6 +41,7 @@ struct dp_request *dp_request_create(struct dp_loop *loop, struct MHD_Connection
     buf_init(&req->routing_text, DP_ROUTING_TEXT_MAX);
     req->release = release;
     list_init(&req->attempt_list);
+    req->journal = dp_journal_create(loop, method);
     return req;
 }
 
@@ -57,6 +59,8 @@ void dp_request_unref(struct dp_request *req)
     free(req->reply_body);
     free(req->resp_hdrs);
     curl_slist_free_all(req->up_headers);
+    dp_journal_destroy(req->journal);
+    req->journal = NULL;
     req->reply_body = NULL;
     req->resp_hdrs = NULL;
     req->up_headers = NULL;
