@@ -138,8 +138,8 @@ size_t dp_alog_format(const struct dp_request *req, const struct dp_journal *j, 
     dp_jw_lit(&w, ",\"duration_ms\":");
     dp_jw_u64(&w, now_ms - req->start_ms);
     dp_jw_lit(&w, ",\"prompt_bytes\":");
-    dp_jw_u64(&w, j->prompt_bytes > req->routing_text.len ? j->prompt_bytes
-                                                          : req->routing_text.len);
+    dp_jw_u64(&w,
+              j->prompt_bytes > req->routing_text.len ? j->prompt_bytes : req->routing_text.len);
     dp_jw_lit(&w, ",\"disconnect\":");
     const char *gone = al_disconnect(req, j, client_left);
     if (gone != NULL)

@@ -32,6 +32,7 @@
 #include "dataplane/listener.h"
 #include "dataplane/loop_run.h"
 #include "dataplane/metrics_listener.h"
+#include "dataplane/trace_export.h"
 #include "shm/lease.h"
 #include "shm/segment.h"
 
@@ -384,7 +385,8 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
         log_error("setting up the event loop: %s", strerror(errno));
         goto out_close_fds;
     }
-    if (dp_alog_open(cfg, &d.sh.metrics.access_log_dropped, &d.sh.alog) != 0)
+    if (dp_alog_open(cfg, &d.sh.metrics.access_log_dropped, &d.sh.alog) != 0 ||
+        dp_tracer_open(cfg, &d.sh.metrics, &d.sh.tracer) != 0)
         goto out_close_fds;
     if (opts->hot_restart) {
         if (dp_hot_takeover(&d.hot, &take, d.lease.index, &d.sh.listen_addr) != 0)
@@ -429,6 +431,8 @@ out_stop_loops:
 out_close_fds:
     dp_alog_close(d.sh.alog); /* after the loops: their last lines are written */
     d.sh.alog = NULL;
+    dp_tracer_close(d.sh.tracer);
+    d.sh.tracer = NULL;
     hr_takeover_fini(&take, true);
     if (d.epfd >= 0)
         close(d.epfd);

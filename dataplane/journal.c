@@ -14,10 +14,10 @@
 
 #include "dataplane/legs.h"
 #include "dataplane/loop.h"
-#include "dataplane/random64.h"
+#include "dataplane/trace.h"
 
 static const char *const dp_jout_names[DP_JOUT_COUNT] = {
-    [DP_JOUT_UNSET] = "unknown",         [DP_JOUT_OK] = "ok",
+    [DP_JOUT_UNSET] = "unknown",           [DP_JOUT_OK] = "ok",
     [DP_JOUT_STATUS] = "retryable_status", [DP_JOUT_CONNECT] = "connect_error",
     [DP_JOUT_TRANSFER] = "transfer_error", [DP_JOUT_TIMEOUT] = "timeout",
     [DP_JOUT_IN_BAND] = "in_band_error",   [DP_JOUT_CANCELLED] = "cancelled",
@@ -43,13 +43,9 @@ uint64_t dp_journal_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* A span id: 64 random bits, never 0 (W3C: all zeroes is invalid). */
 static uint64_t jr_span_id(void)
 {
-    uint64_t v;
-    while ((v = dp_random64()) == 0)
-        ;
-    return v;
+    return dp_trace_new_id();
 }
 
 struct dp_journal *dp_journal_create(const struct dp_loop *loop, const char *method)
@@ -137,12 +133,15 @@ void dp_journal_attempt_start(struct dp_attempt *a)
         return;
     j->n_attempts++;
     struct dp_jstep *s = jr_add(j, DP_JSTEP_ATTEMPT);
+    uint64_t span = jr_span_id();
+    /* The worker's parent span is this attempt's. */
+    dp_trace_set_span(&j->trace, span);
     if (s == NULL)
         return;
     const struct dp_jstep *d = jr_last_decision(j);
     s->leg = jr_leg(a->leg);
     s->attempt = a;
-    s->span_id = jr_span_id();
+    s->span_id = span;
     s->parent_id = d != NULL ? d->span_id : 0;
     s->decision = d != NULL ? d->decision : POL_DECISION_UNSET;
     snprintf(s->worker, sizeof(s->worker), "%s", a->worker_id);
@@ -178,6 +177,29 @@ void dp_journal_attempt_end(const struct dp_attempt *a)
     s->status = a->status;
     s->end_ns = dp_journal_now_ns();
     s->attempt = NULL;
+}
+
+void dp_journal_trace_begin(struct dp_request *req, bool *replace, bool *keep_state)
+{
+    *replace = *keep_state = false;
+    struct dp_journal *j = req->journal;
+    const struct cfg_tracing *tc = &req->loop->sh->cfg->tracing;
+    if (j == NULL || (!tc->propagate && req->loop->sh->tracer == NULL))
+        return;
+    const char *tp = req->conn != NULL
+                         ? MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "traceparent")
+                         : NULL;
+    bool continued = dp_trace_start(&j->trace, tp);
+    j->traced = true;
+    *replace = tc->propagate;
+    *keep_state = continued;
+}
+
+int dp_journal_trace_header(struct dp_request *req, struct curl_slist **list)
+{
+    if (req->journal == NULL || !req->journal->traced)
+        return 0;
+    return dp_trace_add_header(&req->journal->trace, list);
 }
 
 void dp_journal_disconnect(struct dp_request *req, enum dp_phase phase)

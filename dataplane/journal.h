@@ -27,6 +27,7 @@
 
 #include "common/config.h"
 #include "dataplane/policy.h"
+#include "dataplane/trace.h"
 #include "dataplane/types.h"
 
 #define DP_JOURNAL_STEPS 16u
@@ -68,18 +69,9 @@ struct dp_jstep {
     long status;                /* ATTEMPT: the worker's HTTP status, 0 = none */
     const void *attempt;        /* ATTEMPT: the live struct dp_attempt, NULL once ended */
     uint64_t span_id;
-    uint64_t parent_id; /* ATTEMPT: its decision's span */
+    uint64_t parent_id;        /* ATTEMPT: its decision's span */
     uint64_t start_ns, end_ns; /* wall clock */
     char worker[CFG_ID_MAX];   /* DECISION: chosen ("" = none); ATTEMPT: its worker */
-};
-
-/* A request's W3C trace context (trace.h). */
-struct dp_trace_ctx {
-    uint64_t trace_hi, trace_lo; /* the trace id */
-    uint64_t parent_id;          /* the client's span, 0 = we began the trace */
-    uint64_t span_id;            /* the request's span */
-    uint8_t flags;               /* trace-flags sent on */
-    struct curl_slist *header;   /* our traceparent line in req->up_headers (rewritten per attempt) */
 };
 
 struct dp_journal {
@@ -117,6 +109,13 @@ void dp_journal_attempt_outcome(const struct dp_attempt *a, enum dp_jout outcome
 void dp_journal_attempt_done(const struct dp_attempt *a, CURLcode result);
 /* a ends (its guard released): its time and status are final. */
 void dp_journal_attempt_end(const struct dp_attempt *a);
+/* The request is about to be forwarded: starts its trace context from the
+ * client's traceparent. *replace: the caller leaves the client's
+ * traceparent (and *keep_state false: its tracestate) out of the upstream
+ * headers and adds dp_journal_trace_header's instead. */
+void dp_journal_trace_begin(struct dp_request *req, bool *replace, bool *keep_state);
+/* Appends the request's traceparent header to *list. 0 or -ENOMEM. */
+int dp_journal_trace_header(struct dp_request *req, struct curl_slist **list);
 /* The client left in phase (counted as a disconnect). */
 void dp_journal_disconnect(struct dp_request *req, enum dp_phase phase);
 /* n body bytes went to the client connection. */

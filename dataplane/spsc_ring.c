@@ -60,6 +60,13 @@ size_t dp_ring_peek(struct dp_ring *r, struct iovec iov[2])
     return n;
 }
 
+size_t dp_ring_used(struct dp_ring *r)
+{
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+    return (size_t)(tail - head);
+}
+
 void dp_ring_consume(struct dp_ring *r, size_t n)
 {
     uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);

@@ -25,9 +25,9 @@
 
 struct dp_ring {
     char *buf;
-    size_t cap;              /* a power of two */
-    _Atomic uint64_t head;   /* consumer: bytes consumed since init */
-    _Atomic uint64_t tail;   /* producer: bytes published since init */
+    size_t cap;            /* a power of two */
+    _Atomic uint64_t head; /* consumer: bytes consumed since init */
+    _Atomic uint64_t tail; /* producer: bytes published since init */
 };
 
 /* A ring of at least cap bytes (rounded up to a power of two, 4 KiB at
@@ -38,6 +38,9 @@ void dp_ring_fini(struct dp_ring *r);
 /* Producer: appends len bytes as one piece. true, or false (nothing
  * appended) when they do not fit now. */
 bool dp_ring_push(struct dp_ring *r, const void *data, size_t len);
+
+/* Bytes published and not yet consumed (any thread; a snapshot). */
+size_t dp_ring_used(struct dp_ring *r);
 
 /* Consumer: the published bytes not yet consumed, as up to two spans in
  * iov (the second when they wrap). Returns how many bytes in all. */

@@ -170,8 +170,8 @@ static void fleet_with_log(struct h_fleet *f, size_t n, const char *more)
     char path[H_PATH_MAX];
     log_path(path, sizeof(path));
     snprintf(dp_extra, sizeof(dp_extra), "access_log: %s\n%s", path, more != NULL ? more : "");
-    h_fleet_start(f, &(struct h_fleet_opts){
-                         .n = n, .policy = "round_robin", .dataplane_extra = dp_extra});
+    h_fleet_start(
+        f, &(struct h_fleet_opts){.n = n, .policy = "round_robin", .dataplane_extra = dp_extra});
 }
 
 static json_t *attempt(json_t *line, size_t i)
@@ -312,8 +312,9 @@ static void test_disconnect_and_timeout(void **state)
     /* And a client that leaves while waiting for the headers. */
     const char *hdrs2[] = {"X-Request-Id: req-gone-early", NULL};
     assert_int_equal(
-        h_async_start(url, CHAT, &(struct h_async_opts){.headers = hdrs2, .abort_at = H_ABORT_AFTER_MS, .ms = 200},
-                      &a),
+        h_async_start(
+            url, CHAT,
+            &(struct h_async_opts){.headers = hdrs2, .abort_at = H_ABORT_AFTER_MS, .ms = 200}, &a),
         0);
     l = wait_line(path, "request_id", "req-gone-early");
     assert_string_equal(str_of(l, "disconnect"), "waiting_headers");

@@ -56,12 +56,13 @@ static void test_invalid_utf8_replaced(void **state)
         size_t len;
         const char *want;
     } cases[] = {
-        {"a\x80z", 3, "a\xef\xbf\xbdz"},                                /* stray continuation */
-        {"\xc0\xaf", 2, "\xef\xbf\xbd\xef\xbf\xbd"},                    /* overlong '/' */
-        {"\xed\xa0\x80", 3, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},    /* a surrogate */
-        {"\xf4\x90\x80\x80", 4, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* > U+10FFFF */
-        {"x\xe2\x82", 3, "x\xef\xbf\xbd\xef\xbf\xbd"},                  /* truncated */
-        {"\xf0\x9f\x98\x80", 4, "\xf0\x9f\x98\x80"},                    /* a valid emoji stays */
+        {"a\x80z", 3, "a\xef\xbf\xbdz"},                             /* stray continuation */
+        {"\xc0\xaf", 2, "\xef\xbf\xbd\xef\xbf\xbd"},                 /* overlong '/' */
+        {"\xed\xa0\x80", 3, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* a surrogate */
+        {"\xf4\x90\x80\x80", 4,
+         "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* > U+10FFFF */
+        {"x\xe2\x82", 3, "x\xef\xbf\xbd\xef\xbf\xbd"},        /* truncated */
+        {"\xf0\x9f\x98\x80", 4, "\xf0\x9f\x98\x80"},          /* a valid emoji stays */
         {"\xff", 1, "\xef\xbf\xbd"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
