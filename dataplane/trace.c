@@ -129,8 +129,8 @@ int dp_trace_add_header(struct dp_trace_ctx *ctx, struct curl_slist **list)
 
 void dp_trace_set_span(struct dp_trace_ctx *ctx, uint64_t span_id)
 {
-    if (ctx->header == NULL || strlen(ctx->header->data) != sizeof(DP_TP_PREFIX) - 1 +
-                                                                 DP_TRACEPARENT_LEN)
+    if (ctx->header == NULL ||
+        strlen(ctx->header->data) != sizeof(DP_TP_PREFIX) - 1 + DP_TRACEPARENT_LEN)
         return;
     dp_trace_hex64(ctx->header->data + sizeof(DP_TP_PREFIX) - 1 + 36, span_id);
 }

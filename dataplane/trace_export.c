@@ -270,9 +270,9 @@ int dp_tracer_open(const struct cfg *cfg, struct dp_metrics *m, struct dp_tracer
     size_t n = strlen(tc->otlp_endpoint);
     while (n > 0 && tc->otlp_endpoint[n - 1] == '/')
         n--;
-    bool has_path = n >= strlen(DP_OTLP_PATH) &&
-                    memcmp(tc->otlp_endpoint + n - strlen(DP_OTLP_PATH), DP_OTLP_PATH,
-                           strlen(DP_OTLP_PATH)) == 0;
+    bool has_path =
+        n >= strlen(DP_OTLP_PATH) && memcmp(tc->otlp_endpoint + n - strlen(DP_OTLP_PATH),
+                                            DP_OTLP_PATH, strlen(DP_OTLP_PATH)) == 0;
     snprintf(t->url, sizeof(t->url), "%.*s%s", (int)n, tc->otlp_endpoint,
              has_path ? "" : DP_OTLP_PATH);
     t->m = m;
@@ -294,8 +294,8 @@ int dp_tracer_open(const struct cfg *cfg, struct dp_metrics *m, struct dp_tracer
         tr_free(t);
         return rc;
     }
-    log_info("tracing: exporting spans to %s (batches of %u, every %llu ms)", t->url,
-             t->batch_size, (unsigned long long)t->interval_ms);
+    log_info("tracing: exporting spans to %s (batches of %u, every %llu ms)", t->url, t->batch_size,
+             (unsigned long long)t->interval_ms);
     *out = t;
     return 0;
 }

@@ -34,9 +34,8 @@
 #define CLIENT_PARENT "00f067aa0ba902b7"
 #define CLIENT_TP     "00-" CLIENT_TRACE "-" CLIENT_PARENT "-01"
 
-static const char *const CHAT =
-    "{\"model\":\"" H_FLEET_MODEL "\",\"max_tokens\":4,"
-    "\"messages\":[{\"role\":\"user\",\"content\":\"trace me\"}]}";
+static const char *const CHAT = "{\"model\":\"" H_FLEET_MODEL "\",\"max_tokens\":4,"
+                                "\"messages\":[{\"role\":\"user\",\"content\":\"trace me\"}]}";
 
 /* ---- helpers ------------------------------------------------------------------- */
 
@@ -421,7 +420,7 @@ static void test_spans_request_decision_attempt(void **state)
                         NULL};
     assert_int_equal(post_chat(f.base, h0), 200);
     assert_int_equal(post_chat(f.base, h), 200); /* a sampled one after it, as a marker */
-    w.want = 10; /* 7 + request, decision, attempt */
+    w.want = 10;                                 /* 7 + request, decision, attempt */
     assert_int_equal(h_wait_until(spans_arrived, &w, WAIT_MS), 0);
     json_t *none = collector_spans(coll, CLIENT_PARENT CLIENT_PARENT);
     assert_int_equal(json_array_size(none), 0);
@@ -434,8 +433,8 @@ static void test_pd_leg_spans(void **state)
     (void)state;
     char coll[64];
     start_collector(coll, sizeof(coll));
-    snprintf(yaml, sizeof(yaml), "tracing:\n  otlp_endpoint: %s/v1/traces\n  batch_interval: 50ms\n",
-             coll);
+    snprintf(yaml, sizeof(yaml),
+             "tracing:\n  otlp_endpoint: %s/v1/traces\n  batch_interval: 50ms\n", coll);
     static const char *const roles[] = {"prefill", "decode"};
     struct h_fleet f;
     fleet_start(&f, 2, roles, NULL, NULL, yaml);

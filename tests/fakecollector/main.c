@@ -214,8 +214,8 @@ static enum MHD_Result fc_export(struct MHD_Connection *conn, struct fc_upload *
 }
 
 static enum MHD_Result fc_handler(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_size, void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **con_cls)
 {
     (void)cls;
     (void)version;
