@@ -542,7 +542,8 @@ static size_t fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
         a->leg->filter_commit(req, data, len);
     if (req->first_byte_ms == 0 && len > 0) {
         req->first_byte_ms = proc_monotonic_ms();
-        dp_metrics_ttfb(&a->loop->sh->metrics, (req->first_byte_ms - req->start_ms) * 1000);
+        dp_metrics_ttfb(&a->loop->sh->metrics, req->route, req->model,
+                        (req->first_byte_ms - req->start_ms) * 1000);
     }
     if (!dp_relay_is_whole(&req->relay))
         dp_listener_wake(req);

@@ -465,7 +465,7 @@ static void lst_completed(void *cls, struct MHD_Connection *conn, void **con_cls
     req->conn = NULL;
     /* 499 (nginx's "client closed request") when the client left before any answer. */
     int status = req->final_status != 0 ? req->final_status : 499;
-    dp_metrics_request(&loop->sh->metrics, req->route, status,
+    dp_metrics_request(&loop->sh->metrics, req->route, req->model, status,
                        (proc_monotonic_ms() - req->start_ms) * 1000);
     dp_obs_request_done(req, status,
                         toe != MHD_REQUEST_TERMINATED_COMPLETED_OK &&
