@@ -14,6 +14,7 @@
 
 #include "dataplane/legs.h"
 #include "dataplane/loop.h"
+#include "dataplane/routes.h"
 #include "dataplane/trace.h"
 
 static const char *const dp_jout_names[DP_JOUT_COUNT] = {
@@ -48,14 +49,19 @@ static uint64_t jr_span_id(void)
     return dp_trace_new_id();
 }
 
-struct dp_journal *dp_journal_create(const struct dp_loop *loop, const char *method)
+struct dp_journal *dp_journal_create(const struct dp_loop *loop, enum dp_route route,
+                                     const char *method)
 {
     const struct dp_shared *sh = loop->sh;
-    if (sh->alog == NULL && sh->tracer == NULL && !sh->cfg->tracing.propagate)
+    bool record = sh->alog != NULL || sh->tracer != NULL;
+    /* Propagation alone reads only the trace context of forwarded requests. */
+    if (!record && (!sh->cfg->tracing.propagate || dp_route_row(route)->serve != DP_SERVE_PROXY))
         return NULL;
-    struct dp_journal *j = calloc(1, sizeof(*j));
+    uint32_t cap = record ? DP_JOURNAL_STEPS : 0;
+    struct dp_journal *j = calloc(1, sizeof(*j) + cap * sizeof(j->steps[0]));
     if (j == NULL)
         return NULL;
+    j->cap_steps = cap;
     j->start_ns = dp_journal_now_ns();
     snprintf(j->method, sizeof(j->method), "%s", method != NULL ? method : "");
     return j;
@@ -76,7 +82,7 @@ static enum dp_jleg jr_leg(const struct dp_leg *leg)
 
 static struct dp_jstep *jr_add(struct dp_journal *j, enum dp_jstep_kind kind)
 {
-    if (j->n_steps >= DP_JOURNAL_STEPS) {
+    if (j->n_steps >= j->cap_steps) {
         j->n_lost++;
         return NULL;
     }
@@ -107,7 +113,7 @@ void dp_journal_decision(struct dp_request *req, enum pol_decision decision, siz
                          const char *worker, uint64_t started_ns)
 {
     struct dp_journal *j = req->journal;
-    if (j == NULL)
+    if (j == NULL || j->cap_steps == 0)
         return;
     if (req->routing_text.len > j->prompt_bytes)
         j->prompt_bytes = req->routing_text.len;

@@ -8,10 +8,12 @@
  * request's end obs.h writes the access-log line and the spans from it,
  * then the journal dies with the request.
  *
- * A journal is kept only when something reads it: an access log, trace
- * propagation or span export (dp_obs_wants_journal). It holds at most
- * DP_JOURNAL_STEPS decisions and attempts; later ones are counted, not
- * kept (a request makes a few: retry.max_attempts per leg).
+ * A journal is kept only when something reads it: an access log or span
+ * export (every request), or trace propagation alone (forwarded requests;
+ * then without steps, about 150 bytes, since only the trace context is
+ * read). With steps it holds at most DP_JOURNAL_STEPS decisions and
+ * attempts (about 2 KiB); later ones are counted, not kept (a request
+ * makes a few: retry.max_attempts per leg).
  *
  * Ownership: the request's (req->journal), freed with it. Threading: the
  * request's loop thread only.
@@ -79,19 +81,21 @@ struct dp_journal {
     char method[8];
     struct dp_trace_ctx trace;
     bool traced; /* trace holds a context (propagation on and the request forwarded) */
-    struct dp_jstep steps[DP_JOURNAL_STEPS];
     uint32_t n_steps;
-    uint32_t n_lost; /* decisions and attempts past DP_JOURNAL_STEPS */
+    uint32_t cap_steps; /* DP_JOURNAL_STEPS, or 0: nothing reads steps */
+    uint32_t n_lost;    /* decisions and attempts past cap_steps */
     uint32_t n_attempts;
     uint64_t leg_span[DP_JLEG_COUNT]; /* P/D legs' spans, 0 = none yet */
     enum dp_phase disconnect;         /* counted client disconnect, UNSET = none */
     uint64_t bytes_out;
     uint64_t prompt_bytes;
+    struct dp_jstep steps[]; /* cap_steps of them */
 };
 
-/* A journal for a new request of loop when observability wants one (NULL
- * otherwise, or without memory: the request runs unobserved). */
-struct dp_journal *dp_journal_create(const struct dp_loop *loop, const char *method);
+/* A journal for a new request of loop on route when observability wants
+ * one (NULL otherwise, or without memory: the request runs unobserved). */
+struct dp_journal *dp_journal_create(const struct dp_loop *loop, enum dp_route route,
+                                     const char *method);
 void dp_journal_destroy(struct dp_journal *j);
 
 /* Wall clock in ns (CLOCK_REALTIME). */

@@ -42,7 +42,7 @@ struct dp_request *dp_request_create(struct dp_loop *loop, struct MHD_Connection
     buf_init(&req->routing_text, DP_ROUTING_TEXT_MAX);
     req->release = release;
     list_init(&req->attempt_list);
-    req->journal = dp_journal_create(loop, method);
+    req->journal = dp_journal_create(loop, req->route, method);
     return req;
 }
 
