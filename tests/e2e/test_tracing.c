@@ -238,7 +238,7 @@ static void fleet_start(struct h_fleet *f, size_t n, const char *const *roles, c
     f->n = n;
     for (size_t i = 0; i < n; i++) {
         const char *role = roles != NULL && roles[i] != NULL ? roles[i] : "regular";
-        char engine[16], id[16];
+        char engine[32], id[32];
         snprintf(engine, sizeof(engine), "eng-%zu", i + 1);
         snprintf(id, sizeof(id), "w%zu", i + 1);
         assert_int_equal(h_mock_start(&f->mock[i], "--model", H_FLEET_MODEL, "--role", role,
