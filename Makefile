@@ -5,6 +5,7 @@
 #   dataplane/ (+ subfolders)  -> $(BUILD)/libdataplane.a + switchyard-dataplane
 #   controlplane/              -> $(BUILD)/libcontrolplane.a + switchyard-controlplane
 #   tests/mockworker/          -> $(BUILD)/libmockworker.a + switchyard-mockworker
+#   tests/fakecollector/main.c -> switchyard-fakecollector (one file)
 #   tests/unit/test_*.c        -> one cmocka binary each
 #   tests/e2e/test_*.c         -> one cmocka binary each, linked with tests/e2e/harness*.c
 # Each folder's main.c holds only main(); everything else goes into the folder's
@@ -63,6 +64,9 @@ endif
 ifneq ($(wildcard tests/bench/main.c),)
 BINS += $(BUILD)/switchyard-bench
 endif
+ifneq ($(wildcard tests/fakecollector/main.c),)
+BINS += $(BUILD)/switchyard-fakecollector
+endif
 ifneq ($(wildcard tests/bench/floor_proxy.c),)
 BINS += $(BUILD)/switchyard-floor-proxy
 endif
@@ -115,6 +119,9 @@ $(BUILD)/switchyard-dataplane: $(BUILD)/dataplane/main.o $(LIBDP) $(LIBSY)
 $(BUILD)/switchyard-controlplane: $(BUILD)/controlplane/main.o $(LIBCP) $(LIBSY)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 $(BUILD)/switchyard-mockworker: $(BUILD)/tests/mockworker/main.o $(LIBMW) $(LIBSY)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+# The tests' fake OTLP collector (tracing).
+$(BUILD)/switchyard-fakecollector: $(BUILD)/tests/fakecollector/main.o
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 $(BUILD)/switchyard-bench: $(BUILD)/tests/bench/main.o $(call obj,$(BENCH_SRCS)) $(LIBSY)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@

@@ -135,6 +135,9 @@ struct cfg_dataplane {
     char metrics_listen[CFG_ADDR_MAX]; /* HOST:PORT, or "" = /metrics on listen */
     bool debug_headers;
     struct cfg_retry retry;
+    /* "off" (or ""), "stderr", or a file path: one JSON line per request. */
+    char access_log[CFG_PATH_MAX];
+    uint64_t access_log_buffer; /* bytes of lines queued per event loop */
 };
 
 struct cfg_policy_role {
@@ -159,6 +162,17 @@ struct cfg_policy {
     double bounded_load_factor; /* >= 1 */
 };
 
+/* tracing: W3C trace context to the workers, spans to an OTLP collector. */
+struct cfg_tracing {
+    bool propagate;                   /* send traceparent/tracestate to the workers */
+    char otlp_endpoint[CFG_URL_MAX];  /* http(s) URL of an OTLP/HTTP collector; "" = no export */
+    char service_name[CFG_MODEL_MAX]; /* resource attribute service.name */
+    uint32_t batch_size;              /* spans per export request, at most */
+    uint64_t batch_interval_ms;       /* a partial batch leaves after this long */
+    uint64_t queue_size;              /* bytes of encoded spans queued per event loop */
+    uint64_t export_timeout_ms;       /* one export request, at most */
+};
+
 struct cfg_worker {
     char id[CFG_ID_MAX];       /* default: HOST:PORT of the url */
     char url[CFG_URL_MAX];     /* http(s)://host:port, validated with curl_url */
@@ -173,6 +187,7 @@ struct cfg {
     struct cfg_controlplane controlplane;
     struct cfg_dataplane dataplane;
     struct cfg_policy policy;
+    struct cfg_tracing tracing;
     struct cfg_worker *workers; /* owned; n_workers entries */
     size_t n_workers;
 };

@@ -174,6 +174,12 @@ static const struct cfg_key dataplane_keys[] = {
             "HOST:PORT (e.g. 127.0.0.1:9090), or \"\" for the listen address", ""),
     KEY_BOOL("debug_headers", struct cfg_dataplane, debug_headers, false),
     KEY_MAP("retry", struct cfg_dataplane, retry, retry_keys, NULL, cfg_check_retry),
+    /* "off" (or ""), "stderr", or a path (reopened on SIGUSR1). */
+    KEY_STR("access_log", struct cfg_dataplane, access_log, cfg_file_path_is_valid,
+            "off, stderr, or a file path of at most 255 characters without control characters",
+            "off"),
+    KEY_RANGE("access_log_buffer", CFG_KIND_SIZE, struct cfg_dataplane, access_log_buffer, 4 * KIB,
+              GIB, 1 * MIB),
     KEY_END,
 };
 
@@ -217,6 +223,22 @@ static const struct cfg_key policy_keys[] = {
     KEY_END,
 };
 
+static const struct cfg_key tracing_keys[] = {
+    KEY_BOOL("propagate", struct cfg_tracing, propagate, true),
+    /* "": spans are not exported. */
+    KEY_STR("otlp_endpoint", struct cfg_tracing, otlp_endpoint, cfg_otlp_endpoint_is_valid,
+            "an http:// or https:// URL of at most 255 characters, or \"\"", ""),
+    KEY_STR("service_name", struct cfg_tracing, service_name, cfg_model_is_valid,
+            "a name of at most 127 characters without control characters", "switchyard"),
+    KEY_RANGE("batch_size", CFG_KIND_U32, struct cfg_tracing, batch_size, 1, 100000, 512),
+    KEY_RANGE("batch_interval", CFG_KIND_DURATION, struct cfg_tracing, batch_interval_ms, 10,
+              MS_HOUR, 1 * MS_SECOND),
+    KEY_RANGE("queue_size", CFG_KIND_SIZE, struct cfg_tracing, queue_size, 4 * KIB, GIB, 1 * MIB),
+    KEY_RANGE("export_timeout", CFG_KIND_DURATION, struct cfg_tracing, export_timeout_ms, 10,
+              MS_MINUTE, 2 * MS_SECOND),
+    KEY_END,
+};
+
 /* One workers entry. url is required and id "" means derived from it
  * (cfg_check_worker); model "" means learnt from the worker. */
 static const struct cfg_key worker_keys[] = {
@@ -234,6 +256,7 @@ const struct cfg_key cfg_schema_root[] = {
     KEY_MAP("controlplane", struct cfg, controlplane, controlplane_keys, NULL, NULL),
     KEY_MAP("dataplane", struct cfg, dataplane, dataplane_keys, NULL, NULL),
     KEY_MAP("policy", struct cfg, policy, policy_keys, NULL, NULL),
+    KEY_MAP("tracing", struct cfg, tracing, tracing_keys, NULL, NULL),
     /* No workers by default; each entry's defaults are worker_keys'. */
     {
         .name = "workers",

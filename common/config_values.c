@@ -569,3 +569,15 @@ bool cfg_addr_or_empty_is_valid(const char *addr)
     uint16_t port;
     return addr[0] == '\0' || cfg_parse_host_port(addr, host, sizeof(host), &port) == 0;
 }
+
+bool cfg_otlp_endpoint_is_valid(const char *url)
+{
+    if (url[0] == '\0')
+        return true;
+    if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)
+        return false;
+    for (const char *p = url; *p != '\0'; p++)
+        if ((unsigned char)*p <= ' ' || *p == 0x7f)
+            return false;
+    return strlen(url) < CFG_URL_MAX;
+}

@@ -17,6 +17,7 @@ int evfd_signals_open(void)
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGUSR1); /* the data plane reopens its access log */
     if (sigprocmask(SIG_BLOCK, &set, NULL) != 0)
         return -errno;
     /* A peer that goes away must surface as EPIPE on that socket, not kill us. */

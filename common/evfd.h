@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 /*
- * Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (call before
+ * Blocks SIGTERM, SIGINT, SIGHUP and SIGUSR1 in the calling thread (call before
  * starting threads so they inherit the mask), ignores SIGPIPE, and returns a
  * signalfd that becomes readable when one arrives, or a negative errno.
  */

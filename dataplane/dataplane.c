@@ -26,12 +26,14 @@
 #include "common/evfd.h"
 #include "common/log.h"
 #include "common/proc.h"
+#include "dataplane/access_log.h"
 #include "dataplane/admin_client.h"
 #include "dataplane/hot_restart_run.h"
 #include "dataplane/listener.h"
 #include "dataplane/loop_run.h"
 #include "dataplane/metrics_listener.h"
 #include "dataplane/policy.h"
+#include "dataplane/trace_export.h"
 #include "shm/lease.h"
 #include "shm/prefix_index.h"
 #include "shm/segment.h"
@@ -218,6 +220,8 @@ static int dp_loop_main(struct dp_daemon *d)
                 continue;
             } else if (fd == d->sigfd) {
                 int sig = evfd_signals_read(d->sigfd);
+                if (sig == SIGUSR1)
+                    dp_alog_reopen(d->sh.alog); /* log rotation */
                 if (sig != SIGTERM && sig != SIGINT)
                     continue;
                 if (!d->draining) {
@@ -436,6 +440,9 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
         log_error("setting up the event loop: %s", strerror(errno));
         goto out_close_fds;
     }
+    if (dp_alog_open(cfg, &d.sh.metrics.access_log_dropped, &d.sh.alog) != 0 ||
+        dp_tracer_open(cfg, &d.sh.metrics, &d.sh.tracer) != 0)
+        goto out_close_fds;
     if (opts->hot_restart) {
         if (dp_hot_takeover(&d.hot, &take, d.lease.index, &d.sh.listen_addr) != 0)
             goto out_close_fds;
@@ -477,6 +484,10 @@ out_stop_loops:
         log_warn("%llu load guards still held at exit",
                  (unsigned long long)dp_guards_live_total(&d.sh.guards));
 out_close_fds:
+    dp_alog_close(d.sh.alog); /* after the loops: their last lines are written */
+    d.sh.alog = NULL;
+    dp_tracer_close(d.sh.tracer);
+    d.sh.tracer = NULL;
     hr_takeover_fini(&take, true);
     if (d.epfd >= 0)
         close(d.epfd);

@@ -26,6 +26,7 @@
 #include "common/proc.h"
 #include "shm/effective_load.h"
 #include "dataplane/errors.h"
+#include "dataplane/journal.h"
 #include "dataplane/listener.h"
 #include "dataplane/loop.h"
 #include "dataplane/legs.h"
@@ -83,6 +84,7 @@ static void attempt_end(struct dp_attempt *a)
     struct dp_request *req = a->req;
     dp_up_detach(a);
     dp_guard_release(&a->loop->sh->guards, &a->guard);
+    dp_journal_attempt_end(a);
     if (req->active == a)
         req->active = NULL;
     attempt_unlink(a);
@@ -267,7 +269,9 @@ pick_again:;
         .header_ctx = req,
     };
     enum pol_decision decision = POL_DECISION_UNSET;
+    uint64_t pick_ns = dp_journal_now_ns();
     int pick = pol_pick(req->leg->policy(loop), &pr, cands, n, &decision);
+    dp_journal_decision(req, decision, n, pick >= 0 ? cands[pick].worker->id : NULL, pick_ns);
     req->decision = decision;
     req->leg->count_decision(&loop->sh->metrics, decision);
     if (pick < 0) {
@@ -314,6 +318,7 @@ pick_again:;
     if (req->n_tried < DP_MAX_TRIED)
         req->tried[req->n_tried++] = w->slot;
     req->active = a;
+    dp_journal_attempt_start(a);
     rc = dp_up_start(a, url);
     if (rc != 0) {
         snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: cannot start transfer: %s",
@@ -477,6 +482,7 @@ static size_t fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
         retryable = false;
     }
     if (retryable) {
+        dp_journal_attempt_outcome(a, DP_JOUT_STATUS);
         a->state = DP_ATT_DRAINING;
         req->active = NULL;
         req->last_status = (int)status;
@@ -537,6 +543,7 @@ static size_t fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
     if (req->sse && !req->in_band_error && dp_sse_scan_feed(&req->sse_scan, data, len)) {
         /* Relayed as sent; counted as the worker's failure. */
         req->in_band_error = true;
+        dp_journal_attempt_outcome(a, DP_JOUT_IN_BAND);
         dp_metrics_upstream_error(&a->loop->sh->metrics, a->slot, DP_UPERR_IN_BAND);
         log_info("request %s: worker %s sent an error event in its stream", req->request_id,
                  a->worker_id);
@@ -545,7 +552,8 @@ static size_t fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
         a->leg->filter_commit(req, data, len);
     if (req->first_byte_ms == 0 && len > 0) {
         req->first_byte_ms = proc_monotonic_ms();
-        dp_metrics_ttfb(&a->loop->sh->metrics, (req->first_byte_ms - req->start_ms) * 1000);
+        dp_metrics_ttfb(&a->loop->sh->metrics, req->route, req->model,
+                        (req->first_byte_ms - req->start_ms) * 1000);
     }
     if (!dp_relay_is_whole(&req->relay))
         dp_listener_wake(req);
@@ -620,6 +628,7 @@ static void fwd_on_done(struct dp_attempt *a, CURLcode result)
     struct dp_request *req = a->req;
     struct dp_metrics *m = &a->loop->sh->metrics;
     enum dp_attempt_state state = a->state;
+    dp_journal_attempt_done(a, result);
     /* The transfer is over: release now, whatever the request does next. */
     dp_up_detach(a);
     dp_guard_release(&a->loop->sh->guards, &a->guard);
@@ -674,6 +683,7 @@ ssize_t dp_fwd_read(struct dp_request *req, char *buf, size_t max)
         return MHD_CONTENT_READER_END_WITH_ERROR;
     if (dp_relay_pending(&req->relay) > 0) {
         size_t n = dp_relay_read(&req->relay, buf, max);
+        dp_journal_sent(req, n);
         struct dp_attempt *a = req->active;
         if (a != NULL && a->paused && dp_relay_has_room(&req->relay, DP_UNPAUSE_ROOM))
             dp_up_unpause(a);
@@ -705,11 +715,12 @@ void dp_fwd_cancel(struct dp_request *req, bool count_disconnect)
         return;
     req->client_gone = true;
     dp_legs_next(req, DP_LEG_EV_ABORTED, NULL);
-    if (count_disconnect)
-        dp_metrics_disconnect(&req->loop->sh->metrics,
-                              req->relay_ready || dp_relay_is_whole(&req->relay)
-                                  ? DP_PHASE_STREAM
-                                  : DP_PHASE_HEADERS);
+    if (count_disconnect) {
+        enum dp_phase phase =
+            req->relay_ready || dp_relay_is_whole(&req->relay) ? DP_PHASE_STREAM : DP_PHASE_HEADERS;
+        dp_metrics_disconnect(&req->loop->sh->metrics, phase);
+        dp_journal_disconnect(req, phase);
+    }
     fwd_unschedule_retry(req);
     dp_request_ref(req);
     while (!list_is_empty(&req->attempt_list))
@@ -762,6 +773,7 @@ static void fwd_timeout(struct dp_attempt *a)
     char worker_id[CFG_ID_MAX];
     snprintf(worker_id, sizeof(worker_id), "%s", a->worker_id);
     dp_metrics_upstream_error(&loop->sh->metrics, a->slot, DP_UPERR_TIMEOUT);
+    dp_journal_attempt_outcome(a, DP_JOUT_TIMEOUT);
     dp_request_ref(req);
     attempt_end(a);
     if (active && state == DP_ATT_COLLECTING) {

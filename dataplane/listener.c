@@ -27,8 +27,10 @@
 #include "common/proc.h"
 #include "dataplane/errors.h"
 #include "dataplane/header_rules.h"
+#include "dataplane/journal.h"
 #include "dataplane/local_answer.h"
 #include "dataplane/loop.h"
+#include "dataplane/obs.h"
 #include "dataplane/relay.h"
 #include "dataplane/request.h"
 #include "dataplane/routes.h"
@@ -183,6 +185,7 @@ static enum MHD_Result lst_queue_buffer(struct dp_request *req, int status, cons
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     enum MHD_Result ret = MHD_queue_response(req->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
+    dp_journal_sent(req, len);
     req->phase = DP_REQ_REPLIED;
     req->final_status = status;
     return ret;
@@ -243,6 +246,8 @@ static enum MHD_Result lst_queue_relay(struct dp_request *req)
         resp = MHD_create_response_from_buffer_with_free_callback(len, whole, free);
         if (resp == NULL)
             free(whole);
+        else
+            dp_journal_sent(req, len);
     } else {
         resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, DP_RELAY_BLOCK, lst_reader, req,
                                                  NULL);
@@ -462,8 +467,11 @@ static void lst_completed(void *cls, struct MHD_Connection *conn, void **con_cls
     req->conn = NULL;
     /* 499 (nginx's "client closed request") when the client left before any answer. */
     int status = req->final_status != 0 ? req->final_status : 499;
-    dp_metrics_request(&loop->sh->metrics, req->route, status,
+    dp_metrics_request(&loop->sh->metrics, req->route, req->model, status,
                        (proc_monotonic_ms() - req->start_ms) * 1000);
+    dp_obs_request_done(req, status,
+                        toe != MHD_REQUEST_TERMINATED_COMPLETED_OK &&
+                            toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN);
     list_remove(&req->req_link);
     dp_request_unref(req);
 }

@@ -49,6 +49,9 @@
 #define DP_TICK_MS      20u
 #define DP_CUT_GRACE_MS 1000u /* after the drain deadline: time to flush error events */
 
+struct dp_alog;
+struct dp_tracer;
+
 enum dp_cmd {
     DP_CMD_NONE = 0,
     DP_CMD_DRAIN, /* stop accepting, let in-flight finish until the drain deadline */
@@ -72,6 +75,8 @@ struct dp_shared {
     /* Client connections each loop may hold (dataplane.max_connections
      * shared out; set before the loops start). */
     unsigned conn_cap_per_loop;
+    struct dp_alog *alog;           /* the access log (access_log.h); NULL = off */
+    struct dp_tracer *tracer;       /* span export (trace_export.h); NULL = off */
 };
 
 /*

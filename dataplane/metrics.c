@@ -10,6 +10,7 @@
 #include "dataplane/routes.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,8 +84,20 @@ int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers)
         atomic_init(&m->slow_clients[k], 0);
     for (int k = 0; k < 2; k++)
         atomic_init(&m->conns_shed[k], 0);
-    hist_init(&m->duration);
-    hist_init(&m->ttfb);
+    m->latency = calloc(DP_MODEL_SERIES + 1, sizeof(*m->latency));
+    if (m->latency == NULL) {
+        free(m->upstream_errors);
+        m->upstream_errors = NULL;
+        return -ENOMEM;
+    }
+    for (int s = 0; s <= DP_MODEL_SERIES; s++)
+        for (int r = 0; r < DP_ROUTE_COUNT; r++) {
+            hist_init(&m->latency[s].duration[r]);
+            hist_init(&m->latency[s].ttfb[r]);
+        }
+    snprintf(m->latency[DP_MODEL_SERIES].model, CFG_MODEL_MAX, "other");
+    atomic_init(&m->n_models, 0);
+    pthread_mutex_init(&m->models_lock, NULL);
     for (int o = 0; o < DP_PD_OUT_COUNT; o++)
         atomic_init(&m->pd_outcomes[o], 0);
     for (int p = 0; p <= DP_PD_DECODE; p++) {
@@ -94,6 +107,10 @@ int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers)
     }
     for (int p = 0; p <= DP_PD_DECODE; p++)
         hist_init(&m->pd_phase[p]);
+    atomic_init(&m->access_log_dropped, 0);
+    atomic_init(&m->trace_spans_dropped, 0);
+    atomic_init(&m->trace_spans_exported, 0);
+    atomic_init(&m->trace_export_failures, 0);
     return 0;
 }
 
@@ -103,21 +120,63 @@ void dp_metrics_fini(struct dp_metrics *m)
     m->upstream_errors = NULL;
     free(m->reports_stale);
     m->reports_stale = NULL;
+    free(m->latency);
+    m->latency = NULL;
+    pthread_mutex_destroy(&m->models_lock);
 }
 
-void dp_metrics_request(struct dp_metrics *m, enum dp_route route, int status, uint64_t dur_us)
+/*
+ * The latency series of model: found among the published slots without a
+ * lock (a slot's name is written before n_models publishes it); a model
+ * seen for the first time takes a slot under models_lock, the "other" slot
+ * once DP_MODEL_SERIES are taken. Only models that passed routing's check
+ * against the registry get here (a 404 never does), so the slots hold the
+ * fleet's models, not whatever clients send.
+ */
+static struct dp_model_latency *latency_of(struct dp_metrics *m, const char *model)
+{
+    uint32_t n = atomic_load_explicit(&m->n_models, memory_order_acquire);
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(m->latency[i].model, model) == 0)
+            return &m->latency[i];
+    pthread_mutex_lock(&m->models_lock);
+    struct dp_model_latency *l = &m->latency[DP_MODEL_SERIES];
+    n = atomic_load_explicit(&m->n_models, memory_order_relaxed);
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(m->latency[i].model, model) == 0)
+            l = &m->latency[i];
+    if (l == &m->latency[DP_MODEL_SERIES] && n < DP_MODEL_SERIES) {
+        l = &m->latency[n];
+        snprintf(l->model, sizeof(l->model), "%s", model);
+        atomic_store_explicit(&m->n_models, n + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&m->models_lock);
+    return l;
+}
+
+/* Inference routes (forwarded to workers) with a model: what users feel. */
+static bool latency_counts(enum dp_route route, const char *model)
+{
+    return route > DP_ROUTE_UNSET && route < DP_ROUTE_COUNT &&
+           dp_route_row(route)->serve == DP_SERVE_PROXY && model != NULL && model[0] != '\0';
+}
+
+void dp_metrics_request(struct dp_metrics *m, enum dp_route route, const char *model, int status,
+                        uint64_t dur_us)
 {
     if (route <= DP_ROUTE_UNSET || route >= DP_ROUTE_COUNT)
         route = DP_ROUTE_OTHER;
     if (status < 0 || status >= DP_STATUS_MAX)
         status = 0;
     atomic_fetch_add_explicit(&m->requests[route][status], 1, memory_order_relaxed);
-    hist_observe(&m->duration, dur_us);
+    if (status != 404 && latency_counts(route, model))
+        hist_observe(&latency_of(m, model)->duration[route], dur_us);
 }
 
-void dp_metrics_ttfb(struct dp_metrics *m, uint64_t us)
+void dp_metrics_ttfb(struct dp_metrics *m, enum dp_route route, const char *model, uint64_t us)
 {
-    hist_observe(&m->ttfb, us);
+    if (latency_counts(route, model))
+        hist_observe(&latency_of(m, model)->ttfb[route], us);
 }
 
 void dp_metrics_upstream_error(struct dp_metrics *m, uint32_t slot, enum dp_up_error kind)
@@ -212,11 +271,27 @@ static void render_hist_series(struct prom_writer *w, const struct prom_label *l
     prom_histogram(w, labels, n_labels, dp_buckets_s, counts, DP_HIST_BUCKETS, sum);
 }
 
-static void render_hist(struct prom_writer *w, const char *name, const char *help,
-                        const struct dp_histogram *h)
+/* One latency family: a series per (route, model) that observed anything;
+ * ttfb selects which histogram of each model. */
+static void render_latency(struct prom_writer *w, const struct dp_metrics *m, const char *name,
+                           const char *help, bool ttfb)
 {
     prom_family(w, name, PROM_HISTOGRAM, help);
-    render_hist_series(w, NULL, 0, h);
+    uint32_t n = atomic_load_explicit(&m->n_models, memory_order_acquire);
+    for (int r = DP_ROUTE_UNSET + 1; r < DP_ROUTE_COUNT; r++)
+        for (uint32_t i = 0; i <= DP_MODEL_SERIES; i++) {
+            if (i >= n && i != DP_MODEL_SERIES)
+                continue;
+            const struct dp_model_latency *l = &m->latency[i];
+            const struct dp_histogram *h = ttfb ? &l->ttfb[r] : &l->duration[r];
+            if (atomic_load_explicit(&h->count, memory_order_relaxed) == 0)
+                continue;
+            const struct prom_label labels[] = {
+                {"route", dp_route_row((enum dp_route)r)->label},
+                {"model", l->model},
+            };
+            render_hist_series(w, labels, 2, h);
+        }
 }
 
 /* Per-phase load (every lease) and in-flight (this dataplane), outcomes, durations. */
@@ -326,6 +401,33 @@ static void render_reports(struct prom_writer *w, const struct dp_metrics *m,
     }
 }
 
+/* The access log's and the span exporter's counters. */
+static void render_obs(struct prom_writer *w, const struct dp_metrics *m)
+{
+    static const struct {
+        const char *name, *help;
+        size_t off;
+    } rows[] = {
+        {"switchyard_access_log_dropped_total",
+         "Access-log lines dropped: an event loop's buffer was full, or the write failed.",
+         offsetof(struct dp_metrics, access_log_dropped)},
+        {"switchyard_trace_spans_dropped_total",
+         "Spans dropped before export: an event loop's queue was full (the collector is slow "
+         "or down), or an export request failed.",
+         offsetof(struct dp_metrics, trace_spans_dropped)},
+        {"switchyard_trace_spans_exported_total", "Spans the OTLP collector accepted.",
+         offsetof(struct dp_metrics, trace_spans_exported)},
+        {"switchyard_trace_export_failures_total",
+         "OTLP export requests that failed (no answer in time, or not a 2xx).",
+         offsetof(struct dp_metrics, trace_export_failures)},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const _Atomic uint64_t *v = (const _Atomic uint64_t *)((const char *)m + rows[i].off);
+        prom_family(w, rows[i].name, PROM_COUNTER, rows[i].help);
+        prom_sample_u64(w, NULL, NULL, 0, atomic_load_explicit(v, memory_order_relaxed));
+    }
+}
+
 int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *workers, size_t n,
                       const struct dp_guards *guards, char **out, size_t *out_len)
 {
@@ -425,12 +527,16 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
                 "Load releases at zero in this dataplane's lease.");
     prom_sample_u64(w, NULL, NULL, 0, shm_load_underflows_in_lease(guards->seg, guards->lease));
 
-    render_hist(w, "switchyard_request_duration_seconds",
-                "Time from request arrival to the end of its response.", &m->duration);
-    render_hist(w, "switchyard_time_to_first_byte_seconds",
-                "Time from request arrival to the first response body byte from a worker.",
-                &m->ttfb);
+    render_latency(w, m, "switchyard_request_duration_seconds",
+                   "Time from request arrival to the end of its response, by inference route and "
+                   "model.",
+                   false);
+    render_latency(w, m, "switchyard_time_to_first_byte_seconds",
+                   "Time from request arrival to the first response body byte from a worker, by "
+                   "inference route and model.",
+                   true);
     render_pd(w, m, workers, n, guards);
+    render_obs(w, m);
     int rc = prom_error(w);
     if (rc != 0) {
         buf_fini(&text);

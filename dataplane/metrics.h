@@ -4,7 +4,10 @@
  * routes.h) and status, upstream errors by worker and kind, retries, routing
  * decisions by reason (policy.h's enum pol_decision), client disconnects by
  * phase, load underflows, per-worker load (what routing sees) and this
- * dataplane's own in-flight, two latency histograms, and the prefill/decode
+ * dataplane's own in-flight, two latency histograms by route and model
+ * (inference routes only: probes, scrapes and 404s are not latency a user
+ * feels; models are those the registry served, at most DP_MODEL_SERIES of
+ * them, the rest as "other"), and the prefill/decode
  * metrics (per-phase load and durations, outcomes). Counters are
  * process-wide relaxed atomics bumped by every loop; rendering reads them
  * without stopping anyone, so a scrape is a consistent-enough snapshot, as
@@ -13,6 +16,7 @@
 #ifndef SY_DATAPLANE_METRICS_H
 #define SY_DATAPLANE_METRICS_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,11 +30,19 @@
 
 #define DP_HIST_BUCKETS 16
 #define DP_STATUS_MAX   600
+#define DP_MODEL_SERIES 64 /* models with latency series of their own; the rest are "other" */
 
 struct dp_histogram {
     _Atomic uint64_t bucket[DP_HIST_BUCKETS + 1]; /* last = +Inf */
     _Atomic uint64_t sum_us;
     _Atomic uint64_t count;
+};
+
+/* The latency histograms of one model, by route. */
+struct dp_model_latency {
+    char model[CFG_MODEL_MAX]; /* written once, before the slot is published */
+    struct dp_histogram duration[DP_ROUTE_COUNT];
+    struct dp_histogram ttfb[DP_ROUTE_COUNT];
 };
 
 /* Process-wide; dp_metrics_init / dp_metrics_fini. */
@@ -44,21 +56,37 @@ struct dp_metrics {
     _Atomic uint64_t disconnects[DP_PHASE_COUNT];
     _Atomic uint64_t slow_clients[2]; /* shut down: [0] headers, [1] body (listener.c) */
     _Atomic uint64_t conns_shed[2];   /* at the cap: [0] idle evicted, [1] new refused */
-    struct dp_histogram duration;
-    struct dp_histogram ttfb;
+    /* DP_MODEL_SERIES + 1 slots, the last one "other"; slots below
+     * n_models are published (a loop adds one under models_lock). */
+    struct dp_model_latency *latency;
+    _Atomic uint32_t n_models;
+    pthread_mutex_t models_lock;
     const char *policy; /* policy.name, for the decisions' label */
     _Atomic uint64_t decisions[POL_DECISION_COUNT];
     _Atomic uint64_t pd_outcomes[DP_PD_OUT_COUNT];
     const char *pd_policy[DP_PD_DECODE + 1]; /* policy.prefill/decode names, by phase */
     _Atomic uint64_t pd_decisions[DP_PD_DECODE + 1][POL_DECISION_COUNT];
     struct dp_histogram pd_phase[DP_PD_DECODE + 1]; /* by enum dp_pd_phase */
+    /* Observability (access_log.h, trace_export.h): bumped by the loops and
+     * by the access-log writer and span exporter threads. */
+    _Atomic uint64_t access_log_dropped;
+    _Atomic uint64_t trace_spans_dropped;
+    _Atomic uint64_t trace_spans_exported;
+    _Atomic uint64_t trace_export_failures;
 };
 
 int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers);
 void dp_metrics_fini(struct dp_metrics *m);
 
-void dp_metrics_request(struct dp_metrics *m, enum dp_route route, int status, uint64_t dur_us);
-void dp_metrics_ttfb(struct dp_metrics *m, uint64_t us);
+/* A request ended with status after dur_us: counted by route and status;
+ * its duration is observed by route and model for inference routes
+ * (never /health, /metrics, /v1/models, unknown paths or a 404), when it
+ * had a model. */
+void dp_metrics_request(struct dp_metrics *m, enum dp_route route, const char *model, int status,
+                        uint64_t dur_us);
+/* The first body byte of a request of route and model reached the relay us
+ * after its arrival (observed as dp_metrics_request's duration). */
+void dp_metrics_ttfb(struct dp_metrics *m, enum dp_route route, const char *model, uint64_t us);
 void dp_metrics_upstream_error(struct dp_metrics *m, uint32_t slot, enum dp_up_error kind);
 void dp_metrics_retry(struct dp_metrics *m);
 /* Counts a candidate of one routing decision whose load report was stale or

@@ -17,9 +17,11 @@
 
 #include "common/proc.h"
 #include "dataplane/header_rules.h"
+#include "dataplane/journal.h"
 #include "dataplane/json_skeleton.h"
 #include "dataplane/random64.h"
 #include "dataplane/routes.h"
+#include "dataplane/trace.h"
 
 struct dp_request *dp_request_create(struct dp_loop *loop, struct MHD_Connection *conn,
                                      const char *url, const char *method, uint64_t max_body,
@@ -40,6 +42,7 @@ struct dp_request *dp_request_create(struct dp_loop *loop, struct MHD_Connection
     buf_init(&req->routing_text, DP_ROUTING_TEXT_MAX);
     req->release = release;
     list_init(&req->attempt_list);
+    req->journal = dp_journal_create(loop, req->route, method);
     return req;
 }
 
@@ -57,6 +60,8 @@ void dp_request_unref(struct dp_request *req)
     free(req->reply_body);
     free(req->resp_hdrs);
     curl_slist_free_all(req->up_headers);
+    dp_journal_destroy(req->journal);
+    req->journal = NULL;
     req->reply_body = NULL;
     req->resp_hdrs = NULL;
     req->up_headers = NULL;
@@ -399,6 +404,8 @@ struct hdr_ctx {
     struct curl_slist *list;
     const char *connection; /* the client's Connection header, or NULL */
     bool failed;
+    bool replace_trace;   /* trace context headers are the journal's (journal.h) */
+    bool keep_tracestate; /* ... the client's tracestate goes on */
 };
 
 static enum MHD_Result add_client_header(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -419,6 +426,8 @@ static enum MHD_Result add_client_header(void *cls, enum MHD_ValueKind kind, con
         return MHD_YES;
     /* Headers the client's Connection header names are hop-by-hop too. */
     if (c->connection != NULL && dp_hdr_connection_lists(c->connection, key, len))
+        return MHD_YES;
+    if (c->replace_trace && dp_trace_header_is_replaced(key, len, c->keep_tracestate))
         return MHD_YES;
     char line[8192];
     int n = snprintf(line, sizeof(line), "%.*s: %s", (int)len, key, value != NULL ? value : "");
@@ -464,7 +473,10 @@ int dp_request_prepare_upstream(struct dp_request *req)
         new_request_id(req->request_id);
     struct hdr_ctx c = {0};
     c.connection = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Connection");
+    dp_journal_trace_begin(req, &c.replace_trace, &c.keep_tracestate);
     MHD_get_connection_values(req->conn, MHD_HEADER_KIND, add_client_header, &c);
+    if (!c.failed && c.replace_trace && dp_journal_trace_header(req, &c.list) != 0)
+        c.failed = true;
     char line[DP_REQUEST_ID_MAX + 32];
     snprintf(line, sizeof(line), "X-Request-Id: %s", req->request_id);
     struct curl_slist *nl = c.failed ? NULL : curl_slist_append(c.list, line);

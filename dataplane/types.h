@@ -136,6 +136,7 @@ enum dp_req_phase {
     DP_REQ_REPLIED,    /* a response was queued (ours or relayed) */
 };
 
+struct dp_journal;
 struct dp_leg;
 struct dp_request;
 struct dp_loop;
@@ -243,6 +244,7 @@ struct dp_request {
     struct list_node req_link;     /* loop->requests while MHD knows it */
 
     struct dp_request *dead_next; /* loop->graveyard */
+    struct dp_journal *journal;   /* owned; what the access log and tracing read (journal.h) */
 };
 
 #endif

@@ -73,6 +73,20 @@ void mw_stats_prefill_kind(struct mw_stats *s, int remote_used)
 void mw_stats_last_request(struct mw_stats *s, char *body, size_t body_len, char *headers,
                            size_t headers_len)
 {
+    /* The last traceparent is kept across requests that carry none. */
+    for (size_t pos = 0; headers != NULL && pos < headers_len;) {
+        const char *name = headers + pos;
+        pos += strlen(name) + 1;
+        if (pos >= headers_len)
+            break;
+        const char *value = headers + pos;
+        pos += strlen(value) + 1;
+        if (strcmp(name, "traceparent") == 0) {
+            pthread_mutex_lock(&s->lock);
+            snprintf(s->last_traceparent, sizeof(s->last_traceparent), "%s", value);
+            pthread_mutex_unlock(&s->lock);
+        }
+    }
     pthread_mutex_lock(&s->lock);
     char *old_body = s->last_body;
     char *old_headers = s->last_headers;
@@ -140,7 +154,10 @@ void mw_stats_to_json(struct mw_stats *s, json_t *obj)
     json_t *headers = s->last_headers != NULL
                           ? headers_to_json(s->last_headers, s->last_headers_len)
                           : json_null();
+    json_t *traceparent =
+        s->last_traceparent[0] != '\0' ? json_string(s->last_traceparent) : json_null();
     pthread_mutex_unlock(&s->lock);
+    json_object_set_new(obj, "last_traceparent", traceparent != NULL ? traceparent : json_null());
     json_object_set_new(obj, "by_status", by_status);
     json_object_set_new(obj, "last_request", last != NULL ? last : json_null());
     json_object_set_new(obj, "last_request_headers", headers != NULL ? headers : json_null());
@@ -154,6 +171,7 @@ void mw_stats_reset(struct mw_stats *s)
     s->remote_prefill_used = 0;
     s->local_prefill = 0;
     memset(s->by_status, 0, sizeof(s->by_status));
+    s->last_traceparent[0] = '\0';
     char *old_body = s->last_body;
     char *old_headers = s->last_headers;
     s->last_body = NULL;

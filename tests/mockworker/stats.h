@@ -44,6 +44,7 @@ struct mw_stats {
     size_t last_body_len;
     char *last_headers; /* owned; "name\0value\0" pairs, names lowercase */
     size_t last_headers_len;
+    char last_traceparent[128]; /* the last traceparent header received; "" = none yet */
 };
 
 int mw_stats_init(struct mw_stats *s);
@@ -69,7 +70,7 @@ void mw_stats_last_request(struct mw_stats *s, char *body, size_t body_len, char
 /*
  * Adds this module's fields to obj (inflight, requests_total, by_status,
  * client_aborts, remote_prefill_used, local_prefill, last_request,
- * last_request_headers). last_request is the body as JSON, or as a string
+ * last_request_headers, last_traceparent). last_request is the body as JSON, or as a string
  * when it is not valid JSON.
  */
 void mw_stats_to_json(struct mw_stats *s, json_t *obj);

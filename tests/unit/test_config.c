@@ -396,6 +396,15 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.policy.pd_fallback, CFG_PD_FALLBACK_ERROR);
     assert_false(cfg.policy.rendezvous);
     assert_true(cfg.policy.bounded_load_factor == 1.5);
+    assert_string_equal(cfg.dataplane.access_log, "/var/log/switchyard/access.log");
+    assert_int_equal(cfg.dataplane.access_log_buffer, 64 * 1024);
+    assert_false(cfg.tracing.propagate);
+    assert_string_equal(cfg.tracing.otlp_endpoint, "http://127.0.0.1:4318");
+    assert_string_equal(cfg.tracing.service_name, "edge-router");
+    assert_int_equal(cfg.tracing.batch_size, 64);
+    assert_int_equal(cfg.tracing.batch_interval_ms, 250);
+    assert_int_equal(cfg.tracing.queue_size, 128 * 1024);
+    assert_int_equal(cfg.tracing.export_timeout_ms, 500);
 
     assert_int_equal(cfg.n_workers, 3);
     assert_string_equal(cfg.workers[0].id, "w1");
@@ -463,11 +472,12 @@ static const struct bad_case bad_cases[] = {
      "t.yaml:2:3: dataplane.lisen: unknown key (expected one of listen|threads|max_body|"
      "max_header_size|connect_timeout|first_byte_timeout|idle_timeout|drain_timeout|"
      "header_timeout|upload_min_rate|per_ip_connection_limit|max_connections|metrics_listen|"
-     "debug_headers|retry)"},
+     "debug_headers|retry|access_log|access_log_buffer)"},
     {"workers:\n  - url: http://127.0.0.1:9001\n    weight: 2\n",
      "t.yaml:3:5: workers[0].weight: unknown key (expected one of url|id|model|role)"},
     {"shmm:\n  name: /x\n",
-     "t.yaml:1:1: shmm: unknown key (expected one of shm|controlplane|dataplane|policy|workers)"},
+     "t.yaml:1:1: shmm: unknown key (expected one of shm|controlplane|dataplane|policy|tracing|"
+     "workers)"},
     {"workers:\n  - url: http://127.0.0.1:9001\n    role: x\n",
      "t.yaml:3:11: workers[0].role: expected one of regular|prefill|decode, got 'x'"},
     {"controlplane:\n  health:\n    interval: 5\n",
