@@ -27,7 +27,7 @@
 #include <yaml.h>
 
 #define CFG_WORKERS_LIMIT 65536 /* the largest shm.max_workers */
-#define CFG_TABLE_MAX     16    /* keys in one mapping of the schema */
+#define CFG_TABLE_MAX     32    /* keys in one mapping of the schema */
 #define CFG_KEYPATH_MAX   192   /* key path shown in messages; cut to fit */
 #define CFG_SHOW_MAX      64    /* bytes of a bad value quoted in a message */
 #define CFG_SHOW_BUF      (CFG_SHOW_MAX + 8)

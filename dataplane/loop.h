@@ -75,8 +75,8 @@ struct dp_shared {
     /* Client connections each loop may hold (dataplane.max_connections
      * shared out; set before the loops start). */
     unsigned conn_cap_per_loop;
-    struct dp_alog *alog;           /* the access log (access_log.h); NULL = off */
-    struct dp_tracer *tracer;       /* span export (trace_export.h); NULL = off */
+    struct dp_alog *alog;     /* the access log (access_log.h); NULL = off */
+    struct dp_tracer *tracer; /* span export (trace_export.h); NULL = off */
 };
 
 /*
