@@ -19,7 +19,6 @@
 
 #include "shm/effective_load.h"
 #include "dataplane/policy/cache_aware.h"
-#include "dataplane/policy/prefix_index.h"
 
 static const struct shm_el_params combined = {
     .signal = CFG_LOAD_SIGNAL_COMBINED,
