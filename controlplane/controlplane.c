@@ -24,6 +24,7 @@
 #include "controlplane/health_prober.h"
 #include "controlplane/lease_reaper.h"
 #include "controlplane/reset_load.h"
+#include "controlplane/source_kubernetes.h"
 #include "controlplane/source_static.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
@@ -115,10 +116,14 @@ static int cp_run_parts(struct cp_daemon *d)
     adm_http_run(d->ctx.http);
     hc_run(d->ctx.hc, now);
     cp_reset_run(d->ctx.reset, proc_monotonic_ms());
+    if (d->ctx.kube != NULL)
+        cp_kube_run(d->ctx.kube, proc_monotonic_ms());
     now = proc_monotonic_ms();
     int t = hc_timeout_ms(d->ctx.hc, now);
     t = cp_min_timeout(t, adm_http_timeout_ms(d->ctx.http));
     t = cp_min_timeout(t, cp_reset_timeout_ms(d->ctx.reset, now));
+    if (d->ctx.kube != NULL)
+        t = cp_min_timeout(t, cp_kube_timeout_ms(d->ctx.kube, now));
     return t;
 }
 
@@ -135,6 +140,14 @@ static int cp_start_parts(struct cp_daemon *d)
                              d->ctx.reset, &d->ctx.chan);
     if (rc == 0)
         rc = adm_http_create(&d->ctx, &d->ctx.http);
+    if (rc == 0 && d->cfg->discovery.kubernetes.enabled) {
+        char err[512] = "";
+        rc = cp_kube_create(&d->seg, d->cfg, &d->ctx.kube, err, sizeof(err));
+        if (rc != 0)
+            log_error("%s: %s", d->cfg->path, err);
+        else
+            rc = cp_watch(d, cp_kube_fd(d->ctx.kube));
+    }
     if (rc != 0)
         return rc;
     cp_lease_reaper_set_channel(&d->reaper, cp_channel_lost, d);
@@ -151,6 +164,7 @@ static void cp_stop_parts(struct cp_daemon *d)
     cp_reset_destroy(d->ctx.reset);
     d->ctx.reset = NULL;
     adm_http_destroy(d->ctx.http);
+    cp_kube_destroy(d->ctx.kube);
     adm_chan_destroy(d->ctx.chan);
     hc_destroy(d->ctx.hc);
     memset(&d->ctx, 0, sizeof(d->ctx));
