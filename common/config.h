@@ -143,7 +143,7 @@ struct cfg_kubernetes {
     char ca_file[CFG_PATH_MAX];
     char namespace_name[CFG_ID_MAX]; /* "" = the service account's namespace */
     char label_selector[CFG_PATH_MAX];
-    uint32_t port;           /* the workers' port; ignored when port_name is set */
+    uint32_t port;              /* the workers' port; ignored when port_name is set */
     char port_name[CFG_ID_MAX]; /* a named container port; "" = use port */
     char scheme[8];             /* http | https */
     char model_label[CFG_PATH_MAX];

@@ -92,8 +92,8 @@ static json_t *adm_worker_json(const struct adm_ctx *ctx, const struct shm_worke
     const char *ns, *name, *uid;
     if (w->source == CP_SOURCE_KUBERNETES && ctx->kube != NULL &&
         cp_kube_pod_of(ctx->kube, w->id, &ns, &name, &uid))
-        json_object_set_new(j, "pod",
-                            json_pack("{s:s, s:s, s:s}", "namespace", ns, "name", name, "uid", uid));
+        json_object_set_new(
+            j, "pod", json_pack("{s:s, s:s, s:s}", "namespace", ns, "name", name, "uid", uid));
     return j;
 }
 
@@ -278,14 +278,14 @@ static void adm_status(struct adm_ctx *ctx, struct adm_reply *reply)
                              (int)st.layout_version, "size", (json_int_t)seg->size, "max_workers",
                              (int)seg->max_workers, "max_dataplanes", (int)seg->max_dataplanes,
                              "leases_reaped", (json_int_t)st.leases_reaped);
-    json_t *status = json_pack("{s:i, s:I, s:I, s:o, s:o}", "pid", (int)getpid(), "epoch",
-                               (json_int_t)st.epoch, "uptime_ms",
-                               (json_int_t)(proc_monotonic_ms() - ctx->started_ms), "segment",
-                               segj, "dataplanes", dps);
+    json_t *status =
+        json_pack("{s:i, s:I, s:I, s:o, s:o}", "pid", (int)getpid(), "epoch", (json_int_t)st.epoch,
+                  "uptime_ms", (json_int_t)(proc_monotonic_ms() - ctx->started_ms), "segment", segj,
+                  "dataplanes", dps);
     if (ctx->kube != NULL)
-        json_object_set_new(status, "discovery",
-                            json_pack("{s:o}", "kubernetes",
-                                      cp_kube_status_json(ctx->kube, proc_monotonic_ms())));
+        json_object_set_new(
+            status, "discovery",
+            json_pack("{s:o}", "kubernetes", cp_kube_status_json(ctx->kube, proc_monotonic_ms())));
     adm_reply_json(reply, 200, status);
 }
 

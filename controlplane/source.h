@@ -27,8 +27,8 @@
  * API-added ones, so these two values are fixed.
  */
 enum cp_source_kind {
-    CP_SOURCE_STATIC = 0, /* the config file's workers: list */
-    CP_SOURCE_API = 1,    /* POST /workers */
+    CP_SOURCE_STATIC = 0,     /* the config file's workers: list */
+    CP_SOURCE_API = 1,        /* POST /workers */
     CP_SOURCE_KUBERNETES = 2, /* discovery.kubernetes: pods (source_kubernetes.h) */
     CP_SOURCE_COUNT,
 };

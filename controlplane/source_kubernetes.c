@@ -57,8 +57,8 @@ enum kube_ev_type {
     KUBE_EV_COUNT,
 };
 
-static const char *const kube_ev_names[KUBE_EV_COUNT] = {"ADDED", "MODIFIED", "DELETED",
-                                                         "BOOKMARK", "ERROR"};
+static const char *const kube_ev_names[KUBE_EV_COUNT] = {"ADDED", "MODIFIED", "DELETED", "BOOKMARK",
+                                                         "ERROR"};
 
 /* One pod (or one adopted worker). Owned by the table. */
 struct kube_entry {
@@ -74,13 +74,13 @@ struct kube_entry {
 
 /* Owned by the control plane (cp_kube_create/destroy); loop thread only. */
 struct cp_kube {
-    struct shm_segment *seg;             /* borrowed */
-    const struct cfg *cfg;               /* borrowed */
-    const struct cfg_kubernetes *kc;     /* &cfg->discovery.kubernetes */
+    struct shm_segment *seg;         /* borrowed */
+    const struct cfg *cfg;           /* borrowed */
+    const struct cfg_kubernetes *kc; /* &cfg->discovery.kubernetes */
     struct kube_api *api;
-    char base[CFG_URL_MAX];              /* api server, no trailing '/' */
+    char base[CFG_URL_MAX]; /* api server, no trailing '/' */
     char ns[CFG_ID_MAX];
-    char *selector_q;                    /* url-escaped label selector */
+    char *selector_q; /* url-escaped label selector */
     char token[KUBE_TOKEN_MAX];
     uint64_t token_read_ms;
     bool token_retried; /* a 401 already re-read the token for this attempt */
@@ -98,8 +98,8 @@ struct cp_kube {
     char rv[KUBE_RV_MAX];
     char cont[1024]; /* continue token of the list in progress */
     char list_rv[KUBE_RV_MAX];
-    bool want_relist;     /* a 410 ERROR event */
-    bool watch_error;     /* another ERROR event */
+    bool want_relist; /* a 410 ERROR event */
+    bool watch_error; /* another ERROR event */
 
     struct kube_entry *entries;
     size_t n, cap;
@@ -167,8 +167,8 @@ static int kube_resolve(struct cp_kube *k, char *err, size_t err_len)
             return -EINVAL;
         }
         bool v6 = strchr(host, ':') != NULL;
-        snprintf(k->base, sizeof(k->base), "https://%s%s%s:%s", v6 ? "[" : "", host,
-                 v6 ? "]" : "", port != NULL && port[0] != '\0' ? port : "443");
+        snprintf(k->base, sizeof(k->base), "https://%s%s%s:%s", v6 ? "[" : "", host, v6 ? "]" : "",
+                 port != NULL && port[0] != '\0' ? port : "443");
     }
     size_t bl = strlen(k->base);
     while (bl > 0 && k->base[bl - 1] == '/')
@@ -370,7 +370,8 @@ static void kube_on_event(void *user, const json_t *ev)
     case KUBE_EV_DELETED: {
         const char *name =
             json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
-        const char *uid = json_string_value(json_object_get(json_object_get(obj, "metadata"), "uid"));
+        const char *uid =
+            json_string_value(json_object_get(json_object_get(obj, "metadata"), "uid"));
         struct kube_entry *e = name != NULL ? kube_find(k, name) : NULL;
         if (e != NULL && (e->pod.uid[0] == '\0' || uid == NULL || strcmp(e->pod.uid, uid) == 0))
             kube_gone(k, e, proc_monotonic_ms());
@@ -451,13 +452,13 @@ static int kube_start(struct cp_kube *k, bool watch)
         silence = t * 1000 + (t * 1000 / 4 > 1000 ? t * 1000 / 4 : 1000);
     } else {
         char *cont = k->cont[0] != '\0' ? curl_easy_escape(NULL, k->cont, 0) : NULL;
-        snprintf(url, sizeof(url), "%s/api/v1/namespaces/%s/pods?limit=%d%s%s%s%s", k->base,
-                 k->ns, KUBE_PAGE_LIMIT, k->selector_q[0] != '\0' ? "&labelSelector=" : "",
-                 k->selector_q, cont != NULL ? "&continue=" : "", cont != NULL ? cont : "");
+        snprintf(url, sizeof(url), "%s/api/v1/namespaces/%s/pods?limit=%d%s%s%s%s", k->base, k->ns,
+                 KUBE_PAGE_LIMIT, k->selector_q[0] != '\0' ? "&labelSelector=" : "", k->selector_q,
+                 cont != NULL ? "&continue=" : "", cont != NULL ? cont : "");
         curl_free(cont);
     }
-    int rc = kube_api_start(k->api, watch ? KUBE_XFER_WATCH : KUBE_XFER_LIST, url, k->token,
-                            silence);
+    int rc =
+        kube_api_start(k->api, watch ? KUBE_XFER_WATCH : KUBE_XFER_LIST, url, k->token, silence);
     if (rc != 0) {
         log_error("discovery: cannot start a Kubernetes %s: %s", watch ? "watch" : "list",
                   strerror(-rc));
@@ -559,8 +560,7 @@ static void kube_list_done(struct cp_kube *k, const struct kube_result *r)
         kube_adopt(k, now);
     size_t i;
     const json_t *item;
-    json_array_foreach(items, i, item)
-        kube_upsert(k, item);
+    json_array_foreach(items, i, item) kube_upsert(k, item);
     const json_t *meta = json_object_get(r->body, "metadata");
     const char *rv = json_string_value(json_object_get(meta, "resourceVersion"));
     const char *cont = json_string_value(json_object_get(meta, "continue"));
@@ -774,11 +774,11 @@ static void kube_sync(struct cp_kube *k, uint64_t now_ms)
     k->n = j;
 }
 
+/* A worker whose pod went: removed by a later sync once idle. */
 static bool kube_has_leaving(const struct cp_kube *k)
 {
     for (size_t i = 0; i < k->n; i++)
-        if (k->entries[i].registered &&
-            (!k->entries[i].exists || !kube_pod_is_worker(&k->entries[i].pod)))
+        if (k->entries[i].registered && !k->entries[i].exists)
             return true;
     return false;
 }
@@ -820,8 +820,7 @@ int cp_kube_timeout_ms(const struct cp_kube *k, uint64_t now_ms)
         next = k->last_list_ms + k->kc->resync_ms;
     if (k->token_read_ms + KUBE_TOKEN_REREAD < next)
         next = k->token_read_ms + KUBE_TOKEN_REREAD;
-    if (k->listed_once && !k->stale && (k->dirty || kube_has_leaving(k)) &&
-        k->next_sweep_ms < next)
+    if (k->listed_once && !k->stale && (k->dirty || kube_has_leaving(k)) && k->next_sweep_ms < next)
         next = k->dirty ? now_ms : k->next_sweep_ms;
     if (k->want_relist)
         next = now_ms;
@@ -850,13 +849,12 @@ json_t *cp_kube_status_json(const struct cp_kube *k, uint64_t now_ms)
         pods += k->entries[i].exists && k->entries[i].pod.uid[0] != '\0';
         workers += k->entries[i].registered;
     }
-    return json_pack("{s:b, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "stale", k->stale,
-                     "api_server", k->base, "namespace", k->ns, "label_selector",
-                     k->kc->label_selector, "resource_version", k->rv, "pods", (json_int_t)pods,
-                     "workers", (json_int_t)workers, "stale_for_ms",
-                     (json_int_t)(k->stale ? now_ms - k->stale_since_ms : 0), "relists",
-                     (json_int_t)k->relists, "watches", (json_int_t)k->watches, "errors",
-                     (json_int_t)k->errors);
+    return json_pack(
+        "{s:b, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "stale", k->stale, "api_server",
+        k->base, "namespace", k->ns, "label_selector", k->kc->label_selector, "resource_version",
+        k->rv, "pods", (json_int_t)pods, "workers", (json_int_t)workers, "stale_for_ms",
+        (json_int_t)(k->stale ? now_ms - k->stale_since_ms : 0), "relists", (json_int_t)k->relists,
+        "watches", (json_int_t)k->watches, "errors", (json_int_t)k->errors);
 }
 
 void cp_kube_metrics(const struct cp_kube *k, struct prom_writer *w)

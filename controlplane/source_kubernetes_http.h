@@ -39,10 +39,10 @@ enum kube_xfer {
 /* How a transfer ended. */
 struct kube_result {
     enum kube_xfer kind;
-    long http_status;  /* 0: no response */
-    bool transport_ok; /* curl finished without error (a watch: the server ended it cleanly) */
-    bool silent;       /* a watch cut for silence */
-    bool got_body;     /* a watch: at least one byte arrived */
+    long http_status;   /* 0: no response */
+    bool transport_ok;  /* curl finished without error (a watch: the server ended it cleanly) */
+    bool silent;        /* a watch cut for silence */
+    bool got_body;      /* a watch: at least one byte arrived */
     const json_t *body; /* a list: the parsed body (PodList or Status); NULL when unparsable */
     char why[160];      /* for log lines: curl's error, or "HTTP 500", ... */
 };

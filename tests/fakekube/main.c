@@ -126,8 +126,8 @@ static enum MHD_Result fk_watch(struct MHD_Connection *c, const char *ns,
         return fk_error(c, 400, "BadRequest", "invalid resourceVersion");
     }
     /* 410 is streamed as an ERROR event after a 200, as the real server does. */
-    struct MHD_Response *r =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, fk_stream_read, s, fk_stream_free);
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096,
+                                                               fk_stream_read, s, fk_stream_free);
     MHD_add_response_header(r, "Content-Type", "application/json");
     MHD_add_response_header(r, "Transfer-Encoding", "chunked");
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
@@ -165,7 +165,8 @@ static enum MHD_Result fk_api(struct MHD_Connection *c, const char *method, cons
     struct fk_selector sel;
     const char *ls = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "labelSelector");
     if (fk_selector_parse(ls, &sel) != 0)
-        return fk_error(c, 400, "BadRequest", "unable to parse requirement: invalid label selector");
+        return fk_error(c, 400, "BadRequest",
+                        "unable to parse requirement: invalid label selector");
     if (fk_arg_true(c, "watch"))
         return fk_watch(c, ns, &sel);
     const char *lim = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");

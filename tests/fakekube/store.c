@@ -249,9 +249,9 @@ static void fk_new_uid(char *out, size_t len)
             b[i] = (unsigned char)rand();
     b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
     b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-    snprintf(out, len, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-             b[13], b[14], b[15]);
+    snprintf(out, len, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
 }
 
 json_t *fk_store_put(const char *ns, const char *name, const json_t *body, bool *created,
@@ -278,8 +278,9 @@ json_t *fk_store_put(const char *ns, const char *name, const json_t *body, bool 
     if (json_string_value(json_object_get(meta, "uid")) == NULL) {
         char uid[40];
         if (p != NULL)
-            snprintf(uid, sizeof(uid), "%s",
-                     json_string_value(json_object_get(json_object_get(p->obj, "metadata"), "uid")));
+            snprintf(
+                uid, sizeof(uid), "%s",
+                json_string_value(json_object_get(json_object_get(p->obj, "metadata"), "uid")));
         else
             fk_new_uid(uid, sizeof(uid));
         json_object_set_new(meta, "uid", json_string(uid));
@@ -389,8 +390,8 @@ json_t *fk_store_list(const char *ns, const struct fk_selector *sel, long limit,
     const char *last = NULL;
     bool more = false;
     for (size_t i = 0; i < n; i++) {
-        const char *nm = json_string_value(json_object_get(json_object_get(match[i], "metadata"),
-                                                           "name"));
+        const char *nm =
+            json_string_value(json_object_get(json_object_get(match[i], "metadata"), "name"));
         if (after[0] != '\0' && strcmp(nm, after) <= 0)
             continue;
         if (limit > 0 && (long)taken == limit) {

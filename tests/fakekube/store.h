@@ -93,8 +93,8 @@ struct fk_watch {
     uint64_t last_sent_ms;
     uint64_t expire_gen, sever_gen, silence_gen;
     bool silenced;
-    bool ending;          /* an ERROR was sent: end after it */
-    json_t *initial;      /* synthetic ADDED events still to send (resourceVersion "" or "0") */
+    bool ending;     /* an ERROR was sent: end after it */
+    json_t *initial; /* synthetic ADDED events still to send (resourceVersion "" or "0") */
     size_t initial_pos;
 };
 

@@ -437,9 +437,8 @@ static const struct bad_case bad_cases[] = {
      "header_timeout|upload_min_rate|per_ip_connection_limit|metrics_listen|debug_headers|retry)"},
     {"workers:\n  - url: http://127.0.0.1:9001\n    weight: 2\n",
      "t.yaml:3:5: workers[0].weight: unknown key (expected one of url|id|model|role)"},
-    {"shmm:\n  name: /x\n",
-     "t.yaml:1:1: shmm: unknown key (expected one of "
-     "shm|controlplane|dataplane|policy|discovery|workers)"},
+    {"shmm:\n  name: /x\n", "t.yaml:1:1: shmm: unknown key (expected one of "
+                            "shm|controlplane|dataplane|policy|discovery|workers)"},
     {"discovery:\n  kubernetes:\n    api_server: http://127.0.0.1:1\n",
      "t.yaml:3:17: discovery.kubernetes.api_server: expected an https:// URL (plain http needs "
      "insecure_http: true), got 'http://127.0.0.1:1'"},
