@@ -417,8 +417,12 @@ static void test_expire_relists_without_drop(void **state)
     assert_true(relists >= 1);
 
     struct h_load *load;
-    struct h_load_opts lo = {.base = e.dp_url, .model = "mock", .concurrency = 4,
-                             .stream_percent = 50, .max_tokens = 8, .seed = 3};
+    struct h_load_opts lo = {.base = e.dp_url,
+                             .model = "mock",
+                             .concurrency = 4,
+                             .stream_percent = 50,
+                             .max_tokens = 8,
+                             .seed = 3};
     assert_int_equal(h_load_start(&lo, &load), 0);
     usleep(300 * 1000);
     fault(&e, "{\"expire\": true}");
@@ -688,8 +692,8 @@ static void test_admin_view_and_recreation(void **state)
     assert_int_equal(h_wait_until(cond_routed_to, &c, 2000), 0);
     assert_int_equal(h_http_get(url, &r), 0);
     j = h_resp_json(&r);
-    assert_string_not_equal(
-        json_string_value(json_object_get(json_object_get(j, "pod"), "uid")), uid1);
+    assert_string_not_equal(json_string_value(json_object_get(json_object_get(j, "pod"), "uid")),
+                            uid1);
     json_decref(j);
     h_resp_fini(&r);
     stop_all(&e);

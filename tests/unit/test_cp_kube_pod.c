@@ -28,16 +28,16 @@ static json_t *pod(const char *extra_labels, const char *ready, const char *phas
                    bool terminating)
 {
     char text[2048];
-    snprintf(text, sizeof(text),
-             "{\"metadata\":{\"name\":\"vllm-0\",\"uid\":\"u-1\",\"resourceVersion\":\"42\","
-             "\"labels\":{\"app\":\"vllm\"%s}%s},"
-             "\"spec\":{\"containers\":[{\"name\":\"side\"},{\"name\":\"vllm\",\"ports\":[{\"name\":"
-             "\"metrics\",\"containerPort\":9400},{\"name\":\"http\",\"containerPort\":8001}]}]},"
-             "\"status\":{\"phase\":\"%s\"%s%s%s,\"conditions\":[{\"type\":\"PodScheduled\","
-             "\"status\":\"True\"},{\"type\":\"Ready\",\"status\":\"%s\"}]}}",
-             extra_labels, terminating ? ",\"deletionTimestamp\":\"2026-01-01T00:00:00Z\"" : "",
-             phase, ip != NULL ? ",\"podIP\":\"" : "", ip != NULL ? ip : "",
-             ip != NULL ? "\"" : "", ready);
+    snprintf(
+        text, sizeof(text),
+        "{\"metadata\":{\"name\":\"vllm-0\",\"uid\":\"u-1\",\"resourceVersion\":\"42\","
+        "\"labels\":{\"app\":\"vllm\"%s}%s},"
+        "\"spec\":{\"containers\":[{\"name\":\"side\"},{\"name\":\"vllm\",\"ports\":[{\"name\":"
+        "\"metrics\",\"containerPort\":9400},{\"name\":\"http\",\"containerPort\":8001}]}]},"
+        "\"status\":{\"phase\":\"%s\"%s%s%s,\"conditions\":[{\"type\":\"PodScheduled\","
+        "\"status\":\"True\"},{\"type\":\"Ready\",\"status\":\"%s\"}]}}",
+        extra_labels, terminating ? ",\"deletionTimestamp\":\"2026-01-01T00:00:00Z\"" : "", phase,
+        ip != NULL ? ",\"podIP\":\"" : "", ip != NULL ? ip : "", ip != NULL ? "\"" : "", ready);
     json_error_t err;
     json_t *j = json_loads(text, 0, &err);
     if (j == NULL)
