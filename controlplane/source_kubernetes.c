@@ -70,6 +70,7 @@ struct kube_entry {
     bool replaced; /* re-created under a new uid: retire the old worker first */
     bool warned;   /* a conflict or bad label was logged */
     uint64_t gone_ms;
+    long prop; /* its index in the last proposal, -1 when not proposed */
 };
 
 /* Owned by the control plane (cp_kube_create/destroy); loop thread only. */
@@ -106,6 +107,8 @@ struct cp_kube {
     bool dirty;
     uint64_t next_sweep_ms;
     struct shm_worker_info *snap; /* max_workers scratch */
+    size_t *snap_ix;              /* snap's indices sorted by id */
+    size_t n_snap;
     struct cp_source_worker *proposal;
     size_t proposal_cap;
     bool *drain;
@@ -115,6 +118,7 @@ struct cp_kube {
 };
 
 static void kube_on_event(void *user, const json_t *ev);
+static void kube_snapshot(struct cp_kube *k);
 static void kube_on_done(void *user, const struct kube_result *r);
 
 /* ---- setup ------------------------------------------------------------------ */
@@ -204,10 +208,12 @@ int cp_kube_create(struct shm_segment *seg, const struct cfg *cfg, struct cp_kub
     }
     rng_seed_random(&k->rng);
     k->snap = calloc(seg->max_workers, sizeof(*k->snap));
+    k->snap_ix = calloc(seg->max_workers, sizeof(*k->snap_ix));
     k->selector_q = curl_easy_escape(NULL, k->kc->label_selector, 0);
     struct kube_api_opts o = {
         .ca_file = k->kc->ca_file, .on_event = kube_on_event, .on_done = kube_on_done, .user = k};
-    if (k->snap == NULL || k->selector_q == NULL || kube_api_create(&o, &k->api) != 0) {
+    if (k->snap == NULL || k->snap_ix == NULL || k->selector_q == NULL ||
+        kube_api_create(&o, &k->api) != 0) {
         snprintf(err, err_len, "out of memory starting Kubernetes discovery");
         cp_kube_destroy(k);
         return -ENOMEM;
@@ -231,6 +237,7 @@ void cp_kube_destroy(struct cp_kube *k)
     curl_free(k->selector_q);
     free(k->entries);
     free(k->snap);
+    free(k->snap_ix);
     free(k->proposal);
     free(k->drain);
     free(k);
@@ -508,8 +515,8 @@ static void kube_list_complete(struct cp_kube *k, uint64_t now_ms)
 /* An adopted worker: ours in the registry, not yet listed (after a restart). */
 static void kube_adopt(struct cp_kube *k, uint64_t now_ms)
 {
-    size_t n = shm_registry_snapshot(k->seg, k->snap, k->seg->max_workers);
-    for (size_t i = 0; i < n; i++) {
+    kube_snapshot(k);
+    for (size_t i = 0; i < k->n_snap; i++) {
         const struct shm_worker_info *w = &k->snap[i];
         if (w->source != CP_SOURCE_KUBERNETES || kube_find_id(k, w->id) != NULL)
             continue;
@@ -619,23 +626,52 @@ static void kube_on_done(void *user, const struct kube_result *r)
 
 /* ---- registry sync ---------------------------------------------------------- */
 
-static const struct shm_worker_info *kube_snap_find(const struct cp_kube *k, size_t n,
-                                                    const char *id)
+static const struct shm_worker_info *kube_sort_snap; /* qsort has no argument; one thread */
+
+static int kube_cmp_snap(const void *a, const void *b)
 {
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(k->snap[i].id, id) == 0)
-            return &k->snap[i];
+    return strcmp(kube_sort_snap[*(const size_t *)a].id, kube_sort_snap[*(const size_t *)b].id);
+}
+
+/* Takes a registry snapshot and sorts it by id, for kube_snap_find. */
+static void kube_snapshot(struct cp_kube *k)
+{
+    k->n_snap = shm_registry_snapshot(k->seg, k->snap, k->seg->max_workers);
+    for (size_t i = 0; i < k->n_snap; i++)
+        k->snap_ix[i] = i;
+    kube_sort_snap = k->snap;
+    qsort(k->snap_ix, k->n_snap, sizeof(*k->snap_ix), kube_cmp_snap);
+    kube_sort_snap = NULL;
+}
+
+static const struct shm_worker_info *kube_snap_find(const struct cp_kube *k, const char *id)
+{
+    size_t lo = 0, hi = k->n_snap;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const struct shm_worker_info *w = &k->snap[k->snap_ix[mid]];
+        int c = strcmp(w->id, id);
+        if (c == 0)
+            return w;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     return NULL;
 }
 
-/* Another source's worker already holds this id or url. */
-static const struct shm_worker_info *kube_conflict(const struct cp_kube *k, size_t n,
-                                                   const char *id, const char *url)
+/* Another source's worker already holds this id or url (those are few:
+ * the id through the index, the url by a scan of the others only). */
+static const struct shm_worker_info *kube_conflict(const struct cp_kube *k, const char *id,
+                                                   const char *url, bool any_other)
 {
-    for (size_t i = 0; i < n; i++) {
-        const struct shm_worker_info *w = &k->snap[i];
-        if (w->source != CP_SOURCE_KUBERNETES &&
-            (strcmp(w->id, id) == 0 || strcmp(w->url, url) == 0))
+    const struct shm_worker_info *w = kube_snap_find(k, id);
+    if (w != NULL && w->source != CP_SOURCE_KUBERNETES)
+        return w;
+    for (size_t i = 0; any_other && i < k->n_snap; i++) {
+        w = &k->snap[i];
+        if (w->source != CP_SOURCE_KUBERNETES && strcmp(w->url, url) == 0)
             return w;
     }
     return NULL;
@@ -664,14 +700,17 @@ static int kube_reserve_proposal(struct cp_kube *k)
  * its pod exists, and after it went while load remains, up to
  * dataplane.drain_timeout.
  */
-static size_t kube_build_proposal(struct cp_kube *k, size_t n_snap, uint64_t now_ms)
+static size_t kube_build_proposal(struct cp_kube *k, uint64_t now_ms)
 {
+    bool any_other = false;
+    for (size_t i = 0; i < k->n_snap && !any_other; i++)
+        any_other = k->snap[i].source != CP_SOURCE_KUBERNETES;
     size_t np = 0;
     for (size_t i = 0; i < k->n; i++) {
         struct kube_entry *e = &k->entries[i];
+        e->prop = -1;
         bool worker = e->exists && kube_pod_is_worker(&e->pod);
-        const struct shm_worker_info *have =
-            e->registered ? kube_snap_find(k, n_snap, e->pod.id) : NULL;
+        const struct shm_worker_info *have = e->registered ? kube_snap_find(k, e->pod.id) : NULL;
         if (have != NULL && have->source != CP_SOURCE_KUBERNETES)
             have = NULL;
         bool keep = false;
@@ -696,7 +735,7 @@ static size_t kube_build_proposal(struct cp_kube *k, size_t n_snap, uint64_t now
             snprintf(w->url, sizeof(w->url), "%s", have->url);
             w->role = have->role;
         }
-        const struct shm_worker_info *c = kube_conflict(k, n_snap, w->id, w->url);
+        const struct shm_worker_info *c = kube_conflict(k, w->id, w->url, any_other);
         if (c != NULL) {
             if (!e->warned)
                 log_warn("discovery: pod %s is not added: worker %s (%s) of the %s already uses "
@@ -706,29 +745,32 @@ static size_t kube_build_proposal(struct cp_kube *k, size_t n_snap, uint64_t now
             continue;
         }
         k->drain[np] = !worker;
+        e->prop = (long)np;
         np++;
     }
     return np;
 }
 
-static void kube_apply_drains(struct cp_kube *k, size_t np)
+static void kube_apply_drains(struct cp_kube *k)
 {
-    size_t n_snap = shm_registry_snapshot(k->seg, k->snap, k->seg->max_workers);
-    for (size_t i = 0; i < k->n; i++)
-        k->entries[i].registered = false;
-    for (size_t i = 0; i < np; i++) {
-        const struct shm_worker_info *w = kube_snap_find(k, n_snap, k->proposal[i].id);
-        struct kube_entry *e = kube_find_id(k, k->proposal[i].id);
-        if (w == NULL || e == NULL || w->source != CP_SOURCE_KUBERNETES)
+    kube_snapshot(k);
+    for (size_t i = 0; i < k->n; i++) {
+        struct kube_entry *e = &k->entries[i];
+        e->registered = false;
+        if (e->prop < 0)
             continue;
+        const struct shm_worker_info *w = kube_snap_find(k, e->pod.id);
+        if (w == NULL || w->source != CP_SOURCE_KUBERNETES)
+            continue;
+        bool drain = k->drain[e->prop];
         e->registered = true;
-        if (k->drain[i] && !w->draining) {
+        if (drain && !w->draining) {
             if (shm_registry_set_draining(k->seg, w->slot, true) == 0)
                 e->drained_by_us = true;
-        } else if (!k->drain[i] && w->draining && e->drained_by_us) {
+        } else if (!drain && w->draining && e->drained_by_us) {
             if (shm_registry_set_draining(k->seg, w->slot, false) == 0)
                 e->drained_by_us = false;
-        } else if (k->drain[i] && w->draining && !e->exists) {
+        } else if (drain && w->draining && !e->exists) {
             e->drained_by_us = true;
         }
     }
@@ -754,14 +796,14 @@ static void kube_sync(struct cp_kube *k, uint64_t now_ms)
         k->dirty = true;
         return;
     }
-    size_t n_snap = shm_registry_snapshot(k->seg, k->snap, k->seg->max_workers);
-    size_t np = kube_build_proposal(k, n_snap, now_ms);
+    kube_snapshot(k);
+    size_t np = kube_build_proposal(k, now_ms);
     struct cp_source_set set = {.kind = CP_SOURCE_KUBERNETES, .workers = k->proposal, .n = np};
     char err[512] = "";
     int rc = cp_registry_sync(k->seg, &set, err, sizeof(err));
     if (rc != 0)
         log_error("discovery: syncing the registry with Kubernetes: %s", err);
-    kube_apply_drains(k, np);
+    kube_apply_drains(k);
     /* Forget pods that are gone and whose worker is gone too. */
     size_t j = 0;
     for (size_t i = 0; i < k->n; i++) {
