@@ -20,6 +20,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,6 +266,22 @@ static void fk_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
+/* As the real API server (Go's default): no Nagle, so an event leaves at
+ * once instead of waiting for the ACK of the previous chunk. */
+static void fk_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    (void)cls;
+    (void)socket_context;
+    if (toe != MHD_CONNECTION_NOTIFY_STARTED)
+        return;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int one = 1;
+    if (ci != NULL)
+        setsockopt(ci->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
 static void fk_usage(FILE *f)
 {
     fprintf(f, "usage: switchyard-fakekube --listen 127.0.0.1:PORT [--bookmark-interval MS]\n"
@@ -310,7 +327,8 @@ int main(int argc, char **argv)
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, port,
         NULL, NULL, fk_access, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-        MHD_OPTION_NOTIFY_COMPLETED, fk_completed, NULL, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, fk_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION,
+        fk_connection, NULL, MHD_OPTION_END);
     if (d == NULL) {
         fprintf(stderr, "switchyard-fakekube: cannot listen on %s: %s\n", listen, strerror(errno));
         return 1;
