@@ -429,11 +429,14 @@ static void kube_failed(struct cp_kube *k, const char *what, const struct kube_r
     k->failures++;
     uint64_t delay = kube_backoff_ms(k);
     if (!k->stale) {
+        size_t workers = 0;
+        for (size_t i = 0; i < k->n; i++)
+            workers += k->entries[i].registered;
         k->stale = true;
         k->stale_since_ms = proc_monotonic_ms();
         log_warn("discovery: Kubernetes %s failed (%s): the source is stale, keeping its %zu "
                  "workers as they are; retrying with backoff",
-                 what, r->why, k->n);
+                 what, r->why, workers);
     } else if (k->failures <= 3 || k->failures % 20 == 0) {
         log_warn("discovery: Kubernetes %s failed again (%s, %u in a row); next try in %llu ms",
                  what, r->why, k->failures, (unsigned long long)delay);
