@@ -212,8 +212,8 @@ int main(int argc, char **argv)
             return 1;
         }
         clock_gettime(CLOCK_MONOTONIC, &b);
-        lat[s] = (uint64_t)(b.tv_sec - a.tv_sec) * 1000000u +
-                 (uint64_t)((b.tv_nsec - a.tv_nsec) / 1000);
+        lat[s] =
+            (uint64_t)(b.tv_sec - a.tv_sec) * 1000000u + (uint64_t)((b.tv_nsec - a.tv_nsec) / 1000);
     }
     qsort(lat, (size_t)samples, sizeof(*lat), cmp_u64);
     printf("kube_routable_samples %ld\n", samples);
