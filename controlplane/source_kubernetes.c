@@ -150,6 +150,13 @@ static void kube_read_token(struct cp_kube *k, uint64_t now_ms)
                      k->token[0] != '\0' ? "the token read before" : "no token");
         return;
     }
+    for (const char *c = tok; *c != '\0'; c++) {
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+            log_warn("discovery: the Kubernetes token in %s holds control characters; ignored",
+                     k->kc->token_file);
+            return;
+        }
+    }
     if (strcmp(tok, k->token) != 0 && k->token[0] != '\0')
         log_info("discovery: the Kubernetes token in %s changed; using the new one",
                  k->kc->token_file);
@@ -452,11 +459,14 @@ static int kube_start(struct cp_kube *k, bool watch)
         uint64_t t = k->kc->watch_timeout_ms / 1000;
         if (t == 0)
             t = 1;
+        /* Opaque to clients, and it comes from the server: escaped. */
+        char *rv = curl_easy_escape(NULL, k->rv, 0);
         snprintf(url, sizeof(url),
                  "%s/api/v1/namespaces/%s/pods?watch=true&resourceVersion=%s"
                  "&allowWatchBookmarks=true&timeoutSeconds=%llu%s%s",
-                 k->base, k->ns, k->rv, (unsigned long long)t,
+                 k->base, k->ns, rv != NULL ? rv : "", (unsigned long long)t,
                  k->selector_q[0] != '\0' ? "&labelSelector=" : "", k->selector_q);
+        curl_free(rv);
         /* The server ends a healthy watch at timeoutSeconds: silence well
          * past that means the connection died without telling us. */
         silence = t * 1000 + (t * 1000 / 4 > 1000 ? t * 1000 / 4 : 1000);
@@ -494,6 +504,21 @@ static void kube_start_list(struct cp_kube *k)
         k->entries[i].seen = false;
     k->relists++;
     kube_start(k, false);
+}
+
+/*
+ * 410 Gone: the version is compacted away; only a list helps. At once
+ * after a watch that ran for a while; with backoff when the watch died
+ * young, so a server that answers every watch with 410 is not hammered.
+ */
+static void kube_relist_after_410(struct cp_kube *k, bool lasted)
+{
+    if (lasted) {
+        kube_start_list(k);
+        return;
+    }
+    k->failures++;
+    kube_schedule(k, false, kube_backoff_ms(k));
 }
 
 /* A whole list arrived: what it did not name is gone. */
@@ -554,7 +579,8 @@ static void kube_list_done(struct cp_kube *k, const struct kube_result *r)
     uint64_t now = proc_monotonic_ms();
     if (r->http_status == 410) {
         log_info("discovery: the Kubernetes list's continue token expired; listing again");
-        kube_start_list(k);
+        k->failures++;
+        kube_schedule(k, false, k->failures > 1 ? kube_backoff_ms(k) : 0);
         return;
     }
     if (kube_retry_401(k, r)) {
@@ -587,8 +613,9 @@ static void kube_list_done(struct cp_kube *k, const struct kube_result *r)
 static void kube_watch_done(struct cp_kube *k, const struct kube_result *r)
 {
     uint64_t now = proc_monotonic_ms();
+    bool lasted = now >= k->watch_started_ms + 1000;
     if (k->want_relist || r->http_status == 410) {
-        kube_start_list(k);
+        kube_relist_after_410(k, lasted);
         return;
     }
     if (kube_retry_401(k, r)) {
@@ -600,7 +627,12 @@ static void kube_watch_done(struct cp_kube *k, const struct kube_result *r)
         return;
     }
     k->token_retried = false;
-    bool lasted = now >= k->watch_started_ms + 1000;
+    if (k->watch_error) {
+        /* Another error inside the stream: a list heals whatever it was. */
+        k->failures++;
+        kube_schedule(k, false, kube_backoff_ms(k));
+        return;
+    }
     if (r->silent)
         log_warn("discovery: the Kubernetes watch went silent (%s); watching again from "
                  "resourceVersion %s",
@@ -609,7 +641,7 @@ static void kube_watch_done(struct cp_kube *k, const struct kube_result *r)
         log_warn("discovery: the Kubernetes watch was cut (%s); watching again from "
                  "resourceVersion %s",
                  r->why, k->rv);
-    if (k->watch_error || !lasted || !r->transport_ok) {
+    if (!lasted || !r->transport_ok) {
         k->failures++;
         kube_schedule(k, true, lasted ? KUBE_BACKOFF_MIN_MS : kube_backoff_ms(k));
         return;
@@ -838,7 +870,7 @@ void cp_kube_run(struct cp_kube *k, uint64_t now_ms)
         kube_read_token(k, now_ms);
     if (k->state == KUBE_WATCHING && k->want_relist) {
         kube_api_cancel(k->api);
-        kube_start_list(k);
+        kube_relist_after_410(k, now_ms >= k->watch_started_ms + 1000);
     } else if (k->state == KUBE_WATCHING && now_ms >= k->last_list_ms + k->kc->resync_ms) {
         kube_api_cancel(k->api);
         kube_start_list(k);
