@@ -160,18 +160,19 @@ static void stop_all(struct env *e)
 enum pod_state { POD_READY = 1, POD_NOT_READY, POD_TERMINATING };
 
 /* PUT a pod for mock i (127.0.0.1, its port named http). */
+/* labels: the members of metadata.labels, as JSON. */
 static void put_pod_labels(struct env *e, const char *name, size_t mock, enum pod_state st,
-                           const char *app)
+                           const char *labels)
 {
     char url[192], body[1024];
     snprintf(url, sizeof(url), "%s/fake/namespaces/" NS "/pods/%s", e->fk, name);
     snprintf(body, sizeof(body),
-             "{\"metadata\":{\"labels\":{\"app\":\"%s\",\"switchyard.io/model\":\"mock\"}%s},"
+             "{\"metadata\":{\"labels\":{%s}%s},"
              "\"spec\":{\"containers\":[{\"name\":\"vllm\",\"ports\":[{\"name\":\"http\","
              "\"containerPort\":%u}]}]},"
              "\"status\":{\"phase\":\"Running\",\"podIP\":\"127.0.0.1\",\"conditions\":[{\"type\":"
              "\"Ready\",\"status\":\"%s\"}]}}",
-             app, st == POD_TERMINATING ? ",\"deletionTimestamp\":\"2026-01-01T00:00:00Z\"" : "",
+             labels, st == POD_TERMINATING ? ",\"deletionTimestamp\":\"2026-01-01T00:00:00Z\"" : "",
              (unsigned)e->mock[mock].port, st == POD_READY ? "True" : "False");
     struct h_req q = {.method = "PUT", .url = url, .body = body};
     struct h_resp r;
@@ -182,7 +183,7 @@ static void put_pod_labels(struct env *e, const char *name, size_t mock, enum po
 
 static void put_pod(struct env *e, const char *name, size_t mock, enum pod_state st)
 {
-    put_pod_labels(e, name, mock, st, "vllm");
+    put_pod_labels(e, name, mock, st, "\"app\":\"vllm\",\"switchyard.io/model\":\"mock\"");
 }
 
 static void delete_pod(struct env *e, const char *name)
@@ -344,7 +345,7 @@ static void test_pod_lifecycle(void **state)
     print_message("pod-a routable %lld ms after its event\n", (long long)(h_now_ms() - t0));
 
     /* Not selected (tier=canary would be refused by app, so: another app). */
-    put_pod_labels(&e, "other", 1, POD_READY, "web");
+    put_pod_labels(&e, "other", 1, POD_READY, "\"app\":\"web\"");
     t0 = h_now_ms();
     put_pod(&e, "pod-b", 1, POD_READY);
     wait_routed(&e, "pod-b", 1000);
@@ -699,6 +700,53 @@ static void test_admin_view_and_recreation(void **state)
     stop_all(&e);
 }
 
+struct model_cond {
+    struct env *e;
+    const char *id;
+    const char *model;
+};
+
+static bool cond_model(void *arg)
+{
+    struct model_cond *c = arg;
+    struct shm_worker_info w;
+    return find(c->e, c->id, &w) && strcmp(w.model, c->model) == 0;
+}
+
+/* Model and role come from the pod's labels; without a model label the
+ * model is learned from the pod's /v1/models. A canary (tier=canary) is
+ * left out by the server-side selector. */
+static void test_model_and_role_from_pod(void **state)
+{
+    (void)state;
+    struct env e;
+    memset(&e, 0, sizeof(e));
+    start_fake(&e);
+    const char *const learned[] = {"--model", "learned-model", "--tpot-ms", "5", NULL};
+    assert_int_equal(h_mock_startv(&e.mock[0], learned), 0);
+    assert_int_equal(h_mock_startv(&e.mock[1], MOCK_ARGS), 0);
+    assert_int_equal(h_mock_startv(&e.mock[2], MOCK_ARGS), 0);
+    e.n_mocks = 3;
+    write_config(&e, "30s", "30s");
+    start_cp(&e);
+    put_pod_labels(&e, "pod-l", 0, POD_READY, "\"app\":\"vllm\",\"switchyard.io/role\":\"decode\"");
+    put_pod_labels(&e, "pod-p", 1, POD_READY,
+                   "\"app\":\"vllm\",\"switchyard.io/model\":\"mock\",\"switchyard.io/role\":"
+                   "\"prefill\"");
+    put_pod_labels(&e, "pod-c", 2, POD_READY,
+                   "\"app\":\"vllm\",\"tier\":\"canary\",\"switchyard.io/model\":\"mock\"");
+    struct model_cond mc = {&e, "pod-l", "learned-model"};
+    assert_int_equal(h_wait_until(cond_model, &mc, 5000), 0);
+    struct shm_worker_info w;
+    assert_true(find(&e, "pod-l", &w));
+    assert_int_equal(w.role, CFG_ROLE_DECODE);
+    assert_true(find(&e, "pod-p", &w));
+    assert_string_equal(w.model, "mock");
+    assert_int_equal(w.role, CFG_ROLE_PREFILL);
+    assert_false(find(&e, "pod-c", &w));
+    stop_all(&e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -710,6 +758,7 @@ int main(void)
         H_TEST(test_token_rotation),
         H_TEST(test_restart_keeps_slots),
         H_TEST(test_admin_view_and_recreation),
+        H_TEST(test_model_and_role_from_pod),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
