@@ -6,6 +6,7 @@
 #   controlplane/              -> $(BUILD)/libcontrolplane.a + switchyard-controlplane
 #   tests/mockworker/          -> $(BUILD)/libmockworker.a + switchyard-mockworker
 #   tests/fakecollector/main.c -> switchyard-fakecollector (one file)
+#   tests/fakekube/            -> switchyard-fakekube
 #   tests/unit/test_*.c        -> one cmocka binary each
 #   tests/e2e/test_*.c         -> one cmocka binary each, linked with tests/e2e/harness*.c
 # Each folder's main.c holds only main(); everything else goes into the folder's
@@ -60,6 +61,9 @@ ALL_LIBS := $(LIBDP) $(LIBCP) $(LIBMW) $(LIBSY)
 BINS := $(BUILD)/switchyard-controlplane $(BUILD)/switchyard-dataplane
 ifneq ($(wildcard tests/mockworker/main.c),)
 BINS += $(BUILD)/switchyard-mockworker
+endif
+ifneq ($(wildcard tests/fakekube/main.c),)
+BINS += $(BUILD)/switchyard-fakekube
 endif
 ifneq ($(wildcard tests/bench/main.c),)
 BINS += $(BUILD)/switchyard-bench
@@ -122,6 +126,9 @@ $(BUILD)/switchyard-mockworker: $(BUILD)/tests/mockworker/main.o $(LIBMW) $(LIBS
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 # The tests' fake OTLP collector (tracing).
 $(BUILD)/switchyard-fakecollector: $(BUILD)/tests/fakecollector/main.o
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+# The fake Kubernetes API server for the discovery tests (docs/fakekube.md).
+$(BUILD)/switchyard-fakekube: $(call obj,$(wildcard tests/fakekube/*.c)) $(LIBSY)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 $(BUILD)/switchyard-bench: $(BUILD)/tests/bench/main.o $(call obj,$(BENCH_SRCS)) $(LIBSY)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@

@@ -80,6 +80,23 @@ int cfg_check_retry(struct cfg_parser *p, const struct cfg_key *table, void *bas
                             backoff, backoff_max);
 }
 
+int cfg_check_kubernetes(struct cfg_parser *p, const struct cfg_key *table, void *base,
+                         const struct cfg_map_seen *seen)
+{
+    struct cfg_kubernetes *k = base;
+    int api = cfg_key_index(table, "api_server");
+
+    k->enabled = true;
+    if (strncmp(k->api_server, "http://", 7) == 0 && !k->insecure_http) {
+        cfg_yaml_path_push_key(p, "api_server");
+        return cfg_yaml_fail_at(p, seen->value_mark[api],
+                                "expected an https:// URL (plain http needs insecure_http: true), "
+                                "got '%s'",
+                                k->api_server);
+    }
+    return 0;
+}
+
 /* Runs after each entry, while the walker's key path still names it. */
 int cfg_check_worker(struct cfg_parser *p, const struct cfg_key *table, void *base,
                      const struct cfg_map_seen *seen)

@@ -173,6 +173,33 @@ struct cfg_tracing {
     uint64_t export_timeout_ms;       /* one export request, at most */
 };
 
+/*
+ * discovery.kubernetes (docs/kubernetes.md): workers found by listing and
+ * watching pods. enabled: the mapping was given. Empty api_server and
+ * namespace mean the in-cluster values (the environment, the service
+ * account's namespace file), resolved when the source starts.
+ */
+struct cfg_kubernetes {
+    bool enabled;
+    char api_server[CFG_URL_MAX]; /* "" = https://$KUBERNETES_SERVICE_HOST:$..._PORT */
+    char token_file[CFG_PATH_MAX];
+    char ca_file[CFG_PATH_MAX];
+    char namespace_name[CFG_ID_MAX]; /* "" = the service account's namespace */
+    char label_selector[CFG_PATH_MAX];
+    uint32_t port;              /* the workers' port; ignored when port_name is set */
+    char port_name[CFG_ID_MAX]; /* a named container port; "" = use port */
+    char scheme[8];             /* http | https */
+    char model_label[CFG_PATH_MAX];
+    char role_label[CFG_PATH_MAX];
+    uint64_t resync_ms;        /* full re-list period */
+    uint64_t watch_timeout_ms; /* a watch's timeoutSeconds; silence past it ends the watch */
+    bool insecure_http;        /* allow an http:// api_server (tests) */
+};
+
+struct cfg_discovery {
+    struct cfg_kubernetes kubernetes;
+};
+
 struct cfg_worker {
     char id[CFG_ID_MAX];       /* default: HOST:PORT of the url */
     char url[CFG_URL_MAX];     /* http(s)://host:port, validated with curl_url */
@@ -188,6 +215,7 @@ struct cfg {
     struct cfg_dataplane dataplane;
     struct cfg_policy policy;
     struct cfg_tracing tracing;
+    struct cfg_discovery discovery;
     struct cfg_worker *workers; /* owned; n_workers entries */
     size_t n_workers;
 };

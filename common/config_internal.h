@@ -227,6 +227,11 @@ void cfg_yaml_show_text(const char *text, size_t len, char *buf, size_t buf_len)
 int cfg_check_retry(struct cfg_parser *p, const struct cfg_key *table, void *base,
                     const struct cfg_map_seen *seen);
 
+/* discovery.kubernetes: marks it enabled; an http:// api_server only with
+ * insecure_http (port_name, when set, wins over port). */
+int cfg_check_kubernetes(struct cfg_parser *p, const struct cfg_key *table, void *base,
+                         const struct cfg_map_seen *seen);
+
 /* One workers entry: url present and canonical, id given or derivable. */
 int cfg_check_worker(struct cfg_parser *p, const struct cfg_key *table, void *base,
                      const struct cfg_map_seen *seen);

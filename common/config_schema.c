@@ -239,6 +239,71 @@ static const struct cfg_key tracing_keys[] = {
     KEY_END,
 };
 
+static bool kube_scheme_is_valid(const char *s)
+{
+    return strcmp(s, "http") == 0 || strcmp(s, "https") == 0;
+}
+
+static bool kube_text_is_valid(const char *s)
+{
+    for (; *s != '\0'; s++)
+        if ((unsigned char)*s <= 0x20 || *s == 0x7f)
+            return false;
+    return true;
+}
+
+static bool kube_api_server_is_valid(const char *s)
+{
+    return s[0] == '\0' || ((strncmp(s, "https://", 8) == 0 || strncmp(s, "http://", 7) == 0) &&
+                            kube_text_is_valid(s));
+}
+
+/* A namespace is a DNS label: lower-case letters, digits and '-'. */
+static bool kube_namespace_is_valid(const char *s)
+{
+    for (; *s != '\0'; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '-'))
+            return false;
+    return true;
+}
+
+#define KUBE_SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
+
+static const struct cfg_key kubernetes_keys[] = {
+    KEY_STR("api_server", struct cfg_kubernetes, api_server, kube_api_server_is_valid,
+            "an https:// URL (http:// with insecure_http), or \"\" for the in-cluster address", ""),
+    KEY_STR("token_file", struct cfg_kubernetes, token_file, cfg_file_path_is_valid,
+            "a file path of at most 255 characters without control characters",
+            KUBE_SA_DIR "/token"),
+    KEY_STR("ca_file", struct cfg_kubernetes, ca_file, cfg_file_path_is_valid,
+            "a file path of at most 255 characters without control characters",
+            KUBE_SA_DIR "/ca.crt"),
+    KEY_STR("namespace", struct cfg_kubernetes, namespace_name, kube_namespace_is_valid,
+            "a namespace name (at most 63 of [a-z0-9-]), or \"\" for the service account's", ""),
+    KEY_STR("label_selector", struct cfg_kubernetes, label_selector, kube_text_is_valid,
+            "an equality-based label selector like app=vllm,tier!=canary (no spaces)", ""),
+    KEY_RANGE("port", CFG_KIND_U32, struct cfg_kubernetes, port, 1, 65535, 8000),
+    KEY_STR("port_name", struct cfg_kubernetes, port_name, kube_text_is_valid,
+            "a container port name (at most 63 characters)", ""),
+    KEY_STR("scheme", struct cfg_kubernetes, scheme, kube_scheme_is_valid, "http or https", "http"),
+    KEY_STR("model_label", struct cfg_kubernetes, model_label, kube_text_is_valid,
+            "a label key, or \"\" to always ask the pod's /v1/models", "switchyard.io/model"),
+    KEY_STR("role_label", struct cfg_kubernetes, role_label, kube_text_is_valid,
+            "a label key, or \"\" for role regular", "switchyard.io/role"),
+    KEY_RANGE("resync", CFG_KIND_DURATION, struct cfg_kubernetes, resync_ms, 100, 24 * MS_HOUR,
+              5 * MS_MINUTE),
+    KEY_RANGE("watch_timeout", CFG_KIND_DURATION, struct cfg_kubernetes, watch_timeout_ms,
+              MS_SECOND, MS_HOUR, 5 * MS_MINUTE),
+    KEY_BOOL("insecure_http", struct cfg_kubernetes, insecure_http, false),
+    KEY_END,
+};
+
+static const struct cfg_key discovery_keys[] = {
+    KEY_MAP("kubernetes", struct cfg_discovery, kubernetes, kubernetes_keys, NULL,
+            cfg_check_kubernetes),
+    KEY_END,
+};
+
 /* One workers entry. url is required and id "" means derived from it
  * (cfg_check_worker); model "" means learnt from the worker. */
 static const struct cfg_key worker_keys[] = {
@@ -257,6 +322,7 @@ const struct cfg_key cfg_schema_root[] = {
     KEY_MAP("dataplane", struct cfg, dataplane, dataplane_keys, NULL, NULL),
     KEY_MAP("policy", struct cfg, policy, policy_keys, NULL, NULL),
     KEY_MAP("tracing", struct cfg, tracing, tracing_keys, NULL, NULL),
+    KEY_MAP("discovery", struct cfg, discovery, discovery_keys, NULL, NULL),
     /* No workers by default; each entry's defaults are worker_keys'. */
     {
         .name = "workers",

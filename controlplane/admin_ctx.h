@@ -20,6 +20,7 @@ struct adm_channel;
 struct cp_reset;
 struct adm_http;
 struct prom_writer;
+struct cp_kube;
 
 /* Appends a module's own families to the /metrics page (common/prom.h);
  * failures stay in the writer, which the page checks once at the end. */
@@ -34,6 +35,7 @@ struct adm_ctx {
     struct adm_channel *chan;
     struct cp_reset *reset;
     struct adm_http *http; /* stored for controlplane.c; the routes never call it */
+    struct cp_kube *kube;  /* Kubernetes discovery; NULL when not configured */
     /* Registered by adm_http_create: the admin server's request counters. */
     adm_metrics_fn http_metrics;
     const void *http_metrics_arg;

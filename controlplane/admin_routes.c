@@ -20,7 +20,9 @@
 #include "controlplane/health_prober.h"
 #include "controlplane/load_reports.h"
 #include "controlplane/reset_load.h"
+#include "controlplane/source.h"
 #include "controlplane/source_api.h"
+#include "controlplane/source_kubernetes.h"
 #include "shm/lease.h"
 #include "shm/effective_load.h"
 #include "shm/load.h"
@@ -109,12 +111,18 @@ static json_t *adm_worker_json(const struct adm_ctx *ctx, const struct shm_worke
                             json_integer(shm_load_in_lease(seg, i, w->slot, w->generation)));
     }
     uint64_t own = shm_load_of(seg, w->slot, w->generation);
-    json_t *j =
-        json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:I, s:o, s:i, s:i, s:b}", "id", w->id, "url",
-                  w->url, "model", w->model, "role", cfg_role_name(w->role), "healthy", w->healthy,
-                  "draining", w->draining, "load", (json_int_t)own, "inflight_by_dataplane", by_dp,
-                  "slot", (int)w->slot, "generation", (int)w->generation, "from_api", w->from_api);
+    json_t *j = json_pack(
+        "{s:s, s:s, s:s, s:s, s:b, s:b, s:I, s:o, s:i, s:i, s:b, s:s}", "id", w->id, "url", w->url,
+        "model", w->model, "role", cfg_role_name(w->role), "healthy", w->healthy, "draining",
+        w->draining, "load", (json_int_t)own, "inflight_by_dataplane", by_dp, "slot",
+        (int)w->slot, "generation", (int)w->generation, "from_api", w->from_api, "source",
+        cp_source_key(w->source));
     adm_worker_report_json(ctx, w, own, j);
+    const char *ns, *name, *uid;
+    if (w->source == CP_SOURCE_KUBERNETES && ctx->kube != NULL &&
+        cp_kube_pod_of(ctx->kube, w->id, &ns, &name, &uid))
+        json_object_set_new(
+            j, "pod", json_pack("{s:s, s:s, s:s}", "namespace", ns, "name", name, "uid", uid));
     return j;
 }
 
@@ -299,11 +307,15 @@ static void adm_status(struct adm_ctx *ctx, struct adm_reply *reply)
                              (int)st.layout_version, "size", (json_int_t)seg->size, "max_workers",
                              (int)seg->max_workers, "max_dataplanes", (int)seg->max_dataplanes,
                              "leases_reaped", (json_int_t)st.leases_reaped);
-    adm_reply_json(reply, 200,
-                   json_pack("{s:i, s:I, s:I, s:o, s:o}", "pid", (int)getpid(), "epoch",
-                             (json_int_t)st.epoch, "uptime_ms",
-                             (json_int_t)(proc_monotonic_ms() - ctx->started_ms), "segment", segj,
-                             "dataplanes", dps));
+    json_t *status =
+        json_pack("{s:i, s:I, s:I, s:o, s:o}", "pid", (int)getpid(), "epoch", (json_int_t)st.epoch,
+                  "uptime_ms", (json_int_t)(proc_monotonic_ms() - ctx->started_ms), "segment", segj,
+                  "dataplanes", dps);
+    if (ctx->kube != NULL)
+        json_object_set_new(
+            status, "discovery",
+            json_pack("{s:o}", "kubernetes", cp_kube_status_json(ctx->kube, proc_monotonic_ms())));
+    adm_reply_json(reply, 200, status);
 }
 
 /*
@@ -389,6 +401,8 @@ static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
     prom_family(&w, "switchyard_load_underflows_total", PROM_COUNTER,
                 "Load releases at zero (live leases).");
     prom_sample_u64(&w, NULL, NULL, 0, shm_load_underflows(ctx->seg));
+    if (ctx->kube != NULL)
+        cp_kube_metrics(ctx->kube, &w);
     if (ctx->http_metrics != NULL)
         ctx->http_metrics(ctx->http_metrics_arg, &w);
     free(all);
@@ -466,6 +480,13 @@ int adm_route_serve(struct adm_ctx *ctx, const char *method, const char *url, co
     }
     if (route == ADM_ROUTE_WORKER && strcmp(method, "GET") == 0) {
         adm_reply_json(reply, 200, adm_worker_json(ctx, &w));
+    } else if (route == ADM_ROUTE_WORKER && w.source == CP_SOURCE_KUBERNETES) {
+        /* Its pod would bring it back: the pod is the thing to remove. */
+        adm_reply_error(reply, 409,
+                        "worker '%s' was discovered from Kubernetes and is removed when its pod "
+                        "goes (delete the pod, or change its labels); to stop routing to it now, "
+                        "drain it: POST /workers/%s/drain {\"draining\": true}",
+                        w.id, w.id);
     } else if (route == ADM_ROUTE_WORKER) {
         json_t *j = adm_worker_json(ctx, &w);
         cp_source_api_delete(ctx->seg, &w);

@@ -25,6 +25,7 @@
 #include "controlplane/lease_reaper.h"
 #include "controlplane/load_reports.h"
 #include "controlplane/reset_load.h"
+#include "controlplane/source_kubernetes.h"
 #include "controlplane/source_static.h"
 #include "shm/load_report.h"
 #include "shm/prefix_index.h"
@@ -166,11 +167,15 @@ static int cp_run_parts(struct cp_daemon *d)
     hc_run(d->ctx.hc, now);
     lr_run(d->ctx.lr, proc_monotonic_ms());
     cp_reset_run(d->ctx.reset, proc_monotonic_ms());
+    if (d->ctx.kube != NULL)
+        cp_kube_run(d->ctx.kube, proc_monotonic_ms());
     now = proc_monotonic_ms();
     int t = hc_timeout_ms(d->ctx.hc, now);
     t = cp_min_timeout(t, lr_timeout_ms(d->ctx.lr, now));
     t = cp_min_timeout(t, adm_http_timeout_ms(d->ctx.http));
     t = cp_min_timeout(t, cp_reset_timeout_ms(d->ctx.reset, now));
+    if (d->ctx.kube != NULL)
+        t = cp_min_timeout(t, cp_kube_timeout_ms(d->ctx.kube, now));
     return t;
 }
 
@@ -189,6 +194,14 @@ static int cp_start_parts(struct cp_daemon *d)
                              d->ctx.reset, &d->ctx.chan);
     if (rc == 0)
         rc = adm_http_create(&d->ctx, &d->ctx.http);
+    if (rc == 0 && d->cfg->discovery.kubernetes.enabled) {
+        char err[512] = "";
+        rc = cp_kube_create(&d->seg, d->cfg, &d->ctx.kube, err, sizeof(err));
+        if (rc != 0)
+            log_error("%s: %s", d->cfg->path, err);
+        else
+            rc = cp_watch(d, cp_kube_fd(d->ctx.kube));
+    }
     if (rc != 0)
         return rc;
     cp_lease_reaper_set_channel(&d->reaper, cp_channel_lost, d);
@@ -205,6 +218,7 @@ static void cp_stop_parts(struct cp_daemon *d)
     cp_reset_destroy(d->ctx.reset);
     d->ctx.reset = NULL;
     adm_http_destroy(d->ctx.http);
+    cp_kube_destroy(d->ctx.kube);
     adm_chan_destroy(d->ctx.chan);
     hc_destroy(d->ctx.hc);
     lr_destroy(d->ctx.lr);

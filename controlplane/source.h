@@ -1,6 +1,6 @@
 /*
  * Worker sources: the things that may put workers in the registry. Today
- * the static config and the admin API; Kubernetes next. Each source owns the
+ * the static config, the admin API and Kubernetes discovery. Each source owns the
  * workers it added (invariant 12): it proposes its desired set and the
  * registry sync (controlplane/registry_sync.h) applies that set to its own
  * workers only, never to another source's. A source that cannot see its
@@ -27,13 +27,17 @@
  * API-added ones, so these two values are fixed.
  */
 enum cp_source_kind {
-    CP_SOURCE_STATIC = 0, /* the config file's workers: list */
-    CP_SOURCE_API = 1,    /* POST /workers */
+    CP_SOURCE_STATIC = 0,     /* the config file's workers: list */
+    CP_SOURCE_API = 1,        /* POST /workers */
+    CP_SOURCE_KUBERNETES = 2, /* discovery.kubernetes: pods (source_kubernetes.h) */
     CP_SOURCE_COUNT,
 };
 
 /* "static config", "admin API"; "unknown source" for any other value. */
 const char *cp_source_name(unsigned kind);
+
+/* The short name GET /workers shows: "static", "api", "kubernetes"; "unknown". */
+const char *cp_source_key(unsigned kind);
 
 /* One worker as a source proposes it. An empty model means "learn it from
  * the worker": a learned model in the slot is then no change. */

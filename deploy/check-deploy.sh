@@ -11,7 +11,8 @@
 #   configs     every example and Kubernetes switchyard config loads with the
 #               daemons' own loader (deploy/check/cfgcheck.c)
 #   kubernetes  every document parses; fields and cross references
-#               (deploy/check/check_kubernetes.py)
+#               (deploy/check/check_kubernetes.py); the same for the
+#               discovery example (deploy/kubernetes/discovery/) and its RBAC
 #   container   every package the Containerfile installs exists in Debian 12;
 #               the runtime stage has the package of every shared library the
 #               built binaries link directly and the build stage the -dev
@@ -113,6 +114,8 @@ run "systemd: reload helper fails a refused hot restart, hands a started one to 
 mkdir -p "$tmp/k8s"
 run "kubernetes: manifests parse and cross-check" \
     "$py" deploy/check/check_kubernetes.py "$tmp/k8s" deploy/kubernetes/*.yaml
+run "kubernetes: discovery example (RBAC, ServiceAccount) parses and cross-checks" \
+    "$py" deploy/check/check_kubernetes.py --one-workload "$tmp/k8s" deploy/kubernetes/discovery/*.yaml
 cfgcheck() {
     local libs
     read -ra libs <<<"$(pkg-config --libs libmicrohttpd libcurl libprotobuf-c yaml-0.1 jansson libxxhash)"

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Static checks of deploy/kubernetes/*.yaml, for a machine without a cluster.
 
-Usage: check_kubernetes.py OUT_DIR FILE...
+Usage: check_kubernetes.py [--one-workload] OUT_DIR FILE...
 
 Parses every YAML document (Debian's python3-yaml, the one library the
 deploy checks add: kubeconform/kubeval are not packaged in Debian 12) and
@@ -19,7 +19,13 @@ checks what a typo would break at apply or run time:
     mounted Secret; the control plane's probe passes the token file;
     terminationGracePeriodSeconds exceeds drain_timeout;
   * the Deployment's and the DaemonSet's pod specs are identical;
-  * every Service selects a workload's pods and targets a port they have.
+  * every Service selects a workload's pods and targets a port they have;
+  * Kubernetes discovery (a config with discovery.kubernetes): a
+    ServiceAccount, a Role granting get, list and watch on pods and nothing
+    more, a RoleBinding of the two; the workload runs as that
+    ServiceAccount with its token mounted.
+--one-workload: a set with one workload (an example beside the main one)
+instead of the Deployment + DaemonSet pair.
 Writes each embedded switchyard config to OUT_DIR/<configmap>.<key> so the
 real config loader can check it (deploy/check/cfgcheck.c).
 Exits 1 with one line per problem.
@@ -70,7 +76,11 @@ def mount_of(container, path):
 
 
 def main():
-    out_dir, files = sys.argv[1], sys.argv[2:]
+    args = sys.argv[1:]
+    one_workload = bool(args) and args[0] == "--one-workload"
+    if one_workload:
+        args = args[1:]
+    out_dir, files = args[0], args[1:]
     docs = []
     for f in files:
         try:
@@ -116,7 +126,10 @@ def main():
                 fh.write(text)
 
     workloads = by_kind.get("Deployment", []) + by_kind.get("DaemonSet", [])
-    if not by_kind.get("Deployment") or not by_kind.get("DaemonSet"):
+    if one_workload:
+        if len(workloads) != 1:
+            bad("deploy/kubernetes", f"expected one workload, got {len(workloads)}")
+    elif not by_kind.get("Deployment") or not by_kind.get("DaemonSet"):
         bad("deploy/kubernetes", "expected a Deployment and a DaemonSet")
     pod_specs = []
     for where, w in workloads:
@@ -128,6 +141,9 @@ def main():
 
     for where, svc in by_kind.get("Service", []):
         check_service(where, svc, workloads)
+
+    if any(get(c, "discovery", "kubernetes") is not None for c in configs.values()):
+        check_discovery_rbac(by_kind, workloads)
 
     for p in problems:
         print(f"check_kubernetes: {p}", file=sys.stderr)
@@ -259,6 +275,47 @@ def check_workload(where, w, configmaps, configs):
     grace = spec.get("terminationGracePeriodSeconds", 30)
     if drain is not None and grace <= drain:
         bad(where, f"terminationGracePeriodSeconds {grace} must exceed drain_timeout ({drain:g}s)")
+
+
+def check_discovery_rbac(by_kind, workloads):
+    """Discovery lists and watches pods: the pod's ServiceAccount may, and no more."""
+    where = "discovery RBAC"
+    accounts = {get(d, "metadata", "name") for _, d in by_kind.get("ServiceAccount", [])}
+    if not accounts:
+        bad(where, "no ServiceAccount")
+    readers = set()
+    for w, role in by_kind.get("Role", []):
+        name = get(role, "metadata", "name")
+        verbs = set()
+        for rule in role.get("rules") or []:
+            if "" not in (rule.get("apiGroups") or []) or "pods" not in (rule.get("resources") or []):
+                bad(f"{w} (Role {name})", f"rule {rule} is not about core pods")
+                continue
+            verbs |= set(rule.get("verbs") or [])
+        if not {"get", "list", "watch"} <= verbs:
+            bad(f"{w} (Role {name})", f"verbs {sorted(verbs)} lack get, list or watch on pods")
+        if verbs - {"get", "list", "watch"}:
+            bad(f"{w} (Role {name})", f"verbs {sorted(verbs - {'get', 'list', 'watch'})} "
+                "grant more than discovery needs")
+        readers.add(name)
+    if not readers:
+        bad(where, "no Role granting get, list and watch on pods")
+    bound = set()
+    for w, rb in by_kind.get("RoleBinding", []):
+        ref = rb.get("roleRef") or {}
+        if ref.get("kind") != "Role" or ref.get("name") not in readers:
+            bad(f"{w} (RoleBinding)", f"roleRef {ref} names no Role of the set")
+            continue
+        for sub in rb.get("subjects") or []:
+            if sub.get("kind") == "ServiceAccount" and sub.get("name") in accounts:
+                bound.add(sub.get("name"))
+    for w, wl in workloads:
+        spec = get(wl, "spec", "template", "spec") or {}
+        sa = spec.get("serviceAccountName")
+        if sa not in bound:
+            bad(w, f"serviceAccountName {sa} is not a ServiceAccount bound to the pod reader Role")
+        if spec.get("automountServiceAccountToken") is False:
+            bad(w, "automountServiceAccountToken is false: discovery reads the mounted token")
 
 
 def mount_name(container, path):

@@ -405,6 +405,10 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.tracing.batch_interval_ms, 250);
     assert_int_equal(cfg.tracing.queue_size, 128 * 1024);
     assert_int_equal(cfg.tracing.export_timeout_ms, 500);
+    assert_true(cfg.discovery.kubernetes.enabled);
+    assert_string_equal(cfg.discovery.kubernetes.namespace_name, "llm");
+    assert_string_equal(cfg.discovery.kubernetes.port_name, "http");
+    assert_int_equal(cfg.discovery.kubernetes.resync_ms, 30000);
 
     assert_int_equal(cfg.n_workers, 3);
     assert_string_equal(cfg.workers[0].id, "w1");
@@ -477,7 +481,12 @@ static const struct bad_case bad_cases[] = {
      "t.yaml:3:5: workers[0].weight: unknown key (expected one of url|id|model|role)"},
     {"shmm:\n  name: /x\n",
      "t.yaml:1:1: shmm: unknown key (expected one of shm|controlplane|dataplane|policy|tracing|"
-     "workers)"},
+     "discovery|workers)"},
+    {"discovery:\n  kubernetes:\n    api_server: http://127.0.0.1:1\n",
+     "t.yaml:3:17: discovery.kubernetes.api_server: expected an https:// URL (plain http needs "
+     "insecure_http: true), got 'http://127.0.0.1:1'"},
+    {"discovery:\n  kubernetes:\n    scheme: ftp\n",
+     "t.yaml:3:13: discovery.kubernetes.scheme: expected http or https, got 'ftp'"},
     {"workers:\n  - url: http://127.0.0.1:9001\n    role: x\n",
      "t.yaml:3:11: workers[0].role: expected one of regular|prefill|decode, got 'x'"},
     {"controlplane:\n  health:\n    interval: 5\n",

@@ -293,6 +293,36 @@ static void test_api_delete_removes_any_worker(void **state)
     assert_false(is_present(seg, "w1"));
 }
 
+/* The refusal names the first worker at fault in the set's order (for a
+ * duplicate, the later of the two), whatever the order of ids and urls:
+ * the sync looks them up in sorted indexes. */
+static void test_refusal_names_the_first_worker_at_fault(void **state)
+{
+    struct shm_segment *seg = *state;
+    char err[512] = "";
+    struct cp_source_worker ws[] = {
+        sw("z", "http://127.0.0.1:9005", "m"), sw("b", "http://127.0.0.1:9002", "m"),
+        sw("z", "http://127.0.0.1:9007", "m"), sw("a", "http://127.0.0.1:9002", "m"),
+        sw("z", "http://127.0.0.1:9009", "m"),
+    };
+    struct cp_source_set set = {.kind = CP_SOURCE_STATIC, .workers = ws, .n = 5};
+    assert_int_equal(cp_registry_sync(seg, &set, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "worker z: its id or url http://127.0.0.1:9007"));
+    set.n = 2; /* z, b */
+    struct shm_worker_info in = {.role = CFG_ROLE_REGULAR}, api;
+    snprintf(in.id, sizeof(in.id), "b");
+    snprintf(in.url, sizeof(in.url), "http://127.0.0.1:9100");
+    assert_int_equal(cp_source_api_add(seg, &in, &api), 0);
+    snprintf(in.id, sizeof(in.id), "x");
+    snprintf(in.url, sizeof(in.url), "http://127.0.0.1:9005");
+    assert_int_equal(cp_source_api_add(seg, &in, &api), 0);
+    /* z clashes by url (first), b by id (second): z is named. */
+    assert_int_equal(cp_registry_sync(seg, &set, err, sizeof(err)), -EEXIST);
+    assert_non_null(strstr(err, "worker z: url http://127.0.0.1:9005"));
+    assert_non_null(strstr(err, "(x, added by the admin API)"));
+    assert_int_equal(count_workers(seg), 2);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup_segment, teardown_segment)
@@ -306,6 +336,7 @@ int main(void)
         T(test_set_naming_an_id_twice_is_refused),
         T(test_static_source_syncs_the_config),
         T(test_api_delete_removes_any_worker),
+        T(test_refusal_names_the_first_worker_at_fault),
     };
 #undef T
     return cmocka_run_group_tests_name("cp_sources", tests, NULL, NULL);
