@@ -113,6 +113,10 @@ struct cfg_dataplane {
     char metrics_listen[CFG_ADDR_MAX]; /* HOST:PORT, or "" = /metrics on listen */
     bool debug_headers;
     struct cfg_retry retry;
+    /* Client API keys (dataplane/api_keys.h): "" = no keys, one anonymous
+     * tenant. The worker key file holds vLLM's --api-key: "" = none. */
+    char api_keys_file[CFG_PATH_MAX];
+    char upstream_api_key_file[CFG_PATH_MAX];
 };
 
 struct cfg_policy_role {
@@ -130,6 +134,19 @@ struct cfg_policy {
     enum cfg_pd_fallback pd_fallback;
 };
 
+/* admission: saturation thresholds (0 = not used) and the wait queue. */
+struct cfg_admission_queue {
+    uint32_t max_depth;   /* requests waiting per model */
+    uint64_t max_wait_ms; /* a waiting request's TTL */
+};
+
+struct cfg_admission {
+    uint32_t max_inflight_per_worker; /* this node's load per worker */
+    uint32_t max_waiting_per_worker;  /* from the worker's load report */
+    double max_kv_usage;              /* 0..1, from the worker's load report */
+    struct cfg_admission_queue queue;
+};
+
 struct cfg_worker {
     char id[CFG_ID_MAX];       /* default: HOST:PORT of the url */
     char url[CFG_URL_MAX];     /* http(s)://host:port, validated with curl_url */
@@ -144,6 +161,7 @@ struct cfg {
     struct cfg_controlplane controlplane;
     struct cfg_dataplane dataplane;
     struct cfg_policy policy;
+    struct cfg_admission admission;
     struct cfg_worker *workers; /* owned; n_workers entries */
     size_t n_workers;
 };

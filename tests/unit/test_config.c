@@ -58,6 +58,13 @@ static void assert_defaults(const struct cfg *cfg)
     for (size_t i = 0; i < 6; i++)
         assert_int_equal(cfg->dataplane.retry.on_status[i], on_status[i]);
     assert_int_equal(cfg->dataplane.retry.backoff_ms, 50);
+    assert_string_equal(cfg->dataplane.api_keys_file, "");
+    assert_string_equal(cfg->dataplane.upstream_api_key_file, "");
+    assert_int_equal(cfg->admission.max_inflight_per_worker, 0);
+    assert_int_equal(cfg->admission.max_waiting_per_worker, 0);
+    assert_true(cfg->admission.max_kv_usage == 0);
+    assert_int_equal(cfg->admission.queue.max_depth, 1000);
+    assert_int_equal(cfg->admission.queue.max_wait_ms, 30000);
     assert_int_equal(cfg->dataplane.retry.backoff_max_ms, 2000);
     assert_int_equal(cfg->policy.name, CFG_POLICY_CACHE_AWARE);
     assert_true(cfg->policy.cache_threshold == 0.5);
@@ -364,24 +371,31 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.policy.prefill.name, CFG_POLICY_ROUND_ROBIN);
     assert_int_equal(cfg.policy.decode.name, CFG_POLICY_CONSISTENT_HASH);
     assert_int_equal(cfg.policy.pd_fallback, CFG_PD_FALLBACK_ERROR);
+    assert_string_equal(cfg.dataplane.api_keys_file, "/etc/switchyard/keys.yaml");
+    assert_string_equal(cfg.dataplane.upstream_api_key_file, "/etc/switchyard/worker-key");
+    assert_int_equal(cfg.admission.max_inflight_per_worker, 4);
+    assert_int_equal(cfg.admission.max_waiting_per_worker, 8);
+    assert_true(cfg.admission.max_kv_usage == 0.9);
+    assert_int_equal(cfg.admission.queue.max_depth, 50);
+    assert_int_equal(cfg.admission.queue.max_wait_ms, 5000);
 
     assert_int_equal(cfg.n_workers, 3);
     assert_string_equal(cfg.workers[0].id, "w1");
     assert_string_equal(cfg.workers[0].url, "http://127.0.0.1:9001");
     assert_string_equal(cfg.workers[0].model, "mock");
     assert_int_equal(cfg.workers[0].role, CFG_ROLE_PREFILL);
-    assert_int_equal(cfg.workers[0].line, 47);
+    assert_int_equal(cfg.workers[0].line, 49);
     /* Canonical url (lower-case host, no slash) and the id derived from it. */
     assert_string_equal(cfg.workers[1].id, "worker-b.example:8443");
     assert_string_equal(cfg.workers[1].url, "https://worker-b.example:8443");
     assert_string_equal(cfg.workers[1].model, "meta-llama/Llama-3.1-8B");
     assert_int_equal(cfg.workers[1].role, CFG_ROLE_DECODE);
-    assert_int_equal(cfg.workers[1].line, 51);
+    assert_int_equal(cfg.workers[1].line, 53);
     assert_string_equal(cfg.workers[2].id, "::1:9003");
     assert_string_equal(cfg.workers[2].url, "http://[::1]:9003");
     assert_string_equal(cfg.workers[2].model, "");
     assert_int_equal(cfg.workers[2].role, CFG_ROLE_REGULAR);
-    assert_int_equal(cfg.workers[2].line, 54);
+    assert_int_equal(cfg.workers[2].line, 56);
     cfg_fini(&cfg);
     assert_defaults(&cfg);
 }
@@ -430,11 +444,13 @@ static const struct bad_case bad_cases[] = {
     {"dataplane:\n  lisen: 127.0.0.1:8080\n",
      "t.yaml:2:3: dataplane.lisen: unknown key (expected one of listen|threads|max_body|"
      "max_header_size|connect_timeout|first_byte_timeout|idle_timeout|drain_timeout|"
-     "header_timeout|upload_min_rate|per_ip_connection_limit|metrics_listen|debug_headers|retry)"},
+     "header_timeout|upload_min_rate|per_ip_connection_limit|metrics_listen|debug_headers|retry|"
+     "api_keys_file|upstream_api_key_file)"},
     {"workers:\n  - url: http://127.0.0.1:9001\n    weight: 2\n",
      "t.yaml:3:5: workers[0].weight: unknown key (expected one of url|id|model|role)"},
     {"shmm:\n  name: /x\n",
-     "t.yaml:1:1: shmm: unknown key (expected one of shm|controlplane|dataplane|policy|workers)"},
+     "t.yaml:1:1: shmm: unknown key (expected one of shm|controlplane|dataplane|policy|admission|"
+     "workers)"},
     {"workers:\n  - url: http://127.0.0.1:9001\n    role: x\n",
      "t.yaml:3:11: workers[0].role: expected one of regular|prefill|decode, got 'x'"},
     {"controlplane:\n  health:\n    interval: 5\n",
