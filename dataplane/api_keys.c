@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nettle/sha2.h>
@@ -375,6 +376,11 @@ const struct dp_tenant *dp_keys_match(const struct dp_keys *k, const char *autho
 
 int dp_keys_read_secret(const char *path, char *out, size_t cap)
 {
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -errno;
+    if ((st.st_mode & 0007) != 0)
+        return -EPERM; /* a secret other users can read is not one */
     char *data;
     size_t len;
     int rc = keys_read_file(path, &data, &len);

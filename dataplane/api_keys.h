@@ -80,7 +80,8 @@ const struct dp_tenant *dp_keys_match(const struct dp_keys *k, const char *autho
 void dp_keys_sha256(const void *data, size_t len, uint8_t out[DP_KEY_HASH_LEN]);
 
 /* Reads a one-line secret file (the worker key): trailing white space
- * dropped. 0, -EINVAL (empty, or longer than cap - 1) or an errno. */
+ * dropped. 0, -EPERM (other users may read it), -EINVAL (empty, several
+ * lines, or longer than cap - 1) or an errno. */
 int dp_keys_read_secret(const char *path, char *out, size_t cap);
 
 #endif

@@ -27,6 +27,7 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "dataplane/admin_client.h"
+#include "dataplane/admission.h"
 #include "dataplane/hot_restart_run.h"
 #include "dataplane/listener.h"
 #include "dataplane/loop_run.h"
@@ -187,6 +188,11 @@ static int dp_loop_main(struct dp_daemon *d)
                 continue;
             } else if (fd == d->sigfd) {
                 int sig = evfd_signals_read(d->sigfd);
+                if (sig == SIGHUP) {
+                    log_info("received SIGHUP: re-reading the API key files");
+                    dp_adm_request_reload(&d->sh.adm);
+                    continue;
+                }
                 if (sig != SIGTERM && sig != SIGINT)
                     continue;
                 if (!d->draining) {
@@ -375,6 +381,9 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
         goto out_free_shared;
     }
     d.sh.metrics.policy = cfg_policy_name_str(cfg->policy.name);
+    if (dp_adm_shared_init(&d.sh.adm, cfg) != 0)
+        goto out_free_shared;
+    d.sh.metrics.adm = d.sh.adm.metrics;
     d.tickfd = evfd_timer_open(shm_segment_heartbeat_interval_ms(&d.seg));
     d.epfd = epoll_create1(EPOLL_CLOEXEC);
     if (d.tickfd < 0 || d.epfd < 0 || dp_watch(&d, d.tickfd) != 0 || dp_watch(&d, d.sigfd) != 0) {
@@ -428,6 +437,7 @@ out_close_fds:
     if (d.tickfd >= 0)
         close(d.tickfd);
 out_free_shared:
+    dp_adm_shared_fini(&d.sh.adm);
     dp_metrics_fini(&d.sh.metrics);
     dp_guards_fini(&d.sh.guards);
     shm_lease_release(&d.lease);

@@ -13,6 +13,8 @@
  * pauses the transfer; the reader unpauses it once a full curl chunk fits
  * again, so memory per stream is bounded and a slow client slows its worker.
  */
+#include "dataplane/adm_queue.h"
+#include "dataplane/admission.h"
 #include "dataplane/forwarder.h"
 
 #include <errno.h>
@@ -45,6 +47,7 @@ static void fwd_reply_body(struct dp_request *req, int status, char *body)
         free(body);
         return;
     }
+    dp_adm_leave(req, DP_ADM_LEFT_UNSET);      /* never queued here: admission answers its own */
     dp_legs_next(req, DP_LEG_EV_FAILED, NULL); /* an error answer ends the plan */
     req->reply_status = status;
     req->reply_body = body;
@@ -81,6 +84,8 @@ static void attempt_end(struct dp_attempt *a)
 {
     struct dp_request *req = a->req;
     dp_up_detach(a);
+    if (dp_guard_is_held(&a->guard))
+        dp_adm_slot_freed(a->loop);
     dp_guard_release(&a->loop->sh->guards, &a->guard);
     if (req->active == a)
         req->active = NULL;
@@ -200,6 +205,7 @@ static void fwd_try(struct dp_request *req)
      * was taken, or removed): never picked again by this call. */
     uint32_t *refused = loop->fwd.pick_refused;
     size_t n_refused = 0;
+    bool saturated = false; /* a worker was refused as saturated (admission.h) */
     if (cands == NULL || slots == NULL || loads == NULL || refused == NULL) {
         free(cands);
         free(slots);
@@ -229,6 +235,10 @@ pick_again:;
             gens[n] = w->generation;
             n++;
         }
+    if (n == 0 && saturated) {
+        dp_adm_wait(req);
+        goto out_free;
+    }
     if (n == 0) {
         if (req->attempts == 0) {
             req->retry_after_s = 1;
@@ -247,6 +257,14 @@ pick_again:;
     shm_load_read_many(loop->sh->seg, slots, gens, n, loads);
     for (size_t i = 0; i < n; i++)
         cands[i].load = loads[i];
+    if (dp_adm_checks_saturation(loop)) {
+        n = dp_adm_filter_saturated(loop, cands, n);
+        if (n == 0) {
+            /* Every eligible worker is busy: wait for one, holding no load. */
+            dp_adm_wait(req);
+            goto out_free;
+        }
+    }
     struct pol_request pr = {
         .path = dp_route_row(req->route)->upstream_path,
         .model = req->model,
@@ -289,6 +307,14 @@ pick_again:;
         refused[n_refused++] = w->slot;
         goto pick_again;
     }
+    if (rc == 0 && !dp_adm_confirm(loop, w->slot, w->generation)) {
+        /* Another loop or data plane took the worker's last slot first. */
+        dp_guard_release(&loop->sh->guards, &a->guard);
+        free(a);
+        refused[n_refused++] = w->slot;
+        saturated = true;
+        goto pick_again;
+    }
     if (rc != 0) {
         free(a);
         snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: %s", req->leg->label,
@@ -329,6 +355,8 @@ void dp_fwd_begin(struct dp_request *req)
         fwd_reply(req, 413, "request_too_large", msg);
         return;
     }
+    if (!dp_adm_authenticate(req))
+        return;
     enum dp_parse_result pr = dp_request_parse(req);
     dp_workers_refresh(&loop->workers);
     switch (pr) {
@@ -360,6 +388,8 @@ void dp_fwd_begin(struct dp_request *req)
         fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
         return;
     }
+    if (!dp_adm_limit(req))
+        return;
     /* The plan (one leg, or prefill then decode) is chosen here, once. */
     struct dp_leg_step step = {0};
     if (dp_plan_begin(req, &step) == DP_LEG_ACT_ANSWER) {
@@ -612,6 +642,8 @@ static void fwd_on_done(struct dp_attempt *a, CURLcode result)
     enum dp_attempt_state state = a->state;
     /* The transfer is over: release now, whatever the request does next. */
     dp_up_detach(a);
+    if (dp_guard_is_held(&a->guard))
+        dp_adm_slot_freed(a->loop);
     dp_guard_release(&a->loop->sh->guards, &a->guard);
     if (state == DP_ATT_RELAYING) {
         if (result != CURLE_OK) {
@@ -694,6 +726,7 @@ void dp_fwd_cancel(struct dp_request *req, bool count_disconnect)
     if (req->client_gone)
         return;
     req->client_gone = true;
+    dp_adm_leave(req, count_disconnect ? DP_ADM_LEFT_GONE : DP_ADM_LEFT_SHUTDOWN);
     dp_legs_next(req, DP_LEG_EV_ABORTED, NULL);
     if (count_disconnect)
         dp_metrics_disconnect(&req->loop->sh->metrics,
@@ -815,6 +848,24 @@ void dp_fwd_release(struct dp_request *req)
     dp_relay_fini(&req->relay);
     dp_legs_next(req, DP_LEG_EV_FREE, NULL);
 }
+
+/* A request the admission queue hands back: it picks again (fwd_try). */
+static void fwd_dispatch_queued(struct dp_request *req)
+{
+    if (req->client_gone || req->conn == NULL || req->reply_status != 0)
+        return;
+    fwd_try(req);
+}
+
+static void fwd_adm_reply(struct dp_request *req, int status, const char *code, const char *msg)
+{
+    fwd_reply(req, status, code, msg);
+}
+
+const struct dp_adm_ops dp_fwd_adm_ops = {
+    .dispatch = fwd_dispatch_queued,
+    .reply = fwd_adm_reply,
+};
 
 const struct dp_lst_handlers dp_fwd_lst_handlers = {
     .begin = dp_fwd_begin,

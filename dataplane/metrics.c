@@ -5,6 +5,7 @@
  * capped at DP_METRICS_MAX, so a huge fleet cannot make a scrape allocate
  * without bound.
  */
+#include "dataplane/adm_metrics.h"
 #include "dataplane/metrics.h"
 #include "dataplane/policy.h"
 #include "dataplane/routes.h"
@@ -341,6 +342,7 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
                 "Time from request arrival to the first response body byte from a worker.",
                 &m->ttfb);
     render_pd(w, m, workers, n, guards);
+    dp_adm_metrics_render(m->adm, w);
     int rc = prom_error(w);
     if (rc != 0) {
         buf_fini(&text);

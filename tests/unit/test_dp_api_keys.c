@@ -133,6 +133,8 @@ static void test_secret(void **state)
     assert_int_equal(dp_keys_read_secret(path, out, sizeof(out)), 0);
     assert_string_equal(out, "worker-key");
     assert_int_equal(dp_keys_read_secret(path, out, 5), -EINVAL);
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(dp_keys_read_secret(path, out, sizeof(out)), -EPERM);
     unlink(path);
     assert_int_equal(dp_keys_read_secret(path, out, sizeof(out)), -ENOENT);
 }
