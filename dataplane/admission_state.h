@@ -25,9 +25,9 @@ struct dp_adm_metrics;
 /* Why a request was refused or left the queue; the label of the metrics. */
 enum dp_adm_reason {
     DP_ADM_REASON_UNSET = 0,
-    DP_ADM_REASON_UNAUTHORIZED, /* 401: key missing or unknown */
-    DP_ADM_REASON_RATE_LIMIT,   /* 429 */
-    DP_ADM_REASON_QUEUE_FULL,   /* 429 */
+    DP_ADM_REASON_UNAUTHORIZED,  /* 401: key missing or unknown */
+    DP_ADM_REASON_RATE_LIMIT,    /* 429 */
+    DP_ADM_REASON_QUEUE_FULL,    /* 429 */
     DP_ADM_REASON_QUEUE_TIMEOUT, /* 429 */
     DP_ADM_REASON_SHUTTING_DOWN, /* 503: queued when the data plane drained */
     DP_ADM_REASON_COUNT,
@@ -56,7 +56,7 @@ struct dp_adm_ops {
 struct dp_adm_shared {
     struct shm_buckets buckets;
     bool buckets_ok;
-    _Atomic unsigned reload_gen; /* +1 on SIGHUP; each loop re-reads its files */
+    _Atomic unsigned reload_gen;    /* +1 on SIGHUP; each loop re-reads its files */
     struct dp_adm_metrics *metrics; /* owned (adm_metrics.h) */
 };
 
@@ -94,7 +94,7 @@ struct dp_adm_req {
     double requests_per_s;
     uint32_t burst;
     uint64_t tokens_per_min;
-    int64_t max_tokens; /* max_tokens or max_completion_tokens of the body; -1 = absent */
+    int64_t max_tokens;   /* max_tokens or max_completion_tokens of the body; -1 = absent */
     const char *rejected; /* x-switchyard-rejected of our answer (static), NULL = none */
     /* queued */
     bool queued;

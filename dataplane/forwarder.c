@@ -29,6 +29,7 @@
 #include "dataplane/errors.h"
 #include "dataplane/listener.h"
 #include "dataplane/loop.h"
+#include "dataplane/overload.h"
 #include "dataplane/legs.h"
 #include "dataplane/plan.h"
 #include "dataplane/relay.h"
@@ -57,6 +58,22 @@ static void fwd_reply_body(struct dp_request *req, int status, char *body)
 static void fwd_reply(struct dp_request *req, int status, const char *code, const char *msg)
 {
     fwd_reply_body(req, status, dp_error_body(status, code, msg));
+}
+
+/* Every attempt ended in a worker's 429 or 503: say the fleet is
+ * overloaded, with that status and the shortest Retry-After (overload.h). */
+static bool fwd_reply_overloaded(struct dp_request *req)
+{
+    int status;
+    if (!dp_overload_all(req, &status))
+        return false;
+    char msg[CFG_MODEL_MAX + 160];
+    snprintf(msg, sizeof(msg),
+             "the workers serving model '%s' are overloaded (%u attempt%s answered %d); retry "
+             "after %u s",
+             req->model, req->attempts, req->attempts == 1 ? "" : "s", status, req->retry_after_s);
+    fwd_reply(req, status, "fleet_overloaded", msg);
+    return true;
 }
 
 /* ---- attempts -------------------------------------------------------------- */
@@ -167,6 +184,8 @@ static void fwd_failed(struct dp_request *req, int status, const char *code, boo
             return;
         }
     }
+    if (fwd_reply_overloaded(req))
+        return;
     if (req->attempts > 1 || status == 502) {
         char msg[DP_CAUSE_MAX + 64];
         snprintf(msg, sizeof(msg), "upstream failed after %u attempt%s: %s", req->attempts,
@@ -246,7 +265,7 @@ pick_again:;
             snprintf(msg, sizeof(msg), "no healthy %sworker serves model '%s'", req->leg->label,
                      req->model);
             fwd_reply(req, 503, "no_healthy_worker", msg);
-        } else {
+        } else if (!fwd_reply_overloaded(req)) {
             char msg[DP_CAUSE_MAX + 64];
             snprintf(msg, sizeof(msg), "upstream failed after %u attempt%s: %s", req->attempts,
                      req->attempts == 1 ? "" : "s", req->last_cause);
@@ -488,6 +507,16 @@ static size_t fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
         return len;
     }
     bool retryable = fwd_status_is_retryable(loop, status);
+    if (retryable)
+        dp_overload_note(req, status);
+    if (retryable && !fwd_can_retry(req) && dp_overload_all(req, &(int){0})) {
+        /* The last attempt, and all of them overloaded: our own answer. */
+        dp_metrics_upstream_error(&loop->sh->metrics, a->slot, DP_UPERR_STATUS);
+        a->state = DP_ATT_DRAINING;
+        req->active = NULL;
+        fwd_reply_overloaded(req);
+        return len;
+    }
     if (retryable && a->leg->relays_last_error && !fwd_can_retry(req)) {
         /* The last attempt: the client gets the worker's own error answer
          * (its message, in whichever shape the worker writes errors). */

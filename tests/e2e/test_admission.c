@@ -90,7 +90,7 @@ static long long left_total(const char *base, const char *reason)
 /* The fourth accounting state: queued == left (every way) + still queued. */
 static void assert_queue_invariant(const char *base)
 {
-    static const char *const reasons[] = {"dispatched", "timeout",  "evicted",
+    static const char *const reasons[] = {"dispatched",  "timeout",  "evicted",
                                           "client_gone", "shutdown", NULL};
     long long queued = dp_metric(base, "switchyard_admission_queued_total");
     long long left = 0;
@@ -246,9 +246,8 @@ static void test_keys_and_rate_limits(void **state)
     (void)state;
     char keys[H_PATH_MAX], wkey[H_PATH_MAX], dp_extra[2 * H_PATH_MAX + 64];
     const char *const tenants[] = {
-        "team-a", "key-a", "normal", "    requests_per_s: 0.2\n    burst: 2\n",
-        "team-b", "key-b", "normal", "",
-        NULL,
+        "team-a", "key-a", "normal", "    requests_per_s: 0.2\n    burst: 2\n", "team-b", "key-b",
+        "normal", "",      NULL,
     };
     write_keys("keys.yaml", tenants, keys, sizeof(keys));
     assert_int_equal(h_write_file("worker-key", "worker-secret\n", wkey, sizeof(wkey)), 0);
@@ -362,9 +361,8 @@ static void test_queue_serves_when_a_worker_frees(void **state)
     /* Waiting holds no worker load. */
     assert_int_equal(h_fleet_load(&f, 0), 1);
     assert_int_equal(h_fleet_load(&f, 1), 1);
-    assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total") +
-                         h_fleet_mock_stat(&f, 1, "requests_total"),
-                     2);
+    assert_int_equal(
+        h_fleet_mock_stat(&f, 0, "requests_total") + h_fleet_mock_stat(&f, 1, "requests_total"), 2);
     /* The fourth: the queue is full, answered at once. */
     struct post_result r;
     post(f.base, chat_body, NULL, &r);
@@ -458,8 +456,8 @@ static void test_priority_bands(void **state)
 {
     (void)state;
     char keys[H_PATH_MAX], dp_extra[H_PATH_MAX + 64];
-    const char *const tenants[] = {"bulk", "key-low", "low", "", "urgent", "key-high", "high", "",
-                                   NULL};
+    const char *const tenants[] = {"bulk",     "key-low", "low", "",  "urgent",
+                                   "key-high", "high",    "",    NULL};
     write_keys("keys.yaml", tenants, keys, sizeof(keys));
     snprintf(dp_extra, sizeof(dp_extra), "threads: 1\napi_keys_file: %s\n", keys);
     struct h_fleet f;
@@ -508,8 +506,8 @@ static void test_fairness_between_tenants(void **state)
 {
     (void)state;
     char keys[H_PATH_MAX], dp_extra[H_PATH_MAX + 64];
-    const char *const tenants[] = {"flood", "key-a", "normal", "", "small", "key-b", "normal", "",
-                                   NULL};
+    const char *const tenants[] = {"flood", "key-a",  "normal", "",  "small",
+                                   "key-b", "normal", "",       NULL};
     write_keys("keys.yaml", tenants, keys, sizeof(keys));
     snprintf(dp_extra, sizeof(dp_extra), "threads: 1\napi_keys_file: %s\n", keys);
     struct h_fleet f;
@@ -598,8 +596,13 @@ static void test_soak_never_exceeds_limit(void **state)
             long long router = h_fleet_load(&f, w);
             long long truth = h_fleet_mock_stat(&f, w, "inflight");
             assert_true(router <= SOAK_LIMIT);
+            /* The worker's own count can show one more for a moment: it
+             * counts a response until its completion callback runs, which
+             * may come after the router read the last byte, released the
+             * guard and sent the next request. The router's count (what
+             * saturation is judged on) is exact at every sample. */
             if (h_now_ms() > start + SOAK_MS / 2 + 300) {
-                assert_true(truth <= SOAK_LIMIT);
+                assert_true(truth <= SOAK_LIMIT + 1);
                 if (truth > max_seen)
                     max_seen = truth;
             }
@@ -612,19 +615,64 @@ static void test_soak_never_exceeds_limit(void **state)
     }
     assert_int_equal(h_wait_until(loads_zero, &f, 5000), 0);
     assert_true(samples > 50);
-    assert_int_equal(max_seen, SOAK_LIMIT); /* the limit was reached, not just respected */
+    assert_true(max_seen >= SOAK_LIMIT); /* the limit was reached, not just respected */
     assert_queue_invariant(f.base);
     assert_true(left_total(f.base, "client_gone") > 0);
+    h_fleet_stop(&f);
+}
+
+/* ---- honest overload statuses ---------------------------------------------------------- */
+
+static void set_faults(struct h_fleet *f, size_t i, const char *json)
+{
+    assert_int_equal(h_mock_faults(f->mock[i].url, json), 0);
+}
+
+static void test_overload_statuses(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 2});
+    struct post_result r;
+    /* Every attempt 503: 503, the shortest Retry-After, our body. */
+    set_faults(&f, 0, "{\"fail_status\":503,\"fail_retry_after_s\":7}");
+    set_faults(&f, 1, "{\"fail_status\":503,\"fail_retry_after_s\":3}");
+    post(f.base, chat_body, NULL, &r);
+    assert_int_equal(r.status, 503);
+    assert_string_equal(r.code, "fleet_overloaded");
+    assert_string_equal(r.retry_after, "3");
+    /* Every attempt 429, one without Retry-After: 429 with the other's. */
+    set_faults(&f, 0, "{\"fail_status\":429,\"fail_retry_after_s\":0}");
+    set_faults(&f, 1, "{\"fail_status\":429,\"fail_retry_after_s\":2}");
+    post(f.base, chat_body, NULL, &r);
+    assert_int_equal(r.status, 429);
+    assert_string_equal(r.code, "fleet_overloaded");
+    assert_string_equal(r.retry_after, "2");
+    /* One real failure among them: not an overload, the worker's answer. */
+    set_faults(&f, 0, "{\"fail_status\":503,\"fail_retry_after_s\":1}");
+    set_faults(&f, 1, "{\"fail_status\":500}");
+    post(f.base, chat_body, NULL, &r);
+    assert_true(r.status == 500 || r.status == 503);
+    assert_string_not_equal(r.code, "fleet_overloaded");
+    /* Healthy again: served. */
+    set_faults(&f, 0, "{\"fail_status\":0}");
+    set_faults(&f, 1, "{\"fail_status\":0}");
+    post(f.base, chat_body, NULL, &r);
+    assert_int_equal(r.status, 200);
     h_fleet_stop(&f);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        H_TEST(test_keys_and_rate_limits),     H_TEST(test_queue_serves_when_a_worker_frees),
-        H_TEST(test_queue_timeout),            H_TEST(test_client_gone_while_queued),
-        H_TEST(test_priority_bands),           H_TEST(test_fairness_between_tenants),
+        H_TEST(test_keys_and_rate_limits),
+        H_TEST(test_queue_serves_when_a_worker_frees),
+        H_TEST(test_queue_timeout),
+        H_TEST(test_client_gone_while_queued),
+        H_TEST(test_priority_bands),
+        H_TEST(test_fairness_between_tenants),
         H_TEST(test_soak_never_exceeds_limit),
+        H_TEST(test_overload_statuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
