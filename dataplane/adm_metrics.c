@@ -10,18 +10,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/config.h"
 
 #define DP_ADM_WAIT_BUCKETS 8
 
-static const double adm_wait_bounds_s[DP_ADM_WAIT_BUCKETS] = {0.005, 0.025, 0.1, 0.5,
-                                                              1,     5,     15,  60};
+static const double adm_wait_bounds_s[DP_ADM_WAIT_BUCKETS] = {0.005, 0.025, 0.1, 0.5, 1, 5, 15, 60};
 
 struct adm_tenant_row {
     char name[DP_TENANT_NAME_MAX];
     _Atomic uint64_t admitted;
     _Atomic uint64_t rejected[DP_ADM_REASON_COUNT];
+    /* The tenant's limits as last seen (0 capacity = none), for the gauge. */
+    _Atomic uint64_t hash;
+    _Atomic uint64_t interval_us[SHM_BUCKET_KINDS];
+    _Atomic uint64_t capacity[SHM_BUCKET_KINDS];
 };
 
 struct adm_model_row {
@@ -39,6 +43,7 @@ struct dp_adm_metrics {
     _Atomic size_t n_models;
     _Atomic uint64_t enqueued;
     _Atomic uint64_t left[DP_ADM_LEFT_COUNT];
+    const struct shm_buckets *buckets; /* borrowed; NULL = no rate limits */
 };
 
 static const char *const reason_names[DP_ADM_REASON_COUNT] = {
@@ -51,9 +56,9 @@ static const char *const reason_names[DP_ADM_REASON_COUNT] = {
 };
 
 static const char *const left_names[DP_ADM_LEFT_COUNT] = {
-    [DP_ADM_LEFT_UNSET] = "unset",         [DP_ADM_LEFT_DISPATCHED] = "dispatched",
-    [DP_ADM_LEFT_TIMEOUT] = "timeout",     [DP_ADM_LEFT_FULL] = "evicted",
-    [DP_ADM_LEFT_GONE] = "client_gone",    [DP_ADM_LEFT_SHUTDOWN] = "shutdown",
+    [DP_ADM_LEFT_UNSET] = "unset",      [DP_ADM_LEFT_DISPATCHED] = "dispatched",
+    [DP_ADM_LEFT_TIMEOUT] = "timeout",  [DP_ADM_LEFT_FULL] = "evicted",
+    [DP_ADM_LEFT_GONE] = "client_gone", [DP_ADM_LEFT_SHUTDOWN] = "shutdown",
 };
 
 const char *dp_adm_reason_name(enum dp_adm_reason why)
@@ -141,8 +146,26 @@ void dp_adm_metrics_admitted(struct dp_adm_metrics *m, const char *tenant)
         atomic_fetch_add_explicit(&adm_tenant(m, tenant)->admitted, 1, memory_order_relaxed);
 }
 
-void dp_adm_metrics_depth(struct dp_adm_metrics *m, const char *model, enum dp_prio band,
-                          int delta)
+void dp_adm_metrics_set_buckets(struct dp_adm_metrics *m, const struct shm_buckets *b)
+{
+    if (m != NULL)
+        m->buckets = b;
+}
+
+void dp_adm_metrics_limits(struct dp_adm_metrics *m, const char *tenant, uint64_t hash,
+                           const struct shm_bucket_limit lim[SHM_BUCKET_KINDS])
+{
+    if (m == NULL)
+        return;
+    struct adm_tenant_row *r = adm_tenant(m, tenant);
+    atomic_store_explicit(&r->hash, hash, memory_order_relaxed);
+    for (int k = 0; k < SHM_BUCKET_KINDS; k++) {
+        atomic_store_explicit(&r->interval_us[k], lim[k].interval_us, memory_order_relaxed);
+        atomic_store_explicit(&r->capacity[k], lim[k].capacity, memory_order_relaxed);
+    }
+}
+
+void dp_adm_metrics_depth(struct dp_adm_metrics *m, const char *model, enum dp_prio band, int delta)
 {
     if (m != NULL && band > DP_PRIO_UNSET && band < DP_PRIO_COUNT)
         atomic_fetch_add_explicit(&adm_model(m, model)->depth[band], delta, memory_order_relaxed);
@@ -207,6 +230,31 @@ void dp_adm_metrics_render(const struct dp_adm_metrics *cm, struct prom_writer *
             };
             prom_sample_u64(w, NULL, labels, 2, v);
         }
+    prom_family(w, "switchyard_admission_ratelimit_available", PROM_GAUGE,
+                "Units a tenant's rate-limit bucket holds now (requests, or estimated tokens), "
+                "shared by every data plane of the node.");
+    static const char *const kinds[SHM_BUCKET_KINDS] = {"requests", "tokens"};
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    for (size_t i = 0; i < nt && m->buckets != NULL; i++)
+        for (int k = 0; k < SHM_BUCKET_KINDS; k++) {
+            struct shm_bucket_limit lim = {
+                .interval_us =
+                    atomic_load_explicit(&m->tenants[i].interval_us[k], memory_order_relaxed),
+                .capacity = atomic_load_explicit(&m->tenants[i].capacity[k], memory_order_relaxed),
+            };
+            if (lim.capacity == 0)
+                continue;
+            uint64_t hash = atomic_load_explicit(&m->tenants[i].hash, memory_order_relaxed);
+            const struct prom_label labels[] = {
+                {"tenant", m->tenants[i].name},
+                {"limit", kinds[k]},
+            };
+            prom_sample_u64(
+                w, NULL, labels, 2,
+                shm_buckets_available(m->buckets, hash, (enum shm_bucket_kind)k, &lim, now_us));
+        }
     prom_family(w, "switchyard_admission_queue_depth", PROM_GAUGE,
                 "Requests waiting for a worker, by model and priority band.");
     for (size_t i = 0; i < nm; i++)
@@ -246,6 +294,7 @@ void dp_adm_metrics_render(const struct dp_adm_metrics *cm, struct prom_writer *
                 "Requests that left the queue, by how: queued_total equals the sum of these plus "
                 "the depth.");
     for (int r = DP_ADM_LEFT_UNSET + 1; r < DP_ADM_LEFT_COUNT; r++)
-        prom_sample_u64(w, NULL, &(struct prom_label){"reason", dp_adm_left_name((enum dp_adm_left)r)},
-                        1, atomic_load_explicit(&m->left[r], memory_order_relaxed));
+        prom_sample_u64(w, NULL,
+                        &(struct prom_label){"reason", dp_adm_left_name((enum dp_adm_left)r)}, 1,
+                        atomic_load_explicit(&m->left[r], memory_order_relaxed));
 }

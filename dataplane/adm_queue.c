@@ -55,8 +55,7 @@ static struct dp_adm_model *queue_model(struct dp_loop *loop, const char *name, 
     return m;
 }
 
-static struct dp_adm_tq *queue_tenant(struct dp_adm_model *m, enum dp_prio prio,
-                                      const char *tenant)
+static struct dp_adm_tq *queue_tenant(struct dp_adm_model *m, enum dp_prio prio, const char *tenant)
 {
     struct list_node *it;
     list_foreach(it, &m->bands[prio])
@@ -186,8 +185,8 @@ void dp_adm_wait(struct dp_request *req)
         loop->adm.ops->reply(req, 503, "shutting_down", "the router is shutting down");
         return;
     }
-    enum dp_prio prio = r->prio > DP_PRIO_UNSET && r->prio < DP_PRIO_COUNT ? r->prio
-                                                                            : DP_PRIO_NORMAL;
+    enum dp_prio prio =
+        r->prio > DP_PRIO_UNSET && r->prio < DP_PRIO_COUNT ? r->prio : DP_PRIO_NORMAL;
     struct dp_adm_model *m = queue_model(loop, req->model, true);
     if (m != NULL && m->depth >= qc->max_depth) {
         enum dp_prio low = queue_lowest_below(m, prio);
@@ -291,7 +290,8 @@ void dp_adm_queue_expire(struct dp_loop *loop, uint64_t now_ms)
         if (now_ms - req->adm.enqueued_ms < ttl)
             return;
         char msg[96];
-        snprintf(msg, sizeof(msg), "no worker became free within admission.queue.max_wait (%llu ms)",
+        snprintf(msg, sizeof(msg),
+                 "no worker became free within admission.queue.max_wait (%llu ms)",
                  (unsigned long long)ttl);
         queue_answer(req, DP_ADM_LEFT_TIMEOUT, 429, DP_ADM_REASON_QUEUE_TIMEOUT, 1, msg);
     }

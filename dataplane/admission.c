@@ -57,6 +57,7 @@ int dp_adm_shared_init(struct dp_adm_shared *s, const struct cfg *cfg)
         return rc;
     }
     s->buckets_ok = true;
+    dp_adm_metrics_set_buckets(s->metrics, &s->buckets);
     return 0;
 }
 
@@ -91,8 +92,8 @@ static void adm_file_id(const char *path, struct dp_adm_file_id *out)
 
 static bool adm_file_id_equal(const struct dp_adm_file_id *a, const struct dp_adm_file_id *b)
 {
-    return a->present == b->present && a->dev == b->dev && a->ino == b->ino &&
-           a->size == b->size && a->mtime_ns == b->mtime_ns;
+    return a->present == b->present && a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime_ns == b->mtime_ns;
 }
 
 /* (Re)reads the keys file; at start (first) a failure is an error, later
@@ -136,7 +137,7 @@ static int adm_load_upstream_key(struct dp_loop *loop, bool first)
     if (rc != 0) {
         if (first || loop->index == 0)
             log_error("dataplane.upstream_api_key_file %s: %s%s", path,
-                      rc == -EINVAL   ? "empty, several lines, or longer than 511 bytes"
+                      rc == -EINVAL  ? "empty, several lines, or longer than 511 bytes"
                       : rc == -EPERM ? "other users may read it (chmod o-rwx)"
                                      : strerror(-rc),
                       first ? "" : "; keeping the key read before");
@@ -283,22 +284,27 @@ static bool adm_rate_limit(struct dp_request *req)
     if (!s->buckets_ok || (req->adm.requests_per_s <= 0 && req->adm.tokens_per_min == 0))
         return true;
     uint64_t now = proc_monotonic_ms() * 1000;
-    struct shm_bucket_limit tok = {0}, rq = {0};
-    uint64_t cost = adm_token_cost(req), wait_us = 0;
+    struct shm_bucket_limit lim[SHM_BUCKET_KINDS] = {{0}};
+    struct shm_bucket_limit *tok = &lim[SHM_BUCKET_TOKENS], *rq = &lim[SHM_BUCKET_REQUESTS];
     if (req->adm.tokens_per_min > 0) {
         /* One token every 60e6 / tokens_per_min us, rounded up (at least 1 us). */
-        tok.interval_us = (60000000 + req->adm.tokens_per_min - 1) / req->adm.tokens_per_min;
-        tok.capacity = req->adm.tokens_per_min;
-        wait_us = shm_buckets_take(&s->buckets, req->adm.tenant_hash, SHM_BUCKET_TOKENS, &tok,
-                                   cost, now);
+        tok->interval_us = (60000000 + req->adm.tokens_per_min - 1) / req->adm.tokens_per_min;
+        tok->capacity = req->adm.tokens_per_min;
     }
-    if (wait_us == 0 && req->adm.requests_per_s > 0) {
-        rq.interval_us = (uint64_t)ceil(1e6 / req->adm.requests_per_s);
-        rq.capacity = req->adm.burst;
-        wait_us = shm_buckets_take(&s->buckets, req->adm.tenant_hash, SHM_BUCKET_REQUESTS, &rq, 1,
-                                   now);
-        if (wait_us != 0 && tok.capacity > 0)
-            shm_buckets_refund(&s->buckets, req->adm.tenant_hash, SHM_BUCKET_TOKENS, &tok, cost);
+    if (req->adm.requests_per_s > 0) {
+        rq->interval_us = (uint64_t)ceil(1e6 / req->adm.requests_per_s);
+        rq->capacity = req->adm.burst;
+    }
+    dp_adm_metrics_limits(s->metrics, req->adm.tenant, req->adm.tenant_hash, lim);
+    uint64_t cost = adm_token_cost(req), wait_us = 0;
+    if (tok->capacity > 0)
+        wait_us =
+            shm_buckets_take(&s->buckets, req->adm.tenant_hash, SHM_BUCKET_TOKENS, tok, cost, now);
+    if (wait_us == 0 && rq->capacity > 0) {
+        wait_us =
+            shm_buckets_take(&s->buckets, req->adm.tenant_hash, SHM_BUCKET_REQUESTS, rq, 1, now);
+        if (wait_us != 0 && tok->capacity > 0)
+            shm_buckets_refund(&s->buckets, req->adm.tenant_hash, SHM_BUCKET_TOKENS, tok, cost);
     }
     if (wait_us == 0)
         return true;
@@ -361,8 +367,7 @@ bool dp_adm_limit(struct dp_request *req)
 bool dp_adm_checks_saturation(const struct dp_loop *loop)
 {
     const struct cfg_admission *a = &loop->sh->cfg->admission;
-    return a->max_inflight_per_worker != 0 || a->max_waiting_per_worker != 0 ||
-           a->max_kv_usage > 0;
+    return a->max_inflight_per_worker != 0 || a->max_waiting_per_worker != 0 || a->max_kv_usage > 0;
 }
 
 bool dp_adm_worker_is_saturated(const struct cfg_admission *a, const struct shm_worker_info *w,

@@ -143,8 +143,9 @@ static int keys_tenant(struct keys_parse *p, const yaml_node_t *m, size_t i, str
         uint64_t u;
         if (strcmp(key, "name") == 0) {
             if (!keys_name_is_valid(val))
-                return keys_fail(p, vn, "tenants[%zu].name: expected 1..63 characters of "
-                                        "[A-Za-z0-9._-]",
+                return keys_fail(p, vn,
+                                 "tenants[%zu].name: expected 1..63 characters of "
+                                 "[A-Za-z0-9._-]",
                                  i);
             snprintf(t->name, sizeof(t->name), "%s", val);
             have_name = true;
@@ -162,8 +163,9 @@ static int keys_tenant(struct keys_parse *p, const yaml_node_t *m, size_t i, str
             else if (strcmp(val, "low") == 0)
                 t->priority = DP_PRIO_LOW;
             else
-                return keys_fail(p, vn, "tenants[%zu].priority: expected one of high|normal|low, "
-                                        "got '%.32s'",
+                return keys_fail(p, vn,
+                                 "tenants[%zu].priority: expected one of high|normal|low, "
+                                 "got '%.32s'",
                                  i, val);
         } else if (strcmp(key, "requests_per_s") == 0) {
             char *end;
@@ -248,8 +250,7 @@ static int keys_walk(struct keys_parse *p, struct dp_keys *out)
                                  out->tenants[i].name, j);
             if (memcmp(out->tenants[j].key_sha256, out->tenants[i].key_sha256, DP_KEY_HASH_LEN) ==
                 0)
-                return keys_fail(p, m, "tenants[%zu].key_sha256: the same as tenants[%zu]'s", i,
-                                 j);
+                return keys_fail(p, m, "tenants[%zu].key_sha256: the same as tenants[%zu]'s", i, j);
         }
         out->n = i + 1;
     }

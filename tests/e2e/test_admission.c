@@ -308,6 +308,10 @@ static void test_keys_and_rate_limits(void **state)
     assert_int_equal(dp_metric(f.base, "switchyard_admission_rejected_total{reason=\"rate_limit\","
                                        "tenant=\"team-a\"}"),
                      1);
+    /* The bucket is empty, on both data planes' pages. */
+    assert_int_equal(dp_metric(base2, "switchyard_admission_ratelimit_available{tenant=\"team-a\","
+                                      "limit=\"requests\"}"),
+                     0);
 
     /* A bad new file is refused, the old keys stay; SIGHUP re-reads. */
     assert_int_equal(h_write_file("keys.yaml", "tenants:\n  - name: [\n", NULL, 0), 0);

@@ -47,9 +47,8 @@ static void test_gcra(void **state)
     assert_int_equal(shm_buckets_take(&b, k, SHM_BUCKET_REQUESTS, &lim, 1, now + 200000), 300000);
     assert_int_equal(shm_buckets_take(&b, k, SHM_BUCKET_REQUESTS, &lim, 1, now + 500000), 0);
     /* Another tenant, another kind: untouched. */
-    assert_int_equal(shm_buckets_take(&b, shm_buckets_key("team-b"), SHM_BUCKET_REQUESTS, &lim, 1,
-                                      now),
-                     0);
+    assert_int_equal(
+        shm_buckets_take(&b, shm_buckets_key("team-b"), SHM_BUCKET_REQUESTS, &lim, 1, now), 0);
     assert_int_equal(shm_buckets_available(&b, k, SHM_BUCKET_TOKENS, &lim, now), 3);
     /* A refund gives the unit back. */
     shm_buckets_refund(&b, k, SHM_BUCKET_REQUESTS, &lim, 1);
