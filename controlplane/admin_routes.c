@@ -20,6 +20,7 @@
 #include "controlplane/health_prober.h"
 #include "controlplane/reset_load.h"
 #include "controlplane/source_api.h"
+#include "shm/buckets.h"
 #include "shm/lease.h"
 #include "shm/load.h"
 #include "shm/registry.h"
@@ -243,6 +244,27 @@ static void adm_drain(struct adm_ctx *ctx, const struct shm_worker_info *w, cons
     adm_reply_json(reply, 200, adm_worker_json(ctx, &now));
 }
 
+static void adm_queue_depth_add(void *arg, const char *model, uint64_t depth)
+{
+    json_object_set_new(arg, model, json_integer((json_int_t)depth));
+}
+
+/* Requests waiting in the data planes' admission queues, per model, summed
+ * over live leases: read from the object the data planes publish them in
+ * (shm/buckets.h). {} when none was created (no keys, no admission limits). */
+static json_t *adm_queue_depths(const struct shm_segment *seg, uint64_t live_mask)
+{
+    json_t *out = json_object();
+    char name[CFG_PATH_MAX + 16], err[256];
+    struct shm_buckets b;
+    if (out == NULL || shm_buckets_name(seg->name, name, sizeof(name)) != 0 ||
+        shm_buckets_attach(&b, name, err, sizeof(err)) != 0)
+        return out;
+    shm_buckets_depths(&b, live_mask, adm_queue_depth_add, out);
+    shm_buckets_close(&b);
+    return out;
+}
+
 static void adm_status(struct adm_ctx *ctx, struct adm_reply *reply)
 {
     const struct shm_segment *seg = ctx->seg;
@@ -271,10 +293,11 @@ static void adm_status(struct adm_ctx *ctx, struct adm_reply *reply)
                              (int)seg->max_workers, "max_dataplanes", (int)seg->max_dataplanes,
                              "leases_reaped", (json_int_t)st.leases_reaped);
     adm_reply_json(reply, 200,
-                   json_pack("{s:i, s:I, s:I, s:o, s:o}", "pid", (int)getpid(), "epoch",
+                   json_pack("{s:i, s:I, s:I, s:o, s:o, s:o}", "pid", (int)getpid(), "epoch",
                              (json_int_t)st.epoch, "uptime_ms",
                              (json_int_t)(proc_monotonic_ms() - ctx->started_ms), "segment", segj,
-                             "dataplanes", dps));
+                             "dataplanes", dps, "queue_depth",
+                             adm_queue_depths(seg, st.active_leases)));
 }
 
 /*

@@ -30,6 +30,7 @@ struct adm_tenant_row {
 
 struct adm_model_row {
     char name[CFG_MODEL_MAX];
+    _Atomic int shm_row; /* its depth row in the buckets object plus 1; 0 = not yet */
     _Atomic int64_t depth[DP_PRIO_COUNT];
     _Atomic uint64_t wait_count[DP_PRIO_COUNT][DP_ADM_WAIT_BUCKETS + 1]; /* last: +Inf */
     _Atomic uint64_t wait_sum_us[DP_PRIO_COUNT];
@@ -43,7 +44,8 @@ struct dp_adm_metrics {
     _Atomic size_t n_models;
     _Atomic uint64_t enqueued;
     _Atomic uint64_t left[DP_ADM_LEFT_COUNT];
-    const struct shm_buckets *buckets; /* borrowed; NULL = no rate limits */
+    struct shm_buckets *buckets; /* borrowed; NULL = none (no keys, no admission limits) */
+    uint32_t lease;
 };
 
 static const char *const reason_names[DP_ADM_REASON_COUNT] = {
@@ -146,10 +148,12 @@ void dp_adm_metrics_admitted(struct dp_adm_metrics *m, const char *tenant)
         atomic_fetch_add_explicit(&adm_tenant(m, tenant)->admitted, 1, memory_order_relaxed);
 }
 
-void dp_adm_metrics_set_buckets(struct dp_adm_metrics *m, const struct shm_buckets *b)
+void dp_adm_metrics_set_buckets(struct dp_adm_metrics *m, struct shm_buckets *b, uint32_t lease)
 {
-    if (m != NULL)
-        m->buckets = b;
+    if (m == NULL)
+        return;
+    m->buckets = b;
+    m->lease = lease;
 }
 
 void dp_adm_metrics_limits(struct dp_adm_metrics *m, const char *tenant, uint64_t hash,
@@ -167,8 +171,23 @@ void dp_adm_metrics_limits(struct dp_adm_metrics *m, const char *tenant, uint64_
 
 void dp_adm_metrics_depth(struct dp_adm_metrics *m, const char *model, enum dp_prio band, int delta)
 {
-    if (m != NULL && band > DP_PRIO_UNSET && band < DP_PRIO_COUNT)
-        atomic_fetch_add_explicit(&adm_model(m, model)->depth[band], delta, memory_order_relaxed);
+    if (m == NULL || band <= DP_PRIO_UNSET || band >= DP_PRIO_COUNT)
+        return;
+    struct adm_model_row *r = adm_model(m, model);
+    atomic_fetch_add_explicit(&r->depth[band], delta, memory_order_relaxed);
+    if (m->buckets == NULL)
+        return;
+    /* Published for the control plane's /status (shm/buckets.h). Rows are
+     * found once per model; 0 means "not looked up" (calloc), so the row
+     * is stored plus one. */
+    int row = atomic_load_explicit(&r->shm_row, memory_order_relaxed) - 1;
+    if (row < 0) {
+        row = shm_buckets_model(m->buckets, model);
+        if (row < 0)
+            return;
+        atomic_store_explicit(&r->shm_row, row + 1, memory_order_relaxed);
+    }
+    shm_buckets_depth_add(m->buckets, row, m->lease, delta);
 }
 
 void dp_adm_metrics_wait(struct dp_adm_metrics *m, const char *model, enum dp_prio band,

@@ -26,8 +26,9 @@ void dp_adm_metrics_destroy(struct dp_adm_metrics *m);
 
 void dp_adm_metrics_rejected(struct dp_adm_metrics *m, const char *tenant, enum dp_adm_reason why);
 void dp_adm_metrics_admitted(struct dp_adm_metrics *m, const char *tenant);
-/* The buckets (NULL = none) whose available tokens the metrics show. */
-void dp_adm_metrics_set_buckets(struct dp_adm_metrics *m, const struct shm_buckets *b);
+/* The buckets (NULL = none) whose available tokens the metrics show and
+ * where queue depths are published for the control plane (lease's column). */
+void dp_adm_metrics_set_buckets(struct dp_adm_metrics *m, struct shm_buckets *b, uint32_t lease);
 /* A tenant's current limits (capacity 0 = no limit), for the available-tokens gauge. */
 void dp_adm_metrics_limits(struct dp_adm_metrics *m, const char *tenant, uint64_t hash,
                            const struct shm_bucket_limit lim[SHM_BUCKET_KINDS]);

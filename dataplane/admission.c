@@ -36,15 +36,17 @@
 #define DP_ADM_CHECK_EVERY_MS 1000u
 #define DP_ADM_ANONYMOUS      "anonymous"
 
-int dp_adm_shared_init(struct dp_adm_shared *s, const struct cfg *cfg)
+int dp_adm_shared_init(struct dp_adm_shared *s, const struct cfg *cfg, uint32_t lease)
 {
     atomic_init(&s->reload_gen, 0);
     s->buckets_ok = false;
     s->metrics = dp_adm_metrics_create();
     if (s->metrics == NULL)
         return -ENOMEM;
-    if (cfg->dataplane.api_keys_file[0] == '\0')
-        return 0; /* no tenants, no limits */
+    const struct cfg_admission *a = &cfg->admission;
+    if (cfg->dataplane.api_keys_file[0] == '\0' && a->max_inflight_per_worker == 0 &&
+        a->max_waiting_per_worker == 0 && a->max_kv_usage <= 0)
+        return 0; /* no tenants, no limits, no queue: nothing to share */
     char name[CFG_PATH_MAX + 16], err[512];
     int rc = shm_buckets_name(cfg->shm.name, name, sizeof(name));
     if (rc == 0)
@@ -57,7 +59,9 @@ int dp_adm_shared_init(struct dp_adm_shared *s, const struct cfg *cfg)
         return rc;
     }
     s->buckets_ok = true;
-    dp_adm_metrics_set_buckets(s->metrics, &s->buckets);
+    /* Whatever a crashed holder of this lease had queued died with it. */
+    shm_buckets_lease_reset(&s->buckets, lease);
+    dp_adm_metrics_set_buckets(s->metrics, &s->buckets, lease);
     return 0;
 }
 

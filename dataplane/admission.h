@@ -36,9 +36,11 @@ struct dp_request;
 struct dp_shared;
 struct shm_worker_info;
 
-/* Main thread: opens the node's rate-limit buckets (next to the segment)
- * and the metrics. 0, or a negative errno after logging why. */
-int dp_adm_shared_init(struct dp_adm_shared *s, const struct cfg *cfg);
+/* Main thread: the metrics, and, when keys or admission limits are
+ * configured, the node's rate-limit buckets and queue depths (next to the
+ * segment; this data plane's column is lease's). 0, or a negative errno
+ * after logging why. */
+int dp_adm_shared_init(struct dp_adm_shared *s, const struct cfg *cfg, uint32_t lease);
 void dp_adm_shared_fini(struct dp_adm_shared *s);
 
 /* Any thread (the main thread on SIGHUP): every loop re-reads its files. */

@@ -381,7 +381,7 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
         goto out_free_shared;
     }
     d.sh.metrics.policy = cfg_policy_name_str(cfg->policy.name);
-    if (dp_adm_shared_init(&d.sh.adm, cfg) != 0)
+    if (dp_adm_shared_init(&d.sh.adm, cfg, d.lease.index) != 0)
         goto out_free_shared;
     d.sh.metrics.adm = d.sh.adm.metrics;
     d.tickfd = evfd_timer_open(shm_segment_heartbeat_interval_ms(&d.seg));

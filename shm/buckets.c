@@ -38,9 +38,29 @@ struct shm_bucket_slot {
     uint64_t reserved;
 };
 
+/* key: 0 = free, 1 = being claimed (its name is being written), else the hash. */
+#define SHM_BUCKET_MODEL_CLAIMING 1u
+
+struct shm_bucket_model {
+    _Atomic uint64_t key;
+    char name[SHM_BUCKET_NAME]; /* written once, before key is published */
+    _Atomic int32_t depth[SHM_BUCKET_LEASES];
+};
+
 static size_t buckets_size(void)
 {
-    return sizeof(struct shm_bucket_header) + SHM_BUCKET_SLOTS * sizeof(struct shm_bucket_slot);
+    return sizeof(struct shm_bucket_header) + SHM_BUCKET_SLOTS * sizeof(struct shm_bucket_slot) +
+           SHM_BUCKET_MODELS * sizeof(struct shm_bucket_model);
+}
+
+static void buckets_bind(struct shm_buckets *b, int fd, void *base, size_t size)
+{
+    b->fd = fd;
+    b->base = base;
+    b->size = size;
+    b->hdr = base;
+    b->slots = (struct shm_bucket_slot *)((char *)base + sizeof(struct shm_bucket_header));
+    b->models = (struct shm_bucket_model *)(b->slots + SHM_BUCKET_SLOTS);
 }
 
 int shm_buckets_name(const char *segment_name, char *out, size_t cap)
@@ -99,11 +119,7 @@ static int buckets_create(struct shm_buckets *b, const char *name, char *err, si
     h->total_size = size;
     atomic_store_explicit(&h->magic, SHM_BUCKET_MAGIC, memory_order_release);
     buckets_lock(fd, F_UNLCK, F_OFD_SETLK);
-    b->fd = fd;
-    b->base = base;
-    b->size = size;
-    b->hdr = h;
-    b->slots = (struct shm_bucket_slot *)((char *)base + sizeof(*h));
+    buckets_bind(b, fd, base, size);
     return 0;
 }
 
@@ -161,11 +177,7 @@ static int buckets_attach(struct shm_buckets *b, const char *name, char *err, si
         munmap(base, (size_t)st.st_size);
         goto out_close;
     }
-    b->fd = fd;
-    b->base = base;
-    b->size = size;
-    b->hdr = base;
-    b->slots = (struct shm_bucket_slot *)((char *)base + sizeof(struct shm_bucket_header));
+    buckets_bind(b, fd, base, size);
     return 0;
 out_close:
     close(fd);
@@ -201,6 +213,14 @@ int shm_buckets_open(struct shm_buckets *b, const char *name, char *err, size_t 
         struct timespec ts = {.tv_nsec = 10 * 1000000L};
         nanosleep(&ts, NULL);
     }
+}
+
+int shm_buckets_attach(struct shm_buckets *b, const char *name, char *err, size_t err_len)
+{
+    memset(b, 0, sizeof(*b));
+    b->fd = -1;
+    int rc = buckets_attach(b, name, err, err_len);
+    return rc == -ESTALE ? -EAGAIN : rc;
 }
 
 void shm_buckets_close(struct shm_buckets *b)
@@ -287,4 +307,65 @@ uint64_t shm_buckets_available(const struct shm_buckets *b, uint64_t tenant_hash
     uint64_t t = atomic_load_explicit(&s->tat_us[kind], memory_order_relaxed);
     uint64_t used = t > now_us ? (t - now_us + lim->interval_us - 1) / lim->interval_us : 0;
     return used >= lim->capacity ? 0 : lim->capacity - used;
+}
+
+int shm_buckets_model(struct shm_buckets *b, const char *model)
+{
+    uint64_t key = XXH3_64bits(model, strlen(model));
+    if (key <= SHM_BUCKET_MODEL_CLAIMING)
+        key += 2;
+    for (uint32_t i = 0; i < SHM_BUCKET_MODELS; i++) {
+        struct shm_bucket_model *m = &b->models[(key + i) % SHM_BUCKET_MODELS];
+        uint64_t k = atomic_load_explicit(&m->key, memory_order_acquire);
+        /* Another process writing a name here: wait for it (a few stores). */
+        for (int spin = 0; k == SHM_BUCKET_MODEL_CLAIMING && spin < 100000; spin++)
+            k = atomic_load_explicit(&m->key, memory_order_acquire);
+        if (k == key && strncmp(m->name, model, SHM_BUCKET_NAME) == 0)
+            return (int)((key + i) % SHM_BUCKET_MODELS);
+        if (k != 0)
+            continue;
+        uint64_t expect = 0;
+        if (!atomic_compare_exchange_strong_explicit(&m->key, &expect, SHM_BUCKET_MODEL_CLAIMING,
+                                                     memory_order_acq_rel, memory_order_acquire)) {
+            i--; /* someone claimed it meanwhile: look at this slot again */
+            continue;
+        }
+        snprintf(m->name, sizeof(m->name), "%s", model);
+        atomic_store_explicit(&m->key, key, memory_order_release);
+        return (int)((key + i) % SHM_BUCKET_MODELS);
+    }
+    return -ENOSPC;
+}
+
+void shm_buckets_depth_add(struct shm_buckets *b, int row, uint32_t lease, int delta)
+{
+    if (row < 0 || (uint32_t)row >= SHM_BUCKET_MODELS || lease >= SHM_BUCKET_LEASES)
+        return;
+    atomic_fetch_add_explicit(&b->models[row].depth[lease], delta, memory_order_relaxed);
+}
+
+void shm_buckets_lease_reset(struct shm_buckets *b, uint32_t lease)
+{
+    if (lease >= SHM_BUCKET_LEASES)
+        return;
+    for (uint32_t i = 0; i < SHM_BUCKET_MODELS; i++)
+        atomic_store_explicit(&b->models[i].depth[lease], 0, memory_order_relaxed);
+}
+
+void shm_buckets_depths(const struct shm_buckets *b, uint64_t live_mask,
+                        void (*fn)(void *arg, const char *model, uint64_t depth), void *arg)
+{
+    for (uint32_t i = 0; i < SHM_BUCKET_MODELS; i++) {
+        struct shm_bucket_model *m = &b->models[i];
+        if (atomic_load_explicit(&m->key, memory_order_acquire) <= SHM_BUCKET_MODEL_CLAIMING)
+            continue;
+        int64_t sum = 0;
+        for (uint32_t l = 0; l < SHM_BUCKET_LEASES; l++)
+            if (live_mask & (UINT64_C(1) << l))
+                sum += atomic_load_explicit(&m->depth[l], memory_order_relaxed);
+        char name[SHM_BUCKET_NAME];
+        memcpy(name, m->name, sizeof(name));
+        name[sizeof(name) - 1] = '\0';
+        fn(arg, name, sum > 0 ? (uint64_t)sum : 0);
+    }
 }

@@ -23,6 +23,12 @@
  * creator's, and is replaced. Attaching validates magic, version and every
  * size against fstat before a slot is read.
  *
+ * The same object carries the admission queues' depth per model, one
+ * counter per (model, lease), so the control plane's GET /status can show
+ * how many requests wait on the node without asking each data plane: it
+ * sums the columns of live leases. A data plane zeroes its lease's column
+ * when it starts (a crashed predecessor's queue died with it).
+ *
  * Threading: any thread; every access to a slot is atomic.
  */
 #ifndef SY_SHM_BUCKETS_H
@@ -33,10 +39,14 @@
 #include <stdint.h>
 
 #define SHM_BUCKET_SLOTS   4096u
-#define SHM_BUCKET_VERSION 1u
+#define SHM_BUCKET_MODELS  256u /* models whose queue depth is published */
+#define SHM_BUCKET_LEASES  64u  /* columns per model: shm.max_dataplanes at most */
+#define SHM_BUCKET_NAME    128u /* a model name, NUL included */
+#define SHM_BUCKET_VERSION 2u
 
 struct shm_bucket_header;
 struct shm_bucket_slot;
+struct shm_bucket_model;
 
 /* Caller storage; shm_buckets_open / shm_buckets_close. */
 struct shm_buckets {
@@ -45,6 +55,7 @@ struct shm_buckets {
     size_t size;
     struct shm_bucket_header *hdr;
     struct shm_bucket_slot *slots;
+    struct shm_bucket_model *models;
 };
 
 /* The object's name for a segment name ("/switchyard" -> "/switchyard-ratelimit").
@@ -55,6 +66,10 @@ int shm_buckets_name(const char *segment_name, char *out, size_t cap);
  * -EPERM (not ours), -EPROTO (another layout), -ETIMEDOUT (its creator is
  * still at work after a second). */
 int shm_buckets_open(struct shm_buckets *b, const char *name, char *err, size_t err_len);
+
+/* Attaches an existing object only (the control plane, which never creates
+ * it). 0, -ENOENT when no data plane created it, or as shm_buckets_open. */
+int shm_buckets_attach(struct shm_buckets *b, const char *name, char *err, size_t err_len);
 
 void shm_buckets_close(struct shm_buckets *b);
 
@@ -94,5 +109,19 @@ uint64_t shm_buckets_available(const struct shm_buckets *b, uint64_t tenant_hash
 
 /* The hash buckets are keyed by (never 0). */
 uint64_t shm_buckets_key(const char *tenant_name);
+
+/* The model's depth row, claimed when absent: its index, or -ENOSPC. */
+int shm_buckets_model(struct shm_buckets *b, const char *model);
+
+/* Adds delta to (row, lease)'s queue depth. */
+void shm_buckets_depth_add(struct shm_buckets *b, int row, uint32_t lease, int delta);
+
+/* Zeroes lease's column (a data plane starting on that lease). */
+void shm_buckets_lease_reset(struct shm_buckets *b, uint32_t lease);
+
+/* Calls fn for each model with its depth summed over the leases in
+ * live_mask (bit i = lease i). */
+void shm_buckets_depths(const struct shm_buckets *b, uint64_t live_mask,
+                        void (*fn)(void *arg, const char *model, uint64_t depth), void *arg);
 
 #endif

@@ -28,7 +28,6 @@
 
 #include <cmocka.h>
 
-#include "shm/buckets.h"
 #include "tests/e2e/harness.h"
 #include "tests/e2e/harness_fleet.h"
 
@@ -107,6 +106,24 @@ static void assert_queue_invariant(const char *base)
     }
     assert_true(queued >= 0);
     assert_int_equal(queued, left + depth);
+}
+
+/* queue_depth of the model on the control plane's GET /status (-1: absent). */
+static long long cp_queue_depth(struct h_fleet *f)
+{
+    char url[128];
+    assert_int_equal(h_url(url, sizeof(url), f->cfg.admin_port, "/status"), 0);
+    struct h_resp r = {0};
+    long long v = -1;
+    if (h_http_get(url, &r) == 0 && r.status == 200) {
+        json_t *j = h_resp_json(&r);
+        json_t *d = json_object_get(json_object_get(j, "queue_depth"), H_FLEET_MODEL);
+        if (json_is_integer(d))
+            v = json_integer_value(d);
+        json_decref(j);
+    }
+    h_resp_fini(&r);
+    return v;
 }
 
 struct post_result {
@@ -207,13 +224,6 @@ static bool loads_zero(void *arg)
         if (h_fleet_load(f, i) != 0)
             return false;
     return true;
-}
-
-static void remove_buckets(const struct h_fleet *f)
-{
-    char name[H_NAME_MAX + 16];
-    if (shm_buckets_name(f->cfg.shm_name, name, sizeof(name)) == 0)
-        (void)shm_buckets_unlink(name);
 }
 
 static void stall_all(struct h_fleet *f, int ms)
@@ -337,7 +347,6 @@ static void test_keys_and_rate_limits(void **state)
         post(f.base, chat_body, "key-b", &r);
     } while (r.status != 401 && h_now_ms() < until);
     assert_int_equal(r.status, 401);
-    remove_buckets(&f);
     h_fleet_stop(&f);
 }
 
@@ -362,6 +371,8 @@ static void test_queue_serves_when_a_worker_frees(void **state)
     int64_t c_start = h_now_ms();
     struct h_async *c = post_async(f.base, chat_body, NULL, H_ABORT_NEVER, 0);
     wait_depth(f.base, "normal", 1);
+    /* The control plane's status page shows it too. */
+    assert_int_equal(cp_queue_depth(&f), 1);
     /* Waiting holds no worker load. */
     assert_int_equal(h_fleet_load(&f, 0), 1);
     assert_int_equal(h_fleet_load(&f, 1), 1);
@@ -385,6 +396,7 @@ static void test_queue_serves_when_a_worker_frees(void **state)
     assert_int_equal(h_async_wait(b, 10000), 0);
     assert_int_equal(h_wait_until(loads_zero, &f, 5000), 0);
     assert_int_equal(left_total(f.base, "dispatched"), 1);
+    assert_int_equal(cp_queue_depth(&f), 0);
     assert_queue_invariant(f.base);
     h_fleet_stop(&f);
 }
@@ -471,7 +483,6 @@ static void test_priority_bands(void **state)
                                                            "  max_inflight_per_worker: 1\n"
                                                            "  queue:\n"
                                                            "    max_depth: 3\n"});
-    remove_buckets(&f);
     stall_all(&f, 400);
     struct h_async *first = post_async(f.base, CHAT("first"), "key-low", H_ABORT_NEVER, 0);
     wait_inflight(&f, 0, 1);
@@ -519,7 +530,6 @@ static void test_fairness_between_tenants(void **state)
                                              .dataplane_extra = dp_extra,
                                              .extra_yaml = "admission:\n"
                                                            "  max_inflight_per_worker: 1\n"});
-    remove_buckets(&f);
     stall_all(&f, 1500);
     struct h_async *first = post_async(f.base, chat_body, "key-a", H_ABORT_NEVER, 0);
     wait_inflight(&f, 0, 1);
