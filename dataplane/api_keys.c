@@ -53,6 +53,9 @@ struct keys_parse {
 };
 
 static int keys_fail(struct keys_parse *p, const yaml_node_t *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int keys_fail(struct keys_parse *p, const yaml_node_t *at, const char *fmt, ...)
 {
     int n = snprintf(p->err, p->err_len, "%s:%zu:%zu: ", p->name,
                      at != NULL ? at->start_mark.line + 1 : 1,
