@@ -635,6 +635,44 @@ static void test_soak_never_exceeds_limit(void **state)
     h_fleet_stop(&f);
 }
 
+/* Draining (shutdown, hot restart) answers queued requests at once with
+ * 503 shutting_down; the request in flight still finishes. */
+static void test_shutdown_answers_queued(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1,
+                                             .dataplane_extra = "threads: 1\n",
+                                             .extra_yaml = "admission:\n"
+                                                           "  max_inflight_per_worker: 1\n"});
+    stall_all(&f, 1500);
+    struct h_async *a = post_async(f.base, chat_body, NULL, H_ABORT_NEVER, 0);
+    wait_inflight(&f, 0, 1);
+    struct h_async *b = post_async(f.base, chat_body, NULL, H_ABORT_NEVER, 0);
+    wait_depth(f.base, "normal", 1);
+    int64_t t0 = h_now_ms();
+    assert_int_equal(h_proc_signal(f.dp, SIGTERM), 0);
+    assert_int_equal(h_async_wait(b, 5000), 0);
+    assert_true(h_now_ms() - t0 < 1000);
+    struct h_resp r = {0};
+    assert_int_equal(h_async_take_resp(b, &r), 0);
+    assert_int_equal(r.status, 503);
+    char v[64] = "";
+    assert_int_equal(h_resp_header(&r, "x-switchyard-rejected", v, sizeof(v)), 0);
+    assert_string_equal(v, "shutting_down");
+    assert_int_equal(h_resp_header(&r, "Retry-After", v, sizeof(v)), 0);
+    h_resp_fini(&r);
+    /* Never dispatched; the one in flight drains normally. */
+    assert_int_equal(h_async_wait(a, 10000), 0);
+    struct h_async_state s;
+    h_async_get_state(a, &s);
+    assert_int_equal(s.status, 200);
+    assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 1);
+    assert_int_equal(h_proc_wait(f.dp, 10000, NULL), 0);
+    assert_true(h_proc_log_contains(f.dp, "received Terminated"));
+    h_fleet_stop(&f);
+}
+
 /* ---- honest overload statuses ---------------------------------------------------------- */
 
 static void set_faults(struct h_fleet *f, size_t i, const char *json)
@@ -687,6 +725,7 @@ int main(void)
         H_TEST(test_fairness_between_tenants),
         H_TEST(test_soak_never_exceeds_limit),
         H_TEST(test_overload_statuses),
+        H_TEST(test_shutdown_answers_queued),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
