@@ -48,7 +48,9 @@ static void fwd_reply_body(struct dp_request *req, int status, char *body)
         free(body);
         return;
     }
-    dp_adm_leave(req, DP_ADM_LEFT_UNSET);      /* never queued here: admission answers its own */
+    /* Admission answers its own queued requests; the one reply that can
+     * reach a queued request from here is the drain deadline's cut. */
+    dp_adm_leave(req, DP_ADM_LEFT_SHUTDOWN);
     dp_legs_next(req, DP_LEG_EV_FAILED, NULL); /* an error answer ends the plan */
     req->reply_status = status;
     req->reply_body = body;
