@@ -138,6 +138,10 @@ struct cfg_dataplane {
     /* "off" (or ""), "stderr", or a file path: one JSON line per request. */
     char access_log[CFG_PATH_MAX];
     uint64_t access_log_buffer; /* bytes of lines queued per event loop */
+    /* Client API keys (dataplane/api_keys.h): "" = no keys, one anonymous
+     * tenant. The worker key file holds vLLM's --api-key: "" = none. */
+    char api_keys_file[CFG_PATH_MAX];
+    char upstream_api_key_file[CFG_PATH_MAX];
 };
 
 struct cfg_policy_role {
@@ -200,6 +204,19 @@ struct cfg_discovery {
     struct cfg_kubernetes kubernetes;
 };
 
+/* admission: saturation thresholds (0 = not used) and the wait queue. */
+struct cfg_admission_queue {
+    uint32_t max_depth;   /* requests waiting per model */
+    uint64_t max_wait_ms; /* a waiting request's TTL */
+};
+
+struct cfg_admission {
+    uint32_t max_inflight_per_worker; /* this node's load per worker */
+    uint32_t max_waiting_per_worker;  /* from the worker's load report */
+    double max_kv_usage;              /* 0..1, from the worker's load report */
+    struct cfg_admission_queue queue;
+};
+
 struct cfg_worker {
     char id[CFG_ID_MAX];       /* default: HOST:PORT of the url */
     char url[CFG_URL_MAX];     /* http(s)://host:port, validated with curl_url */
@@ -216,6 +233,7 @@ struct cfg {
     struct cfg_policy policy;
     struct cfg_tracing tracing;
     struct cfg_discovery discovery;
+    struct cfg_admission admission;
     struct cfg_worker *workers; /* owned; n_workers entries */
     size_t n_workers;
 };

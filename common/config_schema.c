@@ -180,6 +180,31 @@ static const struct cfg_key dataplane_keys[] = {
             "off"),
     KEY_RANGE("access_log_buffer", CFG_KIND_SIZE, struct cfg_dataplane, access_log_buffer, 4 * KIB,
               GIB, 1 * MIB),
+    /* "": no client keys, every request is the anonymous tenant. */
+    KEY_STR("api_keys_file", struct cfg_dataplane, api_keys_file, cfg_file_path_is_valid,
+            "a file path of at most 255 characters without control characters, or \"\"", ""),
+    /* "": the client's Authorization reaches workers as before. */
+    KEY_STR("upstream_api_key_file", struct cfg_dataplane, upstream_api_key_file,
+            cfg_file_path_is_valid,
+            "a file path of at most 255 characters without control characters, or \"\"", ""),
+    KEY_END,
+};
+
+static const struct cfg_key admission_queue_keys[] = {
+    KEY_RANGE("max_depth", CFG_KIND_U32, struct cfg_admission_queue, max_depth, 0, 1000000, 1000),
+    KEY_RANGE("max_wait", CFG_KIND_DURATION, struct cfg_admission_queue, max_wait_ms, 1, MS_HOUR,
+              30 * MS_SECOND),
+    KEY_END,
+};
+
+/* 0 everywhere: no saturation, nothing waits (the behaviour before admission). */
+static const struct cfg_key admission_keys[] = {
+    KEY_RANGE("max_inflight_per_worker", CFG_KIND_U32, struct cfg_admission,
+              max_inflight_per_worker, 0, 1000000, 0),
+    KEY_RANGE("max_waiting_per_worker", CFG_KIND_U32, struct cfg_admission, max_waiting_per_worker,
+              0, 1000000, 0),
+    KEY_NUM("max_kv_usage", struct cfg_admission, max_kv_usage, 0.0, 1.0, 0.0),
+    KEY_MAP("queue", struct cfg_admission, queue, admission_queue_keys, NULL, NULL),
     KEY_END,
 };
 
@@ -323,6 +348,7 @@ const struct cfg_key cfg_schema_root[] = {
     KEY_MAP("policy", struct cfg, policy, policy_keys, NULL, NULL),
     KEY_MAP("tracing", struct cfg, tracing, tracing_keys, NULL, NULL),
     KEY_MAP("discovery", struct cfg, discovery, discovery_keys, NULL, NULL),
+    KEY_MAP("admission", struct cfg, admission, admission_keys, NULL, NULL),
     /* No workers by default; each entry's defaults are worker_keys'. */
     {
         .name = "workers",

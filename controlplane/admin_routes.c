@@ -23,6 +23,7 @@
 #include "controlplane/source.h"
 #include "controlplane/source_api.h"
 #include "controlplane/source_kubernetes.h"
+#include "shm/buckets.h"
 #include "shm/lease.h"
 #include "shm/effective_load.h"
 #include "shm/load.h"
@@ -111,12 +112,12 @@ static json_t *adm_worker_json(const struct adm_ctx *ctx, const struct shm_worke
                             json_integer(shm_load_in_lease(seg, i, w->slot, w->generation)));
     }
     uint64_t own = shm_load_of(seg, w->slot, w->generation);
-    json_t *j = json_pack(
-        "{s:s, s:s, s:s, s:s, s:b, s:b, s:I, s:o, s:i, s:i, s:b, s:s}", "id", w->id, "url", w->url,
-        "model", w->model, "role", cfg_role_name(w->role), "healthy", w->healthy, "draining",
-        w->draining, "load", (json_int_t)own, "inflight_by_dataplane", by_dp, "slot",
-        (int)w->slot, "generation", (int)w->generation, "from_api", w->from_api, "source",
-        cp_source_key(w->source));
+    json_t *j =
+        json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:I, s:o, s:i, s:i, s:b, s:s}", "id", w->id,
+                  "url", w->url, "model", w->model, "role", cfg_role_name(w->role), "healthy",
+                  w->healthy, "draining", w->draining, "load", (json_int_t)own,
+                  "inflight_by_dataplane", by_dp, "slot", (int)w->slot, "generation",
+                  (int)w->generation, "from_api", w->from_api, "source", cp_source_key(w->source));
     adm_worker_report_json(ctx, w, own, j);
     const char *ns, *name, *uid;
     if (w->source == CP_SOURCE_KUBERNETES && ctx->kube != NULL &&
@@ -280,6 +281,27 @@ static void adm_drain(struct adm_ctx *ctx, const struct shm_worker_info *w, cons
     adm_reply_json(reply, 200, adm_worker_json(ctx, &now));
 }
 
+static void adm_queue_depth_add(void *arg, const char *model, uint64_t depth)
+{
+    json_object_set_new(arg, model, json_integer((json_int_t)depth));
+}
+
+/* Requests waiting in the data planes' admission queues, per model, summed
+ * over live leases: read from the object the data planes publish them in
+ * (shm/buckets.h). {} when none was created (no keys, no admission limits). */
+static json_t *adm_queue_depths(const struct shm_segment *seg, uint64_t live_mask)
+{
+    json_t *out = json_object();
+    char name[CFG_PATH_MAX + 16], err[256];
+    struct shm_buckets b;
+    if (out == NULL || shm_buckets_name(seg->name, name, sizeof(name)) != 0 ||
+        shm_buckets_attach(&b, name, err, sizeof(err)) != 0)
+        return out;
+    shm_buckets_depths(&b, live_mask, adm_queue_depth_add, out);
+    shm_buckets_close(&b);
+    return out;
+}
+
 static void adm_status(struct adm_ctx *ctx, struct adm_reply *reply)
 {
     const struct shm_segment *seg = ctx->seg;
@@ -307,10 +329,10 @@ static void adm_status(struct adm_ctx *ctx, struct adm_reply *reply)
                              (int)st.layout_version, "size", (json_int_t)seg->size, "max_workers",
                              (int)seg->max_workers, "max_dataplanes", (int)seg->max_dataplanes,
                              "leases_reaped", (json_int_t)st.leases_reaped);
-    json_t *status =
-        json_pack("{s:i, s:I, s:I, s:o, s:o}", "pid", (int)getpid(), "epoch", (json_int_t)st.epoch,
-                  "uptime_ms", (json_int_t)(proc_monotonic_ms() - ctx->started_ms), "segment", segj,
-                  "dataplanes", dps);
+    json_t *status = json_pack(
+        "{s:i, s:I, s:I, s:o, s:o, s:o}", "pid", (int)getpid(), "epoch", (json_int_t)st.epoch,
+        "uptime_ms", (json_int_t)(proc_monotonic_ms() - ctx->started_ms), "segment", segj,
+        "dataplanes", dps, "queue_depth", adm_queue_depths(seg, st.active_leases));
     if (ctx->kube != NULL)
         json_object_set_new(
             status, "discovery",

@@ -28,6 +28,7 @@
 #include "common/proc.h"
 #include "dataplane/access_log.h"
 #include "dataplane/admin_client.h"
+#include "dataplane/admission.h"
 #include "dataplane/hot_restart_run.h"
 #include "dataplane/listener.h"
 #include "dataplane/loop_run.h"
@@ -220,6 +221,11 @@ static int dp_loop_main(struct dp_daemon *d)
                 continue;
             } else if (fd == d->sigfd) {
                 int sig = evfd_signals_read(d->sigfd);
+                if (sig == SIGHUP) {
+                    log_info("received SIGHUP: re-reading the API key files");
+                    dp_adm_request_reload(&d->sh.adm);
+                    continue;
+                }
                 if (sig == SIGUSR1)
                     dp_alog_reopen(d->sh.alog); /* log rotation */
                 if (sig != SIGTERM && sig != SIGINT)
@@ -434,6 +440,9 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
     }
     d.sh.metrics.policy = cfg_policy_name_str(cfg->policy.name);
     shm_el_params_from_cfg(cfg, &d.sh.metrics.load);
+    if (dp_adm_shared_init(&d.sh.adm, cfg, d.lease.index) != 0)
+        goto out_free_shared;
+    d.sh.metrics.adm = d.sh.adm.metrics;
     d.tickfd = evfd_timer_open(shm_segment_heartbeat_interval_ms(&d.seg));
     d.epfd = epoll_create1(EPOLL_CLOEXEC);
     if (d.tickfd < 0 || d.epfd < 0 || dp_watch(&d, d.tickfd) != 0 || dp_watch(&d, d.sigfd) != 0) {
@@ -494,6 +503,7 @@ out_close_fds:
     if (d.tickfd >= 0)
         close(d.tickfd);
 out_free_shared:
+    dp_adm_shared_fini(&d.sh.adm);
     dp_metrics_fini(&d.sh.metrics);
     dp_guards_fini(&d.sh.guards);
     shm_lease_release(&d.lease);

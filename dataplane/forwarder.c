@@ -13,6 +13,8 @@
  * pauses the transfer; the reader unpauses it once a full curl chunk fits
  * again, so memory per stream is bounded and a slow client slows its worker.
  */
+#include "dataplane/adm_queue.h"
+#include "dataplane/admission.h"
 #include "dataplane/forwarder.h"
 
 #include <errno.h>
@@ -29,6 +31,7 @@
 #include "dataplane/journal.h"
 #include "dataplane/listener.h"
 #include "dataplane/loop.h"
+#include "dataplane/overload.h"
 #include "dataplane/legs.h"
 #include "dataplane/plan.h"
 #include "dataplane/relay.h"
@@ -47,6 +50,9 @@ static void fwd_reply_body(struct dp_request *req, int status, char *body)
         free(body);
         return;
     }
+    /* Admission answers its own queued requests; the one reply that can
+     * reach a queued request from here is the drain deadline's cut. */
+    dp_adm_leave(req, DP_ADM_LEFT_SHUTDOWN);
     dp_legs_next(req, DP_LEG_EV_FAILED, NULL); /* an error answer ends the plan */
     req->reply_status = status;
     req->reply_body = body;
@@ -56,6 +62,22 @@ static void fwd_reply_body(struct dp_request *req, int status, char *body)
 static void fwd_reply(struct dp_request *req, int status, const char *code, const char *msg)
 {
     fwd_reply_body(req, status, dp_error_body(status, code, msg));
+}
+
+/* Every attempt ended in a worker's 429 or 503: say the fleet is
+ * overloaded, with that status and the shortest Retry-After (overload.h). */
+static bool fwd_reply_overloaded(struct dp_request *req)
+{
+    int status;
+    if (!dp_overload_all(req, &status))
+        return false;
+    char msg[CFG_MODEL_MAX + 160];
+    snprintf(msg, sizeof(msg),
+             "the workers serving model '%s' are overloaded (%u attempt%s answered %d); retry "
+             "after %u s",
+             req->model, req->attempts, req->attempts == 1 ? "" : "s", status, req->retry_after_s);
+    fwd_reply(req, status, "fleet_overloaded", msg);
+    return true;
 }
 
 /* ---- attempts -------------------------------------------------------------- */
@@ -83,6 +105,8 @@ static void attempt_end(struct dp_attempt *a)
 {
     struct dp_request *req = a->req;
     dp_up_detach(a);
+    if (dp_guard_is_held(&a->guard))
+        dp_adm_slot_freed(a->loop);
     dp_guard_release(&a->loop->sh->guards, &a->guard);
     dp_journal_attempt_end(a);
     if (req->active == a)
@@ -165,6 +189,8 @@ static void fwd_failed(struct dp_request *req, int status, const char *code, boo
             return;
         }
     }
+    if (fwd_reply_overloaded(req))
+        return;
     if (req->attempts > 1 || status == 502) {
         char msg[DP_CAUSE_MAX + 64];
         snprintf(msg, sizeof(msg), "upstream failed after %u attempt%s: %s", req->attempts,
@@ -203,6 +229,7 @@ static void fwd_try(struct dp_request *req)
      * was taken, or removed): never picked again by this call. */
     uint32_t *refused = loop->fwd.pick_refused;
     size_t n_refused = 0;
+    bool saturated = false; /* a worker was refused as saturated (admission.h) */
     if (cands == NULL || slots == NULL || loads == NULL || refused == NULL) {
         free(cands);
         free(slots);
@@ -232,6 +259,10 @@ pick_again:;
             gens[n] = w->generation;
             n++;
         }
+    if (n == 0 && saturated) {
+        dp_adm_wait(req);
+        goto out_free;
+    }
     if (n == 0) {
         if (req->attempts == 0) {
             req->retry_after_s = 1;
@@ -239,7 +270,7 @@ pick_again:;
             snprintf(msg, sizeof(msg), "no healthy %sworker serves model '%s'", req->leg->label,
                      req->model);
             fwd_reply(req, 503, "no_healthy_worker", msg);
-        } else {
+        } else if (!fwd_reply_overloaded(req)) {
             char msg[DP_CAUSE_MAX + 64];
             snprintf(msg, sizeof(msg), "upstream failed after %u attempt%s: %s", req->attempts,
                      req->attempts == 1 ? "" : "s", req->last_cause);
@@ -258,6 +289,14 @@ pick_again:;
         cands[i].kv_overloaded = el.kv_overloaded;
         if (el.stale)
             dp_metrics_report_stale(&loop->sh->metrics, slots[i]);
+    }
+    if (dp_adm_checks_saturation(loop)) {
+        n = dp_adm_filter_saturated(loop, cands, n);
+        if (n == 0) {
+            /* Every eligible worker is busy: wait for one, holding no load. */
+            dp_adm_wait(req);
+            goto out_free;
+        }
     }
     struct pol_request pr = {
         .path = dp_route_row(req->route)->upstream_path,
@@ -303,6 +342,14 @@ pick_again:;
         refused[n_refused++] = w->slot;
         goto pick_again;
     }
+    if (rc == 0 && !dp_adm_confirm(loop, w->slot, w->generation)) {
+        /* Another loop or data plane took the worker's last slot first. */
+        dp_guard_release(&loop->sh->guards, &a->guard);
+        free(a);
+        refused[n_refused++] = w->slot;
+        saturated = true;
+        goto pick_again;
+    }
     if (rc != 0) {
         free(a);
         snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: %s", req->leg->label,
@@ -344,6 +391,8 @@ void dp_fwd_begin(struct dp_request *req)
         fwd_reply(req, 413, "request_too_large", msg);
         return;
     }
+    if (!dp_adm_authenticate(req))
+        return;
     enum dp_parse_result pr = dp_request_parse(req);
     dp_workers_refresh(&loop->workers);
     switch (pr) {
@@ -375,6 +424,8 @@ void dp_fwd_begin(struct dp_request *req)
         fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
         return;
     }
+    if (!dp_adm_limit(req))
+        return;
     /* The plan (one leg, or prefill then decode) is chosen here, once. */
     struct dp_leg_step step = {0};
     if (dp_plan_begin(req, &step) == DP_LEG_ACT_ANSWER) {
@@ -473,6 +524,16 @@ static size_t fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
         return len;
     }
     bool retryable = fwd_status_is_retryable(loop, status);
+    if (retryable)
+        dp_overload_note(req, status);
+    if (retryable && !fwd_can_retry(req) && dp_overload_all(req, &(int){0})) {
+        /* The last attempt, and all of them overloaded: our own answer. */
+        dp_metrics_upstream_error(&loop->sh->metrics, a->slot, DP_UPERR_STATUS);
+        a->state = DP_ATT_DRAINING;
+        req->active = NULL;
+        fwd_reply_overloaded(req);
+        return len;
+    }
     if (retryable && a->leg->relays_last_error && !fwd_can_retry(req)) {
         /* The last attempt: the client gets the worker's own error answer
          * (its message, in whichever shape the worker writes errors). */
@@ -631,6 +692,8 @@ static void fwd_on_done(struct dp_attempt *a, CURLcode result)
     dp_journal_attempt_done(a, result);
     /* The transfer is over: release now, whatever the request does next. */
     dp_up_detach(a);
+    if (dp_guard_is_held(&a->guard))
+        dp_adm_slot_freed(a->loop);
     dp_guard_release(&a->loop->sh->guards, &a->guard);
     if (state == DP_ATT_RELAYING) {
         if (result != CURLE_OK) {
@@ -714,6 +777,7 @@ void dp_fwd_cancel(struct dp_request *req, bool count_disconnect)
     if (req->client_gone)
         return;
     req->client_gone = true;
+    dp_adm_leave(req, count_disconnect ? DP_ADM_LEFT_GONE : DP_ADM_LEFT_SHUTDOWN);
     dp_legs_next(req, DP_LEG_EV_ABORTED, NULL);
     if (count_disconnect) {
         enum dp_phase phase =
@@ -837,6 +901,24 @@ void dp_fwd_release(struct dp_request *req)
     dp_relay_fini(&req->relay);
     dp_legs_next(req, DP_LEG_EV_FREE, NULL);
 }
+
+/* A request the admission queue hands back: it picks again (fwd_try). */
+static void fwd_dispatch_queued(struct dp_request *req)
+{
+    if (req->client_gone || req->conn == NULL || req->reply_status != 0)
+        return;
+    fwd_try(req);
+}
+
+static void fwd_adm_reply(struct dp_request *req, int status, const char *code, const char *msg)
+{
+    fwd_reply(req, status, code, msg);
+}
+
+const struct dp_adm_ops dp_fwd_adm_ops = {
+    .dispatch = fwd_dispatch_queued,
+    .reply = fwd_adm_reply,
+};
 
 const struct dp_lst_handlers dp_fwd_lst_handlers = {
     .begin = dp_fwd_begin,

@@ -77,4 +77,8 @@ extern const struct dp_up_handlers dp_fwd_up_handlers;
  * dp_fwd_begin, dp_fwd_cancel, dp_fwd_read and dp_fwd_release. */
 extern const struct dp_lst_handlers dp_fwd_lst_handlers;
 
+/* What the forwarder registers with admission control (dp_adm_loop_init):
+ * a queued request's dispatch (it picks a worker again) and its answer. */
+extern const struct dp_adm_ops dp_fwd_adm_ops;
+
 #endif

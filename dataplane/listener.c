@@ -180,6 +180,8 @@ static enum MHD_Result lst_queue_buffer(struct dp_request *req, int status, cons
         snprintf(v, sizeof(v), "%u", req->retry_after_s);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
     }
+    if (req->adm.rejected != NULL)
+        MHD_add_response_header(resp, "x-switchyard-rejected", req->adm.rejected);
     const char *allow = dp_route_row(req->route)->allow;
     if (status == 405 && allow != NULL)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);

@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "dataplane/admission_state.h"
 #include "dataplane/forwarder_state.h"
 #include "dataplane/guard.h"
 #include "dataplane/listener_state.h"
@@ -65,6 +66,7 @@ struct dp_shared {
     uint32_t lease;
     struct dp_guards guards;
     struct dp_metrics metrics;
+    struct dp_adm_shared adm; /* admission.c: rate-limit buckets, reload signal */
     struct sockaddr_storage listen_addr;
     socklen_t listen_addr_len;
     /* Listening sockets received from a predecessor (hot restart): loop i
@@ -96,6 +98,8 @@ struct dp_loop {
     struct dp_fwd fwd;    /* forwarder.c */
     struct dp_pd_loop pd; /* pd.c */
     struct dp_workers workers;
+    /* admission.c, adm_queue.c */
+    struct dp_adm_loop adm;
     struct pol_policy policy;
     struct list_node requests; /* requests MHD still knows (dp_request.req_link) */
     /* A stack of requests to free at the end of the pass (dp_request.dead_next):

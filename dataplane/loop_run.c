@@ -9,6 +9,7 @@
  * deadline) aborts every attempt (releasing every guard), resumes every
  * parked connection so MHD can fail it, and stops the daemon.
  */
+#include "dataplane/admission.h"
 #include "dataplane/loop_run.h"
 
 #include <errno.h>
@@ -56,6 +57,8 @@ int dp_loop_init(struct dp_loop *loop, struct dp_shared *sh, unsigned index)
     rc = pol_create(&sh->cfg->policy, &loop->policy);
     if (rc == 0)
         rc = dp_pd_loop_init(loop);
+    if (rc == 0)
+        rc = dp_adm_loop_init(loop, &dp_fwd_adm_ops);
     if (rc != 0)
         return rc;
     loop->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -156,6 +159,7 @@ static void *loop_main(void *arg)
             } else if (tag == DP_TAG_TICK) {
                 evfd_timer_read(loop->tickfd);
                 dp_fwd_tick(loop, proc_monotonic_ms());
+                dp_adm_tick(loop, proc_monotonic_ms());
                 dp_listener_watch_queued(loop);
                 dp_listener_enforce_deadlines(loop, proc_monotonic_ms());
                 if (loop->draining)
@@ -174,6 +178,7 @@ static void *loop_main(void *arg)
         dp_up_timer_due(loop, proc_monotonic_ms());
         /* An unpause from the content reader can finish a transfer. */
         dp_up_collect(loop);
+        dp_adm_after_pass(loop);
         if (loop->draining && list_is_empty(&loop->requests) && !dp_fwd_has_attempts(loop))
             running = false;
         now = proc_monotonic_ms();
@@ -222,6 +227,7 @@ void dp_loop_fini(struct dp_loop *loop)
     dp_listener_stop(loop);
     dp_up_fini(loop);
     dp_pd_loop_fini(loop);
+    dp_adm_loop_fini(loop);
     pol_destroy(&loop->policy);
     dp_workers_fini(&loop->workers);
     dp_fwd_fini(loop);

@@ -5,6 +5,7 @@
  * capped at DP_METRICS_MAX, so a huge fleet cannot make a scrape allocate
  * without bound.
  */
+#include "dataplane/adm_metrics.h"
 #include "dataplane/metrics.h"
 #include "dataplane/policy.h"
 #include "dataplane/routes.h"
@@ -537,6 +538,7 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
                    true);
     render_pd(w, m, workers, n, guards);
     render_obs(w, m);
+    dp_adm_metrics_render(m->adm, w);
     int rc = prom_error(w);
     if (rc != 0) {
         buf_fini(&text);

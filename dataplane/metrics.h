@@ -46,8 +46,11 @@ struct dp_model_latency {
 };
 
 /* Process-wide; dp_metrics_init / dp_metrics_fini. */
+struct dp_adm_metrics;
+
 struct dp_metrics {
     uint32_t max_workers;
+    const struct dp_adm_metrics *adm; /* borrowed (adm_metrics.h); NULL = none */
     _Atomic uint64_t requests[DP_ROUTE_COUNT][DP_STATUS_MAX];
     _Atomic uint64_t *upstream_errors; /* max_workers x DP_UPERR_COUNT */
     _Atomic uint64_t *reports_stale;   /* max_workers: decisions without a fresh report */

@@ -366,6 +366,11 @@ enum dp_parse_result dp_request_parse(struct dp_request *req)
     }
     if (dp_text_parsers[shape] != NULL)
         dp_text_parsers[shape](req, &skel, root);
+    /* The output cap, for admission's token estimate (admission.h). */
+    json_t *max_tokens = json_object_get(root, "max_completion_tokens");
+    if (!json_is_integer(max_tokens))
+        max_tokens = json_object_get(root, "max_tokens");
+    req->adm.max_tokens = json_is_integer(max_tokens) ? json_integer_value(max_tokens) : -1;
     json_t *user = json_object_get(root, "user");
     if (json_is_string(user))
         snprintf(req->user, sizeof(req->user), "%s", json_string_value(user));

@@ -23,6 +23,7 @@
 #include "common/buf.h"
 #include "common/config.h"
 #include "common/list.h"
+#include "dataplane/admission_state.h"
 #include "dataplane/guard.h"
 #include "dataplane/pd_state.h"
 #include "dataplane/policy.h"
@@ -242,6 +243,7 @@ struct dp_request {
     const struct dp_leg *leg;      /* the plan's current leg (legs.h); NULL until forwarding */
     struct dp_pd_state pd;         /* the prefill/decode plan's state (pd.h) */
     struct list_node req_link;     /* loop->requests while MHD knows it */
+    struct dp_adm_req adm;         /* tenant, limits, queue place (admission.h) */
 
     struct dp_request *dead_next; /* loop->graveyard */
     struct dp_journal *journal;   /* owned; what the access log and tracing read (journal.h) */

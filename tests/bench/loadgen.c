@@ -128,7 +128,7 @@ static void lg_engine_fini(struct lg_engine *e)
 
 /* Starts a POST of body to url; body must outlive the transfer. */
 static int lg_add(struct lg_engine *e, const char *url, const char *body, size_t len,
-                  const char *session, size_t idx)
+                  const char *session, const char *auth, size_t idx)
 {
     struct lg_xfer *x = calloc(1, sizeof(*x));
     if (x == NULL)
@@ -146,6 +146,11 @@ static int lg_add(struct lg_engine *e, const char *url, const char *body, size_t
     if (session != NULL) {
         snprintf(hdr, sizeof(hdr), "X-Session-Id: %s", session);
         x->hdrs = curl_slist_append(x->hdrs, hdr);
+    }
+    if (auth != NULL) {
+        char line[300];
+        snprintf(line, sizeof(line), "Authorization: Bearer %s", auth);
+        x->hdrs = curl_slist_append(x->hdrs, line);
     }
     curl_easy_setopt(x->easy, CURLOPT_URL, url);
     curl_easy_setopt(x->easy, CURLOPT_POSTFIELDS, body);
@@ -297,7 +302,8 @@ static void lg_replay_open(struct lg_engine *e, struct lg_replay_ctx *c, struct 
         while (next < plan->n && plan->req[next].at_s <= now) {
             const struct wl_request *r = &plan->req[next];
             c->res[next].sent = true;
-            if (lg_add(e, lg_urls_take(urls, r->chat), r->body, r->body_len, r->session, next) != 0)
+            if (lg_add(e, lg_urls_take(urls, r->chat), r->body, r->body_len, r->session, r->auth,
+                       next) != 0)
                 c->res[next].curl_rc = -1;
             next++;
         }
@@ -350,7 +356,8 @@ static void lg_replay_sequential(struct lg_engine *e, struct lg_replay_ctx *c, s
             const struct wl_request *r = &plan->req[idx];
             c->ready_at[conv] = -1;
             c->res[idx].sent = true;
-            if (lg_add(e, lg_urls_take(urls, true), r->body, r->body_len, r->session, idx) != 0) {
+            if (lg_add(e, lg_urls_take(urls, true), r->body, r->body_len, r->session, r->auth,
+                       idx) != 0) {
                 c->res[idx].curl_rc = -1;
                 lg_turn_ended(c, idx, now);
                 wait = 0;
@@ -500,7 +507,7 @@ int lg_hold(const char *base_url, size_t n, double ramp_per_s, double hold_s, do
     while (c.established + c.failed < n && lg_now() - t0 < deadline_s) {
         size_t due = (size_t)((lg_now() - t0) * ramp_per_s) + 1;
         while (st->opened < n && st->opened < due) {
-            if (lg_add(&e, url, body, sizeof(body) - 1, NULL, st->opened) != 0)
+            if (lg_add(&e, url, body, sizeof(body) - 1, NULL, NULL, st->opened) != 0)
                 c.failed++;
             st->opened++;
         }

@@ -5,6 +5,7 @@
  *   switchyard-bench run --workload FILE [--quick] --url http://HOST:PORT
  *                        [--mock http://HOST:PORT]... [--kv-blocks N] [--block-tokens N]
  *                        [--json FILE] [--csv FILE] [--label NAME] [--rate R] [--seed S]
+ *                        [--auth KEY_A[,KEY_B] [--auth-every N]]
  *                        [--duration-s S]
  *   switchyard-bench hold --url http://HOST:PORT --streams N --pid PID
  *                         [--hold-s S] [--ramp N/s] [--deadline-s S]
@@ -26,6 +27,9 @@
  * replaces a sequential workload's duration_s (conversations start, and the
  * measurement window ends, at S): a longer window for a tail percentile
  * that needs more requests than the workload's own window holds.
+ * --auth A[,B] sends "Authorization: Bearer" keys as two tenants: request
+ * i carries B when i % N == N - 1 (--auth-every N, default 5: B sends a
+ * fifth of the traffic), else A.
  *
  * A sequential workload's figures (workload.h) are taken over its window
  * [warmup_s, duration_s]: latencies of the requests sent in it, tokens/s
@@ -67,6 +71,10 @@ struct opts {
     bool has_seed;
     uint64_t seed;     /* with has_seed: overrides the workload's seed */
     double duration_s; /* > 0: overrides a sequential workload's duration_s */
+    /* --auth A[,B] and --auth-every N: request i carries key B when
+     * i % N == N - 1, else key A (two tenants, one with 1/N of the traffic). */
+    char auth_a[128], auth_b[128];
+    unsigned auth_every;
 };
 
 static void usage(void)
@@ -75,6 +83,7 @@ static void usage(void)
             "usage: switchyard-bench run --workload FILE [--quick] --url URL [--mock URL]...\n"
             "                            [--kv-blocks N] [--block-tokens N] [--json FILE]\n"
             "                            [--csv FILE] [--label NAME] [--rate R] [--seed S]\n"
+            "                            [--auth KEY_A[,KEY_B] [--auth-every N]]\n"
             "                            [--duration-s S]\n"
             "       switchyard-bench hold --url URL --streams N --pid PID [--hold-s S]\n"
             "                             [--ramp N] [--deadline-s S]\n"
@@ -149,6 +158,24 @@ static int parse_args(int argc, char **argv, struct opts *o)
                     stderr,
                     "switchyard-bench: --duration-s: expected seconds in 0.1..86400, got '%s'\n",
                     v);
+                return -EINVAL;
+            }
+        } else if (strcmp(a, "--auth") == 0) {
+            const char *comma = strchr(v, ',');
+            size_t la = comma != NULL ? (size_t)(comma - v) : strlen(v);
+            if (la == 0 || la >= sizeof(o->auth_a) ||
+                (comma != NULL &&
+                 (strlen(comma + 1) == 0 || strlen(comma + 1) >= sizeof(o->auth_b)))) {
+                fprintf(stderr, "switchyard-bench: --auth: expected KEY or KEY_A,KEY_B\n");
+                return -EINVAL;
+            }
+            memcpy(o->auth_a, v, la);
+            o->auth_a[la] = '\0';
+            snprintf(o->auth_b, sizeof(o->auth_b), "%s", comma != NULL ? comma + 1 : v);
+        } else if (strcmp(a, "--auth-every") == 0) {
+            o->auth_every = (unsigned)strtoul(v, NULL, 10);
+            if (o->auth_every < 2) {
+                fprintf(stderr, "switchyard-bench: --auth-every: expected N >= 2\n");
                 return -EINVAL;
             }
         } else if (strcmp(a, "--mocks") == 0)
@@ -267,6 +294,11 @@ static int cmd_run(const struct opts *o)
     struct wl_plan plan;
     if (load_plan(o, &spec, &plan) != 0)
         return 2;
+    if (o->auth_a[0] != '\0') {
+        unsigned every = o->auth_every != 0 ? o->auth_every : 5;
+        for (size_t i = 0; i < plan.n; i++)
+            plan.req[i].auth = i % every == every - 1 ? o->auth_b : o->auth_a;
+    }
     struct lg_result *res = calloc(plan.n, sizeof(*res));
     double *ttft = calloc(plan.n, sizeof(*ttft)), *e2e = calloc(plan.n, sizeof(*e2e));
     struct ms_fleet *fleet = calloc(1, sizeof(*fleet));

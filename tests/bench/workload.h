@@ -77,7 +77,8 @@ struct wl_request {
     char *text; /* the prompt text as the mock worker hashes it (owned) */
     size_t text_len;
     unsigned output_tokens;
-    bool chat; /* /v1/chat/completions, else /v1/completions */
+    bool chat;        /* /v1/chat/completions, else /v1/completions */
+    const char *auth; /* "Authorization: Bearer" key (borrowed; set by the caller), NULL = none */
 };
 
 /* Sequential plans hold conversation-major requests: conversation c's turn

@@ -52,6 +52,7 @@ void h_fleet_start(struct h_fleet *f, const struct h_fleet_opts *o)
     f->cfg.dataplane_extra = o->dataplane_extra;
     f->cfg.health_interval = o->health_interval;
     f->cfg.controlplane_extra = o->controlplane_extra;
+    f->cfg.extra_yaml = o->extra_yaml;
     assert_int_equal(h_config_write(&f->cfg, NULL), 0);
     assert_int_equal(h_start_controlplane(f->cfg.path, &f->cp), 0);
     assert_int_equal(h_wait_until(h_fleet_attach, f, H_READY_TIMEOUT_MS), 0);

@@ -38,6 +38,7 @@ struct h_fleet_opts {
     const char *health_interval; /* NULL = the harness default */
     bool learn_model;            /* workers configured without a model: learned from /v1/models */
     const char *controlplane_extra; /* more controlplane keys (e.g. a load_reports mapping) */
+    const char *extra_yaml;         /* top-level sections (e.g. "admission:\n  ...") */
 };
 
 /* Starts the mocks, writes the config, starts both daemons, waits for /health. */

@@ -95,6 +95,9 @@ int mw_faults_merge_json(struct mw_faults *f, const json_t *obj, char *err, size
             } else {
                 snprintf(next.stream_error, sizeof(next.stream_error), "%s", json_string_value(v));
             }
+        } else if (strcmp(key, "fail_retry_after_s") == 0) {
+            rc = get_int(v, key, 0, 86400, &x, err, err_len);
+            next.fail_retry_after_s = (uint64_t)x;
         } else if (strcmp(key, "stream_error_after_chunks") == 0) {
             rc = get_int(v, key, 0, MW_FAULT_CHUNKS_MAX, &x, err, err_len);
             next.stream_error_after_chunks = (uint64_t)x;
@@ -126,7 +129,7 @@ int mw_faults_merge_json(struct mw_faults *f, const json_t *obj, char *err, size
 json_t *mw_faults_to_json(const struct mw_faults *f)
 {
     return json_pack(
-        "{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:s, s:I, s:I, s:b}", "fail_status",
+        "{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:s, s:I, s:I, s:b, s:I}", "fail_status",
         f->fail_status, "fail_count", (json_int_t)f->fail_count, "fail_body_hold_ms",
         (json_int_t)f->fail_body_hold_ms, "stall_before_headers_ms",
         (json_int_t)f->stall_before_headers_ms, "stall_after_chunks",
@@ -134,7 +137,8 @@ json_t *mw_faults_to_json(const struct mw_faults *f)
         "reset_after_chunks", (json_int_t)f->reset_after_chunks, "health_status", f->health_status,
         "extra_latency_ms", (json_int_t)f->extra_latency_ms, "stream_error", f->stream_error,
         "stream_error_after_chunks", (json_int_t)f->stream_error_after_chunks, "metrics_stall_ms",
-        (json_int_t)f->metrics_stall_ms, "metrics_garbage", f->metrics_garbage);
+        (json_int_t)f->metrics_stall_ms, "metrics_garbage", f->metrics_garbage,
+        "fail_retry_after_s", (json_int_t)f->fail_retry_after_s);
 }
 
 int mw_fault_state_update(struct mw_fault_state *fs, const char *body, size_t len,
@@ -176,6 +180,7 @@ void mw_fault_state_arrival(struct mw_fault_state *fs, struct mw_fault_plan *pla
     if (f->fail_status != 0 && f->fail_count != 0) {
         plan->fail_status = f->fail_status;
         plan->fail_body_hold_ms = f->fail_body_hold_ms;
+        plan->fail_retry_after_s = f->fail_retry_after_s;
         if (fs->cur.fail_count > 0)
             fs->cur.fail_count--;
     }

@@ -15,6 +15,7 @@
  *                               (non-streaming: close without a response)
  *   health_status               what GET /health answers (0 or 200 = healthy)
  *   extra_latency_ms            added to each request's time to first token
+ *   fail_retry_after_s          a failed response (above) carries Retry-After: N
  *   stream_error, stream_error_after_chunks  streaming: after K SSE events,
  *                               an in-band error event carrying this message
  *                               ("" = off), then data: [DONE] (vLLM's way of
@@ -54,8 +55,9 @@ struct mw_faults {
     uint64_t extra_latency_ms;
     char stream_error[MW_FAULT_MESSAGE_MAX]; /* "" = off */
     uint64_t stream_error_after_chunks;
-    uint64_t metrics_stall_ms; /* GET /metrics answers after this long (0 = at once) */
-    bool metrics_garbage;      /* GET /metrics answers 200 with bytes that are not Prometheus */
+    uint64_t metrics_stall_ms;   /* GET /metrics answers after this long (0 = at once) */
+    bool metrics_garbage;        /* GET /metrics answers 200 with bytes that are not Prometheus */
+    uint64_t fail_retry_after_s; /* 0 = no Retry-After on failed responses */
 };
 
 /* What one request does, decided when it arrives. */
@@ -69,6 +71,7 @@ struct mw_fault_plan {
     uint64_t extra_latency_ms;
     char stream_error[MW_FAULT_MESSAGE_MAX]; /* "" = no in-band error */
     uint64_t stream_error_after_chunks;
+    uint64_t fail_retry_after_s;
 };
 
 /* Shared holder. Caller storage; mw_fault_state_init / _fini. */

@@ -89,6 +89,12 @@ static void add_common_headers(struct mw_req *req, struct MHD_Response *resp, co
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (req->route == MW_ROUTE_BAD_METHOD && req->allow != NULL)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, req->allow);
+    if (req->route == MW_ROUTE_INFERENCE && req->plan.fail_status != 0 &&
+        req->plan.fail_retry_after_s != 0) {
+        char v[24];
+        snprintf(v, sizeof(v), "%llu", (unsigned long long)req->plan.fail_retry_after_s);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
     if (req->route == MW_ROUTE_INFERENCE) {
         const char *rid = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Request-Id");
         if (rid != NULL)

@@ -58,6 +58,13 @@ static void assert_defaults(const struct cfg *cfg)
     for (size_t i = 0; i < 6; i++)
         assert_int_equal(cfg->dataplane.retry.on_status[i], on_status[i]);
     assert_int_equal(cfg->dataplane.retry.backoff_ms, 50);
+    assert_string_equal(cfg->dataplane.api_keys_file, "");
+    assert_string_equal(cfg->dataplane.upstream_api_key_file, "");
+    assert_int_equal(cfg->admission.max_inflight_per_worker, 0);
+    assert_int_equal(cfg->admission.max_waiting_per_worker, 0);
+    assert_true(cfg->admission.max_kv_usage == 0);
+    assert_int_equal(cfg->admission.queue.max_depth, 1000);
+    assert_int_equal(cfg->admission.queue.max_wait_ms, 30000);
     assert_int_equal(cfg->dataplane.retry.backoff_max_ms, 2000);
     assert_int_equal(cfg->policy.name, CFG_POLICY_CACHE_AWARE);
     assert_true(cfg->policy.cache_threshold == 0.5);
@@ -409,6 +416,13 @@ static void test_full_file_round_trip(void **state)
     assert_string_equal(cfg.discovery.kubernetes.namespace_name, "llm");
     assert_string_equal(cfg.discovery.kubernetes.port_name, "http");
     assert_int_equal(cfg.discovery.kubernetes.resync_ms, 30000);
+    assert_string_equal(cfg.dataplane.api_keys_file, "/etc/switchyard/keys.yaml");
+    assert_string_equal(cfg.dataplane.upstream_api_key_file, "/etc/switchyard/worker-key");
+    assert_int_equal(cfg.admission.max_inflight_per_worker, 4);
+    assert_int_equal(cfg.admission.max_waiting_per_worker, 8);
+    assert_true(cfg.admission.max_kv_usage == 0.9);
+    assert_int_equal(cfg.admission.queue.max_depth, 50);
+    assert_int_equal(cfg.admission.queue.max_wait_ms, 5000);
 
     assert_int_equal(cfg.n_workers, 3);
     assert_string_equal(cfg.workers[0].id, "w1");
@@ -476,12 +490,13 @@ static const struct bad_case bad_cases[] = {
      "t.yaml:2:3: dataplane.lisen: unknown key (expected one of listen|threads|max_body|"
      "max_header_size|connect_timeout|first_byte_timeout|idle_timeout|drain_timeout|"
      "header_timeout|upload_min_rate|per_ip_connection_limit|max_connections|metrics_listen|"
-     "debug_headers|retry|access_log|access_log_buffer)"},
+     "debug_headers|retry|access_log|access_log_buffer|api_keys_file|"
+     "upstream_api_key_file)"},
     {"workers:\n  - url: http://127.0.0.1:9001\n    weight: 2\n",
      "t.yaml:3:5: workers[0].weight: unknown key (expected one of url|id|model|role)"},
     {"shmm:\n  name: /x\n",
      "t.yaml:1:1: shmm: unknown key (expected one of shm|controlplane|dataplane|policy|tracing|"
-     "discovery|workers)"},
+     "discovery|admission|workers)"},
     {"discovery:\n  kubernetes:\n    api_server: http://127.0.0.1:1\n",
      "t.yaml:3:17: discovery.kubernetes.api_server: expected an https:// URL (plain http needs "
      "insecure_http: true), got 'http://127.0.0.1:1'"},

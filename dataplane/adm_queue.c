@@ -1,0 +1,322 @@
+/*
+ * The admission queue (see adm_queue.h). A model's queue is a small
+ * struct with one ring of tenant queues per band; a tenant queue exists
+ * while it holds a request. Dequeueing takes the head of the band's first
+ * tenant queue and moves that tenant to the ring's end: round robin. The
+ * loop keeps every queued request on one more list in arrival order, so
+ * the TTL check (one max_wait for all) only looks at the oldest.
+ */
+#include "dataplane/adm_queue.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/proc.h"
+#include "dataplane/adm_metrics.h"
+#include "dataplane/loop.h"
+#include "dataplane/request.h"
+
+struct dp_adm_tq {
+    struct list_node ring_link; /* its band's ring in the model */
+    struct list_node reqs;      /* FIFO (dp_adm_req.tq_link) */
+    uint32_t n;
+    struct dp_adm_model *model;
+    enum dp_prio prio;
+    char tenant[DP_TENANT_NAME_MAX];
+};
+
+struct dp_adm_model {
+    struct list_node link; /* dp_adm_loop.models */
+    struct list_node bands[DP_PRIO_COUNT];
+    uint32_t depth;
+    char name[CFG_MODEL_MAX];
+};
+
+static struct dp_adm_model *queue_model(struct dp_loop *loop, const char *name, bool create)
+{
+    struct list_node *it;
+    list_foreach(it, &loop->adm.models)
+    {
+        struct dp_adm_model *m = list_entry(it, struct dp_adm_model, link);
+        if (strcmp(m->name, name) == 0)
+            return m;
+    }
+    if (!create)
+        return NULL;
+    struct dp_adm_model *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return NULL;
+    snprintf(m->name, sizeof(m->name), "%s", name);
+    for (int p = 0; p < DP_PRIO_COUNT; p++)
+        list_init(&m->bands[p]);
+    list_push_back(&loop->adm.models, &m->link);
+    return m;
+}
+
+static struct dp_adm_tq *queue_tenant(struct dp_adm_model *m, enum dp_prio prio, const char *tenant)
+{
+    struct list_node *it;
+    list_foreach(it, &m->bands[prio])
+    {
+        struct dp_adm_tq *tq = list_entry(it, struct dp_adm_tq, ring_link);
+        if (strcmp(tq->tenant, tenant) == 0)
+            return tq;
+    }
+    struct dp_adm_tq *tq = calloc(1, sizeof(*tq));
+    if (tq == NULL)
+        return NULL;
+    list_init(&tq->reqs);
+    tq->model = m;
+    tq->prio = prio;
+    snprintf(tq->tenant, sizeof(tq->tenant), "%s", tenant);
+    list_push_back(&m->bands[prio], &tq->ring_link);
+    return tq;
+}
+
+/* Unlinks req from its tenant queue (freed when empty) and the age list. */
+static void queue_unlink(struct dp_request *req)
+{
+    struct dp_adm_req *r = &req->adm;
+    struct dp_adm_tq *tq = r->tq;
+    struct dp_loop *loop = req->loop;
+    list_remove(&r->tq_link);
+    list_remove(&r->age_link);
+    tq->n--;
+    tq->model->depth--;
+    loop->adm.queued--;
+    dp_adm_metrics_depth(loop->sh->adm.metrics, tq->model->name, tq->prio, -1);
+    if (tq->n == 0 && !r->dispatching) {
+        list_remove(&tq->ring_link);
+        free(tq);
+    }
+    if (!r->dispatching)
+        r->tq = NULL; /* while dispatching it names the place to come back to */
+    r->queued = false;
+}
+
+void dp_adm_leave(struct dp_request *req, enum dp_adm_left why)
+{
+    struct dp_adm_req *r = &req->adm;
+    if (!r->queued)
+        return;
+    struct dp_adm_metrics *mx = req->loop->sh->adm.metrics;
+    uint64_t waited_us = (proc_monotonic_ms() - r->enqueued_ms) * 1000;
+    dp_adm_metrics_wait(mx, r->tq->model->name, r->tq->prio, waited_us);
+    dp_adm_metrics_left(mx, why);
+    queue_unlink(req);
+}
+
+static void queue_answer(struct dp_request *req, enum dp_adm_left why, int status,
+                         enum dp_adm_reason reason, uint32_t retry_after_s, const char *msg)
+{
+    dp_adm_leave(req, why);
+    req->adm.rejected = dp_adm_reason_name(reason);
+    req->retry_after_s = retry_after_s;
+    dp_adm_metrics_rejected(req->loop->sh->adm.metrics, req->adm.tenant, reason);
+    req->loop->adm.ops->reply(req, status, dp_adm_reason_name(reason), msg);
+}
+
+/* The lowest band holding a request below prio, or DP_PRIO_UNSET. */
+static enum dp_prio queue_lowest_below(const struct dp_adm_model *m, enum dp_prio prio)
+{
+    for (int p = DP_PRIO_COUNT - 1; p > (int)prio; p--)
+        if (!list_is_empty(&m->bands[p]))
+            return (enum dp_prio)p;
+    return DP_PRIO_UNSET;
+}
+
+/* Makes room for a request of a higher band: the newest request of the
+ * longest tenant queue of band p goes. */
+static void queue_evict(struct dp_adm_model *m, enum dp_prio p)
+{
+    struct dp_adm_tq *longest = NULL;
+    struct list_node *it;
+    list_foreach(it, &m->bands[p])
+    {
+        struct dp_adm_tq *tq = list_entry(it, struct dp_adm_tq, ring_link);
+        if (longest == NULL || tq->n > longest->n)
+            longest = tq;
+    }
+    struct dp_request *victim =
+        list_entry(list_last(&longest->reqs), struct dp_request, adm.tq_link);
+    queue_answer(victim, DP_ADM_LEFT_FULL, 429, DP_ADM_REASON_QUEUE_FULL, 1,
+                 "the queue of this model is full (a request of a higher priority took the place)");
+}
+
+/* Back into the age list at its arrival's place, so the oldest stays first. */
+static void queue_age_insert(struct dp_loop *loop, struct dp_request *req)
+{
+    struct list_node *it;
+    list_foreach(it, &loop->adm.by_age)
+    {
+        const struct dp_request *o = list_entry(it, struct dp_request, adm.age_link);
+        if (o->adm.enqueued_ms > req->adm.enqueued_ms)
+            break;
+    }
+    list_insert_before(it, &req->adm.age_link);
+}
+
+void dp_adm_wait(struct dp_request *req)
+{
+    struct dp_loop *loop = req->loop;
+    struct dp_adm_req *r = &req->adm;
+    const struct cfg_admission_queue *qc = &loop->sh->cfg->admission.queue;
+    if (r->dispatching) {
+        /* Handed over by the queue and still no worker: back to its place. */
+        struct dp_adm_tq *tq = r->tq;
+        r->requeued = true;
+        r->queued = true;
+        list_push_front(&tq->reqs, &r->tq_link);
+        queue_age_insert(loop, req);
+        tq->n++;
+        tq->model->depth++;
+        loop->adm.queued++;
+        dp_adm_metrics_depth(loop->sh->adm.metrics, tq->model->name, tq->prio, +1);
+        return;
+    }
+    if (r->queued)
+        return;
+    if (loop->draining || loop->cutting) {
+        dp_adm_metrics_rejected(loop->sh->adm.metrics, r->tenant, DP_ADM_REASON_SHUTTING_DOWN);
+        r->rejected = dp_adm_reason_name(DP_ADM_REASON_SHUTTING_DOWN);
+        req->retry_after_s = 1;
+        loop->adm.ops->reply(req, 503, "shutting_down", "the router is shutting down");
+        return;
+    }
+    enum dp_prio prio =
+        r->prio > DP_PRIO_UNSET && r->prio < DP_PRIO_COUNT ? r->prio : DP_PRIO_NORMAL;
+    struct dp_adm_model *m = queue_model(loop, req->model, true);
+    if (m != NULL && m->depth >= qc->max_depth) {
+        enum dp_prio low = queue_lowest_below(m, prio);
+        if (low == DP_PRIO_UNSET || qc->max_depth == 0) {
+            char msg[CFG_MODEL_MAX + 96];
+            snprintf(msg, sizeof(msg),
+                     "every worker of model '%s' is busy and its queue is full (%u waiting)",
+                     req->model, m->depth);
+            r->rejected = dp_adm_reason_name(DP_ADM_REASON_QUEUE_FULL);
+            req->retry_after_s = 1;
+            dp_adm_metrics_rejected(loop->sh->adm.metrics, r->tenant, DP_ADM_REASON_QUEUE_FULL);
+            loop->adm.ops->reply(req, 429, "queue_full", msg);
+            return;
+        }
+        queue_evict(m, low);
+    }
+    struct dp_adm_tq *tq = m != NULL ? queue_tenant(m, prio, r->tenant) : NULL;
+    if (tq == NULL) {
+        loop->adm.ops->reply(req, 500, "out_of_memory", "the router is out of memory");
+        return;
+    }
+    r->tq = tq;
+    r->queued = true;
+    r->enqueued_ms = proc_monotonic_ms();
+    list_push_back(&tq->reqs, &r->tq_link);
+    list_push_back(&loop->adm.by_age, &r->age_link);
+    tq->n++;
+    m->depth++;
+    loop->adm.queued++;
+    dp_adm_metrics_depth(loop->sh->adm.metrics, m->name, prio, +1);
+    dp_adm_metrics_enqueued(loop->sh->adm.metrics);
+}
+
+/* The request the model's queue would hand out next, or NULL. */
+static struct dp_request *queue_head(struct dp_adm_model *m)
+{
+    for (int p = DP_PRIO_UNSET + 1; p < DP_PRIO_COUNT; p++) {
+        if (list_is_empty(&m->bands[p]))
+            continue;
+        struct dp_adm_tq *tq = list_entry(list_first(&m->bands[p]), struct dp_adm_tq, ring_link);
+        return list_entry(list_first(&tq->reqs), struct dp_request, adm.tq_link);
+    }
+    return NULL;
+}
+
+/* Hands out heads of m until one comes back (no worker free) or m is empty. */
+static void queue_dispatch_model(struct dp_adm_model *m)
+{
+    struct dp_request *req;
+    while ((req = queue_head(m)) != NULL) {
+        struct dp_adm_req *r = &req->adm;
+        struct dp_adm_tq *tq = r->tq;
+        struct dp_loop *loop = req->loop;
+        uint64_t waited_us = (proc_monotonic_ms() - r->enqueued_ms) * 1000;
+        r->dispatching = true;
+        r->requeued = false;
+        queue_unlink(req); /* tq stays while dispatching, even empty */
+        dp_request_ref(req);
+        loop->adm.ops->dispatch(req);
+        r->dispatching = false;
+        bool back = r->requeued;
+        if (!back)
+            r->tq = NULL;
+        if (back) {
+            r->requeued = false;
+        } else {
+            dp_adm_metrics_wait(loop->sh->adm.metrics, m->name, tq->prio, waited_us);
+            dp_adm_metrics_left(loop->sh->adm.metrics, DP_ADM_LEFT_DISPATCHED);
+        }
+        /* Round robin: the tenant served goes to the end of its band. */
+        list_remove(&tq->ring_link);
+        if (tq->n == 0)
+            free(tq);
+        else if (back)
+            list_push_front(&m->bands[tq->prio], &tq->ring_link);
+        else
+            list_push_back(&m->bands[tq->prio], &tq->ring_link);
+        dp_request_unref(req);
+        if (back)
+            return;
+    }
+}
+
+void dp_adm_queue_dispatch(struct dp_loop *loop)
+{
+    struct list_node *it, *next;
+    list_foreach_safe(it, next, &loop->adm.models)
+    {
+        struct dp_adm_model *m = list_entry(it, struct dp_adm_model, link);
+        if (m->depth > 0)
+            queue_dispatch_model(m);
+    }
+}
+
+void dp_adm_queue_expire(struct dp_loop *loop, uint64_t now_ms)
+{
+    uint64_t ttl = loop->sh->cfg->admission.queue.max_wait_ms;
+    while (!list_is_empty(&loop->adm.by_age)) {
+        struct dp_request *req =
+            list_entry(list_first(&loop->adm.by_age), struct dp_request, adm.age_link);
+        if (now_ms - req->adm.enqueued_ms < ttl)
+            return;
+        char msg[96];
+        snprintf(msg, sizeof(msg),
+                 "no worker became free within admission.queue.max_wait (%llu ms)",
+                 (unsigned long long)ttl);
+        queue_answer(req, DP_ADM_LEFT_TIMEOUT, 429, DP_ADM_REASON_QUEUE_TIMEOUT, 1, msg);
+    }
+}
+
+void dp_adm_queue_flush(struct dp_loop *loop)
+{
+    while (!list_is_empty(&loop->adm.by_age)) {
+        struct dp_request *req =
+            list_entry(list_first(&loop->adm.by_age), struct dp_request, adm.age_link);
+        queue_answer(req, DP_ADM_LEFT_SHUTDOWN, 503, DP_ADM_REASON_SHUTTING_DOWN, 1,
+                     "the router is shutting down; retry (a restarted router takes new requests)");
+    }
+}
+
+void dp_adm_queue_fini(struct dp_loop *loop)
+{
+    if (loop->adm.models.next == NULL)
+        return; /* never initialised */
+    while (!list_is_empty(&loop->adm.models)) {
+        struct dp_adm_model *m =
+            list_entry(list_pop_front(&loop->adm.models), struct dp_adm_model, link);
+        for (int p = 0; p < DP_PRIO_COUNT; p++)
+            while (!list_is_empty(&m->bands[p]))
+                free(list_entry(list_pop_front(&m->bands[p]), struct dp_adm_tq, ring_link));
+        free(m);
+    }
+}

@@ -1,0 +1,52 @@
+/*
+ * The admission queue of a loop: requests whose model has no unsaturated
+ * worker wait here, holding no worker load, until a slot frees, their TTL
+ * (admission.queue.max_wait) passes, their client leaves or the data plane
+ * drains. One queue per model; in it, strict priority bands (high, then
+ * normal, then low); in a band, a round robin over tenants, so one
+ * tenant's flood cannot starve another; FIFO within a tenant.
+ *
+ * Depth: admission.queue.max_depth counts per model and per event loop (a
+ * request never leaves the loop that accepted it, so neither does its
+ * wait). When a model's queue is full, a request of a higher band than
+ * the lowest one waiting takes the place of that band's newest request of
+ * its longest-queued tenant, which is answered 429 queue_full; otherwise
+ * the arrival is.
+ *
+ * The fourth accounting state: a request is queued at most once at a
+ * time, never holds a guard while queued, and leaves exactly once, by one
+ * of enum dp_adm_left, each counted. So at any time
+ *   enqueued_total == sum over reasons of left_total + depth.
+ *
+ * Threading: the loop's thread only.
+ */
+#ifndef SY_DATAPLANE_ADM_QUEUE_H
+#define SY_DATAPLANE_ADM_QUEUE_H
+
+#include <stdint.h>
+
+#include "dataplane/admission_state.h"
+
+struct dp_loop;
+struct dp_request;
+
+/* Every eligible worker of req's model is saturated: queue it, or answer
+ * it (429 queue_full, 503 shutting_down while draining). */
+void dp_adm_wait(struct dp_request *req);
+
+/* req leaves the queue if it is in it (a no-op otherwise), for why. */
+void dp_adm_leave(struct dp_request *req, enum dp_adm_left why);
+
+/* Hands queue heads to the forwarder while workers take them. */
+void dp_adm_queue_dispatch(struct dp_loop *loop);
+
+/* Answers requests queued longer than max_wait: 429 queue_timeout. */
+void dp_adm_queue_expire(struct dp_loop *loop, uint64_t now_ms);
+
+/* Answers every queued request 503 shutting_down (the loop drains). */
+void dp_adm_queue_flush(struct dp_loop *loop);
+
+/* Frees the queue's structures (the loop ends; nothing is queued). */
+void dp_adm_queue_fini(struct dp_loop *loop);
+
+#endif

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Section "overload": offered load 3x and 10x what the mock fleet serves,
+# two tenants (one with 80% of the requests, one with 20%), against
+# switchyard with admission control (max_inflight_per_worker = the mocks'
+# --max-num-seqs, a queue whose max_wait is below the TTFT objective) and
+# without it (the same keys, no limits), in the same run; plus an
+# uncongested run (half the capacity, no admission) for the reference
+# TTFT p99. Figures per run from the per-request CSV: goodput (200s whose
+# TTFT is within the 2 s objective, per second from the first arrival to
+# the last answer, as a share of the fleet's capacity), TTFT p99 of the requests served, p99 of
+# the time to a rejection (429/503), and each tenant's goodput against
+# what it asked for. Data file: overload.csv (over_RUN_FIGURE); raw:
+# overload/over-RUN.csv.
+set -euo pipefail
+# shellcheck source=tests/bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+bench_section overload
+
+n_mocks=2 seqs=2 prefill_us=5000 tpot_ms=10 out_tokens=16 slo_ms=2000
+mock_flags=(--model mock --threads 1 --prefill-base-us "$prefill_us" --tpot-ms "$tpot_ms"
+    --max-num-seqs "$seqs")
+# What the fleet serves: n_mocks x max-num-seqs requests at once, each
+# taking its prefill plus out_tokens decode steps.
+capacity=$(awk -v n=$n_mocks -v s=$seqs -v p=$prefill_us -v t=$tpot_ms -v o=$out_tokens \
+    'BEGIN { printf "%.2f", n * s / (p / 1e6 + o * t / 1e3) }')
+max_wait_ms=$((slo_ms * 3 / 4))
+depth=$(awk -v c="$capacity" -v w=$max_wait_ms -v t="$dp_threads" \
+    'BEGIN { d = int(0.75 * c * w / 1000 / t); print (d > 0 ? d : 1) }')
+put over_capacity_rps "$capacity"
+put over_queue_max_depth "$depth"
+put over_slo_ms "$slo_ms"
+put over_mock_flags "${mock_flags[*]}"
+
+echo "== overload ($n_mocks mock workers, capacity about $capacity requests/s)" >&2
+read -r -a oports <<<"$(free_ports $((n_mocks + 2)))"
+odp=${oports[$n_mocks]} oadm=${oports[$((n_mocks + 1))]}
+mock_args=()
+for ((i = 0; i < n_mocks; i++)); do
+    bench_spawn "$bench_tmp/omock-$i.log" "$build/switchyard-mockworker" \
+        --listen "127.0.0.1:${oports[$i]}" "${mock_flags[@]}"
+    mock_args+=(--mock "http://127.0.0.1:${oports[$i]}")
+done
+for ((i = 0; i < n_mocks; i++)); do wait_http "http://127.0.0.1:${oports[$i]}/health" 10; done
+
+key_big=bench-key-big key_small=bench-key-small
+{
+    echo "tenants:"
+    echo "  - { name: big, key_sha256: $(printf %s $key_big | sha256sum | cut -d' ' -f1) }"
+    echo "  - { name: small, key_sha256: $(printf %s $key_small | sha256sum | cut -d' ' -f1) }"
+} >"$bench_tmp/over-keys.yaml"
+
+# overload_config FILE ADMISSION(yes|no)
+overload_config() {
+    local file=$1 adm=$2 p i=0
+    {
+        echo "shm:"
+        echo "  name: /sy-bench-over-$$"
+        echo "controlplane:"
+        echo "  admin_listen: 127.0.0.1:$oadm"
+        echo "  admin_socket: $bench_tmp/over-admin.sock"
+        echo "  health: { path: /health, interval: 100ms, timeout: 1s, failure_threshold: 3, success_threshold: 1 }"
+        echo "dataplane:"
+        echo "  listen: 127.0.0.1:$odp"
+        echo "  threads: $dp_threads"
+        echo "  idle_timeout: 600s"
+        echo "  api_keys_file: $bench_tmp/over-keys.yaml"
+        echo "policy:"
+        echo "  name: least_load"
+        if [ "$adm" = yes ]; then
+            echo "admission:"
+            echo "  max_inflight_per_worker: $seqs"
+            # A queue the fleet drains within max_wait (max_depth counts per
+            # event loop): past it a request is refused at once, not after
+            # waiting max_wait for nothing.
+            echo "  queue: { max_depth: $depth, max_wait: ${max_wait_ms}ms }"
+        fi
+        echo "workers:"
+        for p in "${oports[@]:0:$n_mocks}"; do
+            i=$((i + 1))
+            echo "  - { url: 'http://127.0.0.1:$p', id: w$i, model: mock }"
+        done
+    } >"$file"
+}
+
+# overload_start: switchyard_start with a key (the probe needs one).
+overload_start() {
+    bench_spawn "$bench_tmp/over-cp.log" "$build/switchyard-controlplane" --config "$bench_tmp/over.yaml"
+    cp_pid=$last_pid
+    bench_spawn "$bench_tmp/over-dp.log" "$build/switchyard-dataplane" --config "$bench_tmp/over.yaml"
+    dp_pid=$last_pid
+    if ! wait_http "http://127.0.0.1:$odp/v1/chat/completions" 20 -X POST \
+        -H 'Content-Type: application/json' -H "Authorization: Bearer $key_big" \
+        -d '{"model":"mock","messages":[{"role":"user","content":"ready?"}],"max_tokens":1}'; then
+        tail -n 5 "$bench_tmp/over-cp.log" "$bench_tmp/over-dp.log" >&2
+        return 1
+    fi
+}
+
+# Figures of one run's CSV (index,group,turn,start_s,ttft_ms,e2e_ms,status,...).
+overload_figures() {
+    local run=$1 csv=$2
+    awk -F, -v slo="$slo_ms" -v cap="$capacity" -v run="$run" '
+        function p99(a, n,   i, j, t) {
+            for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+            return n ? a[int(0.99 * (n - 1)) + 1] : -1
+        }
+        NR > 1 && $11 == 1 {
+            small = ($1 % 5 == 4); asked[small]++; if ($4 + $6 / 1e3 > win) win = $4 + $6 / 1e3
+            if ($7 == 200 && $10 == 1) { nt++; tt[nt] = $5; if ($5 <= slo) { good++; g[small]++ } }
+            else if ($7 == 429 || $7 == 503) { nr++; rj[nr] = $6 }
+        }
+        END {
+            if (win <= 0) win = 1
+            printf "over_%s_goodput_ratio %.3f\n", run, good / win / cap
+            printf "over_%s_ttft_p99_ms %.1f\n", run, p99(tt, nt)
+            printf "over_%s_rejected %d\n", run, nr
+            printf "over_%s_reject_p99_ms %.2f\n", run, nr ? p99(rj, nr) : -1
+            printf "over_%s_small_good_share %.3f\n", run, asked[1] ? g[1] / asked[1] : 0
+            printf "over_%s_big_good_share %.3f\n", run, asked[0] ? g[0] / asked[0] : 0
+        }' "$csv"
+}
+
+runs="${OVERLOAD_RUNS:-base:0.5:no x3_none:3:no x3_admission:3:yes x10_none:10:no x10_admission:10:yes}"
+for spec in $runs; do
+    IFS=: read -r run mult adm <<<"$spec"
+    rate=$(awk -v c="$capacity" -v m="$mult" 'BEGIN { printf "%.2f", c * m }')
+    overload_config "$bench_tmp/over.yaml" "$adm"
+    overload_start
+    echo "-- $run: $rate requests/s, admission $adm" >&2
+    f=$raw/over-$run
+    if run_fg "$f.txt" "$build/switchyard-bench" run --workload "$here/workloads/overload.yaml" \
+        "${quick_flag[@]}" --url "http://127.0.0.1:$odp" "${mock_args[@]}" --rate "$rate" \
+        --auth "$key_big,$key_small" --auth-every 5 --label "$run" --csv "$f.csv"; then
+        while read -r k val; do put "$k" "$val"; done < <(overload_figures "$run" "$f.csv")
+    else
+        echo "bench: overload / $run: the load generator failed" >&2
+    fi
+    put "over_${run}_rate" "$rate"
+    switchyard_stop
+    # Each run starts with full buckets and empty queues.
+    rm -f "/dev/shm/sy-bench-over-$$" "/dev/shm/sy-bench-over-$$-ratelimit"
+done
