@@ -36,6 +36,7 @@ LIB_SRCS := $(wildcard common/*.c shm/*.c proto/*.c)
 DP_SRCS := $(filter-out dataplane/main.c,$(wildcard dataplane/*.c dataplane/*/*.c))
 CP_SRCS := $(filter-out controlplane/main.c,$(wildcard controlplane/*.c))
 MW_SRCS := $(filter-out tests/mockworker/main.c,$(wildcard tests/mockworker/*.c))
+CTL_SRCS := $(wildcard ctl/*.c)
 E2E_HARNESS_SRCS := $(wildcard tests/e2e/harness*.c)
 # The load generator's modules; micro_*.c and floor_proxy.c are stand-alone
 # programs (each has main()).
@@ -57,6 +58,7 @@ LIBMW := $(BUILD)/libmockworker.a
 ALL_LIBS := $(LIBDP) $(LIBCP) $(LIBMW) $(LIBSY)
 
 BINS := $(BUILD)/switchyard-controlplane $(BUILD)/switchyard-dataplane
+BINS += $(BUILD)/switchyard-ctl
 ifneq ($(wildcard tests/mockworker/main.c),)
 BINS += $(BUILD)/switchyard-mockworker
 endif
@@ -109,6 +111,9 @@ $(BUILD)/switchyard-dataplane: $(BUILD)/dataplane/main.o $(LIBDP) $(LIBSY)
 $(BUILD)/switchyard-controlplane: $(BUILD)/controlplane/main.o $(LIBCP) $(LIBSY)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 $(BUILD)/switchyard-mockworker: $(BUILD)/tests/mockworker/main.o $(LIBMW) $(LIBSY)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+# The admin API's command-line client (ctl/).
+$(BUILD)/switchyard-ctl: $(call obj,$(CTL_SRCS)) $(LIBSY)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 $(BUILD)/switchyard-bench: $(BUILD)/tests/bench/main.o $(call obj,$(BENCH_SRCS)) $(LIBSY)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
