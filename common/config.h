@@ -74,6 +74,10 @@ struct cfg_health {
     uint64_t timeout_ms;
     uint32_t failure_threshold;
     uint32_t success_threshold;
+    /* "unknown" or "healthy": how a worker added at run time (admin API,
+     * discovery, a reload) starts; unknown = not routed before its first
+     * successful probe. */
+    char initial[16];
 };
 
 struct cfg_controlplane {

@@ -72,6 +72,7 @@ bool cfg_file_path_is_valid(const char *path);
 bool cfg_socket_path_is_valid(const char *path);
 bool cfg_model_is_valid(const char *model);
 bool cfg_addr_or_empty_is_valid(const char *addr);
+bool cfg_health_initial_is_valid(const char *text);
 
 /* snprintf into err when there is one (NULL or 0 bytes: nothing). */
 __attribute__((format(printf, 3, 4))) void cfg_set_err(char *err, size_t err_len, const char *fmt,

@@ -81,12 +81,20 @@ static json_t *adm_worker_json(const struct adm_ctx *ctx, const struct shm_worke
         json_object_set_new(by_dp, key,
                             json_integer(shm_load_in_lease(seg, i, w->slot, w->generation)));
     }
-    return json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:I, s:o, s:i, s:i, s:b}", "id", w->id, "url",
-                     w->url, "model", w->model, "role", cfg_role_name(w->role), "healthy",
-                     w->healthy, "draining", w->draining, "load",
-                     (json_int_t)shm_load_of(seg, w->slot, w->generation), "inflight_by_dataplane",
-                     by_dp, "slot", (int)w->slot, "generation", (int)w->generation, "from_api",
-                     w->from_api);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:I, s:o, s:i, s:i, s:b}", "id", w->id,
+                          "url", w->url, "model", w->model, "role", cfg_role_name(w->role),
+                          "healthy", w->healthy, "draining", w->draining, "load",
+                          (json_int_t)shm_load_of(seg, w->slot, w->generation),
+                          "inflight_by_dataplane", by_dp, "slot", (int)w->slot, "generation",
+                          (int)w->generation, "from_api", w->from_api);
+    /* healthy alone cannot tell "not probed yet" (health.initial) from "failing". */
+    json_object_set_new(
+        j, "health",
+        json_string(w->healthy ? "healthy"
+                    : ctx->hc != NULL && hc_is_unknown(ctx->hc, w->slot, w->generation)
+                        ? "unknown"
+                        : "unhealthy"));
+    return j;
 }
 
 static void adm_list_workers(struct adm_ctx *ctx, struct adm_reply *reply)

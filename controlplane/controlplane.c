@@ -23,6 +23,7 @@
 #include "controlplane/admin_http.h"
 #include "controlplane/health_prober.h"
 #include "controlplane/lease_reaper.h"
+#include "controlplane/registry_sync.h"
 #include "controlplane/reset_load.h"
 #include "controlplane/source_static.h"
 #include "shm/registry.h"
@@ -76,6 +77,8 @@ static int cp_open_segment(struct cp_daemon *d)
         log_error("%s", err);
     else
         shm_registry_mark_synced(&d->seg);
+    /* The config's workers start healthy; whatever comes later obeys health.initial. */
+    cp_registry_set_start_healthy(strcmp(d->cfg->controlplane.health.initial, "healthy") == 0);
     return rc;
 }
 

@@ -49,6 +49,14 @@ int hc_timeout_ms(const struct hc_prober *p, uint64_t now_ms);
  * results. Call on every loop pass. */
 void hc_run(struct hc_prober *p, uint64_t now_ms);
 
+/*
+ * For a worker that is not healthy in the registry: true while it was added
+ * at run time with health.initial unknown and no probe has answered yet (or
+ * the prober has not seen it yet), i.e. not routed but not judged unhealthy
+ * either (GET /workers says "health": "unknown"). False once judged.
+ */
+bool hc_is_unknown(const struct hc_prober *p, uint32_t slot, uint32_t generation);
+
 /* Copies per-worker check counters (up to cap); returns how many. */
 size_t hc_stats(const struct hc_prober *p, struct hc_worker_stats *out, size_t cap);
 

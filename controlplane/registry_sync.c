@@ -15,6 +15,14 @@
 
 _Static_assert(CP_SOURCE_COUNT <= 32, "a source kind is a 5-bit tag in the slot");
 
+/* See cp_registry_set_start_healthy: the control plane's thread only. */
+static bool cp_start_healthy = true;
+
+void cp_registry_set_start_healthy(bool healthy)
+{
+    cp_start_healthy = healthy;
+}
+
 static const struct cp_source_worker *cp_find_proposed(const struct cp_source_set *set,
                                                        const char *id)
 {
@@ -76,7 +84,7 @@ int cp_registry_add(struct shm_segment *seg, enum cp_source_kind kind,
 {
     struct shm_worker_info add = {
         .role = w->role,
-        .healthy = true, /* until probes say otherwise */
+        .healthy = cp_start_healthy, /* until probes say otherwise */
         .source = (uint8_t)kind,
     };
     snprintf(add.id, sizeof(add.id), "%s", w->id);
