@@ -9,6 +9,7 @@
 #ifndef SY_CONTROLPLANE_ADMIN_CTX_H
 #define SY_CONTROLPLANE_ADMIN_CTX_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/config.h"
@@ -24,6 +25,10 @@ struct prom_writer;
  * failures stay in the writer, which the page checks once at the end. */
 typedef void (*adm_metrics_fn)(const void *arg, struct prom_writer *w);
 
+/* Reloads the config (controlplane/reload.h): 0 with a summary in msg, or a
+ * negative errno (-EINVAL bad file, -EPERM / -EEXIST refused) with the reason. */
+typedef int (*adm_reload_fn)(void *arg, char *msg, size_t msg_len);
+
 /* Borrowed by every route; lives as long as the control plane's loop. */
 struct adm_ctx {
     const struct cfg *cfg;
@@ -36,6 +41,9 @@ struct adm_ctx {
     adm_metrics_fn http_metrics;
     const void *http_metrics_arg;
     uint64_t started_ms; /* monotonic */
+    /* Registered by controlplane.c: POST /reload. */
+    adm_reload_fn reload;
+    void *reload_arg;
 };
 
 #endif

@@ -32,6 +32,7 @@ const char *const adm_route_labels[ADM_ROUTE_COUNT] = {
     [ADM_ROUTE_RESET_LOAD] = "/workers/{id}/reset_load",
     [ADM_ROUTE_STATUS] = "/status",
     [ADM_ROUTE_METRICS] = "/metrics",
+    [ADM_ROUTE_RELOAD] = "/reload",
     [ADM_ROUTE_OTHER] = "other",
 };
 
@@ -45,6 +46,8 @@ static enum adm_route_id adm_split(const char *url, char *id, size_t id_len)
         return ADM_ROUTE_STATUS;
     if (strcmp(url, "/metrics") == 0)
         return ADM_ROUTE_METRICS;
+    if (strcmp(url, "/reload") == 0)
+        return ADM_ROUTE_RELOAD;
     if (strncmp(url, "/workers/", 9) != 0)
         return ADM_ROUTE_OTHER;
     const char *rest = url + 9;
@@ -378,6 +381,21 @@ static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
     reply->text = text;
 }
 
+static void adm_reload(struct adm_ctx *ctx, struct adm_reply *reply)
+{
+    char msg[2048];
+    if (ctx->reload == NULL) {
+        adm_reply_error(reply, 503, "reload is not available");
+        return;
+    }
+    int rc = ctx->reload(ctx->reload_arg, msg, sizeof(msg));
+    if (rc == 0)
+        adm_reply_json(reply, 200,
+                       json_pack("{s:s, s:s}", "config", ctx->cfg->path, "message", msg));
+    else
+        adm_reply_error(reply, rc == -ENOMEM ? 503 : rc == -EINVAL ? 400 : 409, "%s", msg);
+}
+
 static bool adm_method_is(const char *method, const char *want, struct adm_reply *reply,
                           const char *allow)
 {
@@ -412,6 +430,10 @@ int adm_route_serve(struct adm_ctx *ctx, const char *method, const char *url, co
     case ADM_ROUTE_METRICS:
         if (adm_method_is(method, "GET", reply, "GET"))
             adm_metrics(ctx, reply);
+        return 1;
+    case ADM_ROUTE_RELOAD:
+        if (adm_method_is(method, "POST", reply, "POST"))
+            adm_reload(ctx, reply);
         return 1;
     default:
         break;

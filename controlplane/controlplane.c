@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -24,13 +25,15 @@
 #include "controlplane/health_prober.h"
 #include "controlplane/lease_reaper.h"
 #include "controlplane/registry_sync.h"
+#include "controlplane/reload.h"
 #include "controlplane/reset_load.h"
 #include "controlplane/source_static.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
 
 struct cp_daemon {
-    const struct cfg *cfg; /* borrowed */
+    const struct cfg *cfg; /* the config in force: borrowed at start, then reloaded */
+    struct cfg *reloaded;  /* owned: the last reloaded config (cfg points to it), or NULL */
     struct shm_segment seg;
     struct cp_lease_reaper reaper;
     struct adm_ctx ctx;
@@ -82,6 +85,30 @@ static int cp_open_segment(struct cp_daemon *d)
     return rc;
 }
 
+/* SIGHUP and POST /reload (adm_reload_fn). The config it replaces stays
+ * alive until the next reload only if it was itself reloaded: the one from
+ * the command line is daemon_main's and outlives the loop. */
+static int cp_reload_now(void *arg, char *msg, size_t msg_len)
+{
+    struct cp_daemon *d = arg;
+    struct cfg *next = NULL;
+    int rc = cp_reload(d->cfg, &d->seg, d->ctx.hc, &next, msg, msg_len);
+    if (rc != 0) {
+        log_warn("%s", msg);
+        return rc;
+    }
+    struct cfg *old = d->reloaded;
+    d->cfg = next;
+    d->ctx.cfg = next;
+    d->reloaded = next;
+    if (old != NULL) {
+        cfg_fini(old);
+        free(old);
+    }
+    log_info("%s", msg);
+    return 0;
+}
+
 static int cp_watch(struct cp_daemon *d, int fd)
 {
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
@@ -130,6 +157,8 @@ static int cp_start_parts(struct cp_daemon *d)
     d->ctx.cfg = d->cfg;
     d->ctx.seg = &d->seg;
     d->ctx.started_ms = proc_monotonic_ms();
+    d->ctx.reload = cp_reload_now;
+    d->ctx.reload_arg = d;
     int rc = cp_reset_create(&d->ctx, &d->ctx.reset);
     if (rc == 0)
         rc = hc_create(&d->seg, &d->cfg->controlplane.health, &d->ctx.hc);
@@ -177,7 +206,11 @@ static int cp_loop(struct cp_daemon *d)
                 cp_tick(d);
             } else if (fd == d->sigfd) {
                 int sig = evfd_signals_read(d->sigfd);
-                if (sig == SIGTERM || sig == SIGINT) {
+                if (sig == SIGHUP) {
+                    char msg[2048];
+                    log_info("received SIGHUP: reloading %s", d->cfg->path);
+                    cp_reload_now(d, msg, sizeof(msg));
+                } else if (sig == SIGTERM || sig == SIGINT) {
                     log_info("received %s, shutting down (segment %s stays for the dataplanes)",
                              strsignal(sig), d->seg.name);
                     return 0;
@@ -221,6 +254,10 @@ out_close_loop:
     if (d.tickfd >= 0)
         close(d.tickfd);
     shm_segment_close(&d.seg);
+    if (d.reloaded != NULL) {
+        cfg_fini(d.reloaded);
+        free(d.reloaded);
+    }
 out_close_signals:
     close(d.sigfd);
     return code;

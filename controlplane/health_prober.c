@@ -171,6 +171,21 @@ void hc_destroy(struct hc_prober *p)
     free(p);
 }
 
+void hc_set_health(struct hc_prober *p, const struct cfg_health *health)
+{
+    p->health = health;
+    uint64_t now = proc_monotonic_ms();
+    for (uint32_t s = 0; s < p->seg->max_workers; s++) {
+        struct hc_target *t = &p->targets[s];
+        if (!t->active)
+            continue;
+        snprintf(t->health_url, sizeof(t->health_url), "%s%s", t->url, health->path);
+        uint64_t soon = now + hc_jittered_interval(p);
+        if (t->next_probe_ms > soon)
+            t->next_probe_ms = soon;
+    }
+}
+
 int hc_fd(const struct hc_prober *p)
 {
     return p->epfd;

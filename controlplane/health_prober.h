@@ -39,6 +39,14 @@ struct hc_worker_stats {
 int hc_create(struct shm_segment *seg, const struct cfg_health *health, struct hc_prober **out);
 void hc_destroy(struct hc_prober *p);
 
+/*
+ * Switches to new health settings (a reload): path, interval, timeout,
+ * thresholds. health is borrowed like hc_create's and must outlive the
+ * prober or the next call. A shorter interval takes effect at once; probes
+ * in flight finish under the old timeout; consecutive counts carry over.
+ */
+void hc_set_health(struct hc_prober *p, const struct cfg_health *health);
+
 /* The descriptor to watch for EPOLLIN in the loop's epoll set. */
 int hc_fd(const struct hc_prober *p);
 

@@ -319,7 +319,7 @@ static int ctl_reload(const struct ctl_conn *c, const struct ctl_cmd_opts *o, ch
     if (o->json)
         ctl_print_json(a.json);
     else
-        printf("reloaded %s\n", ctl_str(a.json, "config", "the config"));
+        printf("%s\n", ctl_str(a.json, "message", "reloaded"));
     ctl_answer_fini(&a);
     return CTL_EXIT_OK;
 }

@@ -224,6 +224,13 @@ static void test_every_command(void **state)
     expect(&r, 0, r.out, cfg.shm_name);
     ctl(&r, "--admin", g_admin, "--json", "status", NULL);
     expect(&r, 0, r.out, "\"epoch\"");
+
+    /* reload: the file is unchanged, so nothing changes. */
+    ctl(&r, "--config", cfg.path, "reload", NULL);
+    expect(&r, 0, r.out, "reloaded");
+    expect(&r, 0, r.out, "workers: 0 added, 0 removed, 0 changed, 1 unchanged");
+    ctl(&r, "--config", cfg.path, "--json", "reload", NULL);
+    expect(&r, 0, r.out, "\"message\"");
 }
 
 static void test_bad_arguments(void **state)
