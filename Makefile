@@ -121,6 +121,9 @@ $(BUILD)/switchyard-bench: $(BUILD)/tests/bench/main.o $(call obj,$(BENCH_SRCS))
 $(BUILD)/switchyard-floor-proxy: $(BUILD)/tests/bench/floor_proxy.o
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+# The status page is embedded with .incbin (controlplane/status_page.c).
+$(BUILD)/controlplane/status_page.o: controlplane/status_page.html
+
 # ---- tests -------------------------------------------------------------------
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(ALL_LIBS)
 	$(CC) $(LDFLAGS) $$(cat tests/unit/$*.ldflags 2>/dev/null) $< $(ALL_LIBS) $(LDLIBS) $(TEST_LDLIBS) -o $@

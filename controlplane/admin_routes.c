@@ -33,6 +33,7 @@ const char *const adm_route_labels[ADM_ROUTE_COUNT] = {
     [ADM_ROUTE_STATUS] = "/status",
     [ADM_ROUTE_METRICS] = "/metrics",
     [ADM_ROUTE_RELOAD] = "/reload",
+    [ADM_ROUTE_PAGE] = "/",
     [ADM_ROUTE_OTHER] = "other",
 };
 
@@ -48,6 +49,8 @@ static enum adm_route_id adm_split(const char *url, char *id, size_t id_len)
         return ADM_ROUTE_METRICS;
     if (strcmp(url, "/reload") == 0)
         return ADM_ROUTE_RELOAD;
+    if (strcmp(url, "/") == 0)
+        return ADM_ROUTE_PAGE; /* served by admin_http.c, before auth */
     if (strncmp(url, "/workers/", 9) != 0)
         return ADM_ROUTE_OTHER;
     const char *rest = url + 9;

@@ -25,12 +25,9 @@ static const struct {
     const char *prefix;
     enum cp_effect effect;
 } cp_effects[] = {
-    {"controlplane.health.", CP_EFFECT_RELOAD},
-    {"workers", CP_EFFECT_RELOAD},
-    {"dataplane.", CP_EFFECT_DATAPLANE_RESTART},
-    {"policy.", CP_EFFECT_DATAPLANE_RESTART},
-    {"controlplane.", CP_EFFECT_RESTART},
-    {"shm.", CP_EFFECT_RESTART},
+    {"controlplane.health.", CP_EFFECT_RELOAD},  {"workers", CP_EFFECT_RELOAD},
+    {"dataplane.", CP_EFFECT_DATAPLANE_RESTART}, {"policy.", CP_EFFECT_DATAPLANE_RESTART},
+    {"controlplane.", CP_EFFECT_RESTART},        {"shm.", CP_EFFECT_RESTART},
 };
 
 enum cp_effect cp_reload_effect_of(const char *key)
@@ -45,8 +42,8 @@ enum cp_effect cp_reload_effect_of(const char *key)
 }
 
 /* Appends the changed keys of one effect to buf as "a, b, c"; returns how many. */
-static size_t cp_keys_of(char (*keys)[CFG_KEY_NAME_MAX], size_t n, enum cp_effect effect,
-                         char *buf, size_t len)
+static size_t cp_keys_of(char (*keys)[CFG_KEY_NAME_MAX], size_t n, enum cp_effect effect, char *buf,
+                         size_t len)
 {
     size_t count = 0, used = 0;
     buf[0] = '\0';
@@ -71,8 +68,7 @@ static const struct cfg_worker *cp_find_worker(const struct cfg *cfg, const char
 }
 
 /* "workers: 1 added, 0 removed, 1 changed, 2 unchanged" between two configs. */
-static void cp_workers_summary(const struct cfg *cur, const struct cfg *next, char *buf,
-                               size_t len)
+static void cp_workers_summary(const struct cfg *cur, const struct cfg *next, char *buf, size_t len)
 {
     size_t added = 0, removed = 0, changed = 0, same = 0;
     for (size_t i = 0; i < next->n_workers; i++) {
@@ -145,8 +141,7 @@ int cp_reload(const struct cfg *cur, struct shm_segment *seg, struct hc_prober *
     for (size_t i = 0; i < n_keys; i++)
         health_changed = health_changed || strncmp(keys[i], "controlplane.health.", 20) == 0;
     snprintf(msg, msg_len, "reloaded %s: %s; health settings %s%s%s%s", cur->path, workers,
-             health_changed ? "applied" : "unchanged",
-             later[0] != '\0' ? "; " : "", later,
+             health_changed ? "applied" : "unchanged", later[0] != '\0' ? "; " : "", later,
              later[0] != '\0' ? " changed: the data planes apply them at their next hot restart"
                               : "");
     *next = n;
