@@ -70,8 +70,8 @@ static void cfg_diff_table(const struct cfg_key *table, const void *a, const voi
         char name[CFG_KEY_NAME_MAX];
         snprintf(name, sizeof(name), "%s%s%s", prefix, prefix[0] != '\0' ? "." : "", k->name);
         if (k->kind == CFG_KIND_MAP) {
-            cfg_diff_table(k->child, (const char *)a + k->offset, (const char *)b + k->offset,
-                           name, out);
+            cfg_diff_table(k->child, (const char *)a + k->offset, (const char *)b + k->offset, name,
+                           out);
             continue;
         }
         if (!cfg_field_differs(k, a, b))
