@@ -19,8 +19,8 @@ const char *adm_status_page(size_t *len);
 
 /* The Content-Security-Policy the page is served with. */
 #define ADM_STATUS_PAGE_CSP                                                                        \
-    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "                 \
-    "connect-src 'self'; img-src 'self' data:; form-action 'none'; frame-ancestors 'none'; "     \
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "                  \
+    "connect-src 'self'; img-src 'self' data:; form-action 'none'; frame-ancestors 'none'; "       \
     "base-uri 'none'"
 
 #endif

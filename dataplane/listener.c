@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/mhd_log.h"
 #include "common/proc.h"
 #include "dataplane/errors.h"
 #include "dataplane/header_rules.h"
@@ -512,7 +513,8 @@ int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handle
             (unsigned int)DP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
             (unsigned int)DP_CONN_TIMEOUT_S, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
             (unsigned int)sh->cfg->dataplane.per_ip_connection_limit,
-            MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_message,
+            NULL, MHD_OPTION_END);
     else
         loop->lst.mhd = MHD_start_daemon(
             flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_SOCK_ADDR, &sh->listen_addr,
@@ -522,7 +524,8 @@ int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handle
             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
             MHD_OPTION_PER_IP_CONNECTION_LIMIT,
             (unsigned int)sh->cfg->dataplane.per_ip_connection_limit,
-            MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_message,
+            NULL, MHD_OPTION_END);
     if (loop->lst.mhd == NULL)
         return -EADDRINUSE;
     const union MHD_DaemonInfo *li = MHD_get_daemon_info(loop->lst.mhd, MHD_DAEMON_INFO_LISTEN_FD);
