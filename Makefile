@@ -168,7 +168,8 @@ format:
 format-check:
 	@clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h')
 
-# Runs the router on the embedded default config; see README.
+# Runs the router on deploy/examples/local.yaml (read from the checkout);
+# see README.
 run: deps
 	@$(MAKE) --no-print-directory all
 	@deploy/run-local.sh $(BUILD)
