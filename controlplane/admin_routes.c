@@ -17,6 +17,7 @@
 #include "common/proc.h"
 #include "common/prom.h"
 #include "controlplane/admin_channel.h"
+#include "controlplane/fleet_metrics.h"
 #include "controlplane/health_prober.h"
 #include "controlplane/reset_load.h"
 #include "controlplane/source_api.h"
@@ -363,6 +364,7 @@ static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
     prom_family(&w, "switchyard_load_underflows_total", PROM_COUNTER,
                 "Load releases at zero (live leases).");
     prom_sample_u64(&w, NULL, NULL, 0, shm_load_underflows(ctx->seg));
+    cp_fleet_metrics_write(&w, all, n); /* reorders all: after the per-worker families */
     if (ctx->http_metrics != NULL)
         ctx->http_metrics(ctx->http_metrics_arg, &w);
     free(all);

@@ -186,6 +186,14 @@ static void test_page_renders_the_fleet(void **state)
                                        &(struct h_async_opts){.timeout_ms = 60000}, &held[i]),
                          0);
     wait_field("w1", "load", "2");
+    /* The model's routable workers: w1 only (w2 unhealthy, w3 draining). */
+    struct h_resp mresp;
+    snprintf(url, sizeof(url), "%s/metrics", g_admin);
+    const char *auth[] = {"Authorization: Bearer " TOKEN, NULL};
+    assert_int_equal(h_http(&(struct h_req){.url = url, .headers = auth}, &mresp), 0);
+    assert_non_null(
+        strstr(mresp.body, "\nswitchyard_model_healthy_workers{model=\"mock-model\"} 1\n"));
+    h_resp_fini(&mresp);
 
     char page[256], dom_path[H_PATH_MAX], shot[H_PATH_MAX + 32], build[H_PATH_MAX];
     snprintf(page, sizeof(page), "%s/#token=" TOKEN "&interval=300", g_admin);
