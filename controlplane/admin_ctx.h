@@ -18,6 +18,7 @@
 struct hc_prober;
 struct adm_channel;
 struct cp_reset;
+struct cp_decisions;
 struct adm_http;
 struct prom_writer;
 
@@ -36,7 +37,8 @@ struct adm_ctx {
     struct hc_prober *hc;
     struct adm_channel *chan;
     struct cp_reset *reset;
-    struct adm_http *http; /* stored for controlplane.c; the routes never call it */
+    struct cp_decisions *decisions; /* GET /decisions */
+    struct adm_http *http;          /* stored for controlplane.c; the routes never call it */
     /* Registered by adm_http_create: the admin server's request counters. */
     adm_metrics_fn http_metrics;
     const void *http_metrics_arg;

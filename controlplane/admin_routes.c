@@ -17,6 +17,7 @@
 #include "common/proc.h"
 #include "common/prom.h"
 #include "controlplane/admin_channel.h"
+#include "controlplane/decisions.h"
 #include "controlplane/fleet_metrics.h"
 #include "controlplane/health_prober.h"
 #include "controlplane/reset_load.h"
@@ -35,6 +36,7 @@ const char *const adm_route_labels[ADM_ROUTE_COUNT] = {
     [ADM_ROUTE_METRICS] = "/metrics",
     [ADM_ROUTE_RELOAD] = "/reload",
     [ADM_ROUTE_PAGE] = "/",
+    [ADM_ROUTE_DECISIONS] = "/decisions",
     [ADM_ROUTE_OTHER] = "other",
 };
 
@@ -52,6 +54,8 @@ static enum adm_route_id adm_split(const char *url, char *id, size_t id_len)
         return ADM_ROUTE_RELOAD;
     if (strcmp(url, "/") == 0)
         return ADM_ROUTE_PAGE; /* served by admin_http.c, before auth */
+    if (strcmp(url, "/decisions") == 0)
+        return ADM_ROUTE_DECISIONS;
     if (strncmp(url, "/workers/", 9) != 0)
         return ADM_ROUTE_OTHER;
     const char *rest = url + 9;
@@ -436,6 +440,14 @@ int adm_route_serve(struct adm_ctx *ctx, const char *method, const char *url, co
         if (adm_method_is(method, "GET", reply, "GET"))
             adm_metrics(ctx, reply);
         return 1;
+    case ADM_ROUTE_DECISIONS:
+        if (!adm_method_is(method, "GET", reply, "GET"))
+            return 1;
+        if (ctx->decisions == NULL) {
+            adm_reply_error(reply, 503, "not available");
+            return 1;
+        }
+        return cp_decisions_start(ctx->decisions, ctx->cfg, later, reply) == 0 ? 0 : 1;
     case ADM_ROUTE_RELOAD:
         if (adm_method_is(method, "POST", reply, "POST"))
             adm_reload(ctx, reply);

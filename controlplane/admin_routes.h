@@ -23,6 +23,7 @@ enum adm_route_id {
     ADM_ROUTE_METRICS,
     ADM_ROUTE_RELOAD,
     ADM_ROUTE_PAGE,
+    ADM_ROUTE_DECISIONS,
     ADM_ROUTE_OTHER,
     ADM_ROUTE_COUNT,
 };

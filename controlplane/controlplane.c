@@ -22,6 +22,7 @@
 #include "controlplane/admin_channel.h"
 #include "controlplane/admin_ctx.h"
 #include "controlplane/admin_http.h"
+#include "controlplane/decisions.h"
 #include "controlplane/health_prober.h"
 #include "controlplane/lease_reaper.h"
 #include "controlplane/registry_sync.h"
@@ -145,10 +146,12 @@ static int cp_run_parts(struct cp_daemon *d)
     adm_http_run(d->ctx.http);
     hc_run(d->ctx.hc, now);
     cp_reset_run(d->ctx.reset, proc_monotonic_ms());
+    cp_decisions_run(d->ctx.decisions, proc_monotonic_ms());
     now = proc_monotonic_ms();
     int t = hc_timeout_ms(d->ctx.hc, now);
     t = cp_min_timeout(t, adm_http_timeout_ms(d->ctx.http));
     t = cp_min_timeout(t, cp_reset_timeout_ms(d->ctx.reset, now));
+    t = cp_min_timeout(t, cp_decisions_timeout_ms(d->ctx.decisions, now));
     return t;
 }
 
@@ -161,6 +164,8 @@ static int cp_start_parts(struct cp_daemon *d)
     d->ctx.reload_arg = d;
     int rc = cp_reset_create(&d->ctx, &d->ctx.reset);
     if (rc == 0)
+        rc = cp_decisions_create(&d->ctx.decisions);
+    if (rc == 0)
         rc = hc_create(&d->seg, &d->cfg->controlplane.health, &d->ctx.hc);
     if (rc == 0)
         rc = adm_chan_create(d->cfg->controlplane.admin_socket, &d->seg, cp_reset_on_reply,
@@ -172,7 +177,8 @@ static int cp_start_parts(struct cp_daemon *d)
     cp_lease_reaper_set_channel(&d->reaper, cp_channel_lost, d);
     if ((rc = cp_watch(d, hc_fd(d->ctx.hc))) != 0 ||
         (rc = cp_watch(d, adm_chan_fd(d->ctx.chan))) != 0 ||
-        (rc = cp_watch(d, adm_http_fd(d->ctx.http))) != 0)
+        (rc = cp_watch(d, adm_http_fd(d->ctx.http))) != 0 ||
+        (rc = cp_watch(d, cp_decisions_fd(d->ctx.decisions))) != 0)
         log_error("setting up the event loop: %s", strerror(-rc));
     return rc;
 }
@@ -182,6 +188,8 @@ static void cp_stop_parts(struct cp_daemon *d)
     /* The reset answers its suspended request before the HTTP server goes. */
     cp_reset_destroy(d->ctx.reset);
     d->ctx.reset = NULL;
+    cp_decisions_destroy(d->ctx.decisions);
+    d->ctx.decisions = NULL;
     adm_http_destroy(d->ctx.http);
     adm_chan_destroy(d->ctx.chan);
     hc_destroy(d->ctx.hc);

@@ -194,6 +194,13 @@ static void test_page_renders_the_fleet(void **state)
     assert_non_null(
         strstr(mresp.body, "\nswitchyard_model_healthy_workers{model=\"mock-model\"} 1\n"));
     h_resp_fini(&mresp);
+    /* The data plane's two routing decisions, through the control plane. */
+    json_t *dj = NULL;
+    assert_int_equal(admin("GET", "/decisions", NULL, &dj), 200);
+    json_t *first = json_array_get(json_object_get(dj, "decisions"), 0);
+    assert_string_equal(json_string_value(json_object_get(first, "decision")), "least_load");
+    assert_int_equal(json_integer_value(json_object_get(first, "count")), 2);
+    json_decref(dj);
 
     char page[256], dom_path[H_PATH_MAX], shot[H_PATH_MAX + 32], build[H_PATH_MAX];
     snprintf(page, sizeof(page), "%s/#token=" TOKEN "&interval=300", g_admin);
@@ -210,6 +217,7 @@ static void test_page_renders_the_fleet(void **state)
                    "data-load=\"0\">");
     expect_in(dom, "<tr data-worker=\"w3\" data-health=\"healthy\" data-draining=\"true\" "
                    "data-load=\"0\">");
+    expect_in(dom, "<tr data-decision=\"least_load\" data-count=\"2\">");
     /* Exactly three worker rows; each has its load chart. */
     int rows = 0, charts = 0;
     for (const char *p = dom; (p = strstr(p, "<tr data-worker=")) != NULL; p++)
@@ -269,6 +277,13 @@ static void test_page_is_self_contained(void **state)
     assert_null(strstr(resp.body, "href=\"http"));
     assert_null(strstr(resp.body, "@import"));
     assert_null(strstr(resp.body, "url(http"));
+    h_resp_fini(&resp);
+    /* No data plane: /decisions says it cannot read its metrics. */
+    char durl[128];
+    assert_int_equal(h_url(durl, sizeof(durl), cfg.admin_port, "/decisions"), 0);
+    assert_int_equal(h_http_get(durl, &resp), 0);
+    assert_int_equal(resp.status, 502);
+    assert_non_null(strstr(resp.body, "did not answer"));
     h_resp_fini(&resp);
     struct h_req req = {.method = "POST", .url = url, .body = "{}"};
     assert_int_equal(h_http(&req, &resp), 0);
