@@ -59,9 +59,8 @@ int cp_decisions_create(struct cp_decisions **out)
     buf_init(&d->body, CP_DECISIONS_BODY_MAX);
     d->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (d->epfd < 0 ||
-        cep_init(&d->cep, &(struct cep_opts){.epfd = d->epfd,
-                                             .on_done = cp_decisions_on_done,
-                                             .user = d}) != 0) {
+        cep_init(&d->cep, &(struct cep_opts){
+                              .epfd = d->epfd, .on_done = cp_decisions_on_done, .user = d}) != 0) {
         cp_decisions_destroy(d);
         return -ENOMEM;
     }
@@ -189,7 +188,8 @@ void cp_decisions_run(struct cp_decisions *d, uint64_t now_ms)
             snprintf(why, sizeof(why), "HTTP %ld", code);
         adm_reply_error(&r, 502, "the data plane's metrics at %s did not answer: %s", d->url, why);
     } else {
-        adm_reply_json(&r, 200, cp_decisions_parse(d->body.data != NULL ? d->body.data : "", d->url));
+        adm_reply_json(&r, 200,
+                       cp_decisions_parse(d->body.data != NULL ? d->body.data : "", d->url));
     }
     cp_decisions_answer_all(d, &r);
 }
@@ -209,8 +209,7 @@ static int cp_decisions_url(const struct cfg *cfg, char *url, size_t len)
     else if (strcmp(host, "::") == 0)
         h = "::1";
     bool v6 = strchr(h, ':') != NULL;
-    snprintf(url, len, "http://%s%s%s:%u/metrics", v6 ? "[" : "", h, v6 ? "]" : "",
-             (unsigned)port);
+    snprintf(url, len, "http://%s%s%s:%u/metrics", v6 ? "[" : "", h, v6 ? "]" : "", (unsigned)port);
     return 0;
 }
 
