@@ -454,12 +454,11 @@ int adm_http_create(struct adm_ctx *ctx, struct adm_http **out)
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    h->daemon = MHD_start_daemon(flags, portn, NULL, NULL, adm_handler, h, MHD_OPTION_SOCK_ADDR,
-                                 ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, adm_completed, h,
-                                 MHD_OPTION_NOTIFY_CONNECTION, adm_notify_connection, h,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
-                                 MHD_OPTION_CONNECTION_LIMIT, adm_connection_cap(),
-                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_log_message, NULL, MHD_OPTION_END);
+    h->daemon = MHD_start_daemon(
+        flags, portn, NULL, NULL, adm_handler, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_message, NULL,
+        MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, adm_completed, h,
+        MHD_OPTION_NOTIFY_CONNECTION, adm_notify_connection, h, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)30, MHD_OPTION_CONNECTION_LIMIT, adm_connection_cap(), MHD_OPTION_END);
     freeaddrinfo(ai);
     if (h->daemon == NULL) {
         log_error("admin API: cannot listen on %s", cp->admin_listen);

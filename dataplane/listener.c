@@ -507,25 +507,24 @@ int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handle
     int inherited = loop->index < sh->n_inherited ? sh->inherited[loop->index] : -1;
     if (inherited >= 0)
         loop->lst.mhd = MHD_start_daemon(
-            flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_LISTEN_SOCKET,
-            (MHD_socket)inherited, MHD_OPTION_NOTIFY_COMPLETED, lst_completed, loop,
-            MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop, MHD_OPTION_CONNECTION_LIMIT,
-            (unsigned int)DP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-            (unsigned int)DP_CONN_TIMEOUT_S, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-            (unsigned int)sh->cfg->dataplane.per_ip_connection_limit,
-            MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_message,
-            NULL, MHD_OPTION_END);
-    else
-        loop->lst.mhd = MHD_start_daemon(
-            flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_SOCK_ADDR, &sh->listen_addr,
-            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_NOTIFY_COMPLETED,
+            flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_message,
+            NULL, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)inherited, MHD_OPTION_NOTIFY_COMPLETED,
             lst_completed, loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
             MHD_OPTION_CONNECTION_LIMIT, (unsigned int)DP_MAX_CONNECTIONS,
             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
             MHD_OPTION_PER_IP_CONNECTION_LIMIT,
             (unsigned int)sh->cfg->dataplane.per_ip_connection_limit,
-            MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_message,
-            NULL, MHD_OPTION_END);
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
+    else
+        loop->lst.mhd = MHD_start_daemon(
+            flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_message,
+            NULL, MHD_OPTION_SOCK_ADDR, &sh->listen_addr, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+            (unsigned int)1, MHD_OPTION_NOTIFY_COMPLETED, lst_completed, loop,
+            MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop, MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned int)DP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+            (unsigned int)DP_CONN_TIMEOUT_S, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+            (unsigned int)sh->cfg->dataplane.per_ip_connection_limit,
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
     if (loop->lst.mhd == NULL)
         return -EADDRINUSE;
     const union MHD_DaemonInfo *li = MHD_get_daemon_info(loop->lst.mhd, MHD_DAEMON_INFO_LISTEN_FD);

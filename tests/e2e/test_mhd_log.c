@@ -53,6 +53,9 @@ static void expect_structured_mhd_line(const struct h_proc *p)
             mhd = true;
     }
     fclose(f);
+    /* MHD warns when its logger is not the first option: then early messages escape it. */
+    if (h_proc_log_contains(p, "not the first option"))
+        fail_msg("%s: MHD_OPTION_EXTERNAL_LOGGER must come first", p->name);
     if (!mhd) {
         h_proc_print_log(p, 40);
         fail_msg("%s: no libmicrohttpd message in the log", p->name);
