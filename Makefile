@@ -38,6 +38,7 @@ LIB_SRCS := $(wildcard common/*.c shm/*.c proto/*.c)
 DP_SRCS := $(filter-out dataplane/main.c,$(wildcard dataplane/*.c dataplane/*/*.c))
 CP_SRCS := $(filter-out controlplane/main.c,$(wildcard controlplane/*.c))
 MW_SRCS := $(filter-out tests/mockworker/main.c,$(wildcard tests/mockworker/*.c))
+CTL_SRCS := $(wildcard ctl/*.c)
 E2E_HARNESS_SRCS := $(wildcard tests/e2e/harness*.c)
 # The load generator's modules; micro_*.c and floor_proxy.c are stand-alone
 # programs (each has main()).
@@ -59,6 +60,7 @@ LIBMW := $(BUILD)/libmockworker.a
 ALL_LIBS := $(LIBDP) $(LIBCP) $(LIBMW) $(LIBSY)
 
 BINS := $(BUILD)/switchyard-controlplane $(BUILD)/switchyard-dataplane
+BINS += $(BUILD)/switchyard-ctl
 ifneq ($(wildcard tests/mockworker/main.c),)
 BINS += $(BUILD)/switchyard-mockworker
 endif
@@ -130,11 +132,17 @@ $(BUILD)/switchyard-fakecollector: $(BUILD)/tests/fakecollector/main.o
 # The fake Kubernetes API server for the discovery tests (docs/fakekube.md).
 $(BUILD)/switchyard-fakekube: $(call obj,$(wildcard tests/fakekube/*.c)) $(LIBSY)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+# The admin API's command-line client (ctl/).
+$(BUILD)/switchyard-ctl: $(call obj,$(CTL_SRCS)) $(LIBSY)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 $(BUILD)/switchyard-bench: $(BUILD)/tests/bench/main.o $(call obj,$(BENCH_SRCS)) $(LIBSY)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 # The proxy benchmark's "library floor" contender: MHD + libcurl only.
 $(BUILD)/switchyard-floor-proxy: $(BUILD)/tests/bench/floor_proxy.o
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+# The status page is embedded with .incbin (controlplane/status_page.c).
+$(BUILD)/controlplane/status_page.o: controlplane/status_page.html
 
 # ---- tests -------------------------------------------------------------------
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(ALL_LIBS)
@@ -184,7 +192,8 @@ format:
 format-check:
 	@clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h')
 
-# Runs the router on the embedded default config; see README.
+# Runs the router on deploy/examples/local.yaml (read from the checkout);
+# see README.
 run: deps
 	@$(MAKE) --no-print-directory all
 	@deploy/run-local.sh $(BUILD)

@@ -82,6 +82,10 @@ struct cfg_health {
     uint64_t timeout_ms;
     uint32_t failure_threshold;
     uint32_t success_threshold;
+    /* "unknown" or "healthy": how a worker added at run time (admin API,
+     * discovery, a reload) starts; unknown = not routed before its first
+     * successful probe. */
+    char initial[16];
 };
 
 /* controlplane.load_reports: scraping each worker's /metrics. */
@@ -293,5 +297,21 @@ const char *cfg_role_name(enum cfg_role role);
 int cfg_role_parse(const char *text, enum cfg_role *out);
 const char *cfg_policy_name_str(enum cfg_policy_name name);
 int cfg_policy_name_parse(const char *text, enum cfg_policy_name *out);
+
+/* Longest dotted key name ("controlplane.health.success_threshold") plus NUL. */
+#define CFG_KEY_NAME_MAX 96
+
+/*
+ * The dotted names of the keys whose values differ between a and b, in
+ * schema order: leaf keys ("dataplane.retry.max_attempts"), and "workers"
+ * for any change to the list (an entry's id, url, model or role, their order
+ * or number). Writes up to cap names; returns how many differ (may be more
+ * than cap). The paths of the files are not compared.
+ */
+size_t cfg_diff(const struct cfg *a, const struct cfg *b, char (*names)[CFG_KEY_NAME_MAX],
+                size_t cap);
+
+/* Calls fn with every key's dotted name, in schema order ("workers" once). */
+void cfg_each_key(void (*fn)(const char *name, void *arg), void *arg);
 
 #endif

@@ -75,6 +75,7 @@ bool cfg_model_is_valid(const char *model);
 bool cfg_addr_or_empty_is_valid(const char *addr);
 /* "" or an http:// / https:// URL without spaces or control characters. */
 bool cfg_otlp_endpoint_is_valid(const char *url);
+bool cfg_health_initial_is_valid(const char *text);
 
 /* snprintf into err when there is one (NULL or 0 bytes: nothing). */
 __attribute__((format(printf, 3, 4))) void cfg_set_err(char *err, size_t err_len, const char *fmt,

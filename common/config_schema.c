@@ -101,6 +101,9 @@ static const struct cfg_key health_keys[] = {
               2 * MS_SECOND),
     KEY_RANGE("failure_threshold", CFG_KIND_U32, struct cfg_health, failure_threshold, 1, 100, 3),
     KEY_RANGE("success_threshold", CFG_KIND_U32, struct cfg_health, success_threshold, 1, 100, 2),
+    /* A worker added while the router runs is routed only once it answered. */
+    KEY_STR("initial", struct cfg_health, initial, cfg_health_initial_is_valid,
+            "one of unknown|healthy", "unknown"),
     KEY_END,
 };
 

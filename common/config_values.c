@@ -408,6 +408,11 @@ bool cfg_http_path_is_valid(const char *path)
     return path[0] == '/' && strlen(path) < CFG_PATH_MAX && is_graphic_ascii(path);
 }
 
+bool cfg_health_initial_is_valid(const char *text)
+{
+    return strcmp(text, "unknown") == 0 || strcmp(text, "healthy") == 0;
+}
+
 bool cfg_file_path_is_valid(const char *path)
 {
     return strlen(path) < CFG_PATH_MAX && has_no_control(path);

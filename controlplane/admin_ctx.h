@@ -9,6 +9,7 @@
 #ifndef SY_CONTROLPLANE_ADMIN_CTX_H
 #define SY_CONTROLPLANE_ADMIN_CTX_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/config.h"
@@ -18,6 +19,7 @@ struct hc_prober;
 struct lr_scraper;
 struct adm_channel;
 struct cp_reset;
+struct cp_decisions;
 struct adm_http;
 struct prom_writer;
 struct cp_kube;
@@ -25,6 +27,10 @@ struct cp_kube;
 /* Appends a module's own families to the /metrics page (common/prom.h);
  * failures stay in the writer, which the page checks once at the end. */
 typedef void (*adm_metrics_fn)(const void *arg, struct prom_writer *w);
+
+/* Reloads the config (controlplane/reload.h): 0 with a summary in msg, or a
+ * negative errno (-EINVAL bad file, -EPERM / -EEXIST refused) with the reason. */
+typedef int (*adm_reload_fn)(void *arg, char *msg, size_t msg_len);
 
 /* Borrowed by every route; lives as long as the control plane's loop. */
 struct adm_ctx {
@@ -34,12 +40,16 @@ struct adm_ctx {
     struct lr_scraper *lr; /* load-report scraper (load_reports.h) */
     struct adm_channel *chan;
     struct cp_reset *reset;
-    struct adm_http *http; /* stored for controlplane.c; the routes never call it */
-    struct cp_kube *kube;  /* Kubernetes discovery; NULL when not configured */
+    struct cp_decisions *decisions; /* GET /decisions */
+    struct adm_http *http;          /* stored for controlplane.c; the routes never call it */
+    struct cp_kube *kube;           /* Kubernetes discovery; NULL when not configured */
     /* Registered by adm_http_create: the admin server's request counters. */
     adm_metrics_fn http_metrics;
     const void *http_metrics_arg;
     uint64_t started_ms; /* monotonic */
+    /* Registered by controlplane.c: POST /reload. */
+    adm_reload_fn reload;
+    void *reload_arg;
 };
 
 #endif

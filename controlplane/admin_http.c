@@ -32,10 +32,12 @@
 #include "common/buf.h"
 #include "common/list.h"
 #include "common/log.h"
+#include "common/mhd_log.h"
 #include "common/proc.h"
 #include "common/prom.h"
 #include "controlplane/admin_reply.h"
 #include "controlplane/admin_routes.h"
+#include "controlplane/status_page.h"
 
 #define ADM_TOKEN_MAX 4096u
 /* An admin client has this long to complete its request headers (docs/security.md). */
@@ -172,6 +174,36 @@ static enum MHD_Result adm_send(struct adm_pending *p, const char *url, struct a
     return rc;
 }
 
+/*
+ * GET / (see status_page.h): the page needs no token, its data does. Any
+ * other method is 405. Answered on the request's first call, which makes
+ * MHD close the connection afterwards: a page load is one request.
+ */
+static enum MHD_Result adm_send_page(struct adm_pending *p, const char *method)
+{
+    bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+    size_t len = 0;
+    const char *page = adm_status_page(&len);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(get ? len : 0, (void *)page, MHD_RESPMEM_PERSISTENT);
+    if (resp == NULL)
+        return MHD_NO;
+    unsigned status = get ? MHD_HTTP_OK : MHD_HTTP_METHOD_NOT_ALLOWED;
+    if (get) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/html; charset=utf-8");
+        MHD_add_response_header(resp, "Content-Security-Policy", ADM_STATUS_PAGE_CSP);
+        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+        MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    } else {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    }
+    adm_count(p->h, ADM_ROUTE_PAGE, status);
+    enum MHD_Result rc = MHD_queue_response(p->conn, status, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
 /* Completes a request that went asynchronous (adm_reply_done_fn); takes
  * reply's contents. */
 static void adm_http_finish(void *arg, struct adm_reply *reply)
@@ -205,6 +237,8 @@ static enum MHD_Result adm_handler(void *cls, struct MHD_Connection *conn, const
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         if (ci != NULL && ci->socket_context != NULL)
             ((struct adm_conn *)ci->socket_context)->in_request = true;
+        if (strcmp(url, "/") == 0)
+            return adm_send_page(p, method);
         struct adm_reply early = {0};
         const char *cl =
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -417,14 +451,14 @@ int adm_http_create(struct adm_ctx *ctx, struct adm_http **out)
                  "it can change the fleet",
                  cp->admin_listen);
     }
-    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    h->daemon = MHD_start_daemon(flags, portn, NULL, NULL, adm_handler, h, MHD_OPTION_SOCK_ADDR,
-                                 ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, adm_completed, h,
-                                 MHD_OPTION_NOTIFY_CONNECTION, adm_notify_connection, h,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
-                                 MHD_OPTION_CONNECTION_LIMIT, adm_connection_cap(), MHD_OPTION_END);
+    h->daemon = MHD_start_daemon(
+        flags, portn, NULL, NULL, adm_handler, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_message, NULL,
+        MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, adm_completed, h,
+        MHD_OPTION_NOTIFY_CONNECTION, adm_notify_connection, h, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)30, MHD_OPTION_CONNECTION_LIMIT, adm_connection_cap(), MHD_OPTION_END);
     freeaddrinfo(ai);
     if (h->daemon == NULL) {
         log_error("admin API: cannot listen on %s", cp->admin_listen);

@@ -17,6 +17,8 @@
 #include "common/proc.h"
 #include "common/prom.h"
 #include "controlplane/admin_channel.h"
+#include "controlplane/decisions.h"
+#include "controlplane/fleet_metrics.h"
 #include "controlplane/health_prober.h"
 #include "controlplane/load_reports.h"
 #include "controlplane/reset_load.h"
@@ -38,6 +40,9 @@ const char *const adm_route_labels[ADM_ROUTE_COUNT] = {
     [ADM_ROUTE_RESET_LOAD] = "/workers/{id}/reset_load",
     [ADM_ROUTE_STATUS] = "/status",
     [ADM_ROUTE_METRICS] = "/metrics",
+    [ADM_ROUTE_RELOAD] = "/reload",
+    [ADM_ROUTE_PAGE] = "/",
+    [ADM_ROUTE_DECISIONS] = "/decisions",
     [ADM_ROUTE_OTHER] = "other",
 };
 
@@ -51,6 +56,12 @@ static enum adm_route_id adm_split(const char *url, char *id, size_t id_len)
         return ADM_ROUTE_STATUS;
     if (strcmp(url, "/metrics") == 0)
         return ADM_ROUTE_METRICS;
+    if (strcmp(url, "/reload") == 0)
+        return ADM_ROUTE_RELOAD;
+    if (strcmp(url, "/") == 0)
+        return ADM_ROUTE_PAGE; /* served by admin_http.c, before auth */
+    if (strcmp(url, "/decisions") == 0)
+        return ADM_ROUTE_DECISIONS;
     if (strncmp(url, "/workers/", 9) != 0)
         return ADM_ROUTE_OTHER;
     const char *rest = url + 9;
@@ -124,6 +135,13 @@ static json_t *adm_worker_json(const struct adm_ctx *ctx, const struct shm_worke
         cp_kube_pod_of(ctx->kube, w->id, &ns, &name, &uid))
         json_object_set_new(
             j, "pod", json_pack("{s:s, s:s, s:s}", "namespace", ns, "name", name, "uid", uid));
+    /* healthy alone cannot tell "not probed yet" (health.initial) from "failing". */
+    json_object_set_new(
+        j, "health",
+        json_string(w->healthy ? "healthy"
+                    : ctx->hc != NULL && hc_is_unknown(ctx->hc, w->slot, w->generation)
+                        ? "unknown"
+                        : "unhealthy"));
     return j;
 }
 
@@ -425,6 +443,7 @@ static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
     prom_sample_u64(&w, NULL, NULL, 0, shm_load_underflows(ctx->seg));
     if (ctx->kube != NULL)
         cp_kube_metrics(ctx->kube, &w);
+    cp_fleet_metrics_write(&w, all, n); /* reorders all: after the per-worker families */
     if (ctx->http_metrics != NULL)
         ctx->http_metrics(ctx->http_metrics_arg, &w);
     free(all);
@@ -444,6 +463,21 @@ static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
     adm_reply_fini(reply);
     reply->status = 200;
     reply->text = text;
+}
+
+static void adm_reload(struct adm_ctx *ctx, struct adm_reply *reply)
+{
+    char msg[2048];
+    if (ctx->reload == NULL) {
+        adm_reply_error(reply, 503, "reload is not available");
+        return;
+    }
+    int rc = ctx->reload(ctx->reload_arg, msg, sizeof(msg));
+    if (rc == 0)
+        adm_reply_json(reply, 200,
+                       json_pack("{s:s, s:s}", "config", ctx->cfg->path, "message", msg));
+    else
+        adm_reply_error(reply, rc == -ENOMEM ? 503 : rc == -EINVAL ? 400 : 409, "%s", msg);
 }
 
 static bool adm_method_is(const char *method, const char *want, struct adm_reply *reply,
@@ -480,6 +514,18 @@ int adm_route_serve(struct adm_ctx *ctx, const char *method, const char *url, co
     case ADM_ROUTE_METRICS:
         if (adm_method_is(method, "GET", reply, "GET"))
             adm_metrics(ctx, reply);
+        return 1;
+    case ADM_ROUTE_DECISIONS:
+        if (!adm_method_is(method, "GET", reply, "GET"))
+            return 1;
+        if (ctx->decisions == NULL) {
+            adm_reply_error(reply, 503, "not available");
+            return 1;
+        }
+        return cp_decisions_start(ctx->decisions, ctx->cfg, later, reply) == 0 ? 0 : 1;
+    case ADM_ROUTE_RELOAD:
+        if (adm_method_is(method, "POST", reply, "POST"))
+            adm_reload(ctx, reply);
         return 1;
     default:
         break;

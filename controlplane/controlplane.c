@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -21,9 +22,12 @@
 #include "controlplane/admin_channel.h"
 #include "controlplane/admin_ctx.h"
 #include "controlplane/admin_http.h"
+#include "controlplane/decisions.h"
 #include "controlplane/health_prober.h"
 #include "controlplane/lease_reaper.h"
 #include "controlplane/load_reports.h"
+#include "controlplane/registry_sync.h"
+#include "controlplane/reload.h"
 #include "controlplane/reset_load.h"
 #include "controlplane/source_kubernetes.h"
 #include "controlplane/source_static.h"
@@ -33,7 +37,8 @@
 #include "shm/segment.h"
 
 struct cp_daemon {
-    const struct cfg *cfg; /* borrowed */
+    const struct cfg *cfg; /* the config in force: borrowed at start, then reloaded */
+    struct cfg *reloaded;  /* owned: the last reloaded config (cfg points to it), or NULL */
     struct shm_segment seg;
     struct pix_index *prefix; /* the node's prefix index segment; NULL if none */
     struct cp_lease_reaper reaper;
@@ -127,7 +132,33 @@ static int cp_open_segment(struct cp_daemon *d)
         log_error("%s", err);
     else
         shm_registry_mark_synced(&d->seg);
+    /* The config's workers start healthy; whatever comes later obeys health.initial. */
+    cp_registry_set_start_healthy(strcmp(d->cfg->controlplane.health.initial, "healthy") == 0);
     return rc;
+}
+
+/* SIGHUP and POST /reload (adm_reload_fn). The config it replaces stays
+ * alive until the next reload only if it was itself reloaded: the one from
+ * the command line is daemon_main's and outlives the loop. */
+static int cp_reload_now(void *arg, char *msg, size_t msg_len)
+{
+    struct cp_daemon *d = arg;
+    struct cfg *next = NULL;
+    int rc = cp_reload(d->cfg, &d->seg, d->ctx.hc, &next, msg, msg_len);
+    if (rc != 0) {
+        log_warn("%s", msg);
+        return rc;
+    }
+    struct cfg *old = d->reloaded;
+    d->cfg = next;
+    d->ctx.cfg = next;
+    d->reloaded = next;
+    if (old != NULL) {
+        cfg_fini(old);
+        free(old);
+    }
+    log_info("%s", msg);
+    return 0;
 }
 
 static int cp_watch(struct cp_daemon *d, int fd)
@@ -169,6 +200,7 @@ static int cp_run_parts(struct cp_daemon *d)
     cp_reset_run(d->ctx.reset, proc_monotonic_ms());
     if (d->ctx.kube != NULL)
         cp_kube_run(d->ctx.kube, proc_monotonic_ms());
+    cp_decisions_run(d->ctx.decisions, proc_monotonic_ms());
     now = proc_monotonic_ms();
     int t = hc_timeout_ms(d->ctx.hc, now);
     t = cp_min_timeout(t, lr_timeout_ms(d->ctx.lr, now));
@@ -176,6 +208,7 @@ static int cp_run_parts(struct cp_daemon *d)
     t = cp_min_timeout(t, cp_reset_timeout_ms(d->ctx.reset, now));
     if (d->ctx.kube != NULL)
         t = cp_min_timeout(t, cp_kube_timeout_ms(d->ctx.kube, now));
+    t = cp_min_timeout(t, cp_decisions_timeout_ms(d->ctx.decisions, now));
     return t;
 }
 
@@ -184,7 +217,11 @@ static int cp_start_parts(struct cp_daemon *d)
     d->ctx.cfg = d->cfg;
     d->ctx.seg = &d->seg;
     d->ctx.started_ms = proc_monotonic_ms();
+    d->ctx.reload = cp_reload_now;
+    d->ctx.reload_arg = d;
     int rc = cp_reset_create(&d->ctx, &d->ctx.reset);
+    if (rc == 0)
+        rc = cp_decisions_create(&d->ctx.decisions);
     if (rc == 0)
         rc = hc_create(&d->seg, &d->cfg->controlplane.health, &d->ctx.hc);
     if (rc == 0)
@@ -207,7 +244,8 @@ static int cp_start_parts(struct cp_daemon *d)
     cp_lease_reaper_set_channel(&d->reaper, cp_channel_lost, d);
     if ((rc = cp_watch(d, hc_fd(d->ctx.hc))) != 0 || (rc = cp_watch(d, lr_fd(d->ctx.lr))) != 0 ||
         (rc = cp_watch(d, adm_chan_fd(d->ctx.chan))) != 0 ||
-        (rc = cp_watch(d, adm_http_fd(d->ctx.http))) != 0)
+        (rc = cp_watch(d, adm_http_fd(d->ctx.http))) != 0 ||
+        (rc = cp_watch(d, cp_decisions_fd(d->ctx.decisions))) != 0)
         log_error("setting up the event loop: %s", strerror(-rc));
     return rc;
 }
@@ -217,6 +255,8 @@ static void cp_stop_parts(struct cp_daemon *d)
     /* The reset answers its suspended request before the HTTP server goes. */
     cp_reset_destroy(d->ctx.reset);
     d->ctx.reset = NULL;
+    cp_decisions_destroy(d->ctx.decisions);
+    d->ctx.decisions = NULL;
     adm_http_destroy(d->ctx.http);
     cp_kube_destroy(d->ctx.kube);
     adm_chan_destroy(d->ctx.chan);
@@ -243,7 +283,11 @@ static int cp_loop(struct cp_daemon *d)
                 cp_tick(d);
             } else if (fd == d->sigfd) {
                 int sig = evfd_signals_read(d->sigfd);
-                if (sig == SIGTERM || sig == SIGINT) {
+                if (sig == SIGHUP) {
+                    char msg[2048];
+                    log_info("received SIGHUP: reloading %s", d->cfg->path);
+                    cp_reload_now(d, msg, sizeof(msg));
+                } else if (sig == SIGTERM || sig == SIGINT) {
                     log_info("received %s, shutting down (segment %s stays for the dataplanes)",
                              strsignal(sig), d->seg.name);
                     return 0;
@@ -287,6 +331,10 @@ out_close_loop:
     if (d.tickfd >= 0)
         close(d.tickfd);
     shm_segment_close(&d.seg);
+    if (d.reloaded != NULL) {
+        cfg_fini(d.reloaded);
+        free(d.reloaded);
+    }
 out_close_signals:
     pix_destroy(d.prefix);
     close(d.sigfd);

@@ -40,6 +40,7 @@ struct hc_target {
     bool has_model;
     bool probing;
     bool learning;
+    bool unknown; /* added at run time, not routed, no probe answered yet */
     uint32_t slot;
     uint32_t generation;
     uint32_t ok_run;   /* consecutive successes */
@@ -65,6 +66,7 @@ struct hc_prober {
     int epfd;
     uint64_t registry_seen;
     bool registry_loaded;
+    bool first_load_done;             /* targets found later were added at run time */
     uint64_t rng;                     /* a struct rng's state (common/rng.h), kept as its integer */
     struct hc_target *targets;        /* seg->max_workers, indexed by slot */
     struct shm_worker_info *snapshot; /* scratch for registry rescans */
@@ -169,6 +171,21 @@ void hc_destroy(struct hc_prober *p)
     free(p);
 }
 
+void hc_set_health(struct hc_prober *p, const struct cfg_health *health)
+{
+    p->health = health;
+    uint64_t now = proc_monotonic_ms();
+    for (uint32_t s = 0; s < p->seg->max_workers; s++) {
+        struct hc_target *t = &p->targets[s];
+        if (!t->active)
+            continue;
+        snprintf(t->health_url, sizeof(t->health_url), "%s%s", t->url, health->path);
+        uint64_t soon = now + hc_jittered_interval(p);
+        if (t->next_probe_ms > soon)
+            t->next_probe_ms = soon;
+    }
+}
+
 int hc_fd(const struct hc_prober *p)
 {
     return p->epfd;
@@ -183,6 +200,9 @@ static void hc_target_reset(struct hc_prober *p, struct hc_target *t,
     t->slot = info->slot;
     t->generation = info->generation;
     t->healthy = info->healthy;
+    /* Not healthy on arrival while the control plane runs: health.initial
+     * unknown. (A worker found unhealthy at start was judged before.) */
+    t->unknown = p->first_load_done && !info->healthy;
     t->has_model = info->model[0] != '\0';
     t->ok_run = 0;
     t->fail_run = 0;
@@ -225,6 +245,7 @@ static void hc_follow_registry(struct hc_prober *p, uint64_t now_ms)
         }
     }
     free(seen);
+    p->first_load_done = true;
 }
 
 static CURL *hc_easy(struct hc_target *t, CURL **slot, const char *url, long timeout_ms,
@@ -284,6 +305,15 @@ static void hc_apply_probe(struct hc_prober *p, struct hc_target *t, bool ok, co
         t->fail_run = 0;
         if (t->ok_run < UINT32_MAX)
             t->ok_run++;
+        /* An unknown worker has nothing to prove yet: one answer will do. */
+        if (t->unknown) {
+            t->unknown = false;
+            if (shm_registry_set_healthy(p->seg, t->slot, true) == 0) {
+                t->healthy = true;
+                log_info("worker %s (%s) is healthy: its first probe succeeded", t->id, t->url);
+            }
+            return;
+        }
         if (!t->healthy && t->ok_run >= h->success_threshold) {
             if (shm_registry_set_healthy(p->seg, t->slot, true) == 0) {
                 t->healthy = true;
@@ -295,6 +325,10 @@ static void hc_apply_probe(struct hc_prober *p, struct hc_target *t, bool ok, co
     }
     t->checks_failed++;
     t->ok_run = 0;
+    if (t->unknown) {
+        t->unknown = false; /* judged now: unhealthy, success_threshold to recover */
+        log_warn("worker %s (%s) is unhealthy: its first probe failed (%s)", t->id, t->url, why);
+    }
     if (t->fail_run < UINT32_MAX)
         t->fail_run++;
     if (t->healthy && t->fail_run >= h->failure_threshold) {
@@ -424,6 +458,16 @@ int hc_timeout_ms(const struct hc_prober *p, uint64_t now_ms)
         return 0;
     uint64_t d = next - now_ms;
     return d > 60000 ? 60000 : (int)d;
+}
+
+bool hc_is_unknown(const struct hc_prober *p, uint32_t slot, uint32_t generation)
+{
+    if (p == NULL || slot >= p->seg->max_workers)
+        return false;
+    const struct hc_target *t = &p->targets[slot];
+    if (!t->active || t->generation != generation)
+        return true; /* placed since the prober last looked: nothing probed yet */
+    return t->unknown;
 }
 
 size_t hc_stats(const struct hc_prober *p, struct hc_worker_stats *out, size_t cap)

@@ -39,6 +39,14 @@ struct hc_worker_stats {
 int hc_create(struct shm_segment *seg, const struct cfg_health *health, struct hc_prober **out);
 void hc_destroy(struct hc_prober *p);
 
+/*
+ * Switches to new health settings (a reload): path, interval, timeout,
+ * thresholds. health is borrowed like hc_create's and must outlive the
+ * prober or the next call. A shorter interval takes effect at once; probes
+ * in flight finish under the old timeout; consecutive counts carry over.
+ */
+void hc_set_health(struct hc_prober *p, const struct cfg_health *health);
+
 /* The descriptor to watch for EPOLLIN in the loop's epoll set. */
 int hc_fd(const struct hc_prober *p);
 
@@ -48,6 +56,14 @@ int hc_timeout_ms(const struct hc_prober *p, uint64_t now_ms);
 /* Follows registry changes, drives transfers, starts due probes and applies
  * results. Call on every loop pass. */
 void hc_run(struct hc_prober *p, uint64_t now_ms);
+
+/*
+ * For a worker that is not healthy in the registry: true while it was added
+ * at run time with health.initial unknown and no probe has answered yet (or
+ * the prober has not seen it yet), i.e. not routed but not judged unhealthy
+ * either (GET /workers says "health": "unknown"). False once judged.
+ */
+bool hc_is_unknown(const struct hc_prober *p, uint32_t slot, uint32_t generation);
 
 /* Copies per-worker check counters (up to cap); returns how many. */
 size_t hc_stats(const struct hc_prober *p, struct hc_worker_stats *out, size_t cap);

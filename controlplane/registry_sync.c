@@ -18,6 +18,14 @@
 
 _Static_assert(CP_SOURCE_COUNT <= 32, "a source kind is a 5-bit tag in the slot");
 
+/* See cp_registry_set_start_healthy: the control plane's thread only. */
+static bool cp_start_healthy = true;
+
+void cp_registry_set_start_healthy(bool healthy)
+{
+    cp_start_healthy = healthy;
+}
+
 /*
  * The proposal sorted by id and by url (indices into set->workers), so that
  * every lookup is a binary search: a sync of a thousand discovered workers
@@ -169,7 +177,7 @@ int cp_registry_add(struct shm_segment *seg, enum cp_source_kind kind,
 {
     struct shm_worker_info add = {
         .role = w->role,
-        .healthy = true, /* until probes say otherwise */
+        .healthy = cp_start_healthy, /* until probes say otherwise */
         .source = (uint8_t)kind,
     };
     snprintf(add.id, sizeof(add.id), "%s", w->id);

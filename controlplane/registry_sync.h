@@ -19,6 +19,7 @@
 #ifndef SY_CONTROLPLANE_REGISTRY_SYNC_H
 #define SY_CONTROLPLANE_REGISTRY_SYNC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "controlplane/source.h"
@@ -37,9 +38,21 @@ int cp_registry_sync(struct shm_segment *seg, const struct cp_source_set *set, c
                      size_t err_len);
 
 /*
- * Adds one worker for source kind, healthy until probes say otherwise, with
- * a new generation; the placed copy goes to out (may be NULL). Returns 0,
- * -EEXIST (id or url already registered, by any source), -ENOSPC.
+ * How workers added from now on start (cp_registry_add and the additions of
+ * cp_registry_sync): healthy, or not healthy in their slot — "unknown", so
+ * no data plane routes to them — until the health prober's first successful
+ * probe (controlplane.health.initial). The control plane syncs its config
+ * at start with the default, healthy, and then sets health.initial, so that
+ * every worker added while it runs (admin API, discovery, a reload) obeys
+ * it without each source having to know. One setting per process: the
+ * registry has one writer, the control plane's thread.
+ */
+void cp_registry_set_start_healthy(bool healthy);
+
+/*
+ * Adds one worker for source kind, starting as cp_registry_set_start_healthy
+ * says (then as probes say), with a new generation; the placed copy goes to out (may be NULL).
+ * Returns 0, -EEXIST (id or url already registered, by any source), -ENOSPC.
  */
 int cp_registry_add(struct shm_segment *seg, enum cp_source_kind kind,
                     const struct cp_source_worker *w, struct shm_worker_info *out);

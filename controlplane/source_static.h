@@ -1,7 +1,7 @@
 /*
  * The static worker source: the config file's workers: list. It proposes
- * the whole list once, when the control plane starts (the config is read
- * once), and owns exactly the workers it put in the registry: workers added
+ * the whole list when the control plane starts and at every reload
+ * (controlplane/reload.h), and owns exactly the workers it put in the registry: workers added
  * through the admin API (or any other source) are left alone, and a
  * configured id or url that another source already uses is an error.
  * Control plane only.

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/mhd_log.h"
 #include "common/proc.h"
 #include "dataplane/errors.h"
 #include "dataplane/header_rules.h"
@@ -564,9 +565,10 @@ int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handle
     int inherited = loop->index < sh->n_inherited ? sh->inherited[loop->index] : -1;
     if (inherited >= 0)
         loop->lst.mhd = MHD_start_daemon(
-            flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_LISTEN_SOCKET,
-            (MHD_socket)inherited, MHD_OPTION_NOTIFY_COMPLETED, lst_completed, loop,
-            MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop, MHD_OPTION_CONNECTION_LIMIT,
+            flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_message,
+            NULL, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)inherited, MHD_OPTION_NOTIFY_COMPLETED,
+            lst_completed, loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
+            MHD_OPTION_CONNECTION_LIMIT,
             (unsigned int)(sh->conn_cap_per_loop + DP_MHD_CONNECTION_SLACK),
             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
             MHD_OPTION_PER_IP_CONNECTION_LIMIT,
@@ -574,10 +576,10 @@ int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handle
             MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
     else
         loop->lst.mhd = MHD_start_daemon(
-            flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_SOCK_ADDR, &sh->listen_addr,
-            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_NOTIFY_COMPLETED,
-            lst_completed, loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
-            MHD_OPTION_CONNECTION_LIMIT,
+            flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_message,
+            NULL, MHD_OPTION_SOCK_ADDR, &sh->listen_addr, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+            (unsigned int)1, MHD_OPTION_NOTIFY_COMPLETED, lst_completed, loop,
+            MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop, MHD_OPTION_CONNECTION_LIMIT,
             (unsigned int)(sh->conn_cap_per_loop + DP_MHD_CONNECTION_SLACK),
             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
             MHD_OPTION_PER_IP_CONNECTION_LIMIT,

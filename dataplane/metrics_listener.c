@@ -14,6 +14,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/mhd_log.h"
 #include "shm/registry.h"
 
 struct dp_metrics_listener {
@@ -117,13 +118,14 @@ int dp_metrics_listener_start(const char *addr, const struct dp_metrics *m,
     l->guards = guards;
     l->seg = seg;
     l->max_workers = seg->max_workers;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    l->daemon = MHD_start_daemon(flags, portn, NULL, NULL, ml_handler, l, MHD_OPTION_SOCK_ADDR,
-                                 ai->ai_addr, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)32, MHD_OPTION_END);
+    l->daemon = MHD_start_daemon(
+        flags, portn, NULL, NULL, ml_handler, l, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_message, NULL,
+        MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_CONNECTION_LIMIT, (unsigned)32,
+        MHD_OPTION_END);
     freeaddrinfo(ai);
     if (l->daemon == NULL) {
         log_error("dataplane.metrics_listen: cannot listen on %s", addr);

@@ -16,6 +16,8 @@ bench) packages+=(nginx-light wrk gnuplot-nox) ;;
 # deploy: make check-deploy (promtool, systemd-analyze, the manifest checker's
 # YAML parser for Debian's /usr/bin/python3, shellcheck).
 deploy) packages+=(prometheus systemd python3 python3-yaml shellcheck) ;;
+# browser: the status page's end-to-end test renders it in headless Chromium.
+browser) packages+=(chromium) ;;
 esac
 
 missing=()

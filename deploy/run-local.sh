@@ -1,24 +1,59 @@
 #!/usr/bin/env bash
-# make run: the router on the embedded default config
-# (deploy/examples/local.yaml): the control plane, the data plane and three
-# mock workers on 127.0.0.1:9001-9003. Ctrl-C stops them all.
+# make run: the router on deploy/examples/local.yaml (a file in the
+# checkout, read at start; edit it and reload): the control plane, the data
+# plane and three mock workers on 127.0.0.1:9001-9003. Ctrl-C stops them
+# all, also a data plane started by hand with --hot-restart since.
 # Usage: deploy/run-local.sh BUILD_DIR
 set -euo pipefail
 build=${1:-build}
 config=deploy/examples/local.yaml
 pids=()
+# The data plane's listen address, and the directory of the admin socket,
+# beside which every running data plane of this config binds its hot-restart
+# socket dataplane-PORT.hot.sock (docs/operations.md, "Hot restart").
+listen=$(awk '/^dataplane:/ {d=1} d && /listen:/ {gsub(/"/, "", $2); print $2; exit}' "$config")
+sock=$(awk '/^controlplane:/ {c=1} c && /admin_socket:/ {print $2; exit}' "$config")
+
+# Pids of the processes holding this config's hot-restart socket: the data
+# plane serving it, also one started with --hot-restart from another
+# terminal (not our child, and Ctrl-C does not reach its process group).
+serving_dataplanes() {
+    local hot inodes
+    hot="$(dirname "$sock")/dataplane-${listen##*:}.hot.sock"
+    # Bound under a temporary name (the path plus ".PID") and renamed into place.
+    inodes=$(awk -v a="$hot" -v b="$PWD/$hot" 'index($8, a) == 1 || index($8, b) == 1 {print $7}' \
+        /proc/net/unix)
+    [ -n "$inodes" ] || return 0
+    for inode in $inodes; do
+        find /proc/[0-9]*/fd -maxdepth 1 -lname "socket:\\[$inode\\]" 2>/dev/null | cut -d/ -f3
+    done | sort -u
+}
+
 stop() {
     trap - INT TERM EXIT
     echo
     echo "stopping..."
-    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    local others=()
+    for pid in $(serving_dataplanes); do
+        # Only a switchyard data plane (comm is cut at 15 characters).
+        [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = switchyard-data ] && others+=("$pid")
+    done
+    [ ${#others[@]} -eq 0 ] || echo "stopping the serving data plane too: pid ${others[*]}"
+    for pid in "${others[@]}" "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
+    # Not our children: wait for them by polling (no request is in flight
+    # after Ctrl-C, so they exit at once; 10 s at most).
+    for _ in $(seq 100); do
+        local alive=0
+        for pid in "${others[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        [ $alive -eq 0 ] && break
+        sleep 0.1
+    done
 }
 trap stop INT TERM EXIT
 
 # The admin channel's socket lives in a directory only this user can enter
 # (the config names it relative to the checkout; docs/security.md).
-sock=$(awk '/^controlplane:/ {c=1} c && /admin_socket:/ {print $2; exit}' "$config")
 mkdir -p "$(dirname "$sock")"
 chmod 0700 "$(dirname "$sock")"
 
@@ -34,7 +69,6 @@ pids+=($!)
 "$build/switchyard-dataplane" --config "$config" &
 pids+=($!)
 
-listen=$(awk '/^dataplane:/ {d=1} d && /listen:/ {gsub(/"/, "", $2); print $2; exit}' "$config")
 for _ in $(seq 100); do
     curl -fs "http://$listen/health" >/dev/null 2>&1 && break
     sleep 0.1

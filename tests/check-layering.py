@@ -31,7 +31,7 @@ import re
 import sys
 import tempfile
 
-SOURCE_DIRS = ["common", "shm", "proto", "dataplane", "controlplane"]
+SOURCE_DIRS = ["common", "shm", "proto", "dataplane", "controlplane", "ctl"]
 PRIVATE_SHM_HEADERS = ["shm/layout_private.h"]
 # Who may read the segment's structs directly: shm/ itself, and tests,
 # which forge a header's or a lease's bytes to reproduce what a crashed,
@@ -45,6 +45,8 @@ ALLOWED = {
     "proto": {"common", "proto"},
     "dataplane": {"common", "shm", "proto", "dataplane"},
     "controlplane": {"common", "shm", "proto", "controlplane"},
+    # switchyard-ctl is a client of the admin API: it shares only the config.
+    "ctl": {"common", "ctl"},
 }
 
 # Cycles that are part of the design. Each is a set of modules (path

@@ -373,6 +373,7 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.controlplane.load_reports.stale_after_ms, 2000);
     assert_int_equal(cfg.policy.load_signal, CFG_LOAD_SIGNAL_OWN);
     assert_true(cfg.policy.kv_overload == 0.75);
+    assert_string_equal(cfg.controlplane.health.initial, "healthy");
     assert_string_equal(cfg.dataplane.listen, "0.0.0.0:18080");
     assert_int_equal(cfg.dataplane.threads, 4);
     assert_int_equal(cfg.dataplane.max_body, 64 * 1024);
