@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CFG_MSG_MAX 512
+#define CFG_MSG_MAX 1024
 
 int cfg_yaml_init(struct cfg_parser *p, struct cfg *cfg, const char *name, const char *input,
                   size_t len, char *err, size_t err_len)

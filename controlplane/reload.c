@@ -25,9 +25,18 @@ static const struct {
     const char *prefix;
     enum cp_effect effect;
 } cp_effects[] = {
-    {"controlplane.health.", CP_EFFECT_RELOAD},  {"workers", CP_EFFECT_RELOAD},
-    {"dataplane.", CP_EFFECT_DATAPLANE_RESTART}, {"policy.", CP_EFFECT_DATAPLANE_RESTART},
-    {"controlplane.", CP_EFFECT_RESTART},        {"shm.", CP_EFFECT_RESTART},
+    {"controlplane.health.", CP_EFFECT_RELOAD},
+    {"workers", CP_EFFECT_RELOAD},
+    /* Read by the data plane (the control plane's admin API reads it too,
+     * but only to show the same number): a hot restart applies it. */
+    {"controlplane.load_reports.stale_after", CP_EFFECT_DATAPLANE_RESTART},
+    {"dataplane.", CP_EFFECT_DATAPLANE_RESTART},
+    {"policy.", CP_EFFECT_DATAPLANE_RESTART},
+    {"tracing.", CP_EFFECT_DATAPLANE_RESTART},
+    {"admission.", CP_EFFECT_DATAPLANE_RESTART},
+    {"controlplane.", CP_EFFECT_RESTART},
+    {"discovery.", CP_EFFECT_RESTART},
+    {"shm.", CP_EFFECT_RESTART},
 };
 
 enum cp_effect cp_reload_effect_of(const char *key)
