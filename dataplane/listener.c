@@ -189,7 +189,8 @@ static enum MHD_Result lst_queue_buffer(struct dp_request *req, int status, cons
 static enum MHD_Result lst_queue_error(struct dp_request *req, int status, const char *code,
                                        const char *msg)
 {
-    char *body = dp_error_body(status, code, msg);
+    char *body =
+        dp_error_body_shaped(dp_route_row(req->route)->anthropic_errors, status, code, msg);
     static const char fallback[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
                                    "\"api_error\",\"code\":\"out_of_memory\"}}";
     enum MHD_Result ret =

@@ -89,7 +89,7 @@ static void add_common_headers(struct mw_req *req, struct MHD_Response *resp, co
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (req->route == MW_ROUTE_BAD_METHOD && req->allow != NULL)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, req->allow);
-    if (req->route == MW_ROUTE_INFERENCE) {
+    if (req->route == MW_ROUTE_INFERENCE || req->route == MW_ROUTE_API) {
         const char *rid = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Request-Id");
         if (rid != NULL)
             MHD_add_response_header(resp, "x-request-id", rid);
@@ -98,7 +98,7 @@ static void add_common_headers(struct mw_req *req, struct MHD_Response *resp, co
 
 static void count_status(struct mw_req *req, int status)
 {
-    if (req->route == MW_ROUTE_INFERENCE)
+    if (req->route == MW_ROUTE_INFERENCE || req->route == MW_ROUTE_API)
         mw_stats_status(&req->server->stats, status);
 }
 
@@ -164,6 +164,9 @@ static enum mw_route route_of(struct mw_req *req, const char *url, const char *m
 {
     bool get = is_method(method, "GET") || is_method(method, "HEAD");
     bool post = is_method(method, "POST");
+    bool api_ok = false;
+    if (mw_api_route(url, method, &req->api, req->api_id, &req->allow, &api_ok))
+        return api_ok ? MW_ROUTE_API : MW_ROUTE_BAD_METHOD;
     static const struct {
         const char *path;
         enum mw_route route;
@@ -214,7 +217,7 @@ static struct mw_req *req_new(struct mw_loop *loop, struct mw_server *s,
     req->phase = MW_PHASE_RECEIVING;
     req->route = route_of(req, url, method);
     req->sched.owner = mw_loop_index(loop);
-    if (req->route == MW_ROUTE_INFERENCE) {
+    if (req->route == MW_ROUTE_INFERENCE || req->route == MW_ROUTE_API) {
         mw_stats_accept(&s->stats);
         req->accounted = true;
     }
@@ -696,6 +699,23 @@ static enum MHD_Result infer_step(struct mw_req *req)
     }
 }
 
+/* ---- Responses, Messages, pooling, tokenizer (api.h) ---------------------------- */
+
+static enum MHD_Result api_step(struct mw_req *req)
+{
+    struct mw_server *s = req->server;
+    struct mw_api_reply r;
+    if (req->too_large) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "Request body larger than %" PRIu64 " bytes (--max-body-bytes)",
+                 s->opts.max_body_bytes);
+        return respond_error(req, 413, msg);
+    }
+    mw_api_handle(s, req->api, req->api_id, req->body.data, req->body.len, &r);
+    record_last_request(req);
+    return respond(req, r.status, r.body, r.body != NULL ? r.len : 1, r.ctype);
+}
+
 /* ---- other endpoints ---------------------------------------------------------------- */
 
 /* One vLLM-named family with its single series; value spelled as vLLM does ("3.0"). */
@@ -803,6 +823,7 @@ static enum MHD_Result respond_mock_reset(struct mw_req *req)
     mw_pd_pins_reset(&s->pins);
     mw_fault_state_clear(&s->faults);
     mw_engine_reset(&s->engine);
+    mw_api_reset();
     log_info("mock state reset");
     return respond_json(req, 200, json_pack("{s:b}", "reset", 1));
 }
@@ -889,6 +910,8 @@ enum MHD_Result mw_handle_access(struct mw_loop *loop, struct mw_server *server,
     }
     if (req->route == MW_ROUTE_INFERENCE)
         return infer_step(req);
+    if (req->route == MW_ROUTE_API && req->phase == MW_PHASE_RECEIVING)
+        return api_step(req);
     if (req->phase != MW_PHASE_RECEIVING)
         return MHD_NO;
     return handle_control(req, method);
@@ -897,6 +920,10 @@ enum MHD_Result mw_handle_access(struct mw_loop *loop, struct mw_server *server,
 void mw_handle_gone(struct mw_req *req, bool shutdown)
 {
     req->gone = true;
+    if (req->route == MW_ROUTE_API && req->accounted) {
+        req->accounted = false;
+        mw_stats_release(&req->server->stats);
+    }
     if (req->route != MW_ROUTE_INFERENCE)
         return;
     infer_finish(req, req->ep == MW_EP_EMBEDDINGS ? 0 : req->events_sent);
@@ -922,6 +949,10 @@ void mw_handle_completed(struct mw_req *req, enum MHD_RequestTerminationCode toe
             mw_stats_release(&req->server->stats);
             req->accounted = false;
         }
+    }
+    if (req->route == MW_ROUTE_API && req->accounted) {
+        req->accounted = false;
+        mw_stats_release(&req->server->stats);
     }
     mw_infer_fini(&req->infer);
     buf_fini(&req->body);
