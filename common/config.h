@@ -113,6 +113,10 @@ struct cfg_dataplane {
     char metrics_listen[CFG_ADDR_MAX]; /* HOST:PORT, or "" = /metrics on listen */
     bool debug_headers;
     struct cfg_retry retry;
+    /* Responses stickiness (docs/api.md): how long a response id stays
+     * bound to its worker, and how many ids the node's table holds. */
+    uint64_t response_ttl_ms;
+    uint32_t response_table_size;
 };
 
 struct cfg_policy_role {

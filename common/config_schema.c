@@ -154,6 +154,11 @@ static const struct cfg_key dataplane_keys[] = {
             "HOST:PORT (e.g. 127.0.0.1:9090), or \"\" for the listen address", ""),
     KEY_BOOL("debug_headers", struct cfg_dataplane, debug_headers, false),
     KEY_MAP("retry", struct cfg_dataplane, retry, retry_keys, NULL, cfg_check_retry),
+    KEY_RANGE("response_ttl", CFG_KIND_DURATION, struct cfg_dataplane, response_ttl_ms, MS_SECOND,
+              30 * 24 * MS_HOUR, MS_HOUR),
+    /* Response ids the node remembers (all its data planes share them). */
+    KEY_RANGE("response_table_size", CFG_KIND_U32, struct cfg_dataplane, response_table_size, 64,
+              16777216, 65536),
     KEY_END,
 };
 

@@ -31,6 +31,7 @@
 #include "dataplane/listener.h"
 #include "dataplane/loop_run.h"
 #include "dataplane/metrics_listener.h"
+#include "dataplane/resp_affinity.h"
 #include "shm/lease.h"
 #include "shm/segment.h"
 
@@ -361,6 +362,7 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
         goto out_close_signals;
     if (dp_wait_segment(&d, opts->segment_wait_ms) != 0)
         goto out_close_signals;
+    (void)dp_resp_init(cfg); /* logs why when it fails: stickiness is then off */
     if (shm_lease_claim(&d.seg, &d.lease, err, sizeof(err)) != 0) {
         log_error("%s", err);
         goto out_close_segment;
@@ -435,6 +437,7 @@ out_free_shared:
      * previous dataplane is gone, lease included". */
     dp_hot_fini(&d.hot);
 out_close_segment:
+    dp_resp_fini();
     shm_segment_close(&d.seg);
 out_close_signals:
     close(d.sigfd);

@@ -32,6 +32,7 @@
 #include "dataplane/plan.h"
 #include "dataplane/relay.h"
 #include "dataplane/request.h"
+#include "dataplane/resp_affinity.h"
 #include "dataplane/routes.h"
 #include "dataplane/upstream.h"
 
@@ -221,7 +222,7 @@ pick_again:;
         for (size_t i = 0; i < v->n; i++) {
             const struct shm_worker_info *w = &v->w[i];
             if (!req->leg->is_eligible(w) ||
-                (req->model[0] != '\0' && !shm_worker_serves(w, req->model)))
+                (!req->pinned && req->model[0] != '\0' && !shm_worker_serves(w, req->model)))
                 continue;
             if (req->pinned && (w->slot != req->pin_slot || w->generation != req->pin_generation))
                 continue;
@@ -380,6 +381,13 @@ void dp_fwd_begin(struct dp_request *req)
     }
     if (dp_request_prepare_upstream(req) != 0) {
         fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
+        return;
+    }
+    /* A request naming a stored response goes to the worker storing it. */
+    char *pin_body = NULL;
+    int pin_status = dp_resp_pin(req, &pin_body);
+    if (pin_status != 0) {
+        fwd_reply_body(req, pin_status, pin_body);
         return;
     }
     /* The plan (one leg, or prefill then decode) is chosen here, once. */

@@ -905,8 +905,13 @@ static int h_teardown_ctx(void)
     }
 
     h_ctx_in_signal_view = 0;
-    for (size_t i = 0; i < h_ctx.n_shm; i++)
+    for (size_t i = 0; i < h_ctx.n_shm; i++) {
         shm_unlink(h_ctx.shm_names[i]);
+        /* The data planes' response table beside it (shm/responses.h). */
+        char beside[H_NAME_MAX + 16];
+        snprintf(beside, sizeof(beside), "%s.responses", h_ctx.shm_names[i]);
+        shm_unlink(beside);
+    }
     for (size_t i = 0; i < h_ctx.n_port_claims; i++)
         close(h_ctx.port_claims[i]);
     if ((test_failed || rc != 0) && h_env_is_set("SWITCHYARD_KEEP_TMP"))
