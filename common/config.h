@@ -30,6 +30,8 @@
 #define CFG_PATH_MAX      256
 #define CFG_ADDR_MAX      128
 #define CFG_ON_STATUS_MAX 32
+#define CFG_LIST_MAX      16  /* entries of a list of strings */
+#define CFG_LIST_ITEM_MAX 256 /* bytes of one entry, NUL included */
 
 enum cfg_role {
     CFG_ROLE_UNSET = 0,
@@ -93,6 +95,18 @@ struct cfg_retry {
     uint64_t backoff_max_ms;
 };
 
+/* A list of strings (e.g. dataplane.cors.allowed_origins). */
+struct cfg_str_list {
+    char item[CFG_LIST_MAX][CFG_LIST_ITEM_MAX];
+    size_t n;
+};
+
+/* dataplane.cors: off while allowed_origins is empty (docs/api.md). */
+struct cfg_cors {
+    struct cfg_str_list allowed_origins; /* "*" or scheme://host[:port] */
+    struct cfg_str_list allowed_headers; /* "*" or header names */
+};
+
 struct cfg_dataplane {
     char listen[CFG_ADDR_MAX]; /* HOST:PORT */
     uint32_t threads;          /* 0 = one event loop per core */
@@ -117,6 +131,7 @@ struct cfg_dataplane {
      * bound to its worker, and how many ids the node's table holds. */
     uint64_t response_ttl_ms;
     uint32_t response_table_size;
+    struct cfg_cors cors;
 };
 
 struct cfg_policy_role {

@@ -10,6 +10,7 @@
  */
 #include "common/config_internal.h"
 
+#include <ctype.h>
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
@@ -562,4 +563,32 @@ bool cfg_addr_or_empty_is_valid(const char *addr)
     char host[CFG_ADDR_MAX];
     uint16_t port;
     return addr[0] == '\0' || cfg_parse_host_port(addr, host, sizeof(host), &port) == 0;
+}
+
+bool cfg_cors_origin_is_valid(const char *text)
+{
+    if (strcmp(text, "*") == 0)
+        return true;
+    const char *rest = strncmp(text, "http://", 7) == 0    ? text + 7
+                       : strncmp(text, "https://", 8) == 0 ? text + 8
+                                                           : NULL;
+    if (rest == NULL || *rest == '\0')
+        return false;
+    for (const char *c = rest; *c != '\0'; c++)
+        if (!(isalnum((unsigned char)*c) || *c == '.' || *c == '-' || *c == ':' || *c == '[' ||
+              *c == ']'))
+            return false;
+    return true;
+}
+
+bool cfg_cors_header_is_valid(const char *text)
+{
+    if (strcmp(text, "*") == 0)
+        return true;
+    if (*text == '\0')
+        return false;
+    for (const char *c = text; *c != '\0'; c++)
+        if (!(isalnum((unsigned char)*c) || strchr("!#$%&'*+-.^_`|~", *c) != NULL))
+            return false;
+    return true;
 }

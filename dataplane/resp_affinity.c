@@ -115,11 +115,11 @@ int dp_resp_pin(struct dp_request *req, char **body)
 
 enum dp_resp_json {
     DP_RJ_UNSET = 0,
-    DP_RJ_SCAN,     /* outside any string */
-    DP_RJ_STRING,   /* inside a string (not ours) */
-    DP_RJ_KEY,      /* inside a key at depth 1: is it "id"? */
-    DP_RJ_VALUE,    /* inside the value of "id": kept */
-    DP_RJ_DONE,     /* found, or given up */
+    DP_RJ_SCAN,   /* outside any string */
+    DP_RJ_STRING, /* inside a string (not ours) */
+    DP_RJ_KEY,    /* inside a key at depth 1: is it "id"? */
+    DP_RJ_VALUE,  /* inside the value of "id": kept */
+    DP_RJ_DONE,   /* found, or given up */
 };
 
 struct dp_resp_capture {
@@ -128,8 +128,8 @@ struct dp_resp_capture {
     enum dp_resp_json st;
     int depth;
     bool escaped;
-    bool expect_key;   /* at depth 1, the next string is a key */
-    bool key_is_id;    /* the last key at depth 1 was "id" (until its value) */
+    bool expect_key; /* at depth 1, the next string is a key */
+    bool key_is_id;  /* the last key at depth 1 was "id" (until its value) */
     size_t key_len;
     bool key_match;
     /* both: the id, or for SSE the data line being gathered */

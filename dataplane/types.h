@@ -195,6 +195,7 @@ struct dp_request {
     enum dp_route route;
     enum dp_req_phase phase;
     bool method_ok;
+    bool preflight; /* a CORS preflight the router answers (cors.h) */
     bool suspended;
     bool client_gone;
     int client_fd; /* watched with EPOLLRDHUP while >= 0 and watching */

@@ -140,7 +140,8 @@ static int shm_resp_validate(const struct shm_resp_header *h, uint64_t file_size
     }
     if (h->n_entries == 0 || h->n_entries % SHM_RESP_WAYS != 0 ||
         h->total_size != shm_resp_size_for(h->n_entries) || file_size != h->total_size) {
-        snprintf(err, err_len, "response table size mismatch: %llu entries, header %llu bytes, "
+        snprintf(err, err_len,
+                 "response table size mismatch: %llu entries, header %llu bytes, "
                  "object %llu bytes",
                  (unsigned long long)h->n_entries, (unsigned long long)h->total_size,
                  (unsigned long long)file_size);
@@ -300,7 +301,8 @@ int shm_resp_put(struct shm_resp_table *t, const char *id, size_t len, uint32_t 
     uint64_t key = shm_resp_key(id, len);
     uint64_t words[SHM_RESP_WORDS];
     shm_resp_words(id, len, words);
-    struct shm_resp_entry *set = &t->entries[(key % (t->n_entries / SHM_RESP_WAYS)) * SHM_RESP_WAYS];
+    struct shm_resp_entry *set =
+        &t->entries[(key % (t->n_entries / SHM_RESP_WAYS)) * SHM_RESP_WAYS];
     for (int attempt = 0; attempt < SHM_RESP_TRIES; attempt++) {
         /* The same id, else an empty entry, else the least recently used. */
         int victim = -1, same = -1, empty = -1;
@@ -323,12 +325,11 @@ int shm_resp_put(struct shm_resp_table *t, const char *id, size_t len, uint32_t 
             continue;
         struct shm_resp_entry *e = &set[pick];
         uint64_t s = atomic_load_explicit(&e->seq, memory_order_relaxed);
-        if ((s & 1u) || !atomic_compare_exchange_strong_explicit(&e->seq, &s, s + 1,
-                                                                 memory_order_acquire,
-                                                                 memory_order_relaxed))
+        if ((s & 1u) || !atomic_compare_exchange_strong_explicit(
+                            &e->seq, &s, s + 1, memory_order_acquire, memory_order_relaxed))
             continue;
-        bool evicts = same < 0 && empty < 0 &&
-                      atomic_load_explicit(&e->key, memory_order_relaxed) != 0;
+        bool evicts =
+            same < 0 && empty < 0 && atomic_load_explicit(&e->key, memory_order_relaxed) != 0;
         atomic_store_explicit(&e->key, key, memory_order_relaxed);
         atomic_store_explicit(&e->created_ms, now_ms, memory_order_relaxed);
         atomic_store_explicit(&e->used_ms, now_ms, memory_order_relaxed);
@@ -354,7 +355,8 @@ int shm_resp_get(struct shm_resp_table *t, const char *id, size_t len, uint64_t 
     uint64_t key = shm_resp_key(id, len);
     uint64_t words[SHM_RESP_WORDS];
     shm_resp_words(id, len, words);
-    struct shm_resp_entry *set = &t->entries[(key % (t->n_entries / SHM_RESP_WAYS)) * SHM_RESP_WAYS];
+    struct shm_resp_entry *set =
+        &t->entries[(key % (t->n_entries / SHM_RESP_WAYS)) * SHM_RESP_WAYS];
     for (unsigned w = 0; w < SHM_RESP_WAYS; w++) {
         struct shm_resp_copy c;
         if (atomic_load_explicit(&set[w].key, memory_order_relaxed) != key ||

@@ -38,10 +38,11 @@ static void stream_id(const char *body, char *out, size_t cap)
 {
     const char *ev = strstr(body, "event: response.completed\ndata: ");
     assert_non_null(ev);
-    json_t *j = json_loads(ev + strlen("event: response.completed\ndata: "),
-                           JSON_DISABLE_EOF_CHECK, NULL);
+    json_t *j =
+        json_loads(ev + strlen("event: response.completed\ndata: "), JSON_DISABLE_EOF_CHECK, NULL);
     assert_non_null(j);
-    snprintf(out, cap, "%s", json_string_value(json_object_get(json_object_get(j, "response"), "id")));
+    snprintf(out, cap, "%s",
+             json_string_value(json_object_get(json_object_get(j, "response"), "id")));
     json_decref(j);
 }
 
@@ -104,8 +105,8 @@ static bool log_cond_holds(void *arg)
 static void run_conversation(bool stream)
 {
     struct h_fleet f;
-    struct h_fleet_opts o = {.n = 3, .policy = "round_robin",
-                             .dataplane_extra = "debug_headers: true\n"};
+    struct h_fleet_opts o = {
+        .n = 3, .policy = "round_robin", .dataplane_extra = "debug_headers: true\n"};
     h_fleet_start(&f, &o);
     /* A second data plane of the node: same segment, its own port. */
     struct h_config cfg2 = f.cfg;
@@ -207,7 +208,8 @@ static void test_unavailable_holder(void **state)
 {
     (void)state;
     struct h_fleet f;
-    struct h_fleet_opts o = {.n = 2, .policy = "round_robin",
+    struct h_fleet_opts o = {.n = 2,
+                             .policy = "round_robin",
                              .dataplane_extra = "debug_headers: true\n",
                              .health_interval = "100ms"};
     h_fleet_start(&f, &o);

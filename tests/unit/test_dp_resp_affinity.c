@@ -29,8 +29,9 @@ static void feed_json(struct dp_resp_capture *c, const char *text, size_t chunk)
 static void test_json_top_level_id(void **state)
 {
     (void)state;
-    const char *text = "{\"output\":[{\"id\":\"msg_1\",\"content\":[{\"text\":\"\\\"id\\\": x\"}]}],"
-                       "\"meta\":{\"id\":\"no\"},\"note\":\"id\",\"id\" : \"resp_top\",\"z\":1}";
+    const char *text =
+        "{\"output\":[{\"id\":\"msg_1\",\"content\":[{\"text\":\"\\\"id\\\": x\"}]}],"
+        "\"meta\":{\"id\":\"no\"},\"note\":\"id\",\"id\" : \"resp_top\",\"z\":1}";
     for (size_t chunk = 1; chunk <= strlen(text); chunk++) {
         struct dp_resp_capture c;
         feed_json(&c, text, chunk);
