@@ -13,8 +13,10 @@
  */
 #include "tests/mockworker/api.h"
 
+#include "tests/mockworker/lora.h"
 #include "tests/mockworker/request.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -208,7 +210,7 @@ static bool model_ok(const struct mw_server *s, json_t *model)
     for (size_t i = 0; i < s->ocfg.n_names; i++)
         if (strcmp(s->ocfg.names[i], json_string_value(model)) == 0)
             return true;
-    return false;
+    return mw_lora_has(json_string_value(model));
 }
 
 static const char *model_name(const struct mw_server *s, json_t *root)
@@ -783,6 +785,53 @@ static void handle_detokenize(json_t *root, struct mw_api_reply *out)
     buf_fini(&text);
 }
 
+/* ---- LoRA adapters at run time ------------------------------------------------------- */
+
+static void reply_text(struct mw_api_reply *out, int status, const char *text)
+{
+    out->status = status;
+    out->ctype = "text/plain; charset=utf-8";
+    out->body = strdup(text);
+    out->len = out->body != NULL ? strlen(text) : 1;
+}
+
+/* vLLM's load/unload answers: plain text on success, its error body otherwise. */
+static void handle_lora(json_t *root, bool load, struct mw_api_reply *out)
+{
+    json_t *name = json_object_get(root, "lora_name");
+    json_t *path = json_object_get(root, "lora_path");
+    if (!json_is_string(name) || (load && !json_is_string(path))) {
+        reply_error(out, 400,
+                    load ? "Both 'lora_name' and 'lora_path' must be provided."
+                         : "'lora_name' needs to be provided to unload a LoRA adapter.");
+        return;
+    }
+    char msg[512];
+    const char *n = json_string_value(name);
+    if (load) {
+        int rc = mw_lora_load(n, json_string_value(path));
+        if (rc == -EEXIST) {
+            snprintf(msg, sizeof(msg), "The lora adapter '%s' has already been loaded.", n);
+            reply_error(out, 400, msg);
+            return;
+        }
+        if (rc != 0) {
+            snprintf(msg, sizeof(msg), "Failed to load the lora adapter '%s'.", n);
+            reply_error(out, 400, msg);
+            return;
+        }
+        snprintf(msg, sizeof(msg), "Success: LoRA adapter '%s' added successfully.", n);
+    } else {
+        if (mw_lora_unload(n) != 0) {
+            snprintf(msg, sizeof(msg), "The lora adapter '%s' cannot be found.", n);
+            reply_error(out, 404, msg);
+            return;
+        }
+        snprintf(msg, sizeof(msg), "Success: LoRA adapter '%s' removed successfully.", n);
+    }
+    reply_text(out, 200, msg);
+}
+
 /* ---- dispatch ----------------------------------------------------------------------------- */
 
 void mw_api_handle(struct mw_server *s, enum mw_api api, const char *id, const char *body,
@@ -830,6 +879,10 @@ void mw_api_handle(struct mw_server *s, enum mw_api api, const char *id, const c
         break;
     case MW_API_DETOKENIZE:
         handle_detokenize(root, out);
+        break;
+    case MW_API_LOAD_LORA:
+    case MW_API_UNLOAD_LORA:
+        handle_lora(root, api == MW_API_LOAD_LORA, out);
         break;
     default:
         reply_error(out, 404, "Not Found");

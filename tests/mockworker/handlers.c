@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/prom.h"
 #include "common/version.h"
+#include "tests/mockworker/lora.h"
 #include "tests/mockworker/pd_kv.h"
 #include "tests/mockworker/server.h"
 
@@ -217,6 +218,7 @@ static struct mw_req *req_new(struct mw_loop *loop, struct mw_server *s,
     req->phase = MW_PHASE_RECEIVING;
     req->route = route_of(req, url, method);
     req->sched.owner = mw_loop_index(loop);
+    req->lora = -1;
     if (req->route == MW_ROUTE_INFERENCE || req->route == MW_ROUTE_API) {
         mw_stats_accept(&s->stats);
         req->accounted = true;
@@ -282,6 +284,8 @@ static void infer_receive(struct mw_req *req)
     }
     if (req->parse_status != 0)
         req->parse_error = error_body(s, req->parse_status, err.message, &req->parse_error_len);
+    else if (req->infer.model[0] != '\0')
+        req->lora = mw_lora_begin(req->infer.model);
     record_last_request(req);
     /* A decode worker that got the params consumes the prefill's blocks,
      * whether it then serves, rejects or aborts the request (pd_pins.h). */
@@ -758,6 +762,18 @@ static enum MHD_Result respond_metrics(struct mw_req *req)
     snprintf(v, sizeof(v), "%" PRIu64 ".0", snap.generation_tokens);
     vllm_metric(&w, "vllm:generation_tokens", PROM_COUNTER,
                 "Number of generation tokens processed.", m, v);
+    if (mw_lora_enabled()) {
+        /* As vLLM: an info gauge whose value is the time, labels say the state. */
+        char running[1024], now[32], max_lora[16];
+        mw_lora_running(running, sizeof(running));
+        snprintf(now, sizeof(now), "%.1f", (double)time(NULL));
+        snprintf(max_lora, sizeof(max_lora), "%d", MW_LORA_MAX);
+        const struct prom_label ll[] = {{"max_lora", max_lora},
+                                        {"running_lora_adapters", running},
+                                        {"waiting_lora_adapters", ""}};
+        prom_family(&w, "vllm:lora_requests_info", PROM_GAUGE, "Running stats on lora requests.");
+        prom_sample_text(&w, "", ll, 3, now);
+    }
     if (prom_error(&w) != 0) {
         buf_fini(&b);
         return respond(req, 500, NULL, 1, CT_JSON);
@@ -862,9 +878,15 @@ static enum MHD_Result handle_control(struct mw_req *req, const char *method)
     case MW_ROUTE_METRICS:
         return respond_metrics(req);
     case MW_ROUTE_MODELS: {
-        char *body = mw_openai_models_body(s->model_names, s->opts.n_names,
-                                           s->model_names + s->opts.n_names, s->lora_paths,
-                                           s->opts.n_lora, s->opts.max_model_len, s->started, &len);
+        char names[MW_LORA_MAX][128], paths[MW_LORA_MAX][256];
+        const char *np[MW_LORA_MAX], *pp[MW_LORA_MAX];
+        size_t n_lora = mw_lora_list(names, paths, MW_LORA_MAX);
+        for (size_t i = 0; i < n_lora; i++) {
+            np[i] = names[i];
+            pp[i] = paths[i];
+        }
+        char *body = mw_openai_models_body(s->model_names, s->opts.n_names, np, pp, n_lora,
+                                           s->opts.max_model_len, s->started, &len);
         return respond(req, 200, body, len, CT_JSON);
     }
     case MW_ROUTE_VERSION:
@@ -954,6 +976,7 @@ void mw_handle_completed(struct mw_req *req, enum MHD_RequestTerminationCode toe
         req->accounted = false;
         mw_stats_release(&req->server->stats);
     }
+    mw_lora_end(req->lora);
     mw_infer_fini(&req->infer);
     buf_fini(&req->body);
     free(req->parse_error);

@@ -96,6 +96,7 @@ struct mw_req {
     /* MW_ROUTE_API: which endpoint, and the {id} of its path ("" if none). */
     enum mw_api api;
     char api_id[MW_API_ID_MAX];
+    int lora; /* running on a LoRA adapter: its handle (lora.h), else -1 */
 
     /* Body, capped at opts.max_body_bytes (too_large then, rest discarded). */
     struct buf body;
