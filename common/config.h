@@ -76,6 +76,7 @@ struct cfg_health {
     uint64_t timeout_ms;
     uint32_t failure_threshold;
     uint32_t success_threshold;
+    uint64_t models_interval_ms; /* each worker's /v1/models is read again this often */
 };
 
 struct cfg_controlplane {

@@ -104,6 +104,8 @@ static const struct cfg_key health_keys[] = {
               2 * MS_SECOND),
     KEY_RANGE("failure_threshold", CFG_KIND_U32, struct cfg_health, failure_threshold, 1, 100, 3),
     KEY_RANGE("success_threshold", CFG_KIND_U32, struct cfg_health, success_threshold, 1, 100, 2),
+    KEY_RANGE("models_interval", CFG_KIND_DURATION, struct cfg_health, models_interval_ms, 100,
+              MS_HOUR, 30 * MS_SECOND),
     KEY_END,
 };
 

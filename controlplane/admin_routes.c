@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "common/prom.h"
+#include "controlplane/adapters.h"
 #include "controlplane/admin_channel.h"
 #include "controlplane/health_prober.h"
 #include "controlplane/reset_load.h"
@@ -32,6 +33,8 @@ const char *const adm_route_labels[ADM_ROUTE_COUNT] = {
     [ADM_ROUTE_RESET_LOAD] = "/workers/{id}/reset_load",
     [ADM_ROUTE_STATUS] = "/status",
     [ADM_ROUTE_METRICS] = "/metrics",
+    [ADM_ROUTE_ADAPTERS] = "/adapters",
+    [ADM_ROUTE_ADAPTER] = "/adapters/{name}",
     [ADM_ROUTE_OTHER] = "other",
 };
 
@@ -45,6 +48,15 @@ static enum adm_route_id adm_split(const char *url, char *id, size_t id_len)
         return ADM_ROUTE_STATUS;
     if (strcmp(url, "/metrics") == 0)
         return ADM_ROUTE_METRICS;
+    if (strcmp(url, "/adapters") == 0)
+        return ADM_ROUTE_ADAPTERS;
+    if (strncmp(url, "/adapters/", 10) == 0) {
+        size_t an = strlen(url + 10);
+        if (an == 0 || an >= id_len || strchr(url + 10, '/') != NULL)
+            return ADM_ROUTE_OTHER;
+        memcpy(id, url + 10, an + 1);
+        return ADM_ROUTE_ADAPTER;
+    }
     if (strncmp(url, "/workers/", 9) != 0)
         return ADM_ROUTE_OTHER;
     const char *rest = url + 9;
@@ -404,6 +416,11 @@ int adm_route_serve(struct adm_ctx *ctx, const char *method, const char *url, co
     case ADM_ROUTE_METRICS:
         if (adm_method_is(method, "GET", reply, "GET"))
             adm_metrics(ctx, reply);
+        return 1;
+    case ADM_ROUTE_ADAPTERS:
+    case ADM_ROUTE_ADAPTER:
+        cp_adapters_serve(ctx, method, route == ADM_ROUTE_ADAPTER ? id : NULL, body, body_len,
+                          reply);
         return 1;
     default:
         break;

@@ -21,6 +21,8 @@ enum adm_route_id {
     ADM_ROUTE_RESET_LOAD,
     ADM_ROUTE_STATUS,
     ADM_ROUTE_METRICS,
+    ADM_ROUTE_ADAPTERS, /* /adapters (adapters.h) */
+    ADM_ROUTE_ADAPTER,  /* /adapters/{name} */
     ADM_ROUTE_OTHER,
     ADM_ROUTE_COUNT,
 };

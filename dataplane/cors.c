@@ -23,8 +23,7 @@ bool dp_cors_enabled(const struct cfg_cors *c)
     return c->allowed_origins.n > 0;
 }
 
-bool dp_cors_is_preflight(const struct cfg_cors *c, struct MHD_Connection *conn,
-                          const char *method)
+bool dp_cors_is_preflight(const struct cfg_cors *c, struct MHD_Connection *conn, const char *method)
 {
     return dp_cors_enabled(c) && strcmp(method, "OPTIONS") == 0 &&
            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin") != NULL &&

@@ -49,6 +49,7 @@ void h_fleet_start(struct h_fleet *f, const struct h_fleet_opts *o)
     f->cfg.policy = o->policy;
     f->cfg.policy_extra = o->policy_extra;
     f->cfg.dataplane_extra = o->dataplane_extra;
+    f->cfg.health_extra = o->health_extra;
     f->cfg.health_interval = o->health_interval;
     assert_int_equal(h_config_write(&f->cfg, NULL), 0);
     assert_int_equal(h_start_controlplane(f->cfg.path, &f->cp), 0);

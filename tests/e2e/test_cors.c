@@ -20,11 +20,11 @@
 
 #define ORIGIN "https://app.example"
 #define CHAT                                                                                       \
-    "{\"model\":\"" H_FLEET_MODEL "\",\"max_tokens\":2,\"messages\":[{\"role\":\"user\","       \
+    "{\"model\":\"" H_FLEET_MODEL "\",\"max_tokens\":2,\"messages\":[{\"role\":\"user\","          \
     "\"content\":\"hi\"}]}"
 
-static long request(const struct h_fleet *f, const char *method, const char *path,
-                    const char *body, const char *const *headers, struct h_resp *r)
+static long request(const struct h_fleet *f, const char *method, const char *path, const char *body,
+                    const char *const *headers, struct h_resp *r)
 {
     char url[256];
     snprintf(url, sizeof(url), "%s%s", f->base, path);
@@ -62,16 +62,16 @@ static void test_cors_on(void **state)
 {
     (void)state;
     struct h_fleet f;
-    h_fleet_start(&f, &(struct h_fleet_opts){
-                          .n = 1,
-                          .dataplane_extra = "cors:\n"
-                                             "  allowed_origins: [\"" ORIGIN "\"]\n"
-                                             "  allowed_headers: [\"Authorization\", \"X-Custom\"]\n"});
+    h_fleet_start(
+        &f, &(struct h_fleet_opts){.n = 1,
+                                   .dataplane_extra =
+                                       "cors:\n"
+                                       "  allowed_origins: [\"" ORIGIN "\"]\n"
+                                       "  allowed_headers: [\"Authorization\", \"X-Custom\"]\n"});
     struct h_resp r = {0};
     /* A preflight the router answers. */
     const char *const pre[] = {"Origin: " ORIGIN, "Access-Control-Request-Method: POST",
-                               "Access-Control-Request-Headers: authorization, content-type",
-                               NULL};
+                               "Access-Control-Request-Headers: authorization, content-type", NULL};
     assert_int_equal(request(&f, "OPTIONS", "/v1/responses", NULL, pre, &r), 200);
     assert_true(header_is(&r, "Access-Control-Allow-Origin", ORIGIN));
     assert_true(header_is(&r, "Access-Control-Allow-Methods", "POST, OPTIONS"));

@@ -24,10 +24,10 @@ enum opt_kind {
     OPT_KIND_U32,
     OPT_KIND_U64,
     OPT_KIND_DOUBLE,
-    OPT_KIND_NAMES, /* one or more values, up to the next flag */
-    OPT_KIND_LORA,  /* one or more name=path, up to the next flag */
+    OPT_KIND_NAMES,     /* one or more values, up to the next flag */
+    OPT_KIND_LORA,      /* one or more name=path, up to the next flag */
     OPT_KIND_LORA_LIST, /* a,b: adapters by name, each at path /adapters/<name> */
-    OPT_KIND_FLAG,  /* a bool set by the flag alone */
+    OPT_KIND_FLAG,      /* a bool set by the flag alone */
     OPT_KIND_HELP,
     OPT_KIND_VERSION,
 };

@@ -63,7 +63,7 @@ enum mw_phase {
 struct mw_server {
     struct mw_options opts; /* read-only after init */
     struct mw_openai_cfg ocfg;
-    const char *model_names[2 * MW_NAMES_MAX]; /* served names, then adapters (ocfg.names) */
+    const char *model_names[2 * MW_NAMES_MAX]; /* served names (ocfg.names); adapters: lora.h */
     const char *lora_paths[MW_NAMES_MAX];
     struct mw_engine engine;
     struct mw_stats stats;

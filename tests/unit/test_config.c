@@ -345,6 +345,7 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.controlplane.health.timeout_ms, 100);
     assert_int_equal(cfg.controlplane.health.failure_threshold, 5);
     assert_int_equal(cfg.controlplane.health.success_threshold, 1);
+    assert_int_equal(cfg.controlplane.health.models_interval_ms, 5000);
     assert_string_equal(cfg.dataplane.listen, "0.0.0.0:18080");
     assert_int_equal(cfg.dataplane.threads, 4);
     assert_int_equal(cfg.dataplane.max_body, 64 * 1024);
@@ -384,18 +385,18 @@ static void test_full_file_round_trip(void **state)
     assert_string_equal(cfg.workers[0].url, "http://127.0.0.1:9001");
     assert_string_equal(cfg.workers[0].model, "mock");
     assert_int_equal(cfg.workers[0].role, CFG_ROLE_PREFILL);
-    assert_int_equal(cfg.workers[0].line, 50);
+    assert_int_equal(cfg.workers[0].line, 51);
     /* Canonical url (lower-case host, no slash) and the id derived from it. */
     assert_string_equal(cfg.workers[1].id, "worker-b.example:8443");
     assert_string_equal(cfg.workers[1].url, "https://worker-b.example:8443");
     assert_string_equal(cfg.workers[1].model, "meta-llama/Llama-3.1-8B");
     assert_int_equal(cfg.workers[1].role, CFG_ROLE_DECODE);
-    assert_int_equal(cfg.workers[1].line, 54);
+    assert_int_equal(cfg.workers[1].line, 55);
     assert_string_equal(cfg.workers[2].id, "::1:9003");
     assert_string_equal(cfg.workers[2].url, "http://[::1]:9003");
     assert_string_equal(cfg.workers[2].model, "");
     assert_int_equal(cfg.workers[2].role, CFG_ROLE_REGULAR);
-    assert_int_equal(cfg.workers[2].line, 57);
+    assert_int_equal(cfg.workers[2].line, 58);
     cfg_fini(&cfg);
     assert_defaults(&cfg);
 }
