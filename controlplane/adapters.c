@@ -18,8 +18,8 @@
 #include "shm/load.h"
 #include "shm/registry.h"
 
-#define CP_ADAPTERS_MAX     64u   /* workers one call may touch */
-#define CP_ADAPTERS_ANSWER  1024u /* bytes of a worker's answer kept for the reply */
+#define CP_ADAPTERS_MAX    64u   /* workers one call may touch */
+#define CP_ADAPTERS_ANSWER 1024u /* bytes of a worker's answer kept for the reply */
 
 struct cp_call {
     struct shm_worker_info w;
@@ -146,9 +146,9 @@ static json_t *cp_adapters_result(struct cp_call *calls, size_t n, const char *n
             ok++;
         } else {
             json_array_append_new(
-                failed, json_pack("{s:s, s:i, s:s}", "id", c->w.id, "status", (int)c->status,
-                                  "message", c->result != CURLE_OK ? curl_easy_strerror(c->result)
-                                                                   : text));
+                failed,
+                json_pack("{s:s, s:i, s:s}", "id", c->w.id, "status", (int)c->status, "message",
+                          c->result != CURLE_OK ? curl_easy_strerror(c->result) : text));
         }
         buf_fini(&c->answer);
         free(c->body);
@@ -305,8 +305,8 @@ out_free:
     free(calls);
 }
 
-void cp_adapters_serve(struct adm_ctx *ctx, const char *method, const char *name,
-                       const char *body, size_t len, struct adm_reply *reply)
+void cp_adapters_serve(struct adm_ctx *ctx, const char *method, const char *name, const char *body,
+                       size_t len, struct adm_reply *reply)
 {
     if (name == NULL) {
         if (strcmp(method, "POST") != 0) {

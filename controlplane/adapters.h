@@ -31,7 +31,7 @@
 #define CP_ADAPTERS_TIMEOUT_MS 5000
 
 /* Serves /adapters (name NULL) or /adapters/{name}. */
-void cp_adapters_serve(struct adm_ctx *ctx, const char *method, const char *name,
-                       const char *body, size_t len, struct adm_reply *reply);
+void cp_adapters_serve(struct adm_ctx *ctx, const char *method, const char *name, const char *body,
+                       size_t len, struct adm_reply *reply);
 
 #endif

@@ -23,8 +23,8 @@
 #define WAIT_MS 15000
 
 /* A chat for model; returns the status and the worker that answered. */
-static long chat(const struct h_fleet *f, const char *model, char *worker, size_t cap,
-                 char *code, size_t code_cap)
+static long chat(const struct h_fleet *f, const char *model, char *worker, size_t cap, char *code,
+                 size_t code_cap)
 {
     char url[128], body[256];
     snprintf(url, sizeof(url), "%s/v1/chat/completions", f->base);
@@ -146,9 +146,9 @@ static void test_adapter_routing(void **state)
     assert_int_equal(models_count(&f, "a"), 1);
     assert_int_equal(models_count(&f, H_FLEET_MODEL), 1);
     /* Loading again: nothing to do. */
-    assert_int_equal(admin(&f, "POST", "/adapters",
-                           "{\"lora_name\":\"a\",\"lora_path\":\"/adapters/a\"}", &j),
-                     200);
+    assert_int_equal(
+        admin(&f, "POST", "/adapters", "{\"lora_name\":\"a\",\"lora_path\":\"/adapters/a\"}", &j),
+        200);
     assert_int_equal(json_array_size(json_object_get(j, "loaded")), 0);
     json_decref(j);
 
