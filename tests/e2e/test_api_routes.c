@@ -213,7 +213,8 @@ static void test_bad_input(void **state)
 {
     (void)state;
     struct h_fleet f;
-    struct h_fleet_opts o = {.n = 1, .dataplane_extra = "max_body: 4KiB\n"};
+    struct h_fleet_opts o = {
+        .n = 1, .dataplane_extra = "max_body: 4KiB\n", .health_interval = "100ms"};
     h_fleet_start(&f, &o);
     static const struct {
         const char *path;
@@ -275,7 +276,7 @@ static void test_bad_input(void **state)
     /* No worker left: 503 in each shape. */
     assert_int_equal(h_mock_faults(f.mock[0].url, "{\"health_status\":503}"), 0);
     url_of(&f, "/v1/messages", url, sizeof(url));
-    int64_t deadline = h_now_ms() + 15000;
+    int64_t deadline = h_now_ms() + 30000;
     for (;;) {
         assert_int_equal(h_http_post_json(url,
                                           "{\"model\":\"mock-model\",\"max_tokens\":1,"
