@@ -362,7 +362,8 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
         goto out_close_signals;
     if (dp_wait_segment(&d, opts->segment_wait_ms) != 0)
         goto out_close_signals;
-    (void)dp_resp_init(cfg); /* logs why when it fails: stickiness is then off */
+    /* Logs why when it fails: stickiness is then off. */
+    (void)dp_resp_init(cfg, shm_segment_created_ms(&d.seg));
     if (shm_lease_claim(&d.seg, &d.lease, err, sizeof(err)) != 0) {
         log_error("%s", err);
         goto out_close_segment;

@@ -34,14 +34,15 @@
 static struct shm_resp_table dp_resp_table = {.fd = -1};
 static uint64_t dp_resp_ttl_ms;
 
-int dp_resp_init(const struct cfg *cfg)
+int dp_resp_init(const struct cfg *cfg, uint64_t registry_id)
 {
     char name[CFG_PATH_MAX + 16], err[512];
     int rc = shm_resp_name(cfg->shm.name, name, sizeof(name));
     bool created = false;
+    uint64_t forgot = 0;
     if (rc == 0)
-        rc = shm_resp_open(&dp_resp_table, name, cfg->dataplane.response_table_size, &created, err,
-                           sizeof(err));
+        rc = shm_resp_open(&dp_resp_table, name, cfg->dataplane.response_table_size, registry_id,
+                           &created, &forgot, err, sizeof(err));
     else
         snprintf(err, sizeof(err), "the name of the response table is too long");
     if (rc != 0) {
@@ -49,6 +50,10 @@ int dp_resp_init(const struct cfg *cfg)
         return rc;
     }
     dp_resp_ttl_ms = cfg->dataplane.response_ttl_ms;
+    if (forgot > 0)
+        log_info("response table %s: forgot %llu responses of a previous registry (their "
+                 "workers' slots mean nothing in this one)",
+                 name, (unsigned long long)forgot);
     if (!created && dp_resp_table.n_entries != cfg->dataplane.response_table_size)
         log_info("response table %s: %llu entries (kept from its creator; "
                  "dataplane.response_table_size applies when it is created anew)",

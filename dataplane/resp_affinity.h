@@ -29,15 +29,17 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/config.h"
 #include "dataplane/legs.h"
 
 struct dp_request;
 
-/* Opens (or creates) the node's response table beside cfg's segment. A
- * failure is logged and leaves stickiness off: 0 or a negative errno. */
-int dp_resp_init(const struct cfg *cfg);
+/* Opens (or creates) the node's response table beside cfg's segment, for
+ * the registry registry_id (shm_segment_created_ms). A failure is logged
+ * and leaves stickiness off: 0 or a negative errno. */
+int dp_resp_init(const struct cfg *cfg, uint64_t registry_id);
 void dp_resp_fini(void);
 
 /* True when req's route is one of the Responses routes. */

@@ -38,7 +38,7 @@ struct shm_resp_header {
     uint64_t total_size;
     _Atomic uint64_t inserts;
     _Atomic uint64_t evictions;
-    uint64_t reserved;
+    _Atomic uint64_t registry_id; /* the registry the slots and generations belong to */
 };
 _Static_assert(sizeof(struct shm_resp_header) == 64, "header is one cache line");
 
@@ -207,12 +207,44 @@ out_close:
     return rc;
 }
 
-int shm_resp_open(struct shm_resp_table *t, const char *name, uint64_t n_entries, bool *created,
-                  char *err, size_t err_len)
+/* Empties every entry (each under its own sequence, as a writer). */
+static uint64_t shm_resp_forget_all(struct shm_resp_table *t)
+{
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < t->n_entries; i++) {
+        struct shm_resp_entry *e = &t->entries[i];
+        if (atomic_load_explicit(&e->key, memory_order_relaxed) == 0)
+            continue;
+        uint64_t s = atomic_load_explicit(&e->seq, memory_order_relaxed);
+        if ((s & 1u) || !atomic_compare_exchange_strong_explicit(
+                            &e->seq, &s, s + 1, memory_order_acquire, memory_order_relaxed))
+            continue; /* being written: by a holder of the new registry */
+        atomic_store_explicit(&e->key, 0, memory_order_relaxed);
+        atomic_store_explicit(&e->seq, s + 2, memory_order_release);
+        n++;
+    }
+    return n;
+}
+
+/* Binds the table to registry_id, forgetting another registry's entries:
+ * the one opener that moves the id empties the table. */
+static uint64_t shm_resp_bind_registry(struct shm_resp_table *t, uint64_t registry_id)
+{
+    uint64_t cur = atomic_load_explicit(&t->hdr->registry_id, memory_order_acquire);
+    if (cur == registry_id ||
+        !atomic_compare_exchange_strong_explicit(&t->hdr->registry_id, &cur, registry_id,
+                                                 memory_order_acq_rel, memory_order_acquire))
+        return 0;
+    return shm_resp_forget_all(t);
+}
+
+int shm_resp_open(struct shm_resp_table *t, const char *name, uint64_t n_entries,
+                  uint64_t registry_id, bool *created, uint64_t *forgot, char *err, size_t err_len)
 {
     memset(t, 0, sizeof(*t));
     t->fd = -1;
     *created = false;
+    *forgot = 0;
     if (n_entries == 0) {
         snprintf(err, err_len, "a response table needs at least one entry");
         return -EINVAL;
@@ -223,11 +255,14 @@ int shm_resp_open(struct shm_resp_table *t, const char *name, uint64_t n_entries
         int rc = shm_resp_create(t, name, n_entries, err, err_len);
         if (rc == 0) {
             *created = true;
+            *forgot = shm_resp_bind_registry(t, registry_id);
             return 0;
         }
         if (rc != -EEXIST)
             return rc;
         rc = shm_resp_adopt(t, name, err, err_len);
+        if (rc == 0)
+            *forgot = shm_resp_bind_registry(t, registry_id);
         if (rc == 0 || (rc != -EAGAIN && rc != -ESTALE && rc != -ENOENT))
             return rc;
         if (rc == -ESTALE)

@@ -24,6 +24,11 @@
  * left unpublished by a dead creator is told from one being built and
  * replaced. A segment of another layout version is refused.
  *
+ * Entries name workers by registry slot and generation, which mean
+ * something only in the registry they were read from: the table records
+ * which one (registry_id, the registry segment's creation time), and an
+ * opener for another registry (after a --fresh start) forgets every entry.
+ *
  * Times are CLOCK_MONOTONIC milliseconds (one clock for every process of
  * the node); the TTL is the reader's: an entry older than it is absent.
  *
@@ -58,12 +63,14 @@ int shm_resp_name(const char *shm_name, char *out, size_t cap);
 
 /*
  * Opens (creating it when absent) the table `name` with room for
- * n_entries ids (rounded up to a multiple of SHM_RESP_WAYS). An existing
- * table keeps its own size (*created false). 0, -EPERM (not ours, or open
- * to others), -EPROTO (another layout), or a negative errno; err says why.
+ * n_entries ids (rounded up to a multiple of SHM_RESP_WAYS), for the
+ * registry registry_id (shm_segment_created_ms). An existing table keeps
+ * its own size (*created false); one made for another registry is emptied
+ * first (*forgot: how many entries went). 0, -EPERM (not ours, or open to
+ * others), -EPROTO (another layout), or a negative errno; err says why.
  */
-int shm_resp_open(struct shm_resp_table *t, const char *name, uint64_t n_entries, bool *created,
-                  char *err, size_t err_len);
+int shm_resp_open(struct shm_resp_table *t, const char *name, uint64_t n_entries,
+                  uint64_t registry_id, bool *created, uint64_t *forgot, char *err, size_t err_len);
 
 /* Unmaps and closes. NULL-safe; a closed table is a no-op. */
 void shm_resp_close(struct shm_resp_table *t);

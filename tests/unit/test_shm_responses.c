@@ -39,12 +39,21 @@ static int teardown(void **state)
     return 0;
 }
 
-static void open_ok(struct shm_resp_table *t, uint64_t n, bool want_created)
+#define REGISTRY 1000u /* the registry id the tests open for, unless they say */
+
+static uint64_t open_for(struct shm_resp_table *t, uint64_t n, bool want_created, uint64_t reg)
 {
     char err[256];
     bool created = !want_created;
-    assert_int_equal(shm_resp_open(t, name, n, &created, err, sizeof(err)), 0);
+    uint64_t forgot = 99;
+    assert_int_equal(shm_resp_open(t, name, n, reg, &created, &forgot, err, sizeof(err)), 0);
     assert_int_equal(created, want_created);
+    return forgot;
+}
+
+static void open_ok(struct shm_resp_table *t, uint64_t n, bool want_created)
+{
+    assert_int_equal(open_for(t, n, want_created, REGISTRY), 0);
 }
 
 static void test_put_get_and_shared(void **state)
@@ -131,14 +140,17 @@ static void test_refuses_foreign_and_other_layouts(void **state)
     assert_int_equal(fchmod(fd, 0644), 0);
     char err[256];
     bool created;
-    assert_int_equal(shm_resp_open(&t, name, 64, &created, err, sizeof(err)), -EPERM);
+    uint64_t forgot;
+    assert_int_equal(shm_resp_open(&t, name, 64, REGISTRY, &created, &forgot, err, sizeof(err)),
+                     -EPERM);
     assert_non_null(strstr(err, "0644"));
     assert_int_equal(fchmod(fd, 0600), 0);
     /* Another layout version (second word of the header): refused. */
     uint32_t *words = mmap(NULL, 64, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     assert_true(words != MAP_FAILED);
     words[2] = 99;
-    assert_int_equal(shm_resp_open(&t, name, 64, &created, err, sizeof(err)), -EPROTO);
+    assert_int_equal(shm_resp_open(&t, name, 64, REGISTRY, &created, &forgot, err, sizeof(err)),
+                     -EPROTO);
     assert_non_null(strstr(err, "layout version 99"));
     munmap(words, 64);
     close(fd);
@@ -152,6 +164,27 @@ static void test_refuses_foreign_and_other_layouts(void **state)
     shm_resp_close(&t);
 }
 
+/* Slots and generations of another registry (a --fresh start) mean
+ * nothing: an opener for a new registry empties the table, once. */
+static void test_another_registry_forgets(void **state)
+{
+    (void)state;
+    struct shm_resp_table a, b, c;
+    open_ok(&a, 64, true);
+    assert_int_equal(shm_resp_put(&a, "r1", 2, 0, 1, 10), 0);
+    assert_int_equal(shm_resp_put(&a, "r2", 2, 1, 1, 10), 0);
+    assert_int_equal(open_for(&b, 64, false, REGISTRY + 1), 2);
+    uint32_t slot, gen;
+    assert_int_equal(shm_resp_get(&a, "r1", 2, 11, 60000, &slot, &gen), -ENOENT);
+    assert_int_equal(shm_resp_put(&b, "r3", 2, 0, 1, 12), 0);
+    /* A second opener of the new registry keeps what it holds. */
+    assert_int_equal(open_for(&c, 64, false, REGISTRY + 1), 0);
+    assert_int_equal(shm_resp_get(&c, "r3", 2, 13, 60000, &slot, &gen), 0);
+    shm_resp_close(&a);
+    shm_resp_close(&b);
+    shm_resp_close(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -159,6 +192,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ttl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lru_when_full, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refuses_foreign_and_other_layouts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_another_registry_forgets, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
