@@ -30,6 +30,8 @@
 #define CFG_PATH_MAX      256
 #define CFG_ADDR_MAX      128
 #define CFG_ON_STATUS_MAX 32
+#define CFG_LIST_MAX      16  /* entries of a list of strings */
+#define CFG_LIST_ITEM_MAX 256 /* bytes of one entry, NUL included */
 
 enum cfg_role {
     CFG_ROLE_UNSET = 0,
@@ -86,6 +88,7 @@ struct cfg_health {
      * discovery, a reload) starts; unknown = not routed before its first
      * successful probe. */
     char initial[16];
+    uint64_t models_interval_ms; /* each worker's /v1/models is read again this often */
 };
 
 /* controlplane.load_reports: scraping each worker's /metrics. */
@@ -114,6 +117,18 @@ struct cfg_retry {
     size_t n_on_status;
     uint64_t backoff_ms;
     uint64_t backoff_max_ms;
+};
+
+/* A list of strings (e.g. dataplane.cors.allowed_origins). */
+struct cfg_str_list {
+    char item[CFG_LIST_MAX][CFG_LIST_ITEM_MAX];
+    size_t n;
+};
+
+/* dataplane.cors: off while allowed_origins is empty (docs/api.md). */
+struct cfg_cors {
+    struct cfg_str_list allowed_origins; /* "*" or scheme://host[:port] */
+    struct cfg_str_list allowed_headers; /* "*" or header names */
 };
 
 struct cfg_dataplane {
@@ -146,6 +161,11 @@ struct cfg_dataplane {
      * tenant. The worker key file holds vLLM's --api-key: "" = none. */
     char api_keys_file[CFG_PATH_MAX];
     char upstream_api_key_file[CFG_PATH_MAX];
+    /* Responses stickiness (docs/api.md): how long a response id stays
+     * bound to its worker, and how many ids the node's table holds. */
+    uint64_t response_ttl_ms;
+    uint32_t response_table_size;
+    struct cfg_cors cors;
 };
 
 struct cfg_policy_role {

@@ -27,7 +27,7 @@
 #include <yaml.h>
 
 #define CFG_WORKERS_LIMIT 65536 /* the largest shm.max_workers */
-#define CFG_TABLE_MAX     32    /* keys in one mapping of the schema */
+#define CFG_TABLE_MAX     32    /* keys in one mapping of the schema (the seen mask is 32 bits) */
 #define CFG_KEYPATH_MAX   192   /* key path shown in messages; cut to fit */
 #define CFG_SHOW_MAX      64    /* bytes of a bad value quoted in a message */
 #define CFG_SHOW_BUF      (CFG_SHOW_MAX + 8)
@@ -71,6 +71,10 @@ bool cfg_shm_name_is_valid(const char *name);
 bool cfg_http_path_is_valid(const char *path);
 bool cfg_file_path_is_valid(const char *path);
 bool cfg_socket_path_is_valid(const char *path);
+/* dataplane.cors entries: "*" or an origin (http(s)://host[:port], no
+ * path); "*" or a header name (an HTTP token). */
+bool cfg_cors_origin_is_valid(const char *text);
+bool cfg_cors_header_is_valid(const char *text);
 bool cfg_model_is_valid(const char *model);
 bool cfg_addr_or_empty_is_valid(const char *addr);
 /* "" or an http:// / https:// URL without spaces or control characters. */
@@ -100,6 +104,7 @@ enum cfg_kind {
     CFG_KIND_LOAD_SIGNAL, /* enum cfg_load_signal, named by names */
     CFG_KIND_STATUS_LIST, /* the whole struct cfg_retry: on_status and n_on_status */
     CFG_KIND_WORKERS,     /* struct cfg's workers array; each entry a child mapping */
+    CFG_KIND_STR_LIST,    /* struct cfg_str_list, each entry checked by valid(); default [] */
 };
 
 struct cfg_parser;

@@ -64,6 +64,12 @@
         .name = (key), .kind = CFG_KIND_STATUS_LIST, .offset = 0,                                  \
         .def = {.is_set = true, .list = (codes), .n = sizeof(codes) / sizeof((codes)[0])},         \
     }
+/* A list of strings, each checked by check; the default is the empty list. */
+#define KEY_STR_LIST(n, type, field, check, what)                                                  \
+    {                                                                                              \
+        .name = (n), .kind = CFG_KIND_STR_LIST, .offset = offsetof(type, field), .valid = (check), \
+        .expect = (what), .def = {.is_set = true},                                                 \
+    }
 #define KEY_MAP(n, type, field, keys, what, fin)                                                   \
     {                                                                                              \
         .name = (n), .kind = CFG_KIND_MAP, .offset = offsetof(type, field), .child = (keys),       \
@@ -104,6 +110,8 @@ static const struct cfg_key health_keys[] = {
     /* A worker added while the router runs is routed only once it answered. */
     KEY_STR("initial", struct cfg_health, initial, cfg_health_initial_is_valid,
             "one of unknown|healthy", "unknown"),
+    KEY_RANGE("models_interval", CFG_KIND_DURATION, struct cfg_health, models_interval_ms, 100,
+              MS_HOUR, 30 * MS_SECOND),
     KEY_END,
 };
 
@@ -145,6 +153,14 @@ static const struct cfg_key retry_keys[] = {
     KEY_RANGE("backoff", CFG_KIND_DURATION, struct cfg_retry, backoff_ms, 0, MS_MINUTE, 50),
     KEY_RANGE("backoff_max", CFG_KIND_DURATION, struct cfg_retry, backoff_max_ms, 0, 10 * MS_MINUTE,
               2 * MS_SECOND),
+    KEY_END,
+};
+
+static const struct cfg_key cors_keys[] = {
+    KEY_STR_LIST("allowed_origins", struct cfg_cors, allowed_origins, cfg_cors_origin_is_valid,
+                 "\"*\" or an origin like https://app.example:8443 (no path)"),
+    KEY_STR_LIST("allowed_headers", struct cfg_cors, allowed_headers, cfg_cors_header_is_valid,
+                 "\"*\" or a header name"),
     KEY_END,
 };
 
@@ -190,6 +206,13 @@ static const struct cfg_key dataplane_keys[] = {
     KEY_STR("upstream_api_key_file", struct cfg_dataplane, upstream_api_key_file,
             cfg_file_path_is_valid,
             "a file path of at most 255 characters without control characters, or \"\"", ""),
+    KEY_RANGE("response_ttl", CFG_KIND_DURATION, struct cfg_dataplane, response_ttl_ms, MS_SECOND,
+              30 * 24 * MS_HOUR, MS_HOUR),
+    /* Response ids the node remembers (all its data planes share them). */
+    KEY_RANGE("response_table_size", CFG_KIND_U32, struct cfg_dataplane, response_table_size, 64,
+              16777216, 65536),
+    /* Off while allowed_origins is empty. */
+    KEY_MAP("cors", struct cfg_dataplane, cors, cors_keys, NULL, NULL),
     KEY_END,
 };
 
@@ -444,6 +467,9 @@ void cfg_schema_apply_defaults(const struct cfg_key *table, void *base)
             retry->n_on_status = k->def.n;
             break;
         }
+        case CFG_KIND_STR_LIST:
+            ((struct cfg_str_list *)field)->n = 0;
+            break;
         case CFG_KIND_WORKERS:
             /* Only the root holds the list; entries get worker_keys' defaults as they are read. */
             break;

@@ -10,6 +10,7 @@
  */
 #include "common/config_internal.h"
 
+#include <ctype.h>
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
@@ -585,4 +586,32 @@ bool cfg_otlp_endpoint_is_valid(const char *url)
         if ((unsigned char)*p <= ' ' || *p == 0x7f)
             return false;
     return strlen(url) < CFG_URL_MAX;
+}
+
+bool cfg_cors_origin_is_valid(const char *text)
+{
+    if (strcmp(text, "*") == 0)
+        return true;
+    const char *rest = strncmp(text, "http://", 7) == 0    ? text + 7
+                       : strncmp(text, "https://", 8) == 0 ? text + 8
+                                                           : NULL;
+    if (rest == NULL || *rest == '\0')
+        return false;
+    for (const char *c = rest; *c != '\0'; c++)
+        if (!(isalnum((unsigned char)*c) || *c == '.' || *c == '-' || *c == ':' || *c == '[' ||
+              *c == ']'))
+            return false;
+    return true;
+}
+
+bool cfg_cors_header_is_valid(const char *text)
+{
+    if (strcmp(text, "*") == 0)
+        return true;
+    if (*text == '\0')
+        return false;
+    for (const char *c = text; *c != '\0'; c++)
+        if (!(isalnum((unsigned char)*c) || strchr("!#$%&'*+-.^_`|~", *c) != NULL))
+            return false;
+    return true;
 }

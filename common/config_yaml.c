@@ -484,6 +484,46 @@ static int parse_status_list(struct cfg_parser *p, struct cfg_retry *retry)
     return 0;
 }
 
+static int parse_str_list(struct cfg_parser *p, const struct cfg_key *k, struct cfg_str_list *list)
+{
+    char expected[160];
+    size_t n = 0;
+    int rc;
+
+    list->n = 0;
+    if (event_is_null(&p->event))
+        return 0;
+    snprintf(expected, sizeof(expected), "a list of strings, each %s", k->expect);
+    if (p->event.type != YAML_SEQUENCE_START_EVENT)
+        return fail_expected(p, expected);
+    for (;;) {
+        const char *text = NULL;
+        size_t saved;
+
+        rc = next_event(p);
+        if (rc != 0)
+            return rc;
+        if (p->event.type == YAML_SEQUENCE_END_EVENT)
+            break;
+        saved = cfg_yaml_path_push(p, "[%zu]", n);
+        if (n == CFG_LIST_MAX)
+            return fail_expected(p, "at most 16 entries");
+        rc = want_scalar(p, k->expect, &text);
+        if (rc != 0)
+            return rc;
+        if (strlen(text) >= CFG_LIST_ITEM_MAX || (k->valid != NULL && !k->valid(text)))
+            return fail_expected(p, k->expect);
+        for (size_t j = 0; j < n; j++) {
+            if (strcmp(list->item[j], text) == 0)
+                return fail_expected(p, "an entry not listed before");
+        }
+        snprintf(list->item[n++], CFG_LIST_ITEM_MAX, "%s", text);
+        path_pop(p, saved);
+    }
+    list->n = n;
+    return 0;
+}
+
 static int grow_workers(struct cfg_parser *p)
 {
     struct cfg *cfg = p->cfg;
@@ -588,6 +628,8 @@ static int parse_value(struct cfg_parser *p, const struct cfg_key *k, void *base
         return parse_status_list(p, field);
     case CFG_KIND_WORKERS:
         return parse_workers(p, k);
+    case CFG_KIND_STR_LIST:
+        return parse_str_list(p, k, field);
     case CFG_KIND_UNSET:
         break;
     }

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "common/prom.h"
+#include "controlplane/adapters.h"
 #include "controlplane/admin_channel.h"
 #include "controlplane/decisions.h"
 #include "controlplane/fleet_metrics.h"
@@ -43,6 +44,8 @@ const char *const adm_route_labels[ADM_ROUTE_COUNT] = {
     [ADM_ROUTE_RELOAD] = "/reload",
     [ADM_ROUTE_PAGE] = "/",
     [ADM_ROUTE_DECISIONS] = "/decisions",
+    [ADM_ROUTE_ADAPTERS] = "/adapters",
+    [ADM_ROUTE_ADAPTER] = "/adapters/{name}",
     [ADM_ROUTE_OTHER] = "other",
 };
 
@@ -62,6 +65,15 @@ static enum adm_route_id adm_split(const char *url, char *id, size_t id_len)
         return ADM_ROUTE_PAGE; /* served by admin_http.c, before auth */
     if (strcmp(url, "/decisions") == 0)
         return ADM_ROUTE_DECISIONS;
+    if (strcmp(url, "/adapters") == 0)
+        return ADM_ROUTE_ADAPTERS;
+    if (strncmp(url, "/adapters/", 10) == 0) {
+        size_t an = strlen(url + 10);
+        if (an == 0 || an >= id_len || strchr(url + 10, '/') != NULL)
+            return ADM_ROUTE_OTHER;
+        memcpy(id, url + 10, an + 1);
+        return ADM_ROUTE_ADAPTER;
+    }
     if (strncmp(url, "/workers/", 9) != 0)
         return ADM_ROUTE_OTHER;
     const char *rest = url + 9;
@@ -526,6 +538,11 @@ int adm_route_serve(struct adm_ctx *ctx, const char *method, const char *url, co
     case ADM_ROUTE_RELOAD:
         if (adm_method_is(method, "POST", reply, "POST"))
             adm_reload(ctx, reply);
+        return 1;
+    case ADM_ROUTE_ADAPTERS:
+    case ADM_ROUTE_ADAPTER:
+        cp_adapters_serve(ctx, method, route == ADM_ROUTE_ADAPTER ? id : NULL, body, body_len,
+                          reply);
         return 1;
     default:
         break;

@@ -285,12 +285,15 @@ static void hc_start_due(struct hc_prober *p, uint64_t now_ms)
                 t->probing = true;
             t->next_probe_ms = now_ms + hc_jittered_interval(p);
         }
-        if (!t->has_model && !t->learning && now_ms >= t->next_models_ms) {
+        /* Every worker's names are read again each models_interval (LoRA
+         * adapters come and go); one without a model retries sooner. */
+        if (!t->learning && now_ms >= t->next_models_ms) {
             buf_reset(&t->models_body);
             CURL *e = hc_easy(t, &t->models_easy, t->models_url, timeout, hc_collect_models);
             if (e != NULL && cep_add(&p->cep, e) == 0)
                 t->learning = true;
-            t->next_models_ms = now_ms + HC_MODELS_RETRY_MS;
+            t->next_models_ms =
+                now_ms + (t->has_model ? p->health->models_interval_ms : HC_MODELS_RETRY_MS);
         }
     }
 }
@@ -350,10 +353,12 @@ static bool hc_name_is_usable(const char *model)
 }
 
 /*
- * The worker's names from its /v1/models: the first entry is its model,
- * every other one (vLLM lists each --served-model-name and each LoRA
- * adapter) an alias, so a request for any of them routes. Aliases that do
- * not fit the slot's SHM_ALIASES_MAX bytes are left out, with a warning.
+ * The worker's names from its /v1/models: its model is the registry's (a
+ * configured one, or learned before), else the first entry; every other
+ * entry (vLLM lists each --served-model-name and each LoRA adapter) is an
+ * alias, so a request for any of them routes, and only to workers listing
+ * it. Aliases that do not fit the slot's SHM_ALIASES_MAX bytes are left
+ * out, with a warning. The registry is written only when the names changed.
  */
 static void hc_apply_models(struct hc_prober *p, struct hc_target *t, bool ok)
 {
@@ -363,15 +368,22 @@ static void hc_apply_models(struct hc_prober *p, struct hc_target *t, bool ok)
     const struct buf *b = &t->models_body;
     json_t *root = json_loadb(b->data != NULL ? b->data : "", b->len, 0, &jerr);
     json_t *data = json_object_get(root, "data");
-    const char *model = json_string_value(json_object_get(json_array_get(data, 0), "id"));
-    if (!hc_name_is_usable(model)) {
+    struct shm_worker_info now;
+    if (shm_registry_read_slot(p->seg, t->slot, &now) != 0 || now.generation != t->generation) {
+        json_decref(root);
+        return;
+    }
+    const char *model = now.model[0] != '\0'
+                            ? now.model
+                            : json_string_value(json_object_get(json_array_get(data, 0), "id"));
+    if (!hc_name_is_usable(model) || !json_is_array(data)) {
         json_decref(root);
         return;
     }
     char aliases[SHM_ALIASES_MAX] = "";
     size_t len = 0;
     size_t dropped = 0;
-    for (size_t i = 1; i < json_array_size(data); i++) {
+    for (size_t i = 0; i < json_array_size(data); i++) {
         const char *name = json_string_value(json_object_get(json_array_get(data, i), "id"));
         if (!hc_name_is_usable(name) || strcmp(name, model) == 0)
             continue;
@@ -385,8 +397,11 @@ static void hc_apply_models(struct hc_prober *p, struct hc_target *t, bool ok)
         memcpy(aliases + len, name, n + 1);
         len += n;
     }
-    if (shm_registry_generation(p->seg, t->slot) == t->generation &&
-        shm_registry_set_names(p->seg, t->slot, model, aliases) == 0) {
+    bool same = strcmp(now.model, model) == 0 && strcmp(now.aliases, aliases) == 0;
+    if (same) {
+        t->has_model = true;
+    } else if (shm_registry_generation(p->seg, t->slot) == t->generation &&
+               shm_registry_set_names(p->seg, t->slot, model, aliases) == 0) {
         t->has_model = true;
         log_info("worker %s (%s) serves model '%s'%s%s (learned from /v1/models)", t->id, t->url,
                  model, len > 0 ? ", also as " : "", len > 0 ? aliases : "");
@@ -447,7 +462,7 @@ int hc_timeout_ms(const struct hc_prober *p, uint64_t now_ms)
             continue;
         if (!t->probing && t->next_probe_ms < next)
             next = t->next_probe_ms;
-        if (!t->has_model && !t->learning && t->next_models_ms < next)
+        if (!t->learning && t->next_models_ms < next)
             next = t->next_models_ms;
     }
     if (!p->registry_loaded || shm_registry_changes(p->seg) != p->registry_seen)
@@ -483,4 +498,10 @@ size_t hc_stats(const struct hc_prober *p, struct hc_worker_stats *out, size_t c
         n++;
     }
     return n;
+}
+
+void hc_refresh_models(struct hc_prober *p, uint32_t slot)
+{
+    if (slot < p->seg->max_workers && p->targets[slot].active)
+        p->targets[slot].next_models_ms = 0;
 }

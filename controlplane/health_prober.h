@@ -5,8 +5,11 @@
  * health.interval with +-10% jitter and each probe bounded by
  * health.timeout. failure_threshold consecutive failures mark a worker
  * unhealthy in the registry, success_threshold consecutive successes mark
- * it healthy again; each transition is logged once. A worker registered
- * without a model learns it from GET /v1/models.
+ * it healthy again; each transition is logged once. Every worker's names
+ * come from GET /v1/models, read again each health.models_interval (and at
+ * once after hc_refresh_models): a worker registered without a model
+ * learns it there, and its other names (served model names, LoRA adapters)
+ * become its aliases.
  *
  * Invariant 3: the prober writes health (and a learned model) to the
  * registry and never reads or writes a load counter; it does not include
@@ -64,6 +67,10 @@ void hc_run(struct hc_prober *p, uint64_t now_ms);
  * either (GET /workers says "health": "unknown"). False once judged.
  */
 bool hc_is_unknown(const struct hc_prober *p, uint32_t slot, uint32_t generation);
+
+/* Reads the names of the worker in slot again at the next pass (after a
+ * LoRA adapter was loaded or unloaded there). */
+void hc_refresh_models(struct hc_prober *p, uint32_t slot);
 
 /* Copies per-worker check counters (up to cap); returns how many. */
 size_t hc_stats(const struct hc_prober *p, struct hc_worker_stats *out, size_t cap);

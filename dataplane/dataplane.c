@@ -35,6 +35,7 @@
 #include "dataplane/metrics_listener.h"
 #include "dataplane/policy.h"
 #include "dataplane/trace_export.h"
+#include "dataplane/resp_affinity.h"
 #include "shm/lease.h"
 #include "shm/prefix_index.h"
 #include "shm/segment.h"
@@ -425,6 +426,8 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
     if (dp_wait_segment(&d, opts->segment_wait_ms) != 0)
         goto out_close_signals;
     dp_attach_prefix_index(&d);
+    /* Logs why when it fails: stickiness is then off. */
+    (void)dp_resp_init(cfg, shm_segment_created_ms(&d.seg));
     if (shm_lease_claim(&d.seg, &d.lease, err, sizeof(err)) != 0) {
         log_error("%s", err);
         goto out_close_segment;
@@ -515,6 +518,7 @@ out_close_segment:
         pol_cache_aware_use_index(NULL);
         pix_destroy(d.prefix);
     }
+    dp_resp_fini();
     shm_segment_close(&d.seg);
 out_close_signals:
     close(d.sigfd);

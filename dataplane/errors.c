@@ -5,6 +5,7 @@
 #include "dataplane/errors.h"
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,4 +77,51 @@ size_t dp_error_sse_event(char *buf, size_t cap, int status, const char *code, c
     }
     free(body);
     return n;
+}
+
+const char *dp_error_anthropic_type(int status)
+{
+    switch (status) {
+    case 401:
+        return "authentication_error";
+    case 403:
+        return "permission_error";
+    case 404:
+        return "not_found_error";
+    case 413:
+        return "request_too_large";
+    case 429:
+        return "rate_limit_error";
+    case 503:
+    case 529:
+        return "overloaded_error";
+    default:
+        return status >= 500 ? "api_error" : "invalid_request_error";
+    }
+}
+
+char *dp_error_body_shaped(bool anthropic, int status, const char *code, const char *message)
+{
+    if (!anthropic)
+        return dp_error_body(status, code, message);
+    json_t *obj = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
+                            dp_error_anthropic_type(status), "message", message);
+    if (obj == NULL)
+        return NULL;
+    char *text = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    return text;
+}
+
+size_t dp_error_sse_event_shaped(bool anthropic, char *buf, size_t cap, int status,
+                                 const char *code, const char *message)
+{
+    if (!anthropic)
+        return dp_error_sse_event(buf, cap, status, code, message);
+    char *body = dp_error_body_shaped(true, status, code, message);
+    if (body == NULL)
+        return 0;
+    int n = snprintf(buf, cap, "event: error\ndata: %s\n\n", body);
+    free(body);
+    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }

@@ -29,6 +29,7 @@
 #include "shm/effective_load.h"
 #include "dataplane/errors.h"
 #include "dataplane/journal.h"
+#include "dataplane/id_route.h"
 #include "dataplane/listener.h"
 #include "dataplane/loop.h"
 #include "dataplane/overload.h"
@@ -36,6 +37,7 @@
 #include "dataplane/plan.h"
 #include "dataplane/relay.h"
 #include "dataplane/request.h"
+#include "dataplane/resp_affinity.h"
 #include "dataplane/routes.h"
 #include "dataplane/upstream.h"
 
@@ -61,7 +63,8 @@ static void fwd_reply_body(struct dp_request *req, int status, char *body)
 
 static void fwd_reply(struct dp_request *req, int status, const char *code, const char *msg)
 {
-    fwd_reply_body(req, status, dp_error_body(status, code, msg));
+    bool anthropic = dp_route_row(req->route)->anthropic_errors;
+    fwd_reply_body(req, status, dp_error_body_shaped(anthropic, status, code, msg));
 }
 
 /* Every attempt ended in a worker's 429 or 503: say the fleet is
@@ -248,7 +251,10 @@ pick_again:;
     for (int pass = 0; pass < 2 && n == 0; pass++)
         for (size_t i = 0; i < v->n; i++) {
             const struct shm_worker_info *w = &v->w[i];
-            if (!req->leg->is_eligible(w) || !shm_worker_serves(w, req->model))
+            if (!req->leg->is_eligible(w) ||
+                (!req->pinned && req->model[0] != '\0' && !shm_worker_serves(w, req->model)))
+                continue;
+            if (req->pinned && (w->slot != req->pin_slot || w->generation != req->pin_generation))
                 continue;
             if (pass == 0 && fwd_was_tried(req, w->slot))
                 continue;
@@ -309,7 +315,10 @@ pick_again:;
     };
     enum pol_decision decision = POL_DECISION_UNSET;
     uint64_t pick_ns = dp_journal_now_ns();
-    int pick = pol_pick(req->leg->policy(loop), &pr, cands, n, &decision);
+    /* A pinned request (resp_affinity.h) has its one candidate. */
+    int pick = req->pinned ? 0 : pol_pick(req->leg->policy(loop), &pr, cands, n, &decision);
+    if (req->pinned)
+        decision = POL_DECISION_RESPONSE_AFFINITY;
     dp_journal_decision(req, decision, n, pick >= 0 ? cands[pick].worker->id : NULL, pick_ns);
     req->decision = decision;
     req->leg->count_decision(&loop->sh->metrics, decision);
@@ -357,8 +366,17 @@ pick_again:;
         fwd_reply(req, 503, "no_healthy_worker", req->last_cause);
         goto out_free;
     }
-    char url[CFG_URL_MAX + 64];
-    snprintf(url, sizeof(url), "%s%s", w->url, dp_route_row(req->route)->upstream_path);
+    char url[CFG_URL_MAX + DP_RESP_ID_MAX + 512]; /* + id and query of an id route */
+    if (dp_route_row(req->route)->id_suffix != NULL)
+        rc = dp_id_route_url(req, w->url, url, sizeof(url));
+    else
+        snprintf(url, sizeof(url), "%s%s", w->url, dp_route_row(req->route)->upstream_path);
+    if (rc != 0) {
+        dp_guard_release(&loop->sh->guards, &a->guard);
+        free(a);
+        fwd_reply(req, 414, "uri_too_long", "the request's path and query are too long");
+        goto out_free;
+    }
     dp_request_ref(req);
     attempt_link(a);
     req->attempts++;
@@ -395,6 +413,11 @@ void dp_fwd_begin(struct dp_request *req)
         return;
     enum dp_parse_result pr = dp_request_parse(req);
     dp_workers_refresh(&loop->workers);
+    bool by_id = dp_route_row(req->route)->body == DP_BODY_ID;
+    if (by_id && req->model[0] == '\0')
+        /* No model: the id decides (resp_affinity.h), else any worker
+         * (the single model's, when the fleet serves one). */
+        (void)dp_workers_single_model(&loop->workers, req->model, sizeof(req->model));
     switch (pr) {
     case DP_PARSE_OK:
         break;
@@ -414,7 +437,7 @@ void dp_fwd_begin(struct dp_request *req)
         fwd_reply(req, 400, "invalid_json", "the request body is not a JSON object");
         return;
     }
-    if (!dp_workers_has_model(&loop->workers, req->model)) {
+    if (!by_id && !dp_workers_has_model(&loop->workers, req->model)) {
         char msg[CFG_MODEL_MAX + 64];
         snprintf(msg, sizeof(msg), "the model '%s' does not exist", req->model);
         fwd_reply(req, 404, "model_not_found", msg);
@@ -426,6 +449,13 @@ void dp_fwd_begin(struct dp_request *req)
     }
     if (!dp_adm_limit(req))
         return;
+    /* A request naming a stored response goes to the worker storing it. */
+    char *pin_body = NULL;
+    int pin_status = dp_resp_pin(req, &pin_body);
+    if (pin_status != 0) {
+        fwd_reply_body(req, pin_status, pin_body);
+        return;
+    }
     /* The plan (one leg, or prefill then decode) is chosen here, once. */
     struct dp_leg_step step = {0};
     if (dp_plan_begin(req, &step) == DP_LEG_ACT_ANSWER) {
@@ -635,7 +665,8 @@ static void fwd_cut_stream(struct dp_request *req, int status, const char *code,
     req->up_failed = true;
     if (req->sse && dp_relay_is_open(&req->relay)) {
         char ev[512];
-        size_t n = dp_error_sse_event(ev, sizeof(ev), status, code, msg);
+        size_t n = dp_error_sse_event_shaped(dp_route_row(req->route)->anthropic_errors, ev,
+                                             sizeof(ev), status, code, msg);
         if (n > 0)
             (void)dp_relay_append(&req->relay, ev, n); /* no room: the stream is cut anyway */
     }

@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "common/mhd_log.h"
 #include "common/proc.h"
+#include "dataplane/cors.h"
 #include "dataplane/errors.h"
 #include "dataplane/header_rules.h"
 #include "dataplane/journal.h"
@@ -146,6 +147,8 @@ static void lst_common_headers(const struct dp_request *req, struct MHD_Response
      * reconnects (to the successor, after a hot restart) for its next one. */
     if (req->loop->draining)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (!req->preflight)
+        dp_cors_add_headers(&req->loop->sh->cfg->dataplane.cors, req->conn, resp);
 }
 
 /* An idle keep-alive connection of a draining loop: a short timeout lets
@@ -197,7 +200,8 @@ static enum MHD_Result lst_queue_buffer(struct dp_request *req, int status, cons
 static enum MHD_Result lst_queue_error(struct dp_request *req, int status, const char *code,
                                        const char *msg)
 {
-    char *body = dp_error_body(status, code, msg);
+    char *body =
+        dp_error_body_shaped(dp_route_row(req->route)->anthropic_errors, status, code, msg);
     static const char fallback[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
                                    "\"api_error\",\"code\":\"out_of_memory\"}}";
     enum MHD_Result ret =
@@ -294,6 +298,35 @@ static enum MHD_Result lst_answer_local(struct dp_request *req)
     return ret;
 }
 
+/* A CORS preflight, answered by the router (cors.h). */
+static enum MHD_Result lst_answer_preflight(struct dp_request *req)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (resp == NULL)
+        return MHD_NO;
+    const char *reason = NULL;
+    int status = dp_cors_preflight(&req->loop->sh->cfg->dataplane.cors, req->conn,
+                                   dp_route_row(req->route)->allow, resp, &reason);
+    if (reason != NULL) {
+        MHD_destroy_response(resp);
+        resp =
+            MHD_create_response_from_buffer(strlen(reason), (void *)reason, MHD_RESPMEM_PERSISTENT);
+        if (resp == NULL)
+            return MHD_NO;
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+        const char *ignored;
+        (void)dp_cors_preflight(&req->loop->sh->cfg->dataplane.cors, req->conn,
+                                dp_route_row(req->route)->allow, resp, &ignored);
+    }
+    lst_common_headers(req, resp);
+    enum MHD_Result ret = MHD_queue_response(req->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    req->phase = DP_REQ_REPLIED;
+    req->final_status = status;
+    return ret;
+}
+
 static enum MHD_Result lst_count_header(void *cls, enum MHD_ValueKind kind, const char *key,
                                         const char *value)
 {
@@ -334,6 +367,8 @@ static enum MHD_Result lst_begin(struct dp_request *req)
         serve = DP_SERVE_NOT_FOUND;
     if (serve == DP_SERVE_NOT_FOUND)
         return lst_queue_error(req, 404, "not_found", "no such route");
+    if (req->preflight)
+        return lst_answer_preflight(req);
     if (!req->method_ok)
         return lst_queue_error(req, 405, "method_not_allowed", "method not allowed on this route");
     if (serve == DP_SERVE_LOCAL)
@@ -368,6 +403,7 @@ static enum MHD_Result lst_handler(void *cls, struct MHD_Connection *conn, const
             return MHD_NO; /* out of memory: MHD closes this connection only */
         list_push_front(&loop->requests, &req->req_link);
         *con_cls = req;
+        req->preflight = dp_cors_is_preflight(&loop->sh->cfg->dataplane.cors, conn, method);
         struct dp_conn *dc = lst_conn_of(conn);
         if (dc != NULL)
             dc->req = req;

@@ -46,6 +46,9 @@ enum pol_decision {
     /* ... per-request gate: the matched worker, although another worker is
      * overloaded (the fleet gate would have switched affinity off here) */
     POL_DECISION_AFFINITY_DESPITE_IMBALANCE,
+    /* Responses: the worker that stores the response the request names
+     * (previous_response_id, or the id in its path), whatever the policy */
+    POL_DECISION_RESPONSE_AFFINITY,
     POL_DECISION_COUNT,
 };
 

@@ -36,7 +36,13 @@ struct dp_request *dp_request_create(struct dp_loop *loop, struct MHD_Connection
     req->client_fd = -1;
     req->phase = DP_REQ_RECEIVING;
     req->start_ms = proc_monotonic_ms();
-    req->route = dp_route_find(url);
+    const char *id = NULL;
+    size_t id_len = 0;
+    req->route = dp_route_match(url, &id, &id_len);
+    if (id != NULL && id_len >= sizeof(req->resp_id))
+        req->route = DP_ROUTE_OTHER; /* no worker makes ids this long */
+    else if (id != NULL)
+        memcpy(req->resp_id, id, id_len);
     req->method_ok = dp_route_allows(req->route, method);
     buf_init(&req->body, (size_t)max_body);
     buf_init(&req->routing_text, DP_ROUTING_TEXT_MAX);
@@ -307,18 +313,124 @@ static void text_add_messages(struct dp_request *req, const struct dp_skel *skel
     }
 }
 
+/* Tool definitions first, as a chat template renders them. */
+static void text_add_tools(struct dp_request *req, const struct dp_skel *skel, json_t *root)
+{
+    json_t *tools = json_object_get(root, "tools");
+    if (json_is_array(tools) && json_array_size(tools) > 0) {
+        text_add(req, "tools\n", 6);
+        text_add_json(req, skel, tools, 0);
+        text_add(req, "\n", 1);
+    }
+}
+
+/*
+ * A content block list of the Responses or Messages API: text blocks by
+ * their text ("text" in both, input_text/output_text in Responses), image
+ * blocks by their URL, anything else (tool use, tool results, function
+ * calls) as compact JSON, so turns that differ there key differently.
+ */
+static void text_add_blocks(struct dp_request *req, const struct dp_skel *skel, json_t *content)
+{
+    if (json_is_string(content)) {
+        text_add_json_string(req, skel, content);
+        return;
+    }
+    size_t i;
+    json_t *part;
+    json_array_foreach(content, i, part)
+    {
+        json_t *text = json_object_get(part, "text");
+        json_t *image = json_object_get(part, "image_url");
+        if (json_is_string(text))
+            text_add_json_string(req, skel, text);
+        else if (image != NULL)
+            text_add_image(req, skel, image);
+        else
+            text_add_json(req, skel, part, 0);
+    }
+}
+
+/* Messages or Responses items in order: role, newline, content, newline;
+ * an item without a role (function_call, function_call_output, reasoning)
+ * as compact JSON. */
+static void text_add_items(struct dp_request *req, const struct dp_skel *skel, json_t *items)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(items, i, m)
+    {
+        json_t *role = json_object_get(m, "role");
+        if (!json_is_string(role)) {
+            text_add_json(req, skel, m, 0);
+            text_add(req, "\n", 1);
+            continue;
+        }
+        text_add_json_string(req, skel, role);
+        text_add(req, "\n", 1);
+        text_add_blocks(req, skel, json_object_get(m, "content"));
+        text_add(req, "\n", 1);
+    }
+}
+
+/*
+ * Routing text of a Responses request: tools, instructions (the system
+ * prompt vLLM renders first), then input, a string or a list of items.
+ * A previous_response_id is kept for the response affinity
+ * (resp_affinity.h): what the worker prefills then starts with the stored
+ * conversation, which only that worker has.
+ */
+static void text_add_responses(struct dp_request *req, const struct dp_skel *skel, json_t *root)
+{
+    text_add_tools(req, skel, root);
+    json_t *instructions = json_object_get(root, "instructions");
+    if (json_is_string(instructions)) {
+        text_add(req, "system\n", 7);
+        text_add_json_string(req, skel, instructions);
+        text_add(req, "\n", 1);
+    }
+    json_t *input = json_object_get(root, "input");
+    if (json_is_string(input)) {
+        text_add(req, "user\n", 5);
+        text_add_json_string(req, skel, input);
+        text_add(req, "\n", 1);
+    } else if (json_is_array(input)) {
+        text_add_items(req, skel, input);
+    }
+    json_t *prev = json_object_get(root, "previous_response_id");
+    if (json_is_string(prev) && json_string_length(prev) < sizeof(req->resp_id) &&
+        dp_skel_span(skel, json_string_value(prev), json_string_length(prev)) == NULL)
+        memcpy(req->resp_id, json_string_value(prev), json_string_length(prev) + 1);
+}
+
+/* Routing text of an Anthropic Messages request: tools, system (a string
+ * or text blocks), then the messages. */
+static void text_add_anthropic(struct dp_request *req, const struct dp_skel *skel, json_t *root)
+{
+    text_add_tools(req, skel, root);
+    json_t *system = json_object_get(root, "system");
+    if (json_is_string(system) || json_is_array(system)) {
+        text_add(req, "system\n", 7);
+        text_add_blocks(req, skel, system);
+        text_add(req, "\n", 1);
+    }
+    json_t *messages = json_object_get(root, "messages");
+    if (json_is_array(messages))
+        text_add_items(req, skel, messages);
+}
+
 /* The routing text's parser of each body shape (routes.h); NULL: none. */
 typedef void (*text_parser_fn)(struct dp_request *req, const struct dp_skel *skel, json_t *root);
 static const text_parser_fn dp_text_parsers[DP_BODY_COUNT] = {
-    [DP_BODY_CHAT] = text_add_messages,
-    [DP_BODY_COMPLETION] = text_add_prompt,
-    [DP_BODY_EMBEDDINGS] = text_add_messages,
+    [DP_BODY_CHAT] = text_add_messages,       [DP_BODY_COMPLETION] = text_add_prompt,
+    [DP_BODY_EMBEDDINGS] = text_add_messages, [DP_BODY_RESPONSES] = text_add_responses,
+    [DP_BODY_MESSAGES] = text_add_anthropic,
 };
 
 enum dp_parse_result dp_request_parse(struct dp_request *req)
 {
     enum dp_body shape = dp_route_row(req->route)->body;
-    if (shape <= DP_BODY_NONE || shape >= DP_BODY_COUNT)
+    if (shape <= DP_BODY_NONE || shape == DP_BODY_ID || shape >= DP_BODY_COUNT)
         return DP_PARSE_OK;
     /* The body is complete: give back the growth slack, which a held stream
      * would otherwise keep for its whole life. */

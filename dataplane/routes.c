@@ -74,6 +74,150 @@ static const struct dp_route_row dp_routes[DP_ROUTE_COUNT] = {
             .body = DP_BODY_NONE,
             .answer = DP_ANSWER_METRICS,
         },
+    [DP_ROUTE_RESPONSES] =
+        {
+            .path = "/v1/responses",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/v1/responses",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/v1/responses",
+            .body = DP_BODY_RESPONSES,
+        },
+    [DP_ROUTE_RESPONSES_GET] =
+        {
+            .path = "/v1/responses/",
+            .methods = DP_METHODS_GET,
+            .allow = "GET, HEAD",
+            .label = "/v1/responses/{id}",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/v1/responses/",
+            .body = DP_BODY_ID,
+            .id_suffix = "",
+        },
+    [DP_ROUTE_RESPONSES_CANCEL] =
+        {
+            .path = "/v1/responses/",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/v1/responses/{id}/cancel",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/v1/responses/",
+            .body = DP_BODY_ID,
+            .id_suffix = "/cancel",
+        },
+    [DP_ROUTE_MESSAGES] =
+        {
+            .path = "/v1/messages",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/v1/messages",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/v1/messages",
+            .body = DP_BODY_MESSAGES,
+            .anthropic_errors = true,
+        },
+    [DP_ROUTE_MESSAGES_COUNT] =
+        {
+            .path = "/v1/messages/count_tokens",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/v1/messages/count_tokens",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/v1/messages/count_tokens",
+            .body = DP_BODY_MESSAGES,
+            .anthropic_errors = true,
+        },
+    [DP_ROUTE_RERANK] =
+        {
+            .path = "/rerank",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/rerank",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/rerank",
+            .body = DP_BODY_BY_LOAD,
+        },
+    [DP_ROUTE_RERANK_V1] =
+        {
+            .path = "/v1/rerank",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/v1/rerank",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/v1/rerank",
+            .body = DP_BODY_BY_LOAD,
+        },
+    [DP_ROUTE_RERANK_V2] =
+        {
+            .path = "/v2/rerank",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/v2/rerank",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/v2/rerank",
+            .body = DP_BODY_BY_LOAD,
+        },
+    [DP_ROUTE_SCORE] =
+        {
+            .path = "/score",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/score",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/score",
+            .body = DP_BODY_BY_LOAD,
+        },
+    [DP_ROUTE_SCORE_V1] =
+        {
+            .path = "/v1/score",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/v1/score",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/v1/score",
+            .body = DP_BODY_BY_LOAD,
+        },
+    [DP_ROUTE_POOLING] =
+        {
+            .path = "/pooling",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/pooling",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/pooling",
+            .body = DP_BODY_BY_LOAD,
+        },
+    [DP_ROUTE_CLASSIFY] =
+        {
+            .path = "/classify",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/classify",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/classify",
+            .body = DP_BODY_BY_LOAD,
+        },
+    [DP_ROUTE_TOKENIZE] =
+        {
+            .path = "/tokenize",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/tokenize",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/tokenize",
+            .body = DP_BODY_BY_LOAD,
+        },
+    [DP_ROUTE_DETOKENIZE] =
+        {
+            .path = "/detokenize",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/detokenize",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/detokenize",
+            .body = DP_BODY_BY_LOAD,
+        },
     [DP_ROUTE_OTHER] =
         {
             .label = "other",
@@ -89,12 +233,42 @@ const struct dp_route_row *dp_route_row(enum dp_route route)
     return &dp_routes[route];
 }
 
+/* path is row's prefix, one non-empty segment, then row's suffix. */
+static bool dp_route_id_match(const struct dp_route_row *row, const char *path, const char **id,
+                              size_t *id_len)
+{
+    size_t plen = strlen(row->path);
+    if (strncmp(path, row->path, plen) != 0)
+        return false;
+    const char *seg = path + plen;
+    size_t n = strcspn(seg, "/");
+    if (n == 0 || strcmp(seg + n, row->id_suffix) != 0)
+        return false;
+    *id = seg;
+    *id_len = n;
+    return true;
+}
+
+enum dp_route dp_route_match(const char *path, const char **id, size_t *id_len)
+{
+    *id = NULL;
+    *id_len = 0;
+    for (int r = DP_ROUTE_UNSET + 1; r < DP_ROUTE_COUNT; r++) {
+        const struct dp_route_row *row = &dp_routes[r];
+        if (row->path == NULL)
+            continue;
+        if (row->id_suffix != NULL ? dp_route_id_match(row, path, id, id_len)
+                                   : strcmp(row->path, path) == 0)
+            return (enum dp_route)r;
+    }
+    return DP_ROUTE_OTHER;
+}
+
 enum dp_route dp_route_find(const char *path)
 {
-    for (int r = DP_ROUTE_UNSET + 1; r < DP_ROUTE_COUNT; r++)
-        if (dp_routes[r].path != NULL && strcmp(dp_routes[r].path, path) == 0)
-            return (enum dp_route)r;
-    return DP_ROUTE_OTHER;
+    const char *id;
+    size_t id_len;
+    return dp_route_match(path, &id, &id_len);
 }
 
 bool dp_route_allows(enum dp_route route, const char *method)

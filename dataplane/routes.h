@@ -48,6 +48,16 @@ enum dp_body {
     /* Chat-style embeddings' messages are the routing text; "input" is not
      * (it never was: embeddings are routed by load). */
     DP_BODY_EMBEDDINGS,
+    /* Responses: instructions then input (a string or items) are the
+     * routing text; previous_response_id is kept (resp_affinity.h). */
+    DP_BODY_RESPONSES,
+    /* Anthropic Messages: system then messages are the routing text. */
+    DP_BODY_MESSAGES,
+    /* Rerank, score, pooling, tokenize: model and stream only, routed by load. */
+    DP_BODY_BY_LOAD,
+    /* Not read: the request names its object by the id in its path
+     * (GET /v1/responses/{id}); no model is needed. */
+    DP_BODY_ID,
     DP_BODY_COUNT,
 };
 
@@ -71,6 +81,13 @@ struct dp_route_row {
     enum dp_body body;         /* PROXY: what the body is parsed for */
     bool prefill_decode;       /* PROXY: may run as prefill and decode legs (pd.h) */
     enum dp_answer answer;     /* LOCAL: which answer (local_answer.h) */
+    /* Non-NULL: path is a prefix followed by one id segment (no '/') and
+     * then this suffix ("" or "/cancel"); the worker's path is
+     * upstream_path + id + suffix, with the client's query string. */
+    const char *id_suffix;
+    /* Errors in Anthropic's shape ({"type":"error","error":{...}}), the
+     * router's own included; else OpenAI's. */
+    bool anthropic_errors;
 };
 
 /* The row of route; an unset or out-of-range value gets the not-found row
@@ -79,6 +96,10 @@ const struct dp_route_row *dp_route_row(enum dp_route route);
 
 /* The route whose path is exactly path (no query string), or DP_ROUTE_OTHER. */
 enum dp_route dp_route_find(const char *path);
+
+/* dp_route_find, and for a route with an id segment (id_suffix) where the
+ * id starts in path and its length; *id = NULL, *id_len = 0 otherwise. */
+enum dp_route dp_route_match(const char *path, const char **id, size_t *id_len);
 
 /* True when method (e.g. "GET") is one of route's methods. True for the
  * not-found route, whose answer is 404 whatever the method. */

@@ -39,6 +39,7 @@
 #define DP_USER_MAX         128u
 #define DP_MAX_TRIED        16u
 #define DP_CAUSE_MAX        160u
+#define DP_RESP_ID_MAX      160u /* a Responses id (path segment or previous_response_id) */
 
 /* A client route: the key of its row in the route table (routes.h), which
  * holds everything else about it. Metrics arrays are sized by
@@ -51,6 +52,20 @@ enum dp_route {
     DP_ROUTE_MODELS,
     DP_ROUTE_HEALTH,
     DP_ROUTE_METRICS,
+    DP_ROUTE_RESPONSES,        /* POST /v1/responses */
+    DP_ROUTE_RESPONSES_GET,    /* GET /v1/responses/{id} */
+    DP_ROUTE_RESPONSES_CANCEL, /* POST /v1/responses/{id}/cancel */
+    DP_ROUTE_MESSAGES,         /* POST /v1/messages (Anthropic) */
+    DP_ROUTE_MESSAGES_COUNT,   /* POST /v1/messages/count_tokens */
+    DP_ROUTE_RERANK,
+    DP_ROUTE_RERANK_V1,
+    DP_ROUTE_RERANK_V2,
+    DP_ROUTE_SCORE,
+    DP_ROUTE_SCORE_V1,
+    DP_ROUTE_POOLING,
+    DP_ROUTE_CLASSIFY,
+    DP_ROUTE_TOKENIZE,
+    DP_ROUTE_DETOKENIZE,
     DP_ROUTE_OTHER,
     DP_ROUTE_COUNT,
 };
@@ -140,6 +155,7 @@ enum dp_req_phase {
 struct dp_journal;
 struct dp_leg;
 struct dp_request;
+struct dp_resp_capture;
 struct dp_loop;
 
 /*
@@ -181,6 +197,7 @@ struct dp_request {
     enum dp_route route;
     enum dp_req_phase phase;
     bool method_ok;
+    bool preflight; /* a CORS preflight the router answers (cors.h) */
     bool suspended;
     bool client_gone;
     int client_fd; /* watched with EPOLLRDHUP while >= 0 and watching */
@@ -206,6 +223,15 @@ struct dp_request {
     enum pol_decision decision; /* the last routing decision */
     char worker_id[CFG_ID_MAX]; /* the worker of the last attempt (debug headers) */
     struct curl_slist *up_headers;
+
+    /* Responses (resp_affinity.h): the id in the path, or the body's
+     * previous_response_id ("" when none); when pinned, the one worker
+     * (slot, generation) the request may go to, whatever the policy says;
+     * and the capture of the id of the answer (owned). */
+    char resp_id[DP_RESP_ID_MAX];
+    bool pinned;
+    uint32_t pin_slot, pin_generation;
+    struct dp_resp_capture *resp_capture;
 
     /* a reply of our own, ready to queue when the connection resumes */
     int reply_status;

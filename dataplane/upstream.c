@@ -9,6 +9,7 @@
  * one is a measurable part of a request's cost.
  */
 #include "dataplane/upstream.h"
+#include "dataplane/routes.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -137,8 +138,15 @@ int dp_up_start(struct dp_attempt *a, const char *url)
      * whose SSE events are a few hundred bytes, 1 KiB (curl's least) keeps
      * a held stream small; a whole answer is read in 4 KiB pieces. */
     rc |= curl_easy_setopt(e, CURLOPT_BUFFERSIZE, req->stream ? 1024L : 4096L);
-    rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDS, a->body != NULL ? a->body : "");
-    rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)a->body_len);
+    if ((dp_route_row(req->route)->methods & DP_METHOD_POST) == 0) {
+        /* A GET route (GET /v1/responses/{id}): no body. A pooled handle
+         * set back to POST below on its next POST. */
+        rc |= curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    } else {
+        rc |= curl_easy_setopt(e, CURLOPT_POST, 1L);
+        rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDS, a->body != NULL ? a->body : "");
+        rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)a->body_len);
+    }
     rc |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, req->up_headers);
     rc |= curl_easy_setopt(e, CURLOPT_HEADERDATA, a);
     rc |= curl_easy_setopt(e, CURLOPT_WRITEDATA, a);

@@ -479,6 +479,11 @@ void shm_segment_stats(const struct shm_segment *seg, struct shm_segment_stats *
     out->active_leases = atomic_load_explicit(&h->active_leases, memory_order_acquire);
 }
 
+uint64_t shm_segment_created_ms(const struct shm_segment *seg)
+{
+    return seg->hdr->created_unix_ms; /* written before the magic, never again */
+}
+
 uint64_t shm_segment_epoch(const struct shm_segment *seg)
 {
     return atomic_load_explicit(&seg->hdr->epoch, memory_order_relaxed);

@@ -128,6 +128,11 @@ struct shm_segment_stats {
 
 void shm_segment_stats(const struct shm_segment *seg, struct shm_segment_stats *out);
 
+/* When the segment was created (Unix ms): it names this registry among
+ * the segments ever made under the same name (a --fresh start makes a new
+ * one, whose slots and generations start over). */
+uint64_t shm_segment_created_ms(const struct shm_segment *seg);
+
 /* The control plane's epoch (relaxed). */
 uint64_t shm_segment_epoch(const struct shm_segment *seg);
 

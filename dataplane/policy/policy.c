@@ -22,6 +22,7 @@ static const char *const pol_decision_names[POL_DECISION_COUNT] = {
     [POL_DECISION_NO_MATCH] = "no_match",
     [POL_DECISION_FLEET_IMBALANCED] = "fleet_imbalanced",
     [POL_DECISION_AFFINITY_DESPITE_IMBALANCE] = "affinity_despite_imbalance",
+    [POL_DECISION_RESPONSE_AFFINITY] = "response_affinity",
 };
 
 const char *pol_decision_name(enum pol_decision d)

@@ -919,6 +919,10 @@ static int h_teardown_ctx(void)
         char rl[H_NAME_MAX + 16];
         snprintf(rl, sizeof(rl), "%s-ratelimit", h_ctx.shm_names[i]);
         shm_unlink(rl);
+        /* The data planes' response table beside it (shm/responses.h). */
+        char beside[H_NAME_MAX + 16];
+        snprintf(beside, sizeof(beside), "%s.responses", h_ctx.shm_names[i]);
+        shm_unlink(beside);
     }
     for (size_t i = 0; i < h_ctx.n_port_claims; i++)
         close(h_ctx.port_claims[i]);

@@ -50,6 +50,7 @@ void h_fleet_start(struct h_fleet *f, const struct h_fleet_opts *o)
     f->cfg.policy = o->policy;
     f->cfg.policy_extra = o->policy_extra;
     f->cfg.dataplane_extra = o->dataplane_extra;
+    f->cfg.health_extra = o->health_extra;
     f->cfg.health_interval = o->health_interval;
     f->cfg.controlplane_extra = o->controlplane_extra;
     f->cfg.extra_yaml = o->extra_yaml;

@@ -34,6 +34,7 @@ struct h_fleet_opts {
     const char *policy;
     const char *policy_extra; /* more policy keys, one per line ("balance_abs_threshold: 2\n") */
     const char *dataplane_extra;
+    const char *health_extra;    /* more controlplane.health keys, one per line */
     const char *model;           /* NULL = H_FLEET_MODEL */
     const char *health_interval; /* NULL = the harness default */
     bool learn_model;            /* workers configured without a model: learned from /v1/models */

@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/prom.h"
 #include "common/version.h"
+#include "tests/mockworker/lora.h"
 #include "tests/mockworker/pd_kv.h"
 #include "tests/mockworker/server.h"
 
@@ -95,7 +96,7 @@ static void add_common_headers(struct mw_req *req, struct MHD_Response *resp, co
         snprintf(v, sizeof(v), "%llu", (unsigned long long)req->plan.fail_retry_after_s);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
     }
-    if (req->route == MW_ROUTE_INFERENCE) {
+    if (req->route == MW_ROUTE_INFERENCE || req->route == MW_ROUTE_API) {
         const char *rid = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Request-Id");
         if (rid != NULL)
             MHD_add_response_header(resp, "x-request-id", rid);
@@ -104,7 +105,7 @@ static void add_common_headers(struct mw_req *req, struct MHD_Response *resp, co
 
 static void count_status(struct mw_req *req, int status)
 {
-    if (req->route == MW_ROUTE_INFERENCE)
+    if (req->route == MW_ROUTE_INFERENCE || req->route == MW_ROUTE_API)
         mw_stats_status(&req->server->stats, status);
 }
 
@@ -170,6 +171,9 @@ static enum mw_route route_of(struct mw_req *req, const char *url, const char *m
 {
     bool get = is_method(method, "GET") || is_method(method, "HEAD");
     bool post = is_method(method, "POST");
+    bool api_ok = false;
+    if (mw_api_route(url, method, &req->api, req->api_id, &req->allow, &api_ok))
+        return api_ok ? MW_ROUTE_API : MW_ROUTE_BAD_METHOD;
     static const struct {
         const char *path;
         enum mw_route route;
@@ -220,7 +224,8 @@ static struct mw_req *req_new(struct mw_loop *loop, struct mw_server *s,
     req->phase = MW_PHASE_RECEIVING;
     req->route = route_of(req, url, method);
     req->sched.owner = mw_loop_index(loop);
-    if (req->route == MW_ROUTE_INFERENCE) {
+    req->lora = -1;
+    if (req->route == MW_ROUTE_INFERENCE || req->route == MW_ROUTE_API) {
         mw_stats_accept(&s->stats);
         req->accounted = true;
     }
@@ -285,6 +290,8 @@ static void infer_receive(struct mw_req *req)
     }
     if (req->parse_status != 0)
         req->parse_error = error_body(s, req->parse_status, err.message, &req->parse_error_len);
+    else if (req->infer.model[0] != '\0')
+        req->lora = mw_lora_begin(req->infer.model);
     record_last_request(req);
     /* A decode worker that got the params consumes the prefill's blocks,
      * whether it then serves, rejects or aborts the request (pd_pins.h). */
@@ -702,6 +709,23 @@ static enum MHD_Result infer_step(struct mw_req *req)
     }
 }
 
+/* ---- Responses, Messages, pooling, tokenizer (api.h) ---------------------------- */
+
+static enum MHD_Result api_step(struct mw_req *req)
+{
+    struct mw_server *s = req->server;
+    struct mw_api_reply r;
+    if (req->too_large) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "Request body larger than %" PRIu64 " bytes (--max-body-bytes)",
+                 s->opts.max_body_bytes);
+        return respond_error(req, 413, msg);
+    }
+    mw_api_handle(s, req->api, req->api_id, req->body.data, req->body.len, &r);
+    record_last_request(req);
+    return respond(req, r.status, r.body, r.body != NULL ? r.len : 1, r.ctype);
+}
+
 /* ---- other endpoints ---------------------------------------------------------------- */
 
 /* A double as Python's repr spells it (prometheus_client writes repr):
@@ -790,6 +814,18 @@ static enum MHD_Result respond_metrics(struct mw_req *req)
                 snap.prompt_tokens, NULL);
     vllm_metric(&w, "vllm:generation_tokens", PROM_COUNTER,
                 "Number of generation tokens processed.", m, n, snap.generation_tokens, NULL);
+    if (mw_lora_enabled()) {
+        /* As vLLM: an info gauge whose value is the time, labels say the state. */
+        char running[1024], now[32], max_lora[16];
+        mw_lora_running(running, sizeof(running));
+        snprintf(now, sizeof(now), "%.1f", (double)time(NULL));
+        snprintf(max_lora, sizeof(max_lora), "%d", MW_LORA_MAX);
+        const struct prom_label ll[] = {{"max_lora", max_lora},
+                                        {"running_lora_adapters", running},
+                                        {"waiting_lora_adapters", ""}};
+        prom_family(&w, "vllm:lora_requests_info", PROM_GAUGE, "Running stats on lora requests.");
+        prom_sample_text(&w, "", ll, 3, now);
+    }
     if (prom_error(&w) != 0) {
         buf_fini(&b);
         return respond(req, 500, NULL, 1, CT_JSON);
@@ -855,6 +891,7 @@ static enum MHD_Result respond_mock_reset(struct mw_req *req)
     mw_pd_pins_reset(&s->pins);
     mw_fault_state_clear(&s->faults);
     mw_engine_reset(&s->engine);
+    mw_api_reset();
     log_info("mock state reset");
     return respond_json(req, 200, json_pack("{s:b}", "reset", 1));
 }
@@ -893,9 +930,15 @@ static enum MHD_Result handle_control(struct mw_req *req, const char *method)
     case MW_ROUTE_METRICS:
         return respond_metrics(req);
     case MW_ROUTE_MODELS: {
-        char *body = mw_openai_models_body(s->model_names, s->opts.n_names,
-                                           s->model_names + s->opts.n_names, s->lora_paths,
-                                           s->opts.n_lora, s->opts.max_model_len, s->started, &len);
+        char names[MW_LORA_MAX][128], paths[MW_LORA_MAX][256];
+        const char *np[MW_LORA_MAX], *pp[MW_LORA_MAX];
+        size_t n_lora = mw_lora_list(names, paths, MW_LORA_MAX);
+        for (size_t i = 0; i < n_lora; i++) {
+            np[i] = names[i];
+            pp[i] = paths[i];
+        }
+        char *body = mw_openai_models_body(s->model_names, s->opts.n_names, np, pp, n_lora,
+                                           s->opts.max_model_len, s->started, &len);
         return respond(req, 200, body, len, CT_JSON);
     }
     case MW_ROUTE_VERSION:
@@ -943,6 +986,8 @@ enum MHD_Result mw_handle_access(struct mw_loop *loop, struct mw_server *server,
         return infer_step(req);
     if (req->route == MW_ROUTE_METRICS && req->phase == MW_PHASE_STALLED)
         return respond_metrics(req); /* the metrics_stall_ms fault is over */
+    if (req->route == MW_ROUTE_API && req->phase == MW_PHASE_RECEIVING)
+        return api_step(req);
     if (req->phase != MW_PHASE_RECEIVING)
         return MHD_NO;
     return handle_control(req, method);
@@ -951,6 +996,10 @@ enum MHD_Result mw_handle_access(struct mw_loop *loop, struct mw_server *server,
 void mw_handle_gone(struct mw_req *req, bool shutdown)
 {
     req->gone = true;
+    if (req->route == MW_ROUTE_API && req->accounted) {
+        req->accounted = false;
+        mw_stats_release(&req->server->stats);
+    }
     if (req->route != MW_ROUTE_INFERENCE)
         return;
     infer_finish(req, req->ep == MW_EP_EMBEDDINGS ? 0 : req->events_sent);
@@ -977,6 +1026,11 @@ void mw_handle_completed(struct mw_req *req, enum MHD_RequestTerminationCode toe
             req->accounted = false;
         }
     }
+    if (req->route == MW_ROUTE_API && req->accounted) {
+        req->accounted = false;
+        mw_stats_release(&req->server->stats);
+    }
+    mw_lora_end(req->lora);
     mw_infer_fini(&req->infer);
     buf_fini(&req->body);
     free(req->parse_error);

@@ -233,6 +233,10 @@ int mw_openai_parse(enum mw_endpoint ep, const char *body, size_t len,
     bool known = false;
     for (size_t i = 0; json_is_string(model) && i < cfg->n_names && !known; i++)
         known = strcmp(json_string_value(model), cfg->names[i]) == 0;
+    if (json_is_string(model) && !known && cfg->model_extra != NULL)
+        known = cfg->model_extra(json_string_value(model));
+    if (json_is_string(model))
+        snprintf(out->model, sizeof(out->model), "%s", json_string_value(model));
     if (json_is_string(model) && !known) {
         char msg[300];
         snprintf(msg, sizeof(msg), "The model `%.200s` does not exist.", json_string_value(model));

@@ -50,12 +50,15 @@ struct mw_openai_cfg {
     uint64_t max_model_len;
     uint64_t output_tokens;
     bool kv_ids_flat; /* remote_block_ids flat, not grouped (pd_kv.h) */
+    /* Names known besides names (the LoRA adapters loaded now), or NULL. */
+    bool (*model_extra)(const char *name);
 };
 
 /* A parsed inference request. Caller storage; mw_infer_fini frees prompt. */
 struct mw_infer {
     enum mw_endpoint ep;
-    char *prompt; /* owned: the text the cost model sees */
+    char model[128]; /* the request's "model" ("" when absent) */
+    char *prompt;    /* owned: the text the cost model sees */
     size_t prompt_len;
     uint64_t prompt_tokens;
     uint64_t prompt_hash; /* XXH3 of prompt, seeds the generated text */

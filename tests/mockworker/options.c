@@ -24,9 +24,10 @@ enum opt_kind {
     OPT_KIND_U32,
     OPT_KIND_U64,
     OPT_KIND_DOUBLE,
-    OPT_KIND_NAMES, /* one or more values, up to the next flag */
-    OPT_KIND_LORA,  /* one or more name=path, up to the next flag */
-    OPT_KIND_FLAG,  /* a bool set by the flag alone */
+    OPT_KIND_NAMES,     /* one or more values, up to the next flag */
+    OPT_KIND_LORA,      /* one or more name=path, up to the next flag */
+    OPT_KIND_LORA_LIST, /* a,b: adapters by name, each at path /adapters/<name> */
+    OPT_KIND_FLAG,      /* a bool set by the flag alone */
     OPT_KIND_HELP,
     OPT_KIND_VERSION,
 };
@@ -91,6 +92,8 @@ static const struct opt_def opt_defs[] = {
      "names the model answers to, the first one in responses (default: --model)"},
     {"--lora-modules", OPT_KIND_LORA, 0, 0, 0, 0, "NAME=PATH...",
      "LoRA adapters served under their own names (listed in /v1/models)"},
+    {"--lora-adapters", OPT_KIND_LORA_LIST, 0, 0, 0, 0, "A,B",
+     "LoRA adapters by name (path /adapters/NAME), as --lora-modules"},
     {"--legacy-errors", OPT_KIND_FLAG, OFF(legacy_errors), 0, 0, 0, NULL,
      "error bodies as old vLLM: {\"object\":\"error\",\"message\",...}"},
     {"--data-parallel-size", OPT_KIND_U32, OFF(data_parallel_size), sizeof(uint32_t), 1, 64, "N",
@@ -257,6 +260,29 @@ static int apply_value(const struct opt_def *def, const char *value, struct mw_o
         }
         snprintf(opts->lora_names[opts->n_lora], MW_MODEL_MAX, "%s", name);
         snprintf(opts->lora_paths[opts->n_lora++], MW_LORA_PATH_MAX, "%s", eq + 1);
+        return 0;
+    }
+    case OPT_KIND_LORA_LIST: {
+        for (const char *p = value; *p != '\0';) {
+            size_t n = strcspn(p, ",");
+            char name[MW_MODEL_MAX];
+            bool ok = n > 0 && n < sizeof(name) && opts->n_lora < MW_NAMES_MAX;
+            if (ok) {
+                memcpy(name, p, n);
+                name[n] = '\0';
+                ok = is_plain_name(name, MW_MODEL_MAX);
+            }
+            if (!ok) {
+                snprintf(err, err_len, "%s: expected at most %d comma-separated names, got '%s'",
+                         def->name, MW_NAMES_MAX, value);
+                return -EINVAL;
+            }
+            snprintf(opts->lora_names[opts->n_lora], MW_MODEL_MAX, "%s", name);
+            snprintf(opts->lora_paths[opts->n_lora++], MW_LORA_PATH_MAX, "/adapters/%s", name);
+            p += n;
+            if (*p == ',')
+                p++;
+        }
         return 0;
     }
     case OPT_KIND_ROLE:

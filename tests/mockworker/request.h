@@ -18,6 +18,7 @@
 #include "common/buf.h"
 #include "common/list.h"
 #include "common/timer_heap.h"
+#include "tests/mockworker/api.h"
 #include "tests/mockworker/cost_model.h"
 #include "tests/mockworker/faults.h"
 #include "tests/mockworker/openai.h"
@@ -36,6 +37,7 @@ struct mw_loop;
 enum mw_route {
     MW_ROUTE_UNSET = 0,
     MW_ROUTE_INFERENCE, /* POST to an inference path: ep says which */
+    MW_ROUTE_API,       /* Responses, Messages, pooling, tokenizer (api.h): api says which */
     MW_ROUTE_HEALTH,
     MW_ROUTE_METRICS,
     MW_ROUTE_MODELS,
@@ -61,7 +63,7 @@ enum mw_phase {
 struct mw_server {
     struct mw_options opts; /* read-only after init */
     struct mw_openai_cfg ocfg;
-    const char *model_names[2 * MW_NAMES_MAX]; /* served names, then adapters (ocfg.names) */
+    const char *model_names[2 * MW_NAMES_MAX]; /* served names (ocfg.names); adapters: lora.h */
     const char *lora_paths[MW_NAMES_MAX];
     struct mw_engine engine;
     struct mw_stats stats;
@@ -90,6 +92,11 @@ struct mw_req {
     bool accounted;    /* holds one inflight count */
     bool gone;         /* client hung up or the server stops: fail at the next callback */
     bool reset_by_us;  /* closed on purpose by a reset fault: not a client abort */
+
+    /* MW_ROUTE_API: which endpoint, and the {id} of its path ("" if none). */
+    enum mw_api api;
+    char api_id[MW_API_ID_MAX];
+    int lora; /* running on a LoRA adapter: its handle (lora.h), else -1 */
 
     /* Body, capped at opts.max_body_bytes (too_large then, rest discarded). */
     struct buf body;

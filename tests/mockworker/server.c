@@ -11,6 +11,7 @@
  * the traffic, and port 0 works (the log line names the port).
  */
 #include "tests/mockworker/server.h"
+#include "tests/mockworker/lora.h"
 
 #include "common/log.h"
 #include "common/rng.h"
@@ -441,10 +442,10 @@ int mw_server_init(struct mw_server *s, const struct mw_options *opts, char *err
     s->ocfg.model = s->opts.model;
     for (uint32_t i = 0; i < s->opts.n_names; i++)
         s->model_names[s->ocfg.n_names++] = s->opts.names[i];
-    for (uint32_t i = 0; i < s->opts.n_lora; i++) {
-        s->model_names[s->ocfg.n_names++] = s->opts.lora_names[i];
-        s->lora_paths[i] = s->opts.lora_paths[i];
-    }
+    /* Adapters live in the run-time set (lora.h): they can be unloaded. */
+    mw_lora_init((const char(*)[128])s->opts.lora_names, (const char(*)[256])s->opts.lora_paths,
+                 s->opts.n_lora);
+    s->ocfg.model_extra = mw_lora_has;
     s->ocfg.names = s->model_names;
     s->ocfg.max_model_len = opts->max_model_len;
     s->ocfg.output_tokens = opts->output_tokens;

@@ -168,6 +168,8 @@ static bool row_holds_default(const struct cfg_key *k, const void *field)
         }
         return true;
     }
+    case CFG_KIND_STR_LIST:
+        return ((const struct cfg_str_list *)field)->n == 0;
     case CFG_KIND_WORKERS: {
         const struct cfg *cfg = field; /* the row's offset is 0: the whole cfg */
         return cfg->workers == NULL && cfg->n_workers == 0;
@@ -214,6 +216,8 @@ static void check_table(const struct cfg_key *table, const char *where)
     size_t n = 0;
 
     for (const struct cfg_key *k = table; k->name != NULL; k++, n++) {
+        if (n >= CFG_TABLE_MAX)
+            fail_msg("%s: more than %d keys", where, CFG_TABLE_MAX);
         if (k->kind == CFG_KIND_UNSET)
             fail_msg("%s.%s: no kind", where, k->name);
         if (cfg_key_index(table, k->name) != (int)n)
@@ -272,6 +276,10 @@ static void check_table(const struct cfg_key *table, const char *where)
                 for (size_t j = 0; j < i; j++)
                     assert_int_not_equal(k->def.list[i], k->def.list[j]);
             }
+            break;
+        case CFG_KIND_STR_LIST:
+            assert_non_null(k->valid);
+            assert_non_null(k->expect);
             break;
         case CFG_KIND_WORKERS:
             assert_non_null(k->child);
@@ -374,6 +382,7 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.policy.load_signal, CFG_LOAD_SIGNAL_OWN);
     assert_true(cfg.policy.kv_overload == 0.75);
     assert_string_equal(cfg.controlplane.health.initial, "healthy");
+    assert_int_equal(cfg.controlplane.health.models_interval_ms, 5000);
     assert_string_equal(cfg.dataplane.listen, "0.0.0.0:18080");
     assert_int_equal(cfg.dataplane.threads, 4);
     assert_int_equal(cfg.dataplane.max_body, 64 * 1024);
@@ -394,6 +403,12 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.dataplane.retry.on_status[1], 503);
     assert_int_equal(cfg.dataplane.retry.backoff_ms, 10);
     assert_int_equal(cfg.dataplane.retry.backoff_max_ms, 1000);
+    assert_int_equal(cfg.dataplane.response_ttl_ms, 600000);
+    assert_int_equal(cfg.dataplane.response_table_size, 1024);
+    assert_int_equal(cfg.dataplane.cors.allowed_origins.n, 2);
+    assert_string_equal(cfg.dataplane.cors.allowed_origins.item[1], "http://[::1]:3000");
+    assert_int_equal(cfg.dataplane.cors.allowed_headers.n, 1);
+    assert_string_equal(cfg.dataplane.cors.allowed_headers.item[0], "Authorization");
     assert_int_equal(cfg.policy.name, CFG_POLICY_POWER_OF_TWO);
     assert_true(cfg.policy.cache_threshold == 0.25);
     assert_int_equal(cfg.policy.balance_abs_threshold, 8);
@@ -492,7 +507,7 @@ static const struct bad_case bad_cases[] = {
      "max_header_size|connect_timeout|first_byte_timeout|idle_timeout|drain_timeout|"
      "header_timeout|upload_min_rate|per_ip_connection_limit|max_connections|metrics_listen|"
      "debug_headers|retry|access_log|access_log_buffer|api_keys_file|"
-     "upstream_api_key_file)"},
+     "upstream_api_key_file|response_ttl|response_table_size|cors)"},
     {"workers:\n  - url: http://127.0.0.1:9001\n    weight: 2\n",
      "t.yaml:3:5: workers[0].weight: unknown key (expected one of url|id|model|role)"},
     {"shmm:\n  name: /x\n",
@@ -657,6 +672,17 @@ static const struct bad_case bad_cases[] = {
     {"dataplane: {listen: 127.0.0.1:8080\n",
      "t.yaml:2:1: YAML syntax error: did not find expected ',' or '}'"},
     {"shm:\n  name: \"/x\xff\"\n", "t.yaml:2:12: YAML syntax error: invalid leading UTF-8 octet"},
+    {"dataplane:\n  cors:\n    allowed_origins: [\"https://a.example/app\"]\n",
+     "t.yaml:3:23: dataplane.cors.allowed_origins[0]: expected \"*\" or an origin like "
+     "https://app.example:8443 (no path), got 'https://a.example/app'"},
+    {"dataplane:\n  cors:\n    allowed_headers: [\"a b\"]\n",
+     "t.yaml:3:23: dataplane.cors.allowed_headers[0]: expected \"*\" or a header name, got 'a b'"},
+    {"dataplane:\n  cors:\n    allowed_origins: \"*\"\n",
+     "t.yaml:3:22: dataplane.cors.allowed_origins: expected a list of strings, each \"*\" or an "
+     "origin like https://app.example:8443 (no path), got '*'"},
+    {"dataplane:\n  cors:\n    allowed_headers: [a, A, a]\n",
+     "t.yaml:3:29: dataplane.cors.allowed_headers[2]: expected an entry not listed before, got "
+     "'a'"},
 };
 
 /* Each malformed input fails with exactly its message and leaves the defaults. */

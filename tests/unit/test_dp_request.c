@@ -449,6 +449,82 @@ static void test_error_body_and_sse_event(void **state)
     free(body);
 }
 
+/* Responses: instructions then input (a string or items) are the routing
+ * text, and previous_response_id is kept for the response affinity. */
+static void test_parse_responses(void **state)
+{
+    (void)state;
+    struct dp_request *a = parsed(DP_ROUTE_RESPONSES, "{\"model\":\"m\",\"instructions\":\"be "
+                                                      "brief\",\"input\":\"hi\",\"stream\":true}");
+    const char *want = "system\nbe brief\nuser\nhi\n";
+    assert_int_equal(a->routing_text.len, strlen(want));
+    assert_memory_equal(a->routing_text.data, want, strlen(want));
+    assert_true(a->stream);
+    assert_string_equal(a->resp_id, "");
+    /* The same turn as items keys the same; a function call is keyed whole. */
+    struct dp_request *b =
+        parsed(DP_ROUTE_RESPONSES,
+               "{\"model\":\"m\",\"instructions\":\"be brief\",\"previous_response_id\":"
+               "\"resp_1\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
+               "\"input_text\",\"text\":\"hi\"}]},{\"type\":\"function_call_output\","
+               "\"call_id\":\"c1\",\"output\":\"42\"}]}");
+    assert_true(b->routing_text.len > a->routing_text.len);
+    assert_memory_equal(b->routing_text.data, want, strlen(want));
+    assert_non_null(memmem(b->routing_text.data, b->routing_text.len, "c1", 2));
+    assert_string_equal(b->resp_id, "resp_1");
+    request_free(a);
+    request_free(b);
+}
+
+/* Messages: system (a string or blocks) then the messages. */
+static void test_parse_anthropic_messages(void **state)
+{
+    (void)state;
+    struct dp_request *a =
+        parsed(DP_ROUTE_MESSAGES,
+               "{\"model\":\"m\",\"max_tokens\":5,\"system\":[{\"type\":\"text\",\"text\":"
+               "\"sys\"}],\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":"
+               "\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":"
+               "\"f\",\"input\":{}}]}]}");
+    const char *want = "system\nsys\nuser\nhi\nassistant\n";
+    assert_true(a->routing_text.len > strlen(want));
+    assert_memory_equal(a->routing_text.data, want, strlen(want));
+    assert_non_null(memmem(a->routing_text.data, a->routing_text.len, "t1", 2));
+    struct dp_request *b =
+        parsed(DP_ROUTE_MESSAGES_COUNT, "{\"model\":\"m\",\"system\":\"sys\",\"messages\":[{"
+                                        "\"role\":\"user\",\"content\":\"hi\"}]}");
+    assert_memory_equal(b->routing_text.data, want, b->routing_text.len);
+    /* Rerank, score and tokenize are routed by load: no text. */
+    struct dp_request *c =
+        parsed(DP_ROUTE_RERANK, "{\"model\":\"m\",\"query\":\"q\",\"documents\":[\"a\"]}");
+    assert_int_equal(c->routing_text.len, 0);
+    assert_string_equal(c->model, "m");
+    request_free(a);
+    request_free(b);
+    request_free(c);
+}
+
+/* Anthropic's error shape, and its stream event. */
+static void test_anthropic_error_shape(void **state)
+{
+    (void)state;
+    char *body = dp_error_body_shaped(true, 404, "model_not_found", "no such model");
+    assert_string_equal(body, "{\"type\":\"error\",\"error\":{\"type\":\"not_found_error\","
+                              "\"message\":\"no such model\"}}");
+    free(body);
+    body = dp_error_body_shaped(false, 404, "model_not_found", "no such model");
+    assert_non_null(strstr(body, "\"code\":\"model_not_found\""));
+    free(body);
+    assert_string_equal(dp_error_anthropic_type(413), "request_too_large");
+    assert_string_equal(dp_error_anthropic_type(503), "overloaded_error");
+    assert_string_equal(dp_error_anthropic_type(502), "api_error");
+    char ev[256];
+    size_t n = dp_error_sse_event_shaped(true, ev, sizeof(ev), 504, "upstream_timeout", "slow");
+    assert_true(n > 0);
+    assert_int_equal(strncmp(ev, "event: error\ndata: {\"type\":\"error\"", 33), 0);
+    assert_int_equal(dp_error_sse_event_shaped(true, ev, 10, 504, "upstream_timeout", "slow"), 0);
+}
+
 static void test_hop_by_hop_headers(void **state)
 {
     (void)state;
@@ -479,6 +555,9 @@ int main(void)
         cmocka_unit_test(test_parse_large_prompt),
         cmocka_unit_test(test_error_body_and_sse_event),
         cmocka_unit_test(test_hop_by_hop_headers),
+        cmocka_unit_test(test_parse_responses),
+        cmocka_unit_test(test_parse_anthropic_messages),
+        cmocka_unit_test(test_anthropic_error_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -56,7 +56,10 @@ static void test_paths_and_methods_resolve(void **state)
         const struct dp_route_row *row = dp_route_row((enum dp_route)r);
         if (row->path == NULL)
             continue;
-        assert_int_equal(dp_route_find(row->path), r);
+        char path[128];
+        snprintf(path, sizeof(path), "%s%s%s", row->path, row->id_suffix != NULL ? "resp_1" : "",
+                 row->id_suffix != NULL ? row->id_suffix : "");
+        assert_int_equal(dp_route_find(path), r);
         char allow[64] = "";
         for (size_t m = 0; m < sizeof(methods) / sizeof(methods[0]); m++) {
             bool ok = (row->methods & methods[m].bit) != 0;
@@ -81,7 +84,11 @@ static void test_unknown_paths_are_other(void **state)
                            "/v1/chat/completions?x=1",
                            "/V1/models",
                            "/healthz",
-                           "/v1/responses"};
+                           "/v1/responses/",
+                           "/v1/responses//cancel",
+                           "/v1/responses/a/b",
+                           "/v1/responses/a/cancel/",
+                           "/v1/messages/"};
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
         assert_int_equal(dp_route_find(paths[i]), DP_ROUTE_OTHER);
     assert_true(dp_route_allows(DP_ROUTE_OTHER, "DELETE"));
@@ -108,6 +115,19 @@ static void test_rows_as_published(void **state)
         {"/v1/models", DP_ROUTE_MODELS, "GET, HEAD", DP_SERVE_LOCAL, DP_BODY_NONE, false},
         {"/health", DP_ROUTE_HEALTH, "GET, HEAD", DP_SERVE_LOCAL, DP_BODY_NONE, false},
         {"/metrics", DP_ROUTE_METRICS, "GET, HEAD", DP_SERVE_LOCAL, DP_BODY_NONE, false},
+        {"/v1/responses", DP_ROUTE_RESPONSES, "POST", DP_SERVE_PROXY, DP_BODY_RESPONSES, false},
+        {"/v1/messages", DP_ROUTE_MESSAGES, "POST", DP_SERVE_PROXY, DP_BODY_MESSAGES, false},
+        {"/v1/messages/count_tokens", DP_ROUTE_MESSAGES_COUNT, "POST", DP_SERVE_PROXY,
+         DP_BODY_MESSAGES, false},
+        {"/rerank", DP_ROUTE_RERANK, "POST", DP_SERVE_PROXY, DP_BODY_BY_LOAD, false},
+        {"/v1/rerank", DP_ROUTE_RERANK_V1, "POST", DP_SERVE_PROXY, DP_BODY_BY_LOAD, false},
+        {"/v2/rerank", DP_ROUTE_RERANK_V2, "POST", DP_SERVE_PROXY, DP_BODY_BY_LOAD, false},
+        {"/score", DP_ROUTE_SCORE, "POST", DP_SERVE_PROXY, DP_BODY_BY_LOAD, false},
+        {"/v1/score", DP_ROUTE_SCORE_V1, "POST", DP_SERVE_PROXY, DP_BODY_BY_LOAD, false},
+        {"/pooling", DP_ROUTE_POOLING, "POST", DP_SERVE_PROXY, DP_BODY_BY_LOAD, false},
+        {"/classify", DP_ROUTE_CLASSIFY, "POST", DP_SERVE_PROXY, DP_BODY_BY_LOAD, false},
+        {"/tokenize", DP_ROUTE_TOKENIZE, "POST", DP_SERVE_PROXY, DP_BODY_BY_LOAD, false},
+        {"/detokenize", DP_ROUTE_DETOKENIZE, "POST", DP_SERVE_PROXY, DP_BODY_BY_LOAD, false},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         enum dp_route r = dp_route_find(want[i].path);
@@ -118,9 +138,35 @@ static void test_rows_as_published(void **state)
         assert_int_equal(row->serve, want[i].serve);
         assert_int_equal(row->body, want[i].body);
         assert_int_equal(row->prefill_decode, want[i].prefill_decode);
-        if (want[i].serve == DP_SERVE_PROXY)
+        if (want[i].serve == DP_SERVE_PROXY && row->id_suffix == NULL)
             assert_string_equal(row->upstream_path, want[i].path);
     }
+}
+
+/* The id routes: the id is one segment, the worker path keeps it. */
+static void test_id_routes(void **state)
+{
+    (void)state;
+    const char *id;
+    size_t len;
+    assert_int_equal(dp_route_match("/v1/responses/resp_abc", &id, &len), DP_ROUTE_RESPONSES_GET);
+    assert_int_equal(len, 8);
+    assert_memory_equal(id, "resp_abc", 8);
+    assert_int_equal(dp_route_match("/v1/responses/resp_abc/cancel", &id, &len),
+                     DP_ROUTE_RESPONSES_CANCEL);
+    assert_int_equal(len, 8);
+    assert_int_equal(dp_route_match("/v1/responses", &id, &len), DP_ROUTE_RESPONSES);
+    assert_null(id);
+    const struct dp_route_row *get = dp_route_row(DP_ROUTE_RESPONSES_GET);
+    assert_string_equal(get->label, "/v1/responses/{id}");
+    assert_string_equal(get->allow, "GET, HEAD");
+    assert_int_equal(get->body, DP_BODY_ID);
+    assert_string_equal(dp_route_row(DP_ROUTE_RESPONSES_CANCEL)->label,
+                        "/v1/responses/{id}/cancel");
+    /* Anthropic's error shape on the Messages routes only. */
+    for (int r = DP_ROUTE_UNSET + 1; r < DP_ROUTE_COUNT; r++)
+        assert_int_equal(dp_route_row((enum dp_route)r)->anthropic_errors,
+                         r == DP_ROUTE_MESSAGES || r == DP_ROUTE_MESSAGES_COUNT);
 }
 
 int main(void)
@@ -130,6 +176,7 @@ int main(void)
         cmocka_unit_test(test_paths_and_methods_resolve),
         cmocka_unit_test(test_unknown_paths_are_other),
         cmocka_unit_test(test_rows_as_published),
+        cmocka_unit_test(test_id_routes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -271,6 +271,7 @@ static void test_decision_labels(void **state)
         "no_match",
         "fleet_imbalanced",
         "affinity_despite_imbalance",
+        "response_affinity",
     };
     for (int d = 0; d < POL_DECISION_COUNT; d++)
         assert_string_equal(pol_decision_name((enum pol_decision)d), want[d]);

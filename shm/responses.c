@@ -1,0 +1,421 @@
+/*
+ * The response table (see responses.h). Layout: a header of one cache
+ * line, then the entries. Everything in it is an atomic; entry fields are
+ * written with relaxed stores between the odd and even sequence stores
+ * (release), and read between an acquire load and an acquire fence, as
+ * the registry's slots are.
+ */
+#include "shm/responses.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#define SHM_RESP_MAGIC   UINT64_C(0x3130505352595301) /* "\1SYRSP01" */
+#define SHM_RESP_VERSION 1u
+#define SHM_RESP_WORDS   (SHM_RESP_ID_MAX / 8u)
+#define SHM_RESP_TRIES   4
+#define SHM_RESP_WAIT_MS 2000u /* a creator being this slow to publish is dead */
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free");
+_Static_assert(SHM_RESP_ID_MAX % 8u == 0, "ids are stored as 64-bit words");
+
+struct shm_resp_header {
+    _Atomic uint64_t magic; /* published last; the creator's lock covers it */
+    uint32_t layout_version;
+    uint32_t header_size;
+    uint32_t entry_size;
+    uint32_t ways;
+    uint64_t n_entries;
+    uint64_t total_size;
+    _Atomic uint64_t inserts;
+    _Atomic uint64_t evictions;
+    _Atomic uint64_t registry_id; /* the registry the slots and generations belong to */
+};
+_Static_assert(sizeof(struct shm_resp_header) == 64, "header is one cache line");
+
+struct shm_resp_entry {
+    _Atomic uint64_t seq;        /* odd while a writer holds it */
+    _Atomic uint64_t key;        /* XXH3 of the id, never 0; 0 = empty */
+    _Atomic uint64_t created_ms; /* monotonic */
+    _Atomic uint64_t used_ms;    /* last put or hit, for LRU */
+    _Atomic uint32_t slot;
+    _Atomic uint32_t generation;
+    _Atomic uint32_t id_len;
+    _Atomic uint32_t reserved;
+    _Atomic uint64_t id[SHM_RESP_WORDS];
+};
+
+int shm_resp_name(const char *shm_name, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%s.responses", shm_name);
+    return n > 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
+}
+
+static size_t shm_resp_size_for(uint64_t n_entries)
+{
+    return sizeof(struct shm_resp_header) + (size_t)n_entries * sizeof(struct shm_resp_entry);
+}
+
+static void shm_resp_bind(struct shm_resp_table *t, void *base, size_t size)
+{
+    t->base = base;
+    t->size = size;
+    t->hdr = base;
+    t->entries = (struct shm_resp_entry *)((char *)base + sizeof(struct shm_resp_header));
+    t->n_entries = t->hdr->n_entries;
+}
+
+static int shm_resp_lock(int fd, short type, bool test_only)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 8};
+    if (test_only) {
+        if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
+            return -errno;
+        return fl.l_type != F_UNLCK ? -EBUSY : 0;
+    }
+    if (fcntl(fd, F_OFD_SETLK, &fl) != 0)
+        return (errno == EAGAIN || errno == EACCES) ? -EBUSY : -errno;
+    return 0;
+}
+
+static int shm_resp_create(struct shm_resp_table *t, const char *name, uint64_t n_entries,
+                           char *err, size_t err_len)
+{
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int e = errno;
+        if (e != EEXIST)
+            snprintf(err, err_len, "shm_open(%s): %s", name, strerror(e));
+        return -e;
+    }
+    size_t size = shm_resp_size_for(n_entries);
+    int rc = shm_resp_lock(fd, F_WRLCK, false);
+    if (rc == 0 && (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)size) != 0))
+        rc = -errno;
+    void *base = MAP_FAILED;
+    if (rc == 0 &&
+        (base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+        rc = -errno;
+    if (rc != 0) {
+        snprintf(err, err_len, "creating response table %s (%zu bytes): %s", name, size,
+                 strerror(-rc));
+        shm_unlink(name);
+        close(fd);
+        return rc;
+    }
+    struct shm_resp_header *h = base;
+    h->layout_version = SHM_RESP_VERSION;
+    h->header_size = sizeof(struct shm_resp_header);
+    h->entry_size = sizeof(struct shm_resp_entry);
+    h->ways = SHM_RESP_WAYS;
+    h->n_entries = n_entries;
+    h->total_size = size;
+    atomic_store_explicit(&h->magic, SHM_RESP_MAGIC, memory_order_release);
+    shm_resp_lock(fd, F_UNLCK, false);
+    t->fd = fd;
+    shm_resp_bind(t, base, size);
+    return 0;
+}
+
+static int shm_resp_validate(const struct shm_resp_header *h, uint64_t file_size, char *err,
+                             size_t err_len)
+{
+    if (h->layout_version != SHM_RESP_VERSION || h->header_size != sizeof(*h) ||
+        h->entry_size != sizeof(struct shm_resp_entry) || h->ways != SHM_RESP_WAYS) {
+        snprintf(err, err_len,
+                 "response table has layout version %u (header %u, entry %u bytes), this binary "
+                 "uses version %u (%zu, %zu): stop every data plane using it and remove it",
+                 h->layout_version, h->header_size, h->entry_size, SHM_RESP_VERSION, sizeof(*h),
+                 sizeof(struct shm_resp_entry));
+        return -EPROTO;
+    }
+    if (h->n_entries == 0 || h->n_entries % SHM_RESP_WAYS != 0 ||
+        h->total_size != shm_resp_size_for(h->n_entries) || file_size != h->total_size) {
+        snprintf(err, err_len,
+                 "response table size mismatch: %llu entries, header %llu bytes, "
+                 "object %llu bytes",
+                 (unsigned long long)h->n_entries, (unsigned long long)h->total_size,
+                 (unsigned long long)file_size);
+        return -EPROTO;
+    }
+    return 0;
+}
+
+/* -EAGAIN: not published yet, and its creator is alive; -ESTALE: never
+ * published and nobody is building it. */
+static int shm_resp_adopt(struct shm_resp_table *t, const char *name, char *err, size_t err_len)
+{
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, err_len, "shm_open(%s): %s", name, strerror(e));
+        return -e;
+    }
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) {
+        rc = -errno;
+        snprintf(err, err_len, "fstat(%s): %s", name, strerror(-rc));
+        goto out_close;
+    }
+    if (st.st_uid != geteuid() || (st.st_mode & 0077) != 0) {
+        snprintf(err, err_len,
+                 "response table %s is owned by uid %u with mode %04o; refusing it: it must "
+                 "belong to this user (uid %u) with mode 0600",
+                 name, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), (unsigned)geteuid());
+        rc = -EPERM;
+        goto out_close;
+    }
+    bool building = shm_resp_lock(fd, F_WRLCK, true) == -EBUSY;
+    if ((size_t)st.st_size < sizeof(struct shm_resp_header)) {
+        snprintf(err, err_len, "response table %s is not sized yet", name);
+        rc = building ? -EAGAIN : -ESTALE;
+        goto out_close;
+    }
+    void *base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        rc = -errno;
+        snprintf(err, err_len, "mmap of response table %s: %s", name, strerror(-rc));
+        goto out_close;
+    }
+    const struct shm_resp_header *h = base;
+    if (atomic_load_explicit(&h->magic, memory_order_acquire) != SHM_RESP_MAGIC) {
+        snprintf(err, err_len, "response table %s is not published yet", name);
+        rc = building ? -EAGAIN : -ESTALE;
+    } else {
+        rc = shm_resp_validate(h, (uint64_t)st.st_size, err, err_len);
+    }
+    if (rc != 0) {
+        munmap(base, (size_t)st.st_size);
+        goto out_close;
+    }
+    t->fd = fd;
+    shm_resp_bind(t, base, (size_t)st.st_size);
+    return 0;
+
+out_close:
+    close(fd);
+    return rc;
+}
+
+/* Empties every entry (each under its own sequence, as a writer). */
+static uint64_t shm_resp_forget_all(struct shm_resp_table *t)
+{
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < t->n_entries; i++) {
+        struct shm_resp_entry *e = &t->entries[i];
+        if (atomic_load_explicit(&e->key, memory_order_relaxed) == 0)
+            continue;
+        uint64_t s = atomic_load_explicit(&e->seq, memory_order_relaxed);
+        if ((s & 1u) || !atomic_compare_exchange_strong_explicit(
+                            &e->seq, &s, s + 1, memory_order_acquire, memory_order_relaxed))
+            continue; /* being written: by a holder of the new registry */
+        atomic_store_explicit(&e->key, 0, memory_order_relaxed);
+        atomic_store_explicit(&e->seq, s + 2, memory_order_release);
+        n++;
+    }
+    return n;
+}
+
+/* Binds the table to registry_id, forgetting another registry's entries:
+ * the one opener that moves the id empties the table. */
+static uint64_t shm_resp_bind_registry(struct shm_resp_table *t, uint64_t registry_id)
+{
+    uint64_t cur = atomic_load_explicit(&t->hdr->registry_id, memory_order_acquire);
+    if (cur == registry_id ||
+        !atomic_compare_exchange_strong_explicit(&t->hdr->registry_id, &cur, registry_id,
+                                                 memory_order_acq_rel, memory_order_acquire))
+        return 0;
+    return shm_resp_forget_all(t);
+}
+
+int shm_resp_open(struct shm_resp_table *t, const char *name, uint64_t n_entries,
+                  uint64_t registry_id, bool *created, uint64_t *forgot, char *err, size_t err_len)
+{
+    memset(t, 0, sizeof(*t));
+    t->fd = -1;
+    *created = false;
+    *forgot = 0;
+    if (n_entries == 0) {
+        snprintf(err, err_len, "a response table needs at least one entry");
+        return -EINVAL;
+    }
+    n_entries = (n_entries + SHM_RESP_WAYS - 1) / SHM_RESP_WAYS * SHM_RESP_WAYS;
+    struct timespec pause = {.tv_nsec = 10 * 1000000L};
+    for (unsigned waited = 0; waited < SHM_RESP_WAIT_MS; waited += 10) {
+        int rc = shm_resp_create(t, name, n_entries, err, err_len);
+        if (rc == 0) {
+            *created = true;
+            *forgot = shm_resp_bind_registry(t, registry_id);
+            return 0;
+        }
+        if (rc != -EEXIST)
+            return rc;
+        rc = shm_resp_adopt(t, name, err, err_len);
+        if (rc == 0)
+            *forgot = shm_resp_bind_registry(t, registry_id);
+        if (rc == 0 || (rc != -EAGAIN && rc != -ESTALE && rc != -ENOENT))
+            return rc;
+        if (rc == -ESTALE)
+            shm_unlink(name); /* never published, nobody building: a dead creator's */
+        nanosleep(&pause, NULL);
+    }
+    snprintf(err, err_len, "response table %s: its creator never published it", name);
+    return -ETIMEDOUT;
+}
+
+void shm_resp_close(struct shm_resp_table *t)
+{
+    if (t == NULL)
+        return;
+    if (t->base != NULL)
+        munmap(t->base, t->size);
+    if (t->fd >= 0)
+        close(t->fd);
+    memset(t, 0, sizeof(*t));
+    t->fd = -1;
+}
+
+static uint64_t shm_resp_key(const char *id, size_t len)
+{
+    uint64_t k = XXH3_64bits(id, len);
+    return k != 0 ? k : 1;
+}
+
+/* The id as zero-padded words. */
+static void shm_resp_words(const char *id, size_t len, uint64_t words[SHM_RESP_WORDS])
+{
+    memset(words, 0, SHM_RESP_WORDS * sizeof(uint64_t));
+    memcpy(words, id, len);
+}
+
+/* A consistent copy of e's key, times, worker and id; false when torn
+ * or being written throughout. */
+struct shm_resp_copy {
+    uint64_t key, created_ms, used_ms;
+    uint32_t slot, generation, id_len;
+    uint64_t id[SHM_RESP_WORDS];
+};
+
+static bool shm_resp_read(struct shm_resp_entry *e, struct shm_resp_copy *c, bool with_id)
+{
+    for (int i = 0; i < SHM_RESP_TRIES; i++) {
+        uint64_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
+        if (s1 & 1u)
+            continue;
+        c->key = atomic_load_explicit(&e->key, memory_order_relaxed);
+        c->created_ms = atomic_load_explicit(&e->created_ms, memory_order_relaxed);
+        c->used_ms = atomic_load_explicit(&e->used_ms, memory_order_relaxed);
+        c->slot = atomic_load_explicit(&e->slot, memory_order_relaxed);
+        c->generation = atomic_load_explicit(&e->generation, memory_order_relaxed);
+        c->id_len = atomic_load_explicit(&e->id_len, memory_order_relaxed);
+        if (with_id)
+            for (unsigned w = 0; w < SHM_RESP_WORDS; w++)
+                c->id[w] = atomic_load_explicit(&e->id[w], memory_order_relaxed);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&e->seq, memory_order_relaxed) == s1)
+            return true;
+    }
+    return false;
+}
+
+int shm_resp_put(struct shm_resp_table *t, const char *id, size_t len, uint32_t slot,
+                 uint32_t generation, uint64_t now_ms)
+{
+    if (t->base == NULL || len == 0 || len > SHM_RESP_ID_MAX)
+        return -EINVAL;
+    uint64_t key = shm_resp_key(id, len);
+    uint64_t words[SHM_RESP_WORDS];
+    shm_resp_words(id, len, words);
+    struct shm_resp_entry *set =
+        &t->entries[(key % (t->n_entries / SHM_RESP_WAYS)) * SHM_RESP_WAYS];
+    for (int attempt = 0; attempt < SHM_RESP_TRIES; attempt++) {
+        /* The same id, else an empty entry, else the least recently used. */
+        int victim = -1, same = -1, empty = -1;
+        uint64_t oldest = UINT64_MAX;
+        for (unsigned w = 0; w < SHM_RESP_WAYS; w++) {
+            struct shm_resp_copy c;
+            if (!shm_resp_read(&set[w], &c, false))
+                continue;
+            if (c.key == key && same < 0)
+                same = (int)w;
+            if (c.key == 0 && empty < 0)
+                empty = (int)w;
+            if (c.used_ms < oldest) {
+                oldest = c.used_ms;
+                victim = (int)w;
+            }
+        }
+        int pick = same >= 0 ? same : empty >= 0 ? empty : victim;
+        if (pick < 0)
+            continue;
+        struct shm_resp_entry *e = &set[pick];
+        uint64_t s = atomic_load_explicit(&e->seq, memory_order_relaxed);
+        if ((s & 1u) || !atomic_compare_exchange_strong_explicit(
+                            &e->seq, &s, s + 1, memory_order_acquire, memory_order_relaxed))
+            continue;
+        bool evicts =
+            same < 0 && empty < 0 && atomic_load_explicit(&e->key, memory_order_relaxed) != 0;
+        atomic_store_explicit(&e->key, key, memory_order_relaxed);
+        atomic_store_explicit(&e->created_ms, now_ms, memory_order_relaxed);
+        atomic_store_explicit(&e->used_ms, now_ms, memory_order_relaxed);
+        atomic_store_explicit(&e->slot, slot, memory_order_relaxed);
+        atomic_store_explicit(&e->generation, generation, memory_order_relaxed);
+        atomic_store_explicit(&e->id_len, (uint32_t)len, memory_order_relaxed);
+        for (unsigned w = 0; w < SHM_RESP_WORDS; w++)
+            atomic_store_explicit(&e->id[w], words[w], memory_order_relaxed);
+        atomic_store_explicit(&e->seq, s + 2, memory_order_release);
+        atomic_fetch_add_explicit(&t->hdr->inserts, 1, memory_order_relaxed);
+        if (evicts)
+            atomic_fetch_add_explicit(&t->hdr->evictions, 1, memory_order_relaxed);
+        return 0;
+    }
+    return -EBUSY;
+}
+
+int shm_resp_get(struct shm_resp_table *t, const char *id, size_t len, uint64_t now_ms,
+                 uint64_t ttl_ms, uint32_t *slot, uint32_t *generation)
+{
+    if (t->base == NULL || len == 0 || len > SHM_RESP_ID_MAX)
+        return -ENOENT;
+    uint64_t key = shm_resp_key(id, len);
+    uint64_t words[SHM_RESP_WORDS];
+    shm_resp_words(id, len, words);
+    struct shm_resp_entry *set =
+        &t->entries[(key % (t->n_entries / SHM_RESP_WAYS)) * SHM_RESP_WAYS];
+    for (unsigned w = 0; w < SHM_RESP_WAYS; w++) {
+        struct shm_resp_copy c;
+        if (atomic_load_explicit(&set[w].key, memory_order_relaxed) != key ||
+            !shm_resp_read(&set[w], &c, true))
+            continue;
+        if (c.key != key || c.id_len != len || memcmp(c.id, words, sizeof(words)) != 0)
+            continue;
+        if (now_ms - c.created_ms > ttl_ms)
+            return -ENOENT;
+        /* Only the LRU order: a racing rewrite of the entry may lose it. */
+        atomic_store_explicit(&set[w].used_ms, now_ms, memory_order_relaxed);
+        *slot = c.slot;
+        *generation = c.generation;
+        return 0;
+    }
+    return -ENOENT;
+}
+
+void shm_resp_stats(const struct shm_resp_table *t, struct shm_resp_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (t->base == NULL)
+        return;
+    out->entries = t->n_entries;
+    out->inserts = atomic_load_explicit(&t->hdr->inserts, memory_order_relaxed);
+    out->evictions = atomic_load_explicit(&t->hdr->evictions, memory_order_relaxed);
+}
