@@ -12,6 +12,7 @@
 #include "controlplane/controlplane.h"
 #include "shm/layout.h"
 #include "shm/prefix_index.h"
+#include "shm/responses.h"
 #include "shm/segment.h"
 
 static void usage(FILE *out)
@@ -24,9 +25,9 @@ static void usage(FILE *out)
                  "  -c, --config FILE   YAML configuration (see docs/configuration.md)\n"
                  "      --fresh         start from the config alone: remove the segment a\n"
                  "                      previous run left (its admin-API workers, drains and\n"
-                 "                      load counters) and its prefix index; refused while a\n"
-                 "                      control plane or a\n"
-                 "                      data plane still uses it\n"
+                 "                      load counters), its prefix index and Responses\n"
+                 "                      table; refused while a control plane or a data\n"
+                 "                      plane still uses them\n"
                  "  -h, --help          this text\n"
                  "  -V, --version       versions of the binary and the segment layout\n");
 }
@@ -51,8 +52,18 @@ static int run(struct cfg *cfg, void *arg)
                 return 1;
             }
         }
-        log_info("--fresh: starting from %s alone (segment %s and its prefix index removed if "
-                 "they existed)",
+        /* The Responses stickiness table too: its ids name workers of the
+         * registry just removed, and its size is fixed when it is made. */
+        char responses[CFG_PATH_MAX + 16];
+        if (shm_resp_name(cfg->shm.name, responses, sizeof(responses)) == 0) {
+            rc = shm_segment_remove_unused(responses, err, sizeof(err));
+            if (rc != 0) {
+                log_error("--fresh: %s", err);
+                return 1;
+            }
+        }
+        log_info("--fresh: starting from %s alone (segment %s, its prefix index and response "
+                 "table removed if they existed)",
                  cfg->path, cfg->shm.name);
     }
     return cp_run(cfg);
