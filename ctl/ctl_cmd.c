@@ -112,7 +112,7 @@ static const char *ctl_source(const json_t *w)
     const char *s = json_string_value(json_object_get(w, "source"));
     if (s != NULL)
         return s;
-    return json_is_true(json_object_get(w, "from_api")) ? "api" : "config";
+    return json_is_true(json_object_get(w, "from_api")) ? "api" : "static";
 }
 
 /* "healthy", "unhealthy" or "unknown" (not probed yet). */

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "dataplane/journal.h"
+#include "dataplane/loop.h"
 #include "dataplane/json_writer.h"
 #include "dataplane/routes.h"
 #include "dataplane/types.h"
@@ -110,8 +111,16 @@ size_t dp_alog_format(const struct dp_request *req, const struct dp_journal *j, 
     al_str_or_null(&w, req->model);
     dp_jw_lit(&w, ",\"stream\":");
     dp_jw_lit(&w, req->stream ? "true" : "false");
-    /* Tenants come with admission control; the field is there already. */
-    dp_jw_lit(&w, ",\"tenant\":null,\"worker\":");
+    /* The API key's tenant when a keys file is on; without one every
+     * request is the same anonymous tenant, which names nobody, and a
+     * missing or unknown key names none either. */
+    dp_jw_lit(&w, ",\"tenant\":");
+    if (req->loop->sh->cfg->dataplane.api_keys_file[0] != '\0' && req->adm.tenant[0] != '\0' &&
+        (req->adm.rejected == NULL || strcmp(req->adm.rejected, "unauthorized") != 0))
+        dp_jw_str(&w, req->adm.tenant);
+    else
+        dp_jw_lit(&w, "null");
+    dp_jw_lit(&w, ",\"worker\":");
     al_str_or_null(&w, req->worker_id);
     dp_jw_lit(&w, ",\"prefill_worker\":");
     al_str_or_null(&w, req->pd.prefill_worker);

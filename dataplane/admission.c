@@ -323,37 +323,37 @@ static bool adm_rate_limit(struct dp_request *req)
 }
 
 /* The upstream headers: no client key toward workers when keys are ours;
- * the worker key when one is configured. */
+ * the worker key when one is configured. Edited in place: other modules
+ * keep pointers to their own lines of the list (the trace context's
+ * traceparent, rewritten for every attempt), so it must not be rebuilt. */
 static int adm_rewrite_auth(struct dp_request *req)
 {
     const struct dp_adm_loop *a = &req->loop->adm;
     bool set_key = a->upstream_key[0] != '\0';
     if (!a->keys_on && !set_key)
         return 0;
-    struct curl_slist *out = NULL;
-    for (struct curl_slist *it = req->up_headers; it != NULL; it = it->next) {
-        if (strncasecmp(it->data, "authorization:", 14) == 0)
+    struct curl_slist **link = &req->up_headers;
+    while (*link != NULL) {
+        struct curl_slist *it = *link;
+        if (strncasecmp(it->data, "authorization:", 14) != 0) {
+            link = &it->next;
             continue;
-        struct curl_slist *nl = curl_slist_append(out, it->data);
-        if (nl == NULL)
-            goto out_nomem;
-        out = nl;
+        }
+        *link = it->next;
+        it->next = NULL;
+        explicit_bzero(it->data, strlen(it->data)); /* the client's key */
+        curl_slist_free_all(it);
     }
     if (set_key) {
         char line[DP_UPSTREAM_KEY_MAX + 32];
         snprintf(line, sizeof(line), "Authorization: Bearer %s", a->upstream_key);
-        struct curl_slist *nl = curl_slist_append(out, line);
+        struct curl_slist *nl = curl_slist_append(req->up_headers, line);
         explicit_bzero(line, sizeof(line));
         if (nl == NULL)
-            goto out_nomem;
-        out = nl;
+            return -ENOMEM;
+        req->up_headers = nl;
     }
-    curl_slist_free_all(req->up_headers);
-    req->up_headers = out;
     return 0;
-out_nomem:
-    curl_slist_free_all(out);
-    return -ENOMEM;
 }
 
 bool dp_adm_limit(struct dp_request *req)

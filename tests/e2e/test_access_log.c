@@ -508,6 +508,64 @@ static void test_stalled_log_drops_and_never_blocks(void **state)
     close(rfd);
 }
 
+static bool has_401_line(void *arg)
+{
+    json_t *all = read_lines(arg);
+    size_t i;
+    json_t *o;
+    bool found = false;
+    json_array_foreach(all, i, o) found =
+        found || json_integer_value(json_object_get(o, "status")) == 401;
+    json_decref(all);
+    return found;
+}
+
+/* With a keys file, each line names the tenant whose key the request
+ * carried; a refused key is logged too, without a tenant. */
+static void test_tenant_of_the_key(void **state)
+{
+    (void)state;
+    char keys[H_PATH_MAX], more[H_PATH_MAX + 32];
+    /* key_sha256 of the key "alog-key" */
+    assert_int_equal(
+        h_write_file("keys.yaml",
+                     "tenants:\n  - name: team-log\n    key_sha256: "
+                     "884d390d43d69ac7bd744e48fc1de2801887e618908abdbce967cd4c17389d32\n",
+                     keys, sizeof(keys)),
+        0);
+    snprintf(more, sizeof(more), "api_keys_file: %s\n", keys);
+    struct h_fleet f;
+    fleet_with_log(&f, 1, more);
+    char path[H_PATH_MAX], url[160];
+    log_path(path, sizeof(path));
+    snprintf(url, sizeof(url), "%s/v1/chat/completions", f.base);
+    const char *good[] = {"Content-Type: application/json", "Authorization: Bearer alog-key",
+                          "X-Request-Id: with-key", NULL};
+    const char *bad[] = {"Content-Type: application/json", "Authorization: Bearer wrong",
+                         "X-Request-Id: bad-key", NULL};
+    struct h_resp resp;
+    assert_int_equal(h_http(&(struct h_req){.url = url, .body = CHAT, .headers = good}, &resp), 0);
+    assert_int_equal(resp.status, 200);
+    h_resp_fini(&resp);
+    assert_int_equal(h_http(&(struct h_req){.url = url, .body = CHAT, .headers = bad}, &resp), 0);
+    assert_int_equal(resp.status, 401);
+    h_resp_fini(&resp);
+    json_t *l = wait_line(path, "request_id", "with-key");
+    assert_string_equal(str_of(l, "tenant"), "team-log");
+    json_decref(l);
+    /* Refused before it was forwarded: no request id of its own yet. */
+    assert_int_equal(h_wait_until(has_401_line, path, WAIT_MS), 0);
+    json_t *all = read_lines(path);
+    size_t i;
+    json_array_foreach(all, i, l)
+    {
+        if (int_of(l, "status") == 401)
+            assert_null_field(l, "tenant");
+    }
+    json_decref(all);
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -516,6 +574,7 @@ int main(void)
         H_TEST(test_pd_line),
         H_TEST(test_rotation_loses_no_line),
         H_TEST(test_stalled_log_drops_and_never_blocks),
+        H_TEST(test_tenant_of_the_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

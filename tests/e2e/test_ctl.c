@@ -162,7 +162,7 @@ static void test_every_command(void **state)
     expect(&r, 0, r.out, "ID");
     expect(&r, 0, r.out, "w1");
     expect(&r, 0, r.out, m.url);
-    expect(&r, 0, r.out, "config");
+    expect(&r, 0, r.out, "static");
     assert_string_equal(r.err, "");
 
     /* The address comes from the config when --admin is not given. */
