@@ -17,7 +17,7 @@
 
 BUILD ?= build
 CC ?= cc
-PKGS := libmicrohttpd libcurl libprotobuf-c yaml-0.1 jansson libxxhash
+PKGS := libmicrohttpd libcurl libprotobuf-c yaml-0.1 jansson libxxhash gnutls
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Werror
 OPT ?= -O2 -g

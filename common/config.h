@@ -93,6 +93,16 @@ struct cfg_retry {
     uint64_t backoff_max_ms;
 };
 
+/* dataplane.upstream_tls: how every curl user (the data plane's requests,
+ * the control plane's probes, scrapes and discovery calls) reaches https://
+ * workers; applied to a handle by tls_client_apply (common/tls_client.h). */
+struct cfg_upstream_tls {
+    char ca_file[CFG_PATH_MAX];          /* PEM CA bundle; "" = the system's store */
+    char client_cert_file[CFG_PATH_MAX]; /* PEM; "" = no client certificate */
+    char client_key_file[CFG_PATH_MAX];  /* PEM; set exactly when client_cert_file is */
+    bool verify;                         /* check the chain and the host name */
+};
+
 struct cfg_dataplane {
     char listen[CFG_ADDR_MAX]; /* HOST:PORT */
     uint32_t threads;          /* 0 = one event loop per core */
@@ -113,6 +123,7 @@ struct cfg_dataplane {
     char metrics_listen[CFG_ADDR_MAX]; /* HOST:PORT, or "" = /metrics on listen */
     bool debug_headers;
     struct cfg_retry retry;
+    struct cfg_upstream_tls upstream_tls;
 };
 
 struct cfg_policy_role {

@@ -27,7 +27,7 @@
 #include <yaml.h>
 
 #define CFG_WORKERS_LIMIT 65536 /* the largest shm.max_workers */
-#define CFG_TABLE_MAX     16    /* keys in one mapping of the schema */
+#define CFG_TABLE_MAX     32    /* keys in one mapping of the schema (bits of a mask) */
 #define CFG_KEYPATH_MAX   192   /* key path shown in messages; cut to fit */
 #define CFG_SHOW_MAX      64    /* bytes of a bad value quoted in a message */
 #define CFG_SHOW_BUF      (CFG_SHOW_MAX + 8)
@@ -222,6 +222,10 @@ void cfg_yaml_show_text(const char *text, size_t len, char *buf, size_t buf_len)
 /* dataplane.retry: backoff <= backoff_max. */
 int cfg_check_retry(struct cfg_parser *p, const struct cfg_key *table, void *base,
                     const struct cfg_map_seen *seen);
+
+/* dataplane.upstream_tls: client_cert_file and client_key_file come together. */
+int cfg_check_upstream_tls(struct cfg_parser *p, const struct cfg_key *table, void *base,
+                           const struct cfg_map_seen *seen);
 
 /* One workers entry: url present and canonical, id given or derivable. */
 int cfg_check_worker(struct cfg_parser *p, const struct cfg_key *table, void *base,

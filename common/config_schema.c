@@ -127,6 +127,21 @@ static const struct cfg_key retry_keys[] = {
     KEY_END,
 };
 
+#define TLS_FILE_EXPECT "a file path of at most 255 characters without control characters, or \"\""
+
+static const struct cfg_key upstream_tls_keys[] = {
+    /* "": the system's CA store (what curl was built with). */
+    KEY_STR("ca_file", struct cfg_upstream_tls, ca_file, cfg_file_path_is_valid, TLS_FILE_EXPECT,
+            ""),
+    KEY_STR("client_cert_file", struct cfg_upstream_tls, client_cert_file, cfg_file_path_is_valid,
+            TLS_FILE_EXPECT, ""),
+    KEY_STR("client_key_file", struct cfg_upstream_tls, client_key_file, cfg_file_path_is_valid,
+            TLS_FILE_EXPECT, ""),
+    /* false only for a lab: a worker's certificate is then not checked at all. */
+    KEY_BOOL("verify", struct cfg_upstream_tls, verify, true),
+    KEY_END,
+};
+
 static const struct cfg_key dataplane_keys[] = {
     KEY_ADDR("listen", struct cfg_dataplane, listen, "127.0.0.1:8080"),
     /* 0: one event loop per core. */
@@ -154,6 +169,8 @@ static const struct cfg_key dataplane_keys[] = {
             "HOST:PORT (e.g. 127.0.0.1:9090), or \"\" for the listen address", ""),
     KEY_BOOL("debug_headers", struct cfg_dataplane, debug_headers, false),
     KEY_MAP("retry", struct cfg_dataplane, retry, retry_keys, NULL, cfg_check_retry),
+    KEY_MAP("upstream_tls", struct cfg_dataplane, upstream_tls, upstream_tls_keys,
+            "a mapping like { ca_file: /etc/switchyard/workers-ca.pem }", cfg_check_upstream_tls),
     KEY_END,
 };
 

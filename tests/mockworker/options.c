@@ -93,6 +93,12 @@ static const struct opt_def opt_defs[] = {
      "LoRA adapters served under their own names (listed in /v1/models)"},
     {"--legacy-errors", OPT_KIND_FLAG, OFF(legacy_errors), 0, 0, 0, NULL,
      "error bodies as old vLLM: {\"object\":\"error\",\"message\",...}"},
+    {"--tls-cert", OPT_KIND_STRING, OFF(tls_cert), MW_TLS_PATH_MAX, 0, 0, "FILE",
+     "serve HTTPS with this PEM certificate (chain); needs --tls-key"},
+    {"--tls-key", OPT_KIND_STRING, OFF(tls_key), MW_TLS_PATH_MAX, 0, 0, "FILE",
+     "the PEM private key of --tls-cert"},
+    {"--tls-client-ca", OPT_KIND_STRING, OFF(tls_client_ca), MW_TLS_PATH_MAX, 0, 0, "FILE",
+     "require client certificates signed by this PEM CA (mTLS)"},
     {"--help", OPT_KIND_HELP, 0, 0, 0, 0, NULL, "print this help and exit"},
     {"--version", OPT_KIND_VERSION, 0, 0, 0, 0, NULL, "print the version and exit"},
 };

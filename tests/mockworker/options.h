@@ -25,6 +25,7 @@
 #define MW_LORA_PATH_MAX    256
 #define MW_THREADS_MAX      64
 #define MW_BLOCK_TOKENS_MAX 4096
+#define MW_TLS_PATH_MAX     256
 
 enum mw_role {
     MW_ROLE_UNSET = 0,
@@ -63,6 +64,10 @@ struct mw_options {
     char lora_paths[MW_NAMES_MAX][MW_LORA_PATH_MAX];
     uint32_t n_lora;
     bool legacy_errors; /* error bodies in vLLM's old top-level shape */
+    /* HTTPS (tls.h): PEM files; "" = plain HTTP / no client certificates. */
+    char tls_cert[MW_TLS_PATH_MAX];
+    char tls_key[MW_TLS_PATH_MAX];
+    char tls_client_ca[MW_TLS_PATH_MAX];
 };
 
 enum mw_options_result {
