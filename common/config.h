@@ -103,6 +103,15 @@ struct cfg_upstream_tls {
     bool verify;                         /* check the chain and the host name */
 };
 
+/* dataplane.tls: HTTPS on dataplane.listen (dataplane/tls_server.h). TLS is
+ * on when cert_file is set; the files are re-read on SIGHUP. */
+struct cfg_dataplane_tls {
+    char cert_file[CFG_PATH_MAX];      /* PEM chain; "" = plain HTTP */
+    char key_file[CFG_PATH_MAX];       /* PEM; set exactly when cert_file is */
+    char client_ca_file[CFG_PATH_MAX]; /* PEM; "" = no client certificates (else mTLS) */
+    char min_version[8];               /* "1.2" or "1.3" */
+};
+
 struct cfg_dataplane {
     char listen[CFG_ADDR_MAX]; /* HOST:PORT */
     uint32_t threads;          /* 0 = one event loop per core */
@@ -124,6 +133,7 @@ struct cfg_dataplane {
     bool debug_headers;
     struct cfg_retry retry;
     struct cfg_upstream_tls upstream_tls;
+    struct cfg_dataplane_tls tls;
 };
 
 struct cfg_policy_role {

@@ -142,6 +142,20 @@ static const struct cfg_key upstream_tls_keys[] = {
     KEY_END,
 };
 
+static const struct cfg_key dataplane_tls_keys[] = {
+    /* "": the data plane speaks plain HTTP on listen. */
+    KEY_STR("cert_file", struct cfg_dataplane_tls, cert_file, cfg_file_path_is_valid,
+            TLS_FILE_EXPECT, ""),
+    KEY_STR("key_file", struct cfg_dataplane_tls, key_file, cfg_file_path_is_valid, TLS_FILE_EXPECT,
+            ""),
+    /* "": no client certificates asked; else every client needs one (mTLS). */
+    KEY_STR("client_ca_file", struct cfg_dataplane_tls, client_ca_file, cfg_file_path_is_valid,
+            TLS_FILE_EXPECT, ""),
+    KEY_STR("min_version", struct cfg_dataplane_tls, min_version, cfg_tls_version_is_valid,
+            "one of 1.2|1.3", "1.2"),
+    KEY_END,
+};
+
 static const struct cfg_key dataplane_keys[] = {
     KEY_ADDR("listen", struct cfg_dataplane, listen, "127.0.0.1:8080"),
     /* 0: one event loop per core. */
@@ -171,6 +185,9 @@ static const struct cfg_key dataplane_keys[] = {
     KEY_MAP("retry", struct cfg_dataplane, retry, retry_keys, NULL, cfg_check_retry),
     KEY_MAP("upstream_tls", struct cfg_dataplane, upstream_tls, upstream_tls_keys,
             "a mapping like { ca_file: /etc/switchyard/workers-ca.pem }", cfg_check_upstream_tls),
+    KEY_MAP("tls", struct cfg_dataplane, tls, dataplane_tls_keys,
+            "a mapping like { cert_file: /etc/switchyard/tls.crt, key_file: ... }",
+            cfg_check_dataplane_tls),
     KEY_END,
 };
 

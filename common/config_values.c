@@ -563,3 +563,8 @@ bool cfg_addr_or_empty_is_valid(const char *addr)
     uint16_t port;
     return addr[0] == '\0' || cfg_parse_host_port(addr, host, sizeof(host), &port) == 0;
 }
+
+bool cfg_tls_version_is_valid(const char *version)
+{
+    return strcmp(version, "1.2") == 0 || strcmp(version, "1.3") == 0;
+}

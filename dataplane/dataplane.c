@@ -5,6 +5,7 @@
  * drain (stop accepting, let in-flight finish up to drain_timeout, then
  * abort them, releasing every guard); the main thread keeps beating while
  * they do, then gives the lease back. A second signal stops at once.
+ * SIGHUP re-reads dataplane.tls's certificate files (tls_server.h).
  *
  * The segment wait polls with a short sleep on purpose: it runs once,
  * before anything is served, and reports progress so an operator sees why
@@ -31,6 +32,7 @@
 #include "dataplane/listener.h"
 #include "dataplane/loop_run.h"
 #include "dataplane/metrics_listener.h"
+#include "dataplane/tls_server.h"
 #include "shm/lease.h"
 #include "shm/segment.h"
 
@@ -153,6 +155,23 @@ static void dp_unwatch(struct dp_daemon *d, int fd)
     epoll_ctl(d->epfd, EPOLL_CTL_DEL, fd, NULL);
 }
 
+/* SIGHUP: new connections get the certificate now in the files, or, when
+ * they do not load, the old one keeps serving and the log says why. */
+static void dp_reload_tls(struct dp_daemon *d)
+{
+    char err[512];
+    if (d->sh.tls == NULL) {
+        log_info("received SIGHUP: no dataplane.tls, nothing to reload");
+        return;
+    }
+    if (dp_tls_reload(d->sh.tls, err, sizeof(err)) != 0)
+        log_error("received SIGHUP: new TLS certificate refused, the old one keeps serving: %s",
+                  err);
+    else
+        log_info("received SIGHUP: TLS certificate reloaded from %s",
+                 d->cfg->dataplane.tls.cert_file);
+}
+
 static void dp_start_drain(struct dp_daemon *d)
 {
     d->draining = true;
@@ -187,6 +206,8 @@ static int dp_loop_main(struct dp_daemon *d)
                 continue;
             } else if (fd == d->sigfd) {
                 int sig = evfd_signals_read(d->sigfd);
+                if (sig == SIGHUP)
+                    dp_reload_tls(d);
                 if (sig != SIGTERM && sig != SIGINT)
                     continue;
                 if (!d->draining) {
@@ -357,6 +378,10 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
     dp_raise_fd_limit();
     if (dp_resolve_listen(&d) != 0)
         goto out_close_signals;
+    if (dp_tls_create(&cfg->dataplane.tls, &d.sh.tls, err, sizeof(err)) != 0) {
+        log_error("%s: %s", cfg->path, err);
+        goto out_close_signals;
+    }
     if (dp_hot_init(&d.hot, cfg, &hot_ops, opts->hot_restart) != 0)
         goto out_close_signals;
     if (dp_wait_segment(&d, opts->segment_wait_ms) != 0)
@@ -437,6 +462,7 @@ out_free_shared:
 out_close_segment:
     shm_segment_close(&d.seg);
 out_close_signals:
+    dp_tls_destroy(d.sh.tls);
     close(d.sigfd);
     return code;
 }

@@ -32,6 +32,7 @@
 #include "dataplane/relay.h"
 #include "dataplane/request.h"
 #include "dataplane/routes.h"
+#include "dataplane/tls_server.h"
 
 #define DP_MAX_CONNECTIONS 16384u
 /* Each connection's libmicrohttpd pool holds its request line and headers
@@ -471,10 +472,13 @@ static void lst_notify_connection(void *cls, struct MHD_Connection *conn, void *
 {
     struct dp_loop *loop = cls;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        /* Before the handshake: the current certificate (tls_server.h). */
+        void *tls = dp_tls_conn_start(loop->sh->tls, conn);
         struct dp_conn *dc = calloc(1, sizeof(*dc));
         *socket_context = dc;
         if (dc == NULL)
             return; /* untracked: closed when the daemon stops, not earlier */
+        dc->tls = tls;
         dc->conn = conn;
         dc->idle_since_ms = proc_monotonic_ms();
         list_push_front(&loop->lst.conns, &dc->link);
@@ -487,6 +491,7 @@ static void lst_notify_connection(void *cls, struct MHD_Connection *conn, void *
         return;
     *socket_context = NULL;
     list_remove(&dc->link);
+    dp_tls_conn_end(loop->sh->tls, dc->tls);
     free(dc);
 }
 
@@ -501,26 +506,30 @@ int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handle
     size_t pool = (size_t)sh->cfg->dataplane.max_header_size + DP_CONN_RESPONSE_ROOM;
     if (sh->listen_addr.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    flags |= dp_tls_daemon_flag(sh->tls);
+    struct MHD_OptionItem tls_opts[DP_TLS_OPTIONS_MAX];
+    dp_tls_mhd_options(sh->tls, tls_opts);
     /* Loop i serves the predecessor's socket i after a hot restart, so the
      * connections waiting in its accept queue are not lost. */
     int inherited = loop->index < sh->n_inherited ? sh->inherited[loop->index] : -1;
     if (inherited >= 0)
         loop->lst.mhd = MHD_start_daemon(
-            flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_LISTEN_SOCKET,
-            (MHD_socket)inherited, MHD_OPTION_NOTIFY_COMPLETED, lst_completed, loop,
-            MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop, MHD_OPTION_CONNECTION_LIMIT,
-            (unsigned int)DP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-            (unsigned int)DP_CONN_TIMEOUT_S, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-            (unsigned int)sh->cfg->dataplane.per_ip_connection_limit,
-            MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
-    else
-        loop->lst.mhd = MHD_start_daemon(
-            flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_SOCK_ADDR, &sh->listen_addr,
-            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_NOTIFY_COMPLETED,
+            flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_ARRAY, tls_opts,
+            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)inherited, MHD_OPTION_NOTIFY_COMPLETED,
             lst_completed, loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
             MHD_OPTION_CONNECTION_LIMIT, (unsigned int)DP_MAX_CONNECTIONS,
             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
             MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+            (unsigned int)sh->cfg->dataplane.per_ip_connection_limit,
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
+    else
+        loop->lst.mhd = MHD_start_daemon(
+            flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_ARRAY, tls_opts,
+            MHD_OPTION_SOCK_ADDR, &sh->listen_addr, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+            (unsigned int)1, MHD_OPTION_NOTIFY_COMPLETED, lst_completed, loop,
+            MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop, MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned int)DP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+            (unsigned int)DP_CONN_TIMEOUT_S, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
             (unsigned int)sh->cfg->dataplane.per_ip_connection_limit,
             MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
     if (loop->lst.mhd == NULL)

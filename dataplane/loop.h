@@ -56,6 +56,8 @@ enum dp_cmd {
 };
 
 /* Process-wide state shared by every loop; lives in dp_run's frame. */
+struct dp_tls;
+
 struct dp_shared {
     const struct cfg *cfg; /* borrowed, read-only */
     struct shm_segment *seg;
@@ -69,6 +71,7 @@ struct dp_shared {
     const int *inherited;
     unsigned n_inherited;
     _Atomic unsigned loops_running; /* decremented by each loop thread as it ends */
+    struct dp_tls *tls;             /* dataplane.tls (tls_server.h); NULL = plain HTTP */
 };
 
 /*

@@ -37,6 +37,7 @@ struct h_fleet_opts {
     const char *model;           /* NULL = H_FLEET_MODEL */
     const char *health_interval; /* NULL = the harness default */
     bool learn_model;            /* workers configured without a model: learned from /v1/models */
+    bool https; /* the data plane serves HTTPS (dataplane_extra has tls:): base is https:// */
 };
 
 /* Starts the mocks, writes the config, starts both daemons, waits for /health. */

@@ -83,8 +83,8 @@ int h_tls_make_certs(struct h_tls_certs *c)
         rc = h_tls_make_leaf("server", c->ca, c->ca_key, false, c->server, c->server_key,
                              H_PATH_MAX);
     if (rc == 0)
-        rc = h_tls_make_leaf("client", c->ca, c->ca_key, true, c->client, c->client_key,
-                             H_PATH_MAX);
+        rc =
+            h_tls_make_leaf("client", c->ca, c->ca_key, true, c->client, c->client_key, H_PATH_MAX);
     if (rc == 0)
         rc = h_tls_make_leaf("wrong_client", c->wrong_ca, c->wrong_ca_key, true, c->wrong_client,
                              c->wrong_client_key, H_PATH_MAX);

@@ -34,8 +34,8 @@ static const char *const CHAT_STREAM =
 static void upstream_tls_yaml(char *buf, size_t len, const char *ca, const char *cert,
                               const char *key)
 {
-    int n = snprintf(buf, len, "threads: 1\nretry:\n  backoff: 10ms\nupstream_tls:\n  ca_file: %s\n",
-                     ca);
+    int n = snprintf(buf, len,
+                     "threads: 1\nretry:\n  backoff: 10ms\nupstream_tls:\n  ca_file: %s\n", ca);
     if (cert != NULL)
         snprintf(buf + n, len - (size_t)n, "  client_cert_file: %s\n  client_key_file: %s\n", cert,
                  key);
@@ -71,8 +71,8 @@ static void test_https_worker_verified_and_reused(void **state)
     char extra[1024];
     upstream_tls_yaml(extra, sizeof(extra), c.ca, NULL, NULL);
     struct h_fleet f;
-    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .mock_args = mock_args,
-                                             .dataplane_extra = extra});
+    h_fleet_start(&f,
+                  &(struct h_fleet_opts){.n = 1, .mock_args = mock_args, .dataplane_extra = extra});
     assert_non_null(strstr(f.mock[0].url, "https://"));
 
     struct h_resp r;
@@ -122,9 +122,9 @@ static void test_https_worker_unverified_is_an_upstream_error(void **state)
     struct h_fleet f;
     /* Probes every hour: the worker stays routable (healthy until probes
      * fail three times), so the request itself meets the certificate. */
-    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .mock_args = mock_args,
-                                             .dataplane_extra = extra,
-                                             .health_interval = "1h"});
+    h_fleet_start(
+        &f, &(struct h_fleet_opts){
+                .n = 1, .mock_args = mock_args, .dataplane_extra = extra, .health_interval = "1h"});
     struct h_resp r;
     post_chat(&f, CHAT_PLAIN, &r);
     assert_int_equal(r.status, 502);
@@ -155,8 +155,8 @@ static void test_mtls_worker(void **state)
     char extra[2048];
     upstream_tls_yaml(extra, sizeof(extra), c.ca, c.client, c.client_key);
     struct h_fleet f;
-    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .mock_args = mock_args,
-                                             .dataplane_extra = extra});
+    h_fleet_start(&f,
+                  &(struct h_fleet_opts){.n = 1, .mock_args = mock_args, .dataplane_extra = extra});
     struct h_resp r;
     post_chat(&f, CHAT_PLAIN, &r);
     assert_int_equal(r.status, 200);
@@ -167,9 +167,9 @@ static void test_mtls_worker(void **state)
     /* The same worker, a router with a certificate of another CA. */
     struct h_fleet g;
     upstream_tls_yaml(extra, sizeof(extra), c.ca, c.wrong_client, c.wrong_client_key);
-    h_fleet_start(&g, &(struct h_fleet_opts){.n = 1, .mock_args = mock_args,
-                                             .dataplane_extra = extra,
-                                             .health_interval = "1h"});
+    h_fleet_start(
+        &g, &(struct h_fleet_opts){
+                .n = 1, .mock_args = mock_args, .dataplane_extra = extra, .health_interval = "1h"});
     post_chat(&g, CHAT_PLAIN, &r);
     assert_int_equal(r.status, 502);
     h_resp_fini(&r);
