@@ -134,6 +134,7 @@ struct cfg_dataplane {
     struct cfg_retry retry;
     struct cfg_upstream_tls upstream_tls;
     struct cfg_dataplane_tls tls;
+    char plain_listen[CFG_ADDR_MAX]; /* HOST:PORT of a second, plain-HTTP listener, or "" */
 };
 
 struct cfg_policy_role {

@@ -188,6 +188,9 @@ static const struct cfg_key dataplane_keys[] = {
     KEY_MAP("tls", struct cfg_dataplane, tls, dataplane_tls_keys,
             "a mapping like { cert_file: /etc/switchyard/tls.crt, key_file: ... }",
             cfg_check_dataplane_tls),
+    /* "": only listen. Beside an HTTPS listen: plain HTTP for local clients and probes. */
+    KEY_STR("plain_listen", struct cfg_dataplane, plain_listen, cfg_addr_or_empty_is_valid,
+            "HOST:PORT (e.g. 127.0.0.1:8079), or \"\" for none", ""),
     KEY_END,
 };
 

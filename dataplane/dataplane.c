@@ -223,30 +223,40 @@ static int dp_loop_main(struct dp_daemon *d)
     }
 }
 
-static int dp_resolve_listen(struct dp_daemon *d)
+static int dp_resolve_addr(const struct dp_daemon *d, const char *key, const char *text,
+                           struct sockaddr_storage *addr, socklen_t *addr_len)
 {
     char host[CFG_ADDR_MAX];
     uint16_t port;
-    if (cfg_parse_host_port(d->cfg->dataplane.listen, host, sizeof(host), &port) != 0) {
-        log_error("%s: dataplane.listen: expected HOST:PORT, got '%s'", d->cfg->path,
-                  d->cfg->dataplane.listen);
+    if (cfg_parse_host_port(text, host, sizeof(host), &port) != 0) {
+        log_error("%s: dataplane.%s: expected HOST:PORT, got '%s'", d->cfg->path, key, text);
         return -EINVAL;
     }
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     struct addrinfo *res = NULL;
     int rc = getaddrinfo(host, NULL, &hints, &res);
     if (rc != 0 || res == NULL) {
-        log_error("dataplane.listen: cannot resolve '%s': %s", host, gai_strerror(rc));
+        log_error("dataplane.%s: cannot resolve '%s': %s", key, host, gai_strerror(rc));
         return -EINVAL;
     }
-    memcpy(&d->sh.listen_addr, res->ai_addr, res->ai_addrlen);
-    d->sh.listen_addr_len = res->ai_addrlen;
+    memcpy(addr, res->ai_addr, res->ai_addrlen);
+    *addr_len = res->ai_addrlen;
     freeaddrinfo(res);
-    if (d->sh.listen_addr.ss_family == AF_INET6)
-        ((struct sockaddr_in6 *)&d->sh.listen_addr)->sin6_port = htons(port);
+    if (addr->ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)addr)->sin6_port = htons(port);
     else
-        ((struct sockaddr_in *)&d->sh.listen_addr)->sin_port = htons(port);
+        ((struct sockaddr_in *)addr)->sin_port = htons(port);
     return 0;
+}
+
+static int dp_resolve_listen(struct dp_daemon *d)
+{
+    int rc = dp_resolve_addr(d, "listen", d->cfg->dataplane.listen, &d->sh.listen_addr,
+                             &d->sh.listen_addr_len);
+    if (rc == 0 && d->cfg->dataplane.plain_listen[0] != '\0')
+        rc = dp_resolve_addr(d, "plain_listen", d->cfg->dataplane.plain_listen, &d->sh.plain_addr,
+                             &d->sh.plain_addr_len);
+    return rc;
 }
 
 /* Thousands of streams need thousands of fds (client + worker each). */
@@ -430,8 +440,12 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
         goto out_stop_loops;
     }
     adm_client_run(d.admin, proc_monotonic_ms());
-    log_info("dataplane ready (pid %d, segment %s, lease %u, listening on %s, %u event loops)",
-             (int)getpid(), d.seg.name, d.lease.index, cfg->dataplane.listen, d.n_loops);
+    log_info("dataplane ready (pid %d, segment %s, lease %u, listening on %s%s%s%s, %u event "
+             "loops)",
+             (int)getpid(), d.seg.name, d.lease.index, cfg->dataplane.listen,
+             d.sh.tls != NULL ? " (HTTPS)" : "",
+             d.sh.plain_addr_len > 0 ? " and plain HTTP on " : "",
+             d.sh.plain_addr_len > 0 ? cfg->dataplane.plain_listen : "", d.n_loops);
     code = dp_loop_main(&d);
 
 out_stop_loops:

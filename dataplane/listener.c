@@ -495,6 +495,39 @@ static void lst_notify_connection(void *cls, struct MHD_Connection *conn, void *
     free(dc);
 }
 
+/* The daemon's epoll fd in the loop's set: its events run both daemons. */
+static int lst_watch_daemon(struct dp_loop *loop, struct MHD_Daemon *mhd)
+{
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    if (di == NULL)
+        return -EINVAL;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = DP_TAG_MHD};
+    return epoll_ctl(loop->epfd, EPOLL_CTL_ADD, di->epoll_fd, &ev) == 0 ? 0 : -errno;
+}
+
+/* dataplane.plain_listen: the same handlers without TLS. Its socket is
+ * bound anew by each process (SO_REUSEPORT), not handed over by a hot
+ * restart: it serves local clients and probes. */
+static int lst_start_plain(struct dp_loop *loop, unsigned flags, size_t pool)
+{
+    const struct dp_shared *sh = loop->sh;
+    flags &= ~(unsigned)MHD_USE_IPv6;
+    if (sh->plain_addr.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    loop->lst.plain = MHD_start_daemon(
+        flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_SOCK_ADDR, &sh->plain_addr,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_NOTIFY_COMPLETED,
+        lst_completed, loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)DP_MAX_CONNECTIONS,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned int)sh->cfg->dataplane.per_ip_connection_limit,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
+    if (loop->lst.plain == NULL)
+        return -EADDRINUSE;
+    return lst_watch_daemon(loop, loop->lst.plain);
+}
+
 int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handlers)
 {
     loop->lst.handlers = handlers;
@@ -536,20 +569,12 @@ int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handle
         return -EADDRINUSE;
     const union MHD_DaemonInfo *li = MHD_get_daemon_info(loop->lst.mhd, MHD_DAEMON_INFO_LISTEN_FD);
     loop->lst.listen_fd = li != NULL ? (int)li->listen_fd : -1;
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(loop->lst.mhd, MHD_DAEMON_INFO_EPOLL_FD);
-    if (di == NULL) {
-        MHD_stop_daemon(loop->lst.mhd);
-        loop->lst.mhd = NULL;
-        return -EINVAL;
-    }
-    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = DP_TAG_MHD};
-    if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, di->epoll_fd, &ev) != 0) {
-        int rc = -errno;
-        MHD_stop_daemon(loop->lst.mhd);
-        loop->lst.mhd = NULL;
-        return rc;
-    }
-    return 0;
+    int rc = lst_watch_daemon(loop, loop->lst.mhd);
+    if (rc == 0 && sh->plain_addr_len > 0)
+        rc = lst_start_plain(loop, flags & ~dp_tls_daemon_flag(sh->tls), pool);
+    if (rc != 0)
+        dp_listener_stop(loop);
+    return rc;
 }
 
 void dp_listener_quiesce(struct dp_loop *loop)
@@ -566,6 +591,11 @@ void dp_listener_quiesce(struct dp_loop *loop)
     if (s != MHD_INVALID_SOCKET)
         close(s);
     loop->lst.listen_fd = -1;
+    if (loop->lst.plain != NULL) {
+        s = MHD_quiesce_daemon(loop->lst.plain);
+        if (s != MHD_INVALID_SOCKET)
+            close(s);
+    }
     struct list_node *it;
     list_foreach(it, &loop->lst.conns) lst_close_when_idle(list_entry(it, struct dp_conn, link));
 }
@@ -631,9 +661,13 @@ int64_t dp_listener_timeout_ms(const struct dp_loop *loop)
     if (loop->lst.due)
         return 0;
     MHD_UNSIGNED_LONG_LONG mt;
+    int64_t t = -1;
     if (loop->lst.mhd != NULL && MHD_get_timeout(loop->lst.mhd, &mt) == MHD_YES)
-        return (int64_t)mt;
-    return -1;
+        t = (int64_t)mt;
+    if (loop->lst.plain != NULL && MHD_get_timeout(loop->lst.plain, &mt) == MHD_YES &&
+        (t < 0 || (int64_t)mt < t))
+        t = (int64_t)mt;
+    return t;
 }
 
 void dp_listener_run(struct dp_loop *loop, bool events)
@@ -642,14 +676,21 @@ void dp_listener_run(struct dp_loop *loop, bool events)
         return;
     MHD_UNSIGNED_LONG_LONG mt;
     /* MHD's epoll fd does not report our own resumes: track them. */
-    if (events || loop->lst.due || (MHD_get_timeout(loop->lst.mhd, &mt) == MHD_YES && mt == 0)) {
+    bool due = loop->lst.due;
+    if (events || due || (MHD_get_timeout(loop->lst.mhd, &mt) == MHD_YES && mt == 0)) {
         loop->lst.due = false;
         MHD_run(loop->lst.mhd);
     }
+    if (loop->lst.plain != NULL &&
+        (events || due || (MHD_get_timeout(loop->lst.plain, &mt) == MHD_YES && mt == 0)))
+        MHD_run(loop->lst.plain);
 }
 
 void dp_listener_stop(struct dp_loop *loop)
 {
+    if (loop->lst.plain != NULL)
+        MHD_stop_daemon(loop->lst.plain);
+    loop->lst.plain = NULL;
     if (loop->lst.mhd == NULL)
         return;
     MHD_stop_daemon(loop->lst.mhd);

@@ -72,6 +72,9 @@ struct dp_shared {
     unsigned n_inherited;
     _Atomic unsigned loops_running; /* decremented by each loop thread as it ends */
     struct dp_tls *tls;             /* dataplane.tls (tls_server.h); NULL = plain HTTP */
+    /* dataplane.plain_listen resolved; plain_addr_len 0 = none. */
+    struct sockaddr_storage plain_addr;
+    socklen_t plain_addr_len;
 };
 
 /*

@@ -72,7 +72,9 @@ static int cred_check_dates(gnutls_certificate_credentials_t cred, const char *p
     gnutls_free(crts);
     if (n == 0 || not_after < now || not_before > now) {
         snprintf(err, err_len, "dataplane.tls.cert_file: %s: %s", path,
-                 n == 0 ? "no certificate" : not_after < now ? "expired" : "not valid yet");
+                 n == 0            ? "no certificate"
+                 : not_after < now ? "expired"
+                                   : "not valid yet");
         return -EINVAL;
     }
     return 0;
@@ -99,8 +101,8 @@ static int cred_load(const struct cfg_dataplane_tls *t, struct dp_tls_cred **out
     if (rc != 0)
         goto out_free;
     if (t->client_ca_file[0] != '\0') {
-        rc = gnutls_certificate_set_x509_trust_file(c->cred, t->client_ca_file,
-                                                    GNUTLS_X509_FMT_PEM);
+        rc =
+            gnutls_certificate_set_x509_trust_file(c->cred, t->client_ca_file, GNUTLS_X509_FMT_PEM);
         if (rc <= 0) {
             rc = rc == 0 ? (snprintf(err, err_len, "dataplane.tls.client_ca_file: %s: %s",
                                      t->client_ca_file, "no certificate"),
@@ -127,8 +129,7 @@ static int load_pem(const char *key, const char *path, gnutls_datum_t *out, char
     return 0;
 }
 
-int dp_tls_create(const struct cfg_dataplane_tls *t, struct dp_tls **out, char *err,
-                  size_t err_len)
+int dp_tls_create(const struct cfg_dataplane_tls *t, struct dp_tls **out, char *err, size_t err_len)
 {
     *out = NULL;
     if (t->cert_file[0] == '\0')
@@ -141,9 +142,8 @@ int dp_tls_create(const struct cfg_dataplane_tls *t, struct dp_tls **out, char *
     pthread_mutex_init(&tls->lock, NULL);
     /* GnuTLS's defaults, without the versions below the minimum. */
     snprintf(tls->priorities, sizeof(tls->priorities), "%s",
-             strcmp(t->min_version, "1.3") == 0
-                 ? "NORMAL:-VERS-ALL:+VERS-TLS1.3"
-                 : "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2");
+             strcmp(t->min_version, "1.3") == 0 ? "NORMAL:-VERS-ALL:+VERS-TLS1.3"
+                                                : "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2");
     int rc = cred_load(t, &tls->current, err, err_len);
     if (rc == 0)
         rc = load_pem("cert_file", t->cert_file, &tls->cert_pem, err, err_len);

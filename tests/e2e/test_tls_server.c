@@ -42,8 +42,7 @@ static const char *const CHAT_LONG_STREAM =
 static void tls_yaml(char *buf, size_t len, const struct h_tls_certs *c, const char *client_ca,
                      const char *more)
 {
-    int n = snprintf(buf, len, "tls:\n  cert_file: %s\n  key_file: %s\n", c->server,
-                     c->server_key);
+    int n = snprintf(buf, len, "tls:\n  cert_file: %s\n  key_file: %s\n", c->server, c->server_key);
     if (client_ca != NULL)
         n += snprintf(buf + n, len - (size_t)n, "  client_ca_file: %s\n", client_ca);
     if (more != NULL)
@@ -98,8 +97,11 @@ static void test_https_clients(void **state)
     struct h_tls_certs c;
     assert_int_equal(h_tls_make_certs(&c), 0);
     h_tls_client_use(c.ca, NULL, NULL);
-    char extra[1024];
-    tls_yaml(extra, sizeof(extra), &c, NULL, NULL);
+    uint16_t plain_port;
+    assert_int_equal(h_free_port(&plain_port), 0);
+    char plain[64], extra[1024];
+    snprintf(plain, sizeof(plain), "plain_listen: 127.0.0.1:%u\n", (unsigned)plain_port);
+    tls_yaml(extra, sizeof(extra), &c, NULL, plain);
     struct h_fleet f;
     h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .dataplane_extra = extra, .https = true});
     assert_non_null(strstr(f.base, "https://"));
@@ -119,7 +121,16 @@ static void test_https_clients(void **state)
     h_tls_client_use(c.wrong_ca, NULL, NULL);
     assert_int_equal(post_status(&f, CHAT_PLAIN), 0);
     h_tls_client_use(c.ca, NULL, NULL);
-    assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 2);
+
+    /* dataplane.plain_listen: plain HTTP beside it, for local clients. */
+    char plain_url[128];
+    snprintf(plain_url, sizeof(plain_url), "http://127.0.0.1:%u/v1/chat/completions",
+             (unsigned)plain_port);
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(plain_url, CHAT_PLAIN, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_fini(&r);
+    assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 3);
     h_fleet_stop(&f);
     h_tls_client_use(NULL, NULL, NULL);
 }
@@ -169,9 +180,9 @@ static void test_rotation_under_load(void **state)
     /* The next certificate, from another CA, so a client can tell which
      * one a connection got; a bundle trusts both. */
     char next[H_PATH_MAX], next_key[H_PATH_MAX], both[H_PATH_MAX];
-    assert_int_equal(h_tls_make_leaf("next", c.wrong_ca, c.wrong_ca_key, false, next, next_key,
-                                     sizeof(next)),
-                     0);
+    assert_int_equal(
+        h_tls_make_leaf("next", c.wrong_ca, c.wrong_ca_key, false, next, next_key, sizeof(next)),
+        0);
     assert_int_equal(h_tmp_path("both.pem", both, sizeof(both)), 0);
     char cmd[4 * H_PATH_MAX];
     snprintf(cmd, sizeof(cmd), "cat '%s' '%s' > '%s'", c.ca, c.wrong_ca, both);
@@ -181,10 +192,8 @@ static void test_rotation_under_load(void **state)
     tls_yaml(extra, sizeof(extra), &c, NULL, NULL);
     const char *mock_args[] = {"--tpot-ms", "25", NULL};
     struct h_fleet f;
-    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1,
-                                             .mock_args = mock_args,
-                                             .dataplane_extra = extra,
-                                             .https = true});
+    h_fleet_start(&f, &(struct h_fleet_opts){
+                          .n = 1, .mock_args = mock_args, .dataplane_extra = extra, .https = true});
     char url[128];
     snprintf(url, sizeof(url), "%s/v1/chat/completions", f.base);
 
@@ -216,9 +225,8 @@ static void test_rotation_under_load(void **state)
 
     /* A bad certificate is refused; the current one keeps serving. */
     char bad[H_PATH_MAX];
-    assert_int_equal(h_write_file("bad.pem", "-----BEGIN CERTIFICATE-----\nnot one\n", bad,
-                                  sizeof(bad)),
-                     0);
+    assert_int_equal(
+        h_write_file("bad.pem", "-----BEGIN CERTIFICATE-----\nnot one\n", bad, sizeof(bad)), 0);
     assert_int_equal(replace_file(bad, c.server), 0);
     assert_int_equal(h_proc_signal(f.dp, SIGHUP), 0);
     assert_int_equal(h_wait_until(refused_logged, f.dp, 5000), 0);
@@ -245,7 +253,8 @@ static void test_hostile_tls_input(void **state)
     /* A client that stalls mid-handshake: half a ClientHello, then nothing. */
     int stalled = raw_connect(port);
     static const unsigned char hello_start[] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01};
-    assert_int_equal(write(stalled, hello_start, sizeof(hello_start)), (ssize_t)sizeof(hello_start));
+    assert_int_equal(write(stalled, hello_start, sizeof(hello_start)),
+                     (ssize_t)sizeof(hello_start));
     int silent = raw_connect(port); /* and one that sends nothing at all */
 
     /* Garbage on the TLS port. */
@@ -296,22 +305,25 @@ static void test_hot_restart_hands_over_tls(void **state)
     struct h_tls_certs c;
     assert_int_equal(h_tls_make_certs(&c), 0);
     char next[H_PATH_MAX], next_key[H_PATH_MAX], both[H_PATH_MAX];
-    assert_int_equal(h_tls_make_leaf("next", c.wrong_ca, c.wrong_ca_key, false, next, next_key,
-                                     sizeof(next)),
-                     0);
+    assert_int_equal(
+        h_tls_make_leaf("next", c.wrong_ca, c.wrong_ca_key, false, next, next_key, sizeof(next)),
+        0);
     assert_int_equal(h_tmp_path("both.pem", both, sizeof(both)), 0);
     char cmd[4 * H_PATH_MAX];
     snprintf(cmd, sizeof(cmd), "cat '%s' '%s' > '%s'", c.ca, c.wrong_ca, both);
     assert_int_equal(system(cmd), 0);
     h_tls_client_use(both, NULL, NULL);
-    char extra[1024];
-    tls_yaml(extra, sizeof(extra), &c, NULL, NULL);
+    uint16_t plain_port;
+    assert_int_equal(h_free_port(&plain_port), 0);
+    char plain[64], plain_url[128], extra[1024];
+    snprintf(plain, sizeof(plain), "plain_listen: 127.0.0.1:%u\n", (unsigned)plain_port);
+    snprintf(plain_url, sizeof(plain_url), "http://127.0.0.1:%u/v1/chat/completions",
+             (unsigned)plain_port);
+    tls_yaml(extra, sizeof(extra), &c, NULL, plain);
     const char *mock_args[] = {"--tpot-ms", "25", NULL};
     struct h_fleet f;
-    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1,
-                                             .mock_args = mock_args,
-                                             .dataplane_extra = extra,
-                                             .https = true});
+    h_fleet_start(&f, &(struct h_fleet_opts){
+                          .n = 1, .mock_args = mock_args, .dataplane_extra = extra, .https = true});
     char url[128];
     snprintf(url, sizeof(url), "%s/v1/chat/completions", f.base);
     struct h_async *a[N_FLOWING];
@@ -347,6 +359,11 @@ static void test_hot_restart_hands_over_tls(void **state)
     assert_int_equal(h_proc_wait(f.dp, 15000, &st), 0);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_int_equal(post_status(&f, CHAT_PLAIN), 200);
+    /* The successor bound the plain listener beside it too. */
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(plain_url, CHAT_PLAIN, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_fini(&r);
     assert_true(h_proc_is_running(succ));
     h_fleet_stop(&f);
     h_tls_client_use(NULL, NULL, NULL);

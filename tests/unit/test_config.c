@@ -364,6 +364,7 @@ static void test_full_file_round_trip(void **state)
     assert_string_equal(cfg.dataplane.tls.key_file, "/etc/switchyard/tls.key");
     assert_string_equal(cfg.dataplane.tls.client_ca_file, "/etc/switchyard/clients-ca.pem");
     assert_string_equal(cfg.dataplane.tls.min_version, "1.3");
+    assert_string_equal(cfg.dataplane.plain_listen, "127.0.0.1:18079");
     assert_int_equal(cfg.policy.name, CFG_POLICY_POWER_OF_TWO);
     assert_true(cfg.policy.cache_threshold == 0.25);
     assert_int_equal(cfg.policy.balance_abs_threshold, 8);
@@ -378,18 +379,18 @@ static void test_full_file_round_trip(void **state)
     assert_string_equal(cfg.workers[0].url, "http://127.0.0.1:9001");
     assert_string_equal(cfg.workers[0].model, "mock");
     assert_int_equal(cfg.workers[0].role, CFG_ROLE_PREFILL);
-    assert_int_equal(cfg.workers[0].line, 57);
+    assert_int_equal(cfg.workers[0].line, 58);
     /* Canonical url (lower-case host, no slash) and the id derived from it. */
     assert_string_equal(cfg.workers[1].id, "worker-b.example:8443");
     assert_string_equal(cfg.workers[1].url, "https://worker-b.example:8443");
     assert_string_equal(cfg.workers[1].model, "meta-llama/Llama-3.1-8B");
     assert_int_equal(cfg.workers[1].role, CFG_ROLE_DECODE);
-    assert_int_equal(cfg.workers[1].line, 61);
+    assert_int_equal(cfg.workers[1].line, 62);
     assert_string_equal(cfg.workers[2].id, "::1:9003");
     assert_string_equal(cfg.workers[2].url, "http://[::1]:9003");
     assert_string_equal(cfg.workers[2].model, "");
     assert_int_equal(cfg.workers[2].role, CFG_ROLE_REGULAR);
-    assert_int_equal(cfg.workers[2].line, 64);
+    assert_int_equal(cfg.workers[2].line, 65);
     cfg_fini(&cfg);
     assert_defaults(&cfg);
 }
@@ -439,7 +440,7 @@ static const struct bad_case bad_cases[] = {
      "t.yaml:2:3: dataplane.lisen: unknown key (expected one of listen|threads|max_body|"
      "max_header_size|connect_timeout|first_byte_timeout|idle_timeout|drain_timeout|"
      "header_timeout|upload_min_rate|per_ip_connection_limit|metrics_listen|debug_headers|retry|"
-     "upstream_tls|tls)"},
+     "upstream_tls|tls|plain_listen)"},
     {"dataplane:\n  tls:\n    min_version: 1.1\n",
      "t.yaml:3:18: dataplane.tls.min_version: expected one of 1.2|1.3, got '1.1'"},
     {"dataplane:\n  tls:\n    client_ca_file: /ca.pem\n",
