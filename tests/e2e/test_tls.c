@@ -20,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "shm/registry.h"
 #include "tests/e2e/harness.h"
 #include "tests/e2e/harness_fleet.h"
 #include "tests/e2e/harness_tls.h"
@@ -59,6 +60,43 @@ static void post_chat(struct h_fleet *f, const char *body, struct h_resp *r)
     snprintf(url, sizeof(url), "%s/v1/chat/completions", f->base);
     assert_int_equal(h_http(&(struct h_req){.url = url, .body = body}, r) == 0 || r->status != 0,
                      1);
+}
+
+/* switchyard_health_checks_total{worker="w1",result=RESULT} from the
+ * control plane's /metrics, or -1. */
+static long long probes_of(struct h_fleet *f, const char *result)
+{
+    char url[128], key[96];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/metrics", (unsigned)f->cfg.admin_port);
+    snprintf(key, sizeof(key), "switchyard_health_checks_total{worker=\"w1\",result=\"%s\"} ",
+             result);
+    struct h_resp m;
+    long long v = -1;
+    if (h_http_get(url, &m) == 0 && m.status == 200) {
+        const char *at = strstr(m.body, key);
+        if (at != NULL)
+            v = strtoll(at + strlen(key), NULL, 10);
+    }
+    h_resp_fini(&m);
+    return v;
+}
+
+struct probe_wait {
+    struct h_fleet *f;
+    const char *result;
+    long long at_least;
+};
+
+static bool probes_reached(void *arg)
+{
+    struct probe_wait *w = arg;
+    return probes_of(w->f, w->result) >= w->at_least;
+}
+
+static bool w1_unhealthy(void *arg)
+{
+    struct shm_worker_info w;
+    return shm_registry_find(&((struct h_fleet *)arg)->seg, "w1", &w) == 0 && !w.healthy;
 }
 
 static void test_https_worker_verified_and_reused(void **state)
@@ -178,12 +216,47 @@ static void test_mtls_worker(void **state)
     h_tls_client_use(NULL, NULL, NULL);
 }
 
+/* The control plane's probes reach https:// workers with the same
+ * settings: they pass with the right CA and fail (worker unhealthy) with
+ * another. */
+static void test_probes_use_upstream_tls(void **state)
+{
+    (void)state;
+    struct h_tls_certs c;
+    assert_int_equal(h_tls_make_certs(&c), 0);
+    h_tls_client_use(c.ca, NULL, NULL);
+    const char *mock_args[] = {"--tls-cert", c.server, "--tls-key", c.server_key, NULL};
+    char extra[1024];
+    upstream_tls_yaml(extra, sizeof(extra), c.ca, NULL, NULL);
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1,
+                                             .mock_args = mock_args,
+                                             .dataplane_extra = extra,
+                                             .health_interval = "100ms"});
+    struct probe_wait ok = {&f, "success", 3};
+    assert_int_equal(h_wait_until(probes_reached, &ok, 10000), 0);
+    assert_int_equal(probes_of(&f, "failure"), 0);
+    h_fleet_stop(&f);
+
+    upstream_tls_yaml(extra, sizeof(extra), c.wrong_ca, NULL, NULL);
+    struct h_fleet g;
+    h_fleet_start(&g, &(struct h_fleet_opts){.n = 1,
+                                             .mock_args = mock_args,
+                                             .dataplane_extra = extra,
+                                             .health_interval = "100ms"});
+    assert_int_equal(h_wait_until(w1_unhealthy, &g, 10000), 0);
+    assert_int_equal(probes_of(&g, "success"), 0);
+    h_fleet_stop(&g);
+    h_tls_client_use(NULL, NULL, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         H_TEST(test_https_worker_verified_and_reused),
         H_TEST(test_https_worker_unverified_is_an_upstream_error),
         H_TEST(test_mtls_worker),
+        H_TEST(test_probes_use_upstream_tls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
