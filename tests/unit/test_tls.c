@@ -67,8 +67,7 @@ static int remove_certs(void **state)
     return 0;
 }
 
-static void tls_cfg(struct cfg_dataplane_tls *t, const char *cert, const char *key,
-                    const char *ca)
+static void tls_cfg(struct cfg_dataplane_tls *t, const char *cert, const char *key, const char *ca)
 {
     memset(t, 0, sizeof(*t));
     path(t->cert_file, sizeof(t->cert_file), cert);
