@@ -55,66 +55,115 @@ static int tls_fail(char *err, size_t err_len, const char *key, const char *path
     return gerr == GNUTLS_E_FILE_ERROR ? -ENOENT : -EINVAL;
 }
 
-/* The first certificate of c's chain is valid now. */
-static int cred_check_dates(gnutls_certificate_credentials_t cred, const char *path, char *err,
-                            size_t err_len)
+/* PEM certificates of a file, parsed (a chain, or a CA bundle). 0 or an
+ * error with the message in err. GnuTLS's own file loaders leak what they
+ * allocated on some malformed PEM (Debian 12's 3.7.9): parsing first keeps
+ * a refused reload from costing memory. */
+static int crts_load(const char *key, const char *path, gnutls_x509_crt_t **crts, unsigned *n,
+                     char *err, size_t err_len)
 {
-    gnutls_x509_crt_t *crts = NULL;
-    unsigned n = 0;
-    int rc = gnutls_certificate_get_x509_crt(cred, 0, &crts, &n);
+    gnutls_datum_t pem = {NULL, 0};
+    int rc = gnutls_load_file(path, &pem);
     if (rc < 0)
-        return tls_fail(err, err_len, "cert_file", path, rc);
-    time_t now = time(NULL);
-    time_t not_after = n > 0 ? gnutls_x509_crt_get_expiration_time(crts[0]) : 0;
-    time_t not_before = n > 0 ? gnutls_x509_crt_get_activation_time(crts[0]) : 0;
-    for (unsigned i = 0; i < n; i++)
-        gnutls_x509_crt_deinit(crts[i]);
-    gnutls_free(crts);
-    if (n == 0 || not_after < now || not_before > now) {
-        snprintf(err, err_len, "dataplane.tls.cert_file: %s: %s", path,
-                 n == 0            ? "no certificate"
-                 : not_after < now ? "expired"
-                                   : "not valid yet");
+        return tls_fail(err, err_len, key, path, rc);
+    rc = gnutls_x509_crt_list_import2(crts, n, &pem, GNUTLS_X509_FMT_PEM, 0);
+    gnutls_free(pem.data);
+    if (rc < 0)
+        return tls_fail(err, err_len, key, path, rc);
+    if (*n == 0) {
+        gnutls_free(*crts);
+        *crts = NULL;
+        snprintf(err, err_len, "dataplane.tls.%s: %s: no certificate", key, path);
         return -EINVAL;
     }
     return 0;
+}
+
+static void crts_free(gnutls_x509_crt_t *crts, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        gnutls_x509_crt_deinit(crts[i]);
+    gnutls_free(crts);
+}
+
+static int key_load(const char *path, gnutls_x509_privkey_t *key, char *err, size_t err_len)
+{
+    gnutls_datum_t pem = {NULL, 0};
+    int rc = gnutls_load_file(path, &pem);
+    if (rc < 0)
+        return tls_fail(err, err_len, "key_file", path, rc);
+    rc = gnutls_x509_privkey_init(key);
+    if (rc == 0) {
+        rc = gnutls_x509_privkey_import2(*key, &pem, GNUTLS_X509_FMT_PEM, NULL, 0);
+        if (rc < 0) {
+            gnutls_x509_privkey_deinit(*key);
+            *key = NULL;
+        }
+    }
+    gnutls_free(pem.data);
+    return rc < 0 ? tls_fail(err, err_len, "key_file", path, rc) : 0;
+}
+
+/* The leaf (the first certificate) is valid now. */
+static int crt_check_dates(gnutls_x509_crt_t leaf, const char *path, char *err, size_t err_len)
+{
+    time_t now = time(NULL);
+    time_t not_after = gnutls_x509_crt_get_expiration_time(leaf);
+    time_t not_before = gnutls_x509_crt_get_activation_time(leaf);
+    if (not_after >= now && not_before <= now)
+        return 0;
+    snprintf(err, err_len, "dataplane.tls.cert_file: %s: %s", path,
+             not_after < now ? "expired" : "not valid yet");
+    return -EINVAL;
 }
 
 /* One generation of credentials from the files, all of it or nothing. */
 static int cred_load(const struct cfg_dataplane_tls *t, struct dp_tls_cred **out, char *err,
                      size_t err_len)
 {
-    struct dp_tls_cred *c = calloc(1, sizeof(*c));
-    if (c == NULL || gnutls_certificate_allocate_credentials(&c->cred) < 0) {
-        free(c);
-        snprintf(err, err_len, "dataplane.tls: out of memory");
-        return -ENOMEM;
-    }
-    /* GnuTLS also checks that the key belongs to the certificate. */
-    int rc = gnutls_certificate_set_x509_key_file2(c->cred, t->cert_file, t->key_file,
-                                                   GNUTLS_X509_FMT_PEM, NULL, 0);
-    if (rc < 0) {
-        rc = tls_fail(err, err_len, "cert_file", t->cert_file, rc);
-        goto out_free;
-    }
-    rc = cred_check_dates(c->cred, t->cert_file, err, err_len);
+    gnutls_x509_crt_t *chain = NULL, *cas = NULL;
+    unsigned n_chain = 0, n_cas = 0;
+    gnutls_x509_privkey_t key = NULL;
+    struct dp_tls_cred *c = NULL;
+    int rc = crts_load("cert_file", t->cert_file, &chain, &n_chain, err, err_len);
+    if (rc == 0)
+        rc = crt_check_dates(chain[0], t->cert_file, err, err_len);
+    if (rc == 0)
+        rc = key_load(t->key_file, &key, err, err_len);
+    if (rc == 0 && t->client_ca_file[0] != '\0')
+        rc = crts_load("client_ca_file", t->client_ca_file, &cas, &n_cas, err, err_len);
     if (rc != 0)
         goto out_free;
-    if (t->client_ca_file[0] != '\0') {
-        rc =
-            gnutls_certificate_set_x509_trust_file(c->cred, t->client_ca_file, GNUTLS_X509_FMT_PEM);
-        if (rc <= 0) {
-            rc = rc == 0 ? (snprintf(err, err_len, "dataplane.tls.client_ca_file: %s: %s",
-                                     t->client_ca_file, "no certificate"),
-                            -EINVAL)
-                         : tls_fail(err, err_len, "client_ca_file", t->client_ca_file, rc);
+    c = calloc(1, sizeof(*c));
+    if (c == NULL || gnutls_certificate_allocate_credentials(&c->cred) < 0) {
+        free(c);
+        c = NULL;
+        snprintf(err, err_len, "dataplane.tls: out of memory");
+        rc = -ENOMEM;
+        goto out_free;
+    }
+    /* Copies the chain and key; refuses a key that is not the leaf's. */
+    rc = gnutls_certificate_set_x509_key(c->cred, chain, n_chain, key);
+    if (rc < 0) {
+        rc = tls_fail(err, err_len, "key_file", t->key_file, rc);
+        goto out_free;
+    }
+    if (n_cas > 0) {
+        rc = gnutls_certificate_set_x509_trust(c->cred, cas, (int)n_cas);
+        if (rc < 0) {
+            rc = tls_fail(err, err_len, "client_ca_file", t->client_ca_file, rc);
             goto out_free;
         }
     }
     *out = c;
-    return 0;
+    c = NULL;
+    rc = 0;
 out_free:
     cred_free(c);
+    crts_free(chain, n_chain);
+    crts_free(cas, n_cas);
+    if (key != NULL)
+        gnutls_x509_privkey_deinit(key);
     return rc;
 }
 

@@ -143,6 +143,8 @@ static void test_server_reload(void **state)
     assert_non_null(strstr(err, "expired"));
     sh("printf 'garbage' > %s/live.pem", dir);
     assert_int_not_equal(dp_tls_reload(tls, err, sizeof(err)), 0);
+    sh("printf -- '-----BEGIN CERTIFICATE-----\\nnot one\\n' > %s/live.pem", dir);
+    assert_int_not_equal(dp_tls_reload(tls, err, sizeof(err)), 0);
     sh("cp %s/other.pem %s/live.pem && cp %s/other.key %s/live.key", dir, dir, dir, dir);
     assert_int_equal(dp_tls_reload(tls, err, sizeof(err)), 0);
     assert_int_equal(dp_tls_reload(tls, err, sizeof(err)), 0); /* retires one more */
