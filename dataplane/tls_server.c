@@ -36,6 +36,9 @@ struct dp_tls {
     char priorities[96];
     /* The files as read at start, for libmicrohttpd's own set-up. */
     gnutls_datum_t cert_pem, key_pem, ca_pem;
+    /* Session tickets (tls_server.h): the key lives as long as the
+     * process; GnuTLS rotates the keys it derives from it. */
+    gnutls_datum_t ticket_key;
     pthread_mutex_t lock;
     struct dp_tls_cred *current;
     struct dp_tls_cred *retired;
@@ -200,6 +203,8 @@ int dp_tls_create(const struct cfg_dataplane_tls *t, struct dp_tls **out, char *
         rc = load_pem("key_file", t->key_file, &tls->key_pem, err, err_len);
     if (rc == 0)
         rc = load_pem("client_ca_file", t->client_ca_file, &tls->ca_pem, err, err_len);
+    if (rc == 0 && gnutls_session_ticket_key_generate(&tls->ticket_key) < 0)
+        tls->ticket_key.data = NULL; /* no tickets: full handshakes only */
     if (rc != 0) {
         dp_tls_destroy(tls);
         return rc;
@@ -221,6 +226,9 @@ void dp_tls_destroy(struct dp_tls *tls)
     gnutls_free(tls->cert_pem.data);
     gnutls_free(tls->key_pem.data);
     gnutls_free(tls->ca_pem.data);
+    if (tls->ticket_key.data != NULL)
+        gnutls_memset(tls->ticket_key.data, 0, tls->ticket_key.size);
+    gnutls_free(tls->ticket_key.data);
     pthread_mutex_destroy(&tls->lock);
     free(tls);
 }
@@ -293,6 +301,8 @@ void *dp_tls_conn_start(struct dp_tls *tls, struct MHD_Connection *conn)
         gnutls_certificate_server_set_request(session, GNUTLS_CERT_REQUIRE);
         gnutls_session_set_verify_cert(session, NULL, 0);
     }
+    if (tls->ticket_key.data != NULL)
+        (void)gnutls_session_ticket_enable_server(session, &tls->ticket_key);
     pthread_mutex_lock(&tls->lock);
     struct dp_tls_cred *c = tls->current;
     c->refs++;

@@ -289,6 +289,53 @@ static void test_hostile_tls_input(void **state)
     h_tls_client_use(NULL, NULL, NULL);
 }
 
+/* Runs openssl s_client against the data plane with a session file: the
+ * first run stores the session, the second offers it. 0 when the second
+ * handshake resumed ("Reused"). */
+static int resumed_with_openssl(const struct h_tls_certs *c, uint16_t port)
+{
+    char sess[H_PATH_MAX], out[H_PATH_MAX], cmd[8 * H_PATH_MAX];
+    if (h_tmp_path("client.sess", sess, sizeof(sess)) != 0 ||
+        h_tmp_path("s_client.out", out, sizeof(out)) != 0)
+        return -ENOSPC;
+    /* The request makes s_client wait for the answer, by which time the
+     * server's session ticket (TLS 1.3: after the handshake) has arrived. */
+    static const char req[] =
+        "GET /health HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n";
+    snprintf(cmd, sizeof(cmd),
+             "printf '%s' | openssl s_client -connect 127.0.0.1:%u -CAfile '%s' -sess_out '%s' "
+             "-ign_eof >/dev/null 2>&1; printf '%s' | openssl s_client -connect 127.0.0.1:%u "
+             "-CAfile '%s' -sess_in '%s' -ign_eof > '%s' 2>&1",
+             req, (unsigned)port, c->ca, sess, req, (unsigned)port, c->ca, sess, out);
+    /* s_client exits 1 when the server closes without close_notify:
+     * only its report counts. */
+    (void)system(cmd);
+    FILE *f = fopen(out, "r");
+    if (f == NULL)
+        return -errno;
+    char line[512];
+    bool reused = false;
+    while (fgets(line, sizeof(line), f) != NULL)
+        reused = reused || strncmp(line, "Reused, ", 8) == 0;
+    fclose(f);
+    return reused ? 0 : -ENOENT;
+}
+
+static void test_sessions_resume(void **state)
+{
+    (void)state;
+    struct h_tls_certs c;
+    assert_int_equal(h_tls_make_certs(&c), 0);
+    h_tls_client_use(c.ca, NULL, NULL);
+    char extra[1024];
+    tls_yaml(extra, sizeof(extra), &c, NULL, NULL);
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .dataplane_extra = extra, .https = true});
+    assert_int_equal(resumed_with_openssl(&c, f.cfg.dataplane_port), 0);
+    h_fleet_stop(&f);
+    h_tls_client_use(NULL, NULL, NULL);
+}
+
 struct served_cond {
     struct h_fleet *f;
 };
@@ -377,6 +424,7 @@ int main(void)
         H_TEST(test_rotation_under_load),
         H_TEST(test_hostile_tls_input),
         H_TEST(test_hot_restart_hands_over_tls),
+        H_TEST(test_sessions_resume),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

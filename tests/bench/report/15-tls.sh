@@ -13,7 +13,7 @@ echo
 measured_alone tls
 echo "Contenders: **nginx** as a reverse proxy and **switchyard** (\`round_robin\`,"
 echo "$dp_threads worker processes / event loops), each plain and with TLS on its client"
-echo "port: the same EC P-256 certificate, TLS 1.3 only, no session resumption on either"
+echo "port: the same EC P-256 certificate, TLS 1.3 only, session tickets on both"
 echo "(negotiated: nginx $(v tls_nginx_tls_cipher), switchyard $(v tls_switchyard_tls_cipher))."
 echo "Upstream: two mock workers over plain HTTP. wrk, ${secs} s per run, median of"
 echo "$(v tls_rounds) round(s), contenders interleaved. **keep-alive**: \`-c64\`, small POST;"

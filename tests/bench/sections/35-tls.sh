@@ -70,8 +70,9 @@ tls_nginx_start() {
         if [ "$tls" = yes ]; then
             echo "    listen 127.0.0.1:$listen ssl;"
             echo "    ssl_certificate $certs/server.pem; ssl_certificate_key $certs/server.key;"
-            # As the dataplane with min_version 1.3; no session cache there either.
-            echo "    ssl_protocols TLSv1.3; ssl_session_cache off; ssl_session_tickets off;"
+            # As the dataplane with min_version 1.3: session tickets on (the
+            # default of both), no server-side session cache.
+            echo "    ssl_protocols TLSv1.3; ssl_session_cache off; ssl_session_tickets on;"
         else
             echo "    listen 127.0.0.1:$listen;"
         fi
