@@ -250,6 +250,55 @@ static void test_probes_use_upstream_tls(void **state)
     h_tls_client_use(NULL, NULL, NULL);
 }
 
+static bool w2_registered(void *arg)
+{
+    struct shm_worker_info w;
+    return shm_registry_find(&((struct h_fleet *)arg)->seg, "w2", &w) == 0;
+}
+
+/* An https:// worker added through the admin API is routed to like one
+ * from the config. */
+static void test_https_worker_from_the_admin_api(void **state)
+{
+    (void)state;
+    struct h_tls_certs c;
+    assert_int_equal(h_tls_make_certs(&c), 0);
+    h_tls_client_use(c.ca, NULL, NULL);
+    const char *mock_args[] = {"--model",   H_FLEET_MODEL, "--tls-cert", c.server,
+                               "--tls-key", c.server_key,  NULL};
+    char extra[1024];
+    upstream_tls_yaml(extra, sizeof(extra), c.ca, NULL, NULL);
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1,
+                                             .mock_args = mock_args + 2,
+                                             .dataplane_extra = extra,
+                                             .policy = "round_robin"});
+    struct h_mock m2;
+    assert_int_equal(h_mock_startv(&m2, mock_args), 0);
+    assert_non_null(strstr(m2.url, "https://"));
+    char url[128], body[256];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/workers", (unsigned)f.cfg.admin_port);
+    snprintf(body, sizeof(body), "{\"url\": \"%s\", \"id\": \"w2\", \"model\": \"%s\"}", m2.url,
+             H_FLEET_MODEL);
+    struct h_resp r;
+    assert_int_equal(h_http_post_json(url, body, &r), 0);
+    assert_int_equal(r.status, 201);
+    h_resp_fini(&r);
+    assert_int_equal(h_wait_until(w2_registered, &f, 5000), 0);
+    long long before = 0;
+    assert_int_equal(h_mock_stat_int(m2.url, "requests_total", &before), 0);
+    for (int i = 0; i < 6; i++) {
+        post_chat(&f, CHAT_PLAIN, &r);
+        assert_int_equal(r.status, 200);
+        h_resp_fini(&r);
+    }
+    long long after = 0;
+    assert_int_equal(h_mock_stat_int(m2.url, "requests_total", &after), 0);
+    assert_true(after - before >= 1);
+    h_fleet_stop(&f);
+    h_tls_client_use(NULL, NULL, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -257,6 +306,7 @@ int main(void)
         H_TEST(test_https_worker_unverified_is_an_upstream_error),
         H_TEST(test_mtls_worker),
         H_TEST(test_probes_use_upstream_tls),
+        H_TEST(test_https_worker_from_the_admin_api),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
