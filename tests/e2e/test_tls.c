@@ -299,6 +299,62 @@ static void test_https_worker_from_the_admin_api(void **state)
     h_tls_client_use(NULL, NULL, NULL);
 }
 
+struct aborted_cond {
+    struct h_fleet *f;
+};
+
+static bool stream_abort_seen(void *arg)
+{
+    struct h_fleet *f = ((struct aborted_cond *)arg)->f;
+    return h_fleet_mock_stat(f, 0, "client_aborts") == 1 &&
+           h_fleet_mock_stat(f, 0, "inflight") == 0;
+}
+
+/* A new connection to a worker resumes the TLS session of an earlier one
+ * (the worker issues tickets, as uvicorn does): no full handshake. The
+ * router's connection is closed by cancelling a stream mid-body, which is
+ * how the worker learns of a cancel. */
+static void test_new_upstream_connection_resumes(void **state)
+{
+    (void)state;
+    struct h_tls_certs c;
+    assert_int_equal(h_tls_make_certs(&c), 0);
+    h_tls_client_use(c.ca, NULL, NULL);
+    const char *mock_args[] = {"--tls-cert", c.server, "--tls-key", c.server_key,
+                               "--tpot-ms",  "50",     NULL};
+    char extra[1024];
+    upstream_tls_yaml(extra, sizeof(extra), c.ca, NULL, NULL);
+    struct h_fleet f;
+    h_fleet_start(&f,
+                  &(struct h_fleet_opts){.n = 1, .mock_args = mock_args, .dataplane_extra = extra});
+    char url[128];
+    snprintf(url, sizeof(url), "%s/v1/chat/completions", f.base);
+    struct h_resp r;
+    post_chat(&f, CHAT_PLAIN, &r);
+    assert_int_equal(r.status, 200);
+    h_resp_fini(&r);
+    assert_int_equal(h_fleet_mock_stat(&f, 0, "tls_resumed"), 0);
+
+    struct h_async *a = NULL;
+    assert_int_equal(
+        h_async_start(url, CHAT_STREAM,
+                      &(struct h_async_opts){.abort_at = H_ABORT_AFTER_BYTES, .bytes = 1}, &a),
+        0);
+    assert_int_equal(h_async_wait(a, 10000), 0);
+    h_async_destroy(a);
+    struct aborted_cond ac = {&f};
+    assert_int_equal(h_wait_until(stream_abort_seen, &ac, 5000), 0);
+
+    /* The kept-alive connection is gone with the cancelled stream: this
+     * request opens one, resuming. */
+    post_chat(&f, CHAT_PLAIN, &r);
+    assert_int_equal(r.status, 200);
+    h_resp_fini(&r);
+    assert_true(h_fleet_mock_stat(&f, 0, "tls_resumed") >= 1);
+    h_fleet_stop(&f);
+    h_tls_client_use(NULL, NULL, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -307,6 +363,7 @@ int main(void)
         H_TEST(test_mtls_worker),
         H_TEST(test_probes_use_upstream_tls),
         H_TEST(test_https_worker_from_the_admin_api),
+        H_TEST(test_new_upstream_connection_resumes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

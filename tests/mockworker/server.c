@@ -270,6 +270,8 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 {
     (void)version;
     struct mw_loop *loop = cls;
+    if (*con_cls == NULL)
+        mw_tls_on_request(&loop->server->tls, conn);
     return mw_handle_access(loop, loop->server, conn, url, method, upload_data, upload_data_size,
                             con_cls);
 }

@@ -9,7 +9,10 @@
  *
  * connections counts the TLS connections accepted (one handshake each), so
  * a test can tell a router that reuses its connections from one that opens
- * a new one per request.
+ * a new one per request; resumed counts those whose handshake resumed an
+ * earlier session from a session ticket (as uvicorn's OpenSSL issues them
+ * by default), so a test can tell a client that resumes from one that
+ * does a full handshake on every new connection.
  *
  * Threading: loaded in main before the loops start; read-only after, but
  * for connections (a relaxed atomic, bumped by every loop).
@@ -22,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <gnutls/gnutls.h>
 #include <jansson.h>
 #include <microhttpd.h>
 
@@ -32,7 +36,9 @@ struct mw_tls {
     char *cert;
     char *key;
     char *client_ca;
+    gnutls_datum_t ticket_key;
     _Atomic uint64_t connections;
+    _Atomic uint64_t resumed;
 };
 
 /* Reads the files opts names. 0 (also when TLS is off), or -errno with
@@ -49,7 +55,11 @@ bool mw_tls_is_on(const struct mw_tls *t);
 unsigned mw_tls_daemon_flag(const struct mw_tls *t);
 void mw_tls_mhd_options(struct mw_tls *t, struct MHD_OptionItem *items);
 
-/* Adds "tls_connections" to obj (only when TLS is on). */
+/* A request arrived on conn (the access handler's first call): counts its
+ * connection's resumption once. */
+void mw_tls_on_request(struct mw_tls *t, struct MHD_Connection *conn);
+
+/* Adds "tls_connections" and "tls_resumed" to obj (only when TLS is on). */
 void mw_tls_to_json(struct mw_tls *t, json_t *obj);
 
 #endif
