@@ -97,6 +97,52 @@ int cfg_check_kubernetes(struct cfg_parser *p, const struct cfg_key *table, void
     return 0;
 }
 
+int cfg_check_upstream_tls(struct cfg_parser *p, const struct cfg_key *table, void *base,
+                           const struct cfg_map_seen *seen)
+{
+    const struct cfg_upstream_tls *t = base;
+    bool has_cert = t->client_cert_file[0] != '\0';
+    bool has_key = t->client_key_file[0] != '\0';
+    const char *given = has_cert ? "client_cert_file" : "client_key_file";
+    const char *missing = has_cert ? "client_key_file" : "client_cert_file";
+    int i = cfg_key_index(table, given);
+
+    if (has_cert == has_key)
+        return 0;
+    cfg_yaml_path_push_key(p, given);
+    return cfg_yaml_fail_at(p, seen->value_mark[i],
+                            "expected %s too (a client certificate needs "
+                            "its key), got only '%s'",
+                            missing, has_cert ? t->client_cert_file : t->client_key_file);
+}
+
+int cfg_check_dataplane_tls(struct cfg_parser *p, const struct cfg_key *table, void *base,
+                            const struct cfg_map_seen *seen)
+{
+    const struct cfg_dataplane_tls *t = base;
+    bool has_cert = t->cert_file[0] != '\0';
+    bool has_key = t->key_file[0] != '\0';
+    int i;
+
+    if (has_cert != has_key) {
+        const char *given = has_cert ? "cert_file" : "key_file";
+        i = cfg_key_index(table, given);
+        cfg_yaml_path_push_key(p, given);
+        return cfg_yaml_fail_at(
+            p, seen->value_mark[i], "expected %s too (a certificate needs its key), got only '%s'",
+            has_cert ? "key_file" : "cert_file", has_cert ? t->cert_file : t->key_file);
+    }
+    if (t->client_ca_file[0] != '\0' && !has_cert) {
+        i = cfg_key_index(table, "client_ca_file");
+        cfg_yaml_path_push_key(p, "client_ca_file");
+        return cfg_yaml_fail_at(p, seen->value_mark[i],
+                                "expected cert_file and key_file too (client certificates are "
+                                "asked only over TLS), got only '%s'",
+                                t->client_ca_file);
+    }
+    return 0;
+}
+
 /* Runs after each entry, while the walker's key path still names it. */
 int cfg_check_worker(struct cfg_parser *p, const struct cfg_key *table, void *base,
                      const struct cfg_map_seen *seen)

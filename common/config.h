@@ -131,6 +131,25 @@ struct cfg_cors {
     struct cfg_str_list allowed_headers; /* "*" or header names */
 };
 
+/* dataplane.upstream_tls: how every curl user (the data plane's requests,
+ * the control plane's probes, scrapes and discovery calls) reaches https://
+ * workers; applied to a handle by tls_client_apply (common/tls_client.h). */
+struct cfg_upstream_tls {
+    char ca_file[CFG_PATH_MAX];          /* PEM CA bundle; "" = the system's store */
+    char client_cert_file[CFG_PATH_MAX]; /* PEM; "" = no client certificate */
+    char client_key_file[CFG_PATH_MAX];  /* PEM; set exactly when client_cert_file is */
+    bool verify;                         /* check the chain and the host name */
+};
+
+/* dataplane.tls: HTTPS on dataplane.listen (dataplane/tls_server.h). TLS is
+ * on when cert_file is set; the files are re-read on SIGHUP. */
+struct cfg_dataplane_tls {
+    char cert_file[CFG_PATH_MAX];      /* PEM chain; "" = plain HTTP */
+    char key_file[CFG_PATH_MAX];       /* PEM; set exactly when cert_file is */
+    char client_ca_file[CFG_PATH_MAX]; /* PEM; "" = no client certificates (else mTLS) */
+    char min_version[8];               /* "1.2" or "1.3" */
+};
+
 struct cfg_dataplane {
     char listen[CFG_ADDR_MAX]; /* HOST:PORT */
     uint32_t threads;          /* 0 = one event loop per core */
@@ -166,6 +185,9 @@ struct cfg_dataplane {
     uint64_t response_ttl_ms;
     uint32_t response_table_size;
     struct cfg_cors cors;
+    struct cfg_upstream_tls upstream_tls;
+    struct cfg_dataplane_tls tls;
+    char plain_listen[CFG_ADDR_MAX]; /* HOST:PORT of a second, plain-HTTP listener, or "" */
 };
 
 struct cfg_policy_role {

@@ -80,6 +80,7 @@ bool cfg_addr_or_empty_is_valid(const char *addr);
 /* "" or an http:// / https:// URL without spaces or control characters. */
 bool cfg_otlp_endpoint_is_valid(const char *url);
 bool cfg_health_initial_is_valid(const char *text);
+bool cfg_tls_version_is_valid(const char *version);
 
 /* snprintf into err when there is one (NULL or 0 bytes: nothing). */
 __attribute__((format(printf, 3, 4))) void cfg_set_err(char *err, size_t err_len, const char *fmt,
@@ -237,6 +238,14 @@ int cfg_check_retry(struct cfg_parser *p, const struct cfg_key *table, void *bas
  * insecure_http (port_name, when set, wins over port). */
 int cfg_check_kubernetes(struct cfg_parser *p, const struct cfg_key *table, void *base,
                          const struct cfg_map_seen *seen);
+
+/* dataplane.upstream_tls: client_cert_file and client_key_file come together. */
+int cfg_check_upstream_tls(struct cfg_parser *p, const struct cfg_key *table, void *base,
+                           const struct cfg_map_seen *seen);
+
+/* dataplane.tls: cert_file and key_file together; client_ca_file needs them. */
+int cfg_check_dataplane_tls(struct cfg_parser *p, const struct cfg_key *table, void *base,
+                            const struct cfg_map_seen *seen);
 
 /* One workers entry: url present and canonical, id given or derivable. */
 int cfg_check_worker(struct cfg_parser *p, const struct cfg_key *table, void *base,

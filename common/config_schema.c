@@ -164,6 +164,35 @@ static const struct cfg_key cors_keys[] = {
     KEY_END,
 };
 
+#define TLS_FILE_EXPECT "a file path of at most 255 characters without control characters, or \"\""
+
+static const struct cfg_key upstream_tls_keys[] = {
+    /* "": the system's CA store (what curl was built with). */
+    KEY_STR("ca_file", struct cfg_upstream_tls, ca_file, cfg_file_path_is_valid, TLS_FILE_EXPECT,
+            ""),
+    KEY_STR("client_cert_file", struct cfg_upstream_tls, client_cert_file, cfg_file_path_is_valid,
+            TLS_FILE_EXPECT, ""),
+    KEY_STR("client_key_file", struct cfg_upstream_tls, client_key_file, cfg_file_path_is_valid,
+            TLS_FILE_EXPECT, ""),
+    /* false only for a lab: a worker's certificate is then not checked at all. */
+    KEY_BOOL("verify", struct cfg_upstream_tls, verify, true),
+    KEY_END,
+};
+
+static const struct cfg_key dataplane_tls_keys[] = {
+    /* "": the data plane speaks plain HTTP on listen. */
+    KEY_STR("cert_file", struct cfg_dataplane_tls, cert_file, cfg_file_path_is_valid,
+            TLS_FILE_EXPECT, ""),
+    KEY_STR("key_file", struct cfg_dataplane_tls, key_file, cfg_file_path_is_valid, TLS_FILE_EXPECT,
+            ""),
+    /* "": no client certificates asked; else every client needs one (mTLS). */
+    KEY_STR("client_ca_file", struct cfg_dataplane_tls, client_ca_file, cfg_file_path_is_valid,
+            TLS_FILE_EXPECT, ""),
+    KEY_STR("min_version", struct cfg_dataplane_tls, min_version, cfg_tls_version_is_valid,
+            "one of 1.2|1.3", "1.2"),
+    KEY_END,
+};
+
 static const struct cfg_key dataplane_keys[] = {
     KEY_ADDR("listen", struct cfg_dataplane, listen, "127.0.0.1:8080"),
     /* 0: one event loop per core. */
@@ -213,6 +242,14 @@ static const struct cfg_key dataplane_keys[] = {
               16777216, 65536),
     /* Off while allowed_origins is empty. */
     KEY_MAP("cors", struct cfg_dataplane, cors, cors_keys, NULL, NULL),
+    KEY_MAP("upstream_tls", struct cfg_dataplane, upstream_tls, upstream_tls_keys,
+            "a mapping like { ca_file: /etc/switchyard/workers-ca.pem }", cfg_check_upstream_tls),
+    KEY_MAP("tls", struct cfg_dataplane, tls, dataplane_tls_keys,
+            "a mapping like { cert_file: /etc/switchyard/tls.crt, key_file: ... }",
+            cfg_check_dataplane_tls),
+    /* "": only listen. Beside an HTTPS listen: plain HTTP for local clients and probes. */
+    KEY_STR("plain_listen", struct cfg_dataplane, plain_listen, cfg_addr_or_empty_is_valid,
+            "HOST:PORT (e.g. 127.0.0.1:8079), or \"\" for none", ""),
     KEY_END,
 };
 

@@ -615,3 +615,8 @@ bool cfg_cors_header_is_valid(const char *text)
             return false;
     return true;
 }
+
+bool cfg_tls_version_is_valid(const char *version)
+{
+    return strcmp(version, "1.2") == 0 || strcmp(version, "1.3") == 0;
+}

@@ -13,6 +13,7 @@
 
 #include "common/buf.h"
 #include "common/log.h"
+#include "common/tls_client.h"
 #include "common/proc.h"
 #include "controlplane/health_prober.h"
 #include "shm/load.h"
@@ -39,8 +40,10 @@ static size_t cp_adapters_collect(char *data, size_t size, size_t n, void *arg)
     return len;
 }
 
-/* POSTs each call's body to its worker's path, all at once. */
-static void cp_adapters_run(struct cp_call *calls, size_t n, const char *path)
+/* POSTs each call's body to its worker's path, all at once, reaching
+ * https:// workers as traffic does (dataplane.upstream_tls). */
+static void cp_adapters_run(const struct adm_ctx *ctx, struct cp_call *calls, size_t n,
+                            const char *path)
 {
     CURLM *m = curl_multi_init();
     struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
@@ -53,6 +56,11 @@ static void cp_adapters_run(struct cp_call *calls, size_t n, const char *path)
         c->easy = curl_easy_init();
         if (c->easy == NULL || m == NULL)
             continue;
+        if (tls_client_apply(c->easy, &ctx->cfg->dataplane.upstream_tls) != 0) {
+            curl_easy_cleanup(c->easy);
+            c->easy = NULL;
+            continue;
+        }
         curl_easy_setopt(c->easy, CURLOPT_URL, url);
         curl_easy_setopt(c->easy, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(c->easy, CURLOPT_PROXY, "");
@@ -242,7 +250,7 @@ static void cp_adapters_load(struct adm_ctx *ctx, const char *body, size_t len,
     for (size_t i = 0; i < n; i++)
         calls[i].body = fwd != NULL ? json_dumps(fwd, JSON_COMPACT) : NULL;
     json_decref(fwd);
-    cp_adapters_run(calls, n, "/v1/load_lora_adapter");
+    cp_adapters_run(ctx, calls, n, "/v1/load_lora_adapter");
     for (size_t i = 0; i < n; i++) {
         if (cp_call_ok(&calls[i])) {
             cp_adapters_set_alias(ctx, &calls[i].w, name, true);
@@ -288,7 +296,7 @@ static void cp_adapters_unload(struct adm_ctx *ctx, const char *name, struct adm
         adm_reply_error(reply, 404, "no worker has an adapter named '%s'", name);
         goto out_free;
     }
-    cp_adapters_run(calls, n, "/v1/unload_lora_adapter");
+    cp_adapters_run(ctx, calls, n, "/v1/unload_lora_adapter");
     for (size_t i = 0; i < n; i++) {
         /* Gone from the worker (or unknown to it): gone from its names. */
         if (cp_call_ok(&calls[i]) || (calls[i].result == CURLE_OK && calls[i].status == 404)) {

@@ -225,7 +225,11 @@ static int cp_start_parts(struct cp_daemon *d)
     if (rc == 0)
         rc = hc_create(&d->seg, &d->cfg->controlplane.health, &d->ctx.hc);
     if (rc == 0)
+        hc_set_upstream_tls(d->ctx.hc, &d->cfg->dataplane.upstream_tls);
+    if (rc == 0)
         rc = lr_create(&d->seg, &d->cfg->controlplane.load_reports, &d->ctx.lr);
+    if (rc == 0)
+        lr_set_upstream_tls(d->ctx.lr, &d->cfg->dataplane.upstream_tls);
     if (rc == 0)
         rc = adm_chan_create(d->cfg->controlplane.admin_socket, &d->seg, cp_reset_on_reply,
                              d->ctx.reset, &d->ctx.chan);

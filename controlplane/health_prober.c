@@ -28,6 +28,7 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "common/rng.h"
+#include "common/tls_client.h"
 #include "shm/registry.h"
 
 #define HC_MODELS_BODY_MAX (64u * 1024u)
@@ -60,9 +61,10 @@ struct hc_target {
 
 /* Owned by the control plane loop; dies with hc_destroy. */
 struct hc_prober {
-    struct shm_segment *seg;         /* borrowed */
-    const struct cfg_health *health; /* borrowed */
-    struct cep cep;                  /* curl multi handle and its glue to epfd */
+    struct shm_segment *seg;            /* borrowed */
+    const struct cfg_health *health;    /* borrowed */
+    const struct cfg_upstream_tls *tls; /* borrowed; NULL = curl's defaults */
+    struct cep cep;                     /* curl multi handle and its glue to epfd */
     int epfd;
     uint64_t registry_seen;
     bool registry_loaded;
@@ -248,11 +250,23 @@ static void hc_follow_registry(struct hc_prober *p, uint64_t now_ms)
     p->first_load_done = true;
 }
 
-static CURL *hc_easy(struct hc_target *t, CURL **slot, const char *url, long timeout_ms,
-                     curl_write_callback write_fn)
+void hc_set_upstream_tls(struct hc_prober *p, const struct cfg_upstream_tls *tls)
 {
-    if (*slot == NULL)
+    p->tls = tls;
+}
+
+static CURL *hc_easy(const struct hc_prober *p, struct hc_target *t, CURL **slot, const char *url,
+                     long timeout_ms, curl_write_callback write_fn)
+{
+    if (*slot == NULL) {
         *slot = curl_easy_init();
+        /* A probe reaches a worker as traffic does: same CA, same client
+         * certificate, same verification (tls_client.h). */
+        if (*slot != NULL && p->tls != NULL && tls_client_apply(*slot, p->tls) != 0) {
+            curl_easy_cleanup(*slot);
+            *slot = NULL;
+        }
+    }
     CURL *e = *slot;
     if (e == NULL)
         return NULL;
@@ -280,7 +294,7 @@ static void hc_start_due(struct hc_prober *p, uint64_t now_ms)
         if (!t->active)
             continue;
         if (!t->probing && now_ms >= t->next_probe_ms) {
-            CURL *e = hc_easy(t, &t->health_easy, t->health_url, timeout, hc_discard);
+            CURL *e = hc_easy(p, t, &t->health_easy, t->health_url, timeout, hc_discard);
             if (e != NULL && cep_add(&p->cep, e) == 0)
                 t->probing = true;
             t->next_probe_ms = now_ms + hc_jittered_interval(p);
@@ -289,7 +303,7 @@ static void hc_start_due(struct hc_prober *p, uint64_t now_ms)
          * adapters come and go); one without a model retries sooner. */
         if (!t->learning && now_ms >= t->next_models_ms) {
             buf_reset(&t->models_body);
-            CURL *e = hc_easy(t, &t->models_easy, t->models_url, timeout, hc_collect_models);
+            CURL *e = hc_easy(p, t, &t->models_easy, t->models_url, timeout, hc_collect_models);
             if (e != NULL && cep_add(&p->cep, e) == 0)
                 t->learning = true;
             t->next_models_ms =

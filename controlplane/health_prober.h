@@ -50,6 +50,10 @@ void hc_destroy(struct hc_prober *p);
  */
 void hc_set_health(struct hc_prober *p, const struct cfg_health *health);
 
+/* Probes of https:// workers use tls (dataplane.upstream_tls, borrowed; it
+ * must outlive p) from the next handle made on; before, curl's defaults. */
+void hc_set_upstream_tls(struct hc_prober *p, const struct cfg_upstream_tls *tls);
+
 /* The descriptor to watch for EPOLLIN in the loop's epoll set. */
 int hc_fd(const struct hc_prober *p);
 

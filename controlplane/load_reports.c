@@ -21,6 +21,7 @@
 #include "common/buf.h"
 #include "common/curl_epoll.h"
 #include "common/log.h"
+#include "common/tls_client.h"
 #include "common/proc.h"
 #include "controlplane/load_report_parse.h"
 #include "shm/load.h"
@@ -53,6 +54,7 @@ struct lr_target {
 struct lr_scraper {
     struct shm_segment *seg;            /* borrowed */
     const struct cfg_load_reports *cfg; /* borrowed */
+    const struct cfg_upstream_tls *tls; /* borrowed; NULL = curl's defaults */
     struct cep cep;
     int epfd;
     uint64_t registry_seen;
@@ -72,6 +74,12 @@ static size_t lr_collect(char *data, size_t size, size_t n, void *arg)
         return 0; /* stop the transfer; what arrived is parsed */
     }
     return len;
+}
+
+void lr_set_upstream_tls(struct lr_scraper *s, const struct cfg_upstream_tls *tls)
+{
+    if (s != NULL)
+        s->tls = tls;
 }
 
 int lr_create(struct shm_segment *seg, const struct cfg_load_reports *cfg, struct lr_scraper **out)
@@ -172,8 +180,14 @@ static void lr_follow_registry(struct lr_scraper *s, uint64_t now_ms)
 
 static CURL *lr_easy(struct lr_scraper *s, struct lr_target *t)
 {
-    if (t->easy == NULL)
+    if (t->easy == NULL) {
         t->easy = curl_easy_init();
+        /* A scrape reaches a worker as traffic does (tls_client.h). */
+        if (t->easy != NULL && s->tls != NULL && tls_client_apply(t->easy, s->tls) != 0) {
+            curl_easy_cleanup(t->easy);
+            t->easy = NULL;
+        }
+    }
     CURL *e = t->easy;
     if (e == NULL)
         return NULL;

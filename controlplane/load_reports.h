@@ -42,6 +42,11 @@ struct lr_worker_stats {
 
 /* Creates the scraper. seg and cfg are borrowed and must outlive it. */
 int lr_create(struct shm_segment *seg, const struct cfg_load_reports *cfg, struct lr_scraper **out);
+
+/* Scrapes of https:// workers use tls (dataplane.upstream_tls, borrowed; it
+ * must outlive s) from the next handle made on. */
+struct cfg_upstream_tls;
+void lr_set_upstream_tls(struct lr_scraper *s, const struct cfg_upstream_tls *tls);
 void lr_destroy(struct lr_scraper *s);
 
 /* The descriptor to watch for EPOLLIN in the loop's epoll set. */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/tls_client.h"
 #include "common/config.h"
 #include "common/daemon.h"
 #include "common/log.h"
@@ -35,6 +36,13 @@ static void usage(FILE *out)
 static int run(struct cfg *cfg, void *arg)
 {
     const bool *fresh = arg;
+    char tls_err[512];
+    /* An unreadable CA or client certificate fails the start, not every
+     * https:// request later (common/tls_client.h). */
+    if (tls_client_check(&cfg->dataplane.upstream_tls, tls_err, sizeof(tls_err)) != 0) {
+        log_error("%s: %s", cfg->path, tls_err);
+        return 1;
+    }
     if (*fresh) {
         char err[512];
         int rc = shm_segment_remove_unused(cfg->shm.name, err, sizeof(err));

@@ -5,6 +5,7 @@
  * drain (stop accepting, let in-flight finish up to drain_timeout, then
  * abort them, releasing every guard); the main thread keeps beating while
  * they do, then gives the lease back. A second signal stops at once.
+ * SIGHUP re-reads dataplane.tls's certificate files (tls_server.h).
  *
  * The segment wait polls with a short sleep on purpose: it runs once,
  * before anything is served, and reports progress so an operator sees why
@@ -36,6 +37,7 @@
 #include "dataplane/policy.h"
 #include "dataplane/trace_export.h"
 #include "dataplane/resp_affinity.h"
+#include "dataplane/tls_server.h"
 #include "shm/lease.h"
 #include "shm/prefix_index.h"
 #include "shm/segment.h"
@@ -188,6 +190,23 @@ static void dp_unwatch(struct dp_daemon *d, int fd)
     epoll_ctl(d->epfd, EPOLL_CTL_DEL, fd, NULL);
 }
 
+/* SIGHUP: new connections get the certificate now in the files, or, when
+ * they do not load, the old one keeps serving and the log says why. */
+static void dp_reload_tls(struct dp_daemon *d)
+{
+    char err[512];
+    if (d->sh.tls == NULL) {
+        log_info("received SIGHUP: no dataplane.tls, nothing to reload");
+        return;
+    }
+    if (dp_tls_reload(d->sh.tls, err, sizeof(err)) != 0)
+        log_error("received SIGHUP: new TLS certificate refused, the old one keeps serving: %s",
+                  err);
+    else
+        log_info("received SIGHUP: TLS certificate reloaded from %s",
+                 d->cfg->dataplane.tls.cert_file);
+}
+
 static void dp_start_drain(struct dp_daemon *d)
 {
     d->draining = true;
@@ -223,8 +242,10 @@ static int dp_loop_main(struct dp_daemon *d)
             } else if (fd == d->sigfd) {
                 int sig = evfd_signals_read(d->sigfd);
                 if (sig == SIGHUP) {
-                    log_info("received SIGHUP: re-reading the API key files");
+                    log_info("received SIGHUP: re-reading the API key files and the TLS "
+                             "certificate");
                     dp_adm_request_reload(&d->sh.adm);
+                    dp_reload_tls(d);
                     continue;
                 }
                 if (sig == SIGUSR1)
@@ -244,30 +265,40 @@ static int dp_loop_main(struct dp_daemon *d)
     }
 }
 
-static int dp_resolve_listen(struct dp_daemon *d)
+static int dp_resolve_addr(const struct dp_daemon *d, const char *key, const char *text,
+                           struct sockaddr_storage *addr, socklen_t *addr_len)
 {
     char host[CFG_ADDR_MAX];
     uint16_t port;
-    if (cfg_parse_host_port(d->cfg->dataplane.listen, host, sizeof(host), &port) != 0) {
-        log_error("%s: dataplane.listen: expected HOST:PORT, got '%s'", d->cfg->path,
-                  d->cfg->dataplane.listen);
+    if (cfg_parse_host_port(text, host, sizeof(host), &port) != 0) {
+        log_error("%s: dataplane.%s: expected HOST:PORT, got '%s'", d->cfg->path, key, text);
         return -EINVAL;
     }
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     struct addrinfo *res = NULL;
     int rc = getaddrinfo(host, NULL, &hints, &res);
     if (rc != 0 || res == NULL) {
-        log_error("dataplane.listen: cannot resolve '%s': %s", host, gai_strerror(rc));
+        log_error("dataplane.%s: cannot resolve '%s': %s", key, host, gai_strerror(rc));
         return -EINVAL;
     }
-    memcpy(&d->sh.listen_addr, res->ai_addr, res->ai_addrlen);
-    d->sh.listen_addr_len = res->ai_addrlen;
+    memcpy(addr, res->ai_addr, res->ai_addrlen);
+    *addr_len = res->ai_addrlen;
     freeaddrinfo(res);
-    if (d->sh.listen_addr.ss_family == AF_INET6)
-        ((struct sockaddr_in6 *)&d->sh.listen_addr)->sin6_port = htons(port);
+    if (addr->ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)addr)->sin6_port = htons(port);
     else
-        ((struct sockaddr_in *)&d->sh.listen_addr)->sin_port = htons(port);
+        ((struct sockaddr_in *)addr)->sin_port = htons(port);
     return 0;
+}
+
+static int dp_resolve_listen(struct dp_daemon *d)
+{
+    int rc = dp_resolve_addr(d, "listen", d->cfg->dataplane.listen, &d->sh.listen_addr,
+                             &d->sh.listen_addr_len);
+    if (rc == 0 && d->cfg->dataplane.plain_listen[0] != '\0')
+        rc = dp_resolve_addr(d, "plain_listen", d->cfg->dataplane.plain_listen, &d->sh.plain_addr,
+                             &d->sh.plain_addr_len);
+    return rc;
 }
 
 /* Thousands of streams need thousands of fds (client + worker each). */
@@ -421,6 +452,10 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
     dp_raise_fd_limit();
     if (dp_resolve_listen(&d) != 0)
         goto out_close_signals;
+    if (dp_tls_create(&cfg->dataplane.tls, &d.sh.tls, err, sizeof(err)) != 0) {
+        log_error("%s: %s", cfg->path, err);
+        goto out_close_signals;
+    }
     if (dp_hot_init(&d.hot, cfg, &hot_ops, opts->hot_restart) != 0)
         goto out_close_signals;
     if (dp_wait_segment(&d, opts->segment_wait_ms) != 0)
@@ -479,8 +514,12 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
         goto out_stop_loops;
     }
     adm_client_run(d.admin, proc_monotonic_ms());
-    log_info("dataplane ready (pid %d, segment %s, lease %u, listening on %s, %u event loops)",
-             (int)getpid(), d.seg.name, d.lease.index, cfg->dataplane.listen, d.n_loops);
+    log_info("dataplane ready (pid %d, segment %s, lease %u, listening on %s%s%s%s, %u event "
+             "loops)",
+             (int)getpid(), d.seg.name, d.lease.index, cfg->dataplane.listen,
+             d.sh.tls != NULL ? " (HTTPS)" : "",
+             d.sh.plain_addr_len > 0 ? " and plain HTTP on " : "",
+             d.sh.plain_addr_len > 0 ? cfg->dataplane.plain_listen : "", d.n_loops);
     code = dp_loop_main(&d);
 
 out_stop_loops:
@@ -521,6 +560,7 @@ out_close_segment:
     dp_resp_fini();
     shm_segment_close(&d.seg);
 out_close_signals:
+    dp_tls_destroy(d.sh.tls);
     close(d.sigfd);
     return code;
 }

@@ -27,6 +27,7 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "shm/effective_load.h"
+#include "common/tls_client.h"
 #include "dataplane/errors.h"
 #include "dataplane/journal.h"
 #include "dataplane/id_route.h"
@@ -748,7 +749,13 @@ static void fwd_on_done(struct dp_attempt *a, CURLcode result)
     } else if (state == DP_ATT_WAITING && req->active == a) {
         bool connect = result == CURLE_COULDNT_CONNECT || result == CURLE_COULDNT_RESOLVE_HOST ||
                        (result == CURLE_OPERATION_TIMEDOUT);
-        dp_metrics_upstream_error(m, a->slot, connect ? DP_UPERR_CONNECT : DP_UPERR_TRANSFER);
+        /* A failed handshake or certificate: the request never reached the
+         * worker, and it is never retried on the same worker in plain HTTP. */
+        bool tls = tls_client_is_tls_error(result);
+        dp_metrics_upstream_error(m, a->slot,
+                                  tls       ? DP_UPERR_TLS
+                                  : connect ? DP_UPERR_CONNECT
+                                            : DP_UPERR_TRANSFER);
         snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: %s", a->leg->label,
                  a->worker_id, curl_easy_strerror(result != CURLE_OK ? result : CURLE_GOT_NOTHING));
         log_info("request %s: %s (attempt %u)", req->request_id, req->last_cause, req->attempts);
@@ -756,7 +763,7 @@ static void fwd_on_done(struct dp_attempt *a, CURLcode result)
         dp_request_ref(req);
         attempt_end(a);
         fwd_failed(req, 502, "upstream_error",
-                   result == CURLE_COULDNT_CONNECT || result == CURLE_COULDNT_RESOLVE_HOST);
+                   tls || result == CURLE_COULDNT_CONNECT || result == CURLE_COULDNT_RESOLVE_HOST);
         dp_request_unref(req);
         return;
     }

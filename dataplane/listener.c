@@ -36,6 +36,7 @@
 #include "dataplane/relay.h"
 #include "dataplane/request.h"
 #include "dataplane/routes.h"
+#include "dataplane/tls_server.h"
 
 /* libmicrohttpd's own per-loop cap, above the listener's (conn_cap_per_loop):
  * a backstop that refuses at accept should shedding ever fall behind. */
@@ -563,10 +564,13 @@ static void lst_notify_connection(void *cls, struct MHD_Connection *conn, void *
 {
     struct dp_loop *loop = cls;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        /* Before the handshake: the current certificate (tls_server.h). */
+        void *tls = dp_tls_conn_start(loop->sh->tls, conn);
         struct dp_conn *dc = calloc(1, sizeof(*dc));
         *socket_context = dc;
         if (dc == NULL)
             return; /* untracked: closed when the daemon stops, not earlier */
+        dc->tls = tls;
         dc->conn = conn;
         dc->idle_since_ms = proc_monotonic_ms();
         list_push_front(&loop->lst.conns, &dc->link);
@@ -582,7 +586,42 @@ static void lst_notify_connection(void *cls, struct MHD_Connection *conn, void *
     *socket_context = NULL;
     list_remove(&dc->link);
     loop->lst.n_conns--;
+    dp_tls_conn_end(loop->sh->tls, dc->tls);
     free(dc);
+}
+
+/* The daemon's epoll fd in the loop's set: its events run both daemons. */
+static int lst_watch_daemon(struct dp_loop *loop, struct MHD_Daemon *mhd)
+{
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    if (di == NULL)
+        return -EINVAL;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = DP_TAG_MHD};
+    return epoll_ctl(loop->epfd, EPOLL_CTL_ADD, di->epoll_fd, &ev) == 0 ? 0 : -errno;
+}
+
+/* dataplane.plain_listen: the same handlers without TLS. Its socket is
+ * bound anew by each process (SO_REUSEPORT), not handed over by a hot
+ * restart: it serves local clients and probes. */
+static int lst_start_plain(struct dp_loop *loop, unsigned flags, size_t pool)
+{
+    const struct dp_shared *sh = loop->sh;
+    flags &= ~(unsigned)MHD_USE_IPv6;
+    if (sh->plain_addr.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    loop->lst.plain = MHD_start_daemon(
+        flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_message, NULL,
+        MHD_OPTION_SOCK_ADDR, &sh->plain_addr, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
+        MHD_OPTION_NOTIFY_COMPLETED, lst_completed, loop, MHD_OPTION_NOTIFY_CONNECTION,
+        lst_notify_connection, loop, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned int)(sh->conn_cap_per_loop + DP_MHD_CONNECTION_SLACK),
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned int)sh->cfg->dataplane.per_ip_connection_limit,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_END);
+    if (loop->lst.plain == NULL)
+        return -EADDRINUSE;
+    return lst_watch_daemon(loop, loop->lst.plain);
 }
 
 int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handlers)
@@ -596,15 +635,18 @@ int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handle
     size_t pool = (size_t)sh->cfg->dataplane.max_header_size + DP_CONN_RESPONSE_ROOM;
     if (sh->listen_addr.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    flags |= dp_tls_daemon_flag(sh->tls);
+    struct MHD_OptionItem tls_opts[DP_TLS_OPTIONS_MAX];
+    dp_tls_mhd_options(sh->tls, tls_opts);
     /* Loop i serves the predecessor's socket i after a hot restart, so the
      * connections waiting in its accept queue are not lost. */
     int inherited = loop->index < sh->n_inherited ? sh->inherited[loop->index] : -1;
     if (inherited >= 0)
         loop->lst.mhd = MHD_start_daemon(
             flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_message,
-            NULL, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)inherited, MHD_OPTION_NOTIFY_COMPLETED,
-            lst_completed, loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
-            MHD_OPTION_CONNECTION_LIMIT,
+            NULL, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)inherited,
+            MHD_OPTION_NOTIFY_COMPLETED, lst_completed, loop, MHD_OPTION_NOTIFY_CONNECTION,
+            lst_notify_connection, loop, MHD_OPTION_CONNECTION_LIMIT,
             (unsigned int)(sh->conn_cap_per_loop + DP_MHD_CONNECTION_SLACK),
             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
             MHD_OPTION_PER_IP_CONNECTION_LIMIT,
@@ -613,9 +655,10 @@ int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handle
     else
         loop->lst.mhd = MHD_start_daemon(
             flags, 0, NULL, NULL, lst_handler, loop, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_message,
-            NULL, MHD_OPTION_SOCK_ADDR, &sh->listen_addr, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-            (unsigned int)1, MHD_OPTION_NOTIFY_COMPLETED, lst_completed, loop,
-            MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop, MHD_OPTION_CONNECTION_LIMIT,
+            NULL, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_SOCK_ADDR, &sh->listen_addr,
+            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_NOTIFY_COMPLETED,
+            lst_completed, loop, MHD_OPTION_NOTIFY_CONNECTION, lst_notify_connection, loop,
+            MHD_OPTION_CONNECTION_LIMIT,
             (unsigned int)(sh->conn_cap_per_loop + DP_MHD_CONNECTION_SLACK),
             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)DP_CONN_TIMEOUT_S,
             MHD_OPTION_PER_IP_CONNECTION_LIMIT,
@@ -625,20 +668,12 @@ int dp_listener_start(struct dp_loop *loop, const struct dp_lst_handlers *handle
         return -EADDRINUSE;
     const union MHD_DaemonInfo *li = MHD_get_daemon_info(loop->lst.mhd, MHD_DAEMON_INFO_LISTEN_FD);
     loop->lst.listen_fd = li != NULL ? (int)li->listen_fd : -1;
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(loop->lst.mhd, MHD_DAEMON_INFO_EPOLL_FD);
-    if (di == NULL) {
-        MHD_stop_daemon(loop->lst.mhd);
-        loop->lst.mhd = NULL;
-        return -EINVAL;
-    }
-    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = DP_TAG_MHD};
-    if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, di->epoll_fd, &ev) != 0) {
-        int rc = -errno;
-        MHD_stop_daemon(loop->lst.mhd);
-        loop->lst.mhd = NULL;
-        return rc;
-    }
-    return 0;
+    int rc = lst_watch_daemon(loop, loop->lst.mhd);
+    if (rc == 0 && sh->plain_addr_len > 0)
+        rc = lst_start_plain(loop, flags & ~dp_tls_daemon_flag(sh->tls), pool);
+    if (rc != 0)
+        dp_listener_stop(loop);
+    return rc;
 }
 
 void dp_listener_quiesce(struct dp_loop *loop)
@@ -655,6 +690,11 @@ void dp_listener_quiesce(struct dp_loop *loop)
     if (s != MHD_INVALID_SOCKET)
         close(s);
     loop->lst.listen_fd = -1;
+    if (loop->lst.plain != NULL) {
+        s = MHD_quiesce_daemon(loop->lst.plain);
+        if (s != MHD_INVALID_SOCKET)
+            close(s);
+    }
     struct list_node *it;
     list_foreach(it, &loop->lst.conns) lst_close_when_idle(list_entry(it, struct dp_conn, link));
 }
@@ -716,9 +756,13 @@ int64_t dp_listener_timeout_ms(const struct dp_loop *loop)
     if (loop->lst.due)
         return 0;
     MHD_UNSIGNED_LONG_LONG mt;
+    int64_t t = -1;
     if (loop->lst.mhd != NULL && MHD_get_timeout(loop->lst.mhd, &mt) == MHD_YES)
-        return (int64_t)mt;
-    return -1;
+        t = (int64_t)mt;
+    if (loop->lst.plain != NULL && MHD_get_timeout(loop->lst.plain, &mt) == MHD_YES &&
+        (t < 0 || (int64_t)mt < t))
+        t = (int64_t)mt;
+    return t;
 }
 
 void dp_listener_run(struct dp_loop *loop, bool events)
@@ -727,14 +771,21 @@ void dp_listener_run(struct dp_loop *loop, bool events)
         return;
     MHD_UNSIGNED_LONG_LONG mt;
     /* MHD's epoll fd does not report our own resumes: track them. */
-    if (events || loop->lst.due || (MHD_get_timeout(loop->lst.mhd, &mt) == MHD_YES && mt == 0)) {
+    bool due = loop->lst.due;
+    if (events || due || (MHD_get_timeout(loop->lst.mhd, &mt) == MHD_YES && mt == 0)) {
         loop->lst.due = false;
         MHD_run(loop->lst.mhd);
     }
+    if (loop->lst.plain != NULL &&
+        (events || due || (MHD_get_timeout(loop->lst.plain, &mt) == MHD_YES && mt == 0)))
+        MHD_run(loop->lst.plain);
 }
 
 void dp_listener_stop(struct dp_loop *loop)
 {
+    if (loop->lst.plain != NULL)
+        MHD_stop_daemon(loop->lst.plain);
+    loop->lst.plain = NULL;
     if (loop->lst.mhd == NULL)
         return;
     MHD_stop_daemon(loop->lst.mhd);

@@ -37,6 +37,7 @@ struct dp_conn {
     bool cut;               /* shut down as a slow client (dp_listener_enforce_deadlines) */
     uint64_t idle_since_ms; /* accepted, or its last request completed (monotonic) */
     struct list_node link;  /* loop->lst.conns */
+    void *tls;              /* its TLS credentials' hold (tls_server.h), or NULL */
 };
 
 /* What the listener hands a request to (the forwarder), registered at

@@ -21,6 +21,7 @@ struct dp_request;
 struct dp_lst {
     struct MHD_Daemon *mhd;
     int listen_fd;                /* the daemon's listening socket (set once at start) */
+    struct MHD_Daemon *plain;     /* dataplane.plain_listen's daemon, or NULL */
     struct list_node conns;       /* every open client connection (dp_conn.link), newest first */
     unsigned n_conns;             /* how many are on conns */
     struct list_node watch_queue; /* parked, not yet watched (dp_request.watch_link) */

@@ -60,6 +60,8 @@ enum dp_cmd {
 };
 
 /* Process-wide state shared by every loop; lives in dp_run's frame. */
+struct dp_tls;
+
 struct dp_shared {
     const struct cfg *cfg; /* borrowed, read-only */
     struct shm_segment *seg;
@@ -79,6 +81,10 @@ struct dp_shared {
     unsigned conn_cap_per_loop;
     struct dp_alog *alog;     /* the access log (access_log.h); NULL = off */
     struct dp_tracer *tracer; /* span export (trace_export.h); NULL = off */
+    struct dp_tls *tls;       /* dataplane.tls (tls_server.h); NULL = plain HTTP */
+    /* dataplane.plain_listen resolved; plain_addr_len 0 = none. */
+    struct sockaddr_storage plain_addr;
+    socklen_t plain_addr_len;
 };
 
 /*

@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/tls_client.h"
 #include "common/config.h"
 #include "common/daemon.h"
+#include "common/log.h"
 #include "dataplane/dataplane.h"
 #include "shm/layout.h"
 
@@ -30,6 +32,13 @@ static void usage(FILE *out)
 
 static int run(struct cfg *cfg, void *arg)
 {
+    char tls_err[512];
+    /* An unreadable CA or client certificate fails the start, not every
+     * https:// request later (common/tls_client.h). */
+    if (tls_client_check(&cfg->dataplane.upstream_tls, tls_err, sizeof(tls_err)) != 0) {
+        log_error("%s: %s", cfg->path, tls_err);
+        return 1;
+    }
     return dp_run(cfg, arg);
 }
 

@@ -31,7 +31,7 @@ static const double dp_buckets_s[DP_HIST_BUCKETS] = {
 static const char *const dp_uperr_names[DP_UPERR_COUNT] = {
     [DP_UPERR_CONNECT] = "connect", [DP_UPERR_STATUS] = "status",
     [DP_UPERR_TIMEOUT] = "timeout", [DP_UPERR_TRANSFER] = "transfer",
-    [DP_UPERR_IN_BAND] = "in_band",
+    [DP_UPERR_IN_BAND] = "in_band", [DP_UPERR_TLS] = "tls",
 };
 
 static const char *const dp_phase_names[DP_PHASE_COUNT] = {

@@ -86,6 +86,7 @@ enum dp_up_error {
     DP_UPERR_TIMEOUT,  /* first byte or idle timeout */
     DP_UPERR_TRANSFER, /* reset, truncated body, protocol error */
     DP_UPERR_IN_BAND,  /* a 200 stream carrying an error event */
+    DP_UPERR_TLS,      /* handshake or certificate failure (https:// workers) */
     DP_UPERR_COUNT,
 };
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/tls_client.h"
 #include "dataplane/loop.h"
 #include "dataplane/upstream_url.h"
 
@@ -49,6 +50,7 @@ int dp_up_init(struct dp_loop *loop, const struct dp_up_handlers *handlers)
     if (rc != 0)
         return rc;
     curl_multi_setopt(cep_multi(&loop->up.cep), CURLMOPT_MAXCONNECTS, DP_MAXCONNECTS);
+    loop->up.tls_share = tls_client_share_create();
     return 0;
 }
 
@@ -59,6 +61,8 @@ void dp_up_fini(struct dp_loop *loop)
     loop->up.n_pool = 0;
     cep_fini(&loop->up.cep);
     dp_up_urls_fini(&loop->up.urls);
+    tls_client_share_destroy(loop->up.tls_share);
+    loop->up.tls_share = NULL;
 }
 
 static size_t up_header_cb(char *data, size_t size, size_t nmemb, void *userp)
@@ -96,6 +100,12 @@ static CURL *up_easy_new(struct dp_loop *loop)
     rc |= curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     rc |= curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, up_header_cb);
     rc |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, up_write_cb);
+    /* https:// workers: one setup for every curl user (tls_client.h); the
+     * share lets a new connection resume a session another handle made. */
+    if (tls_client_apply(e, &dc->upstream_tls) != 0)
+        rc |= CURLE_FAILED_INIT;
+    if (loop->up.tls_share != NULL)
+        rc |= curl_easy_setopt(e, CURLOPT_SHARE, loop->up.tls_share);
     if (rc != CURLE_OK) {
         curl_easy_cleanup(e);
         return NULL;

@@ -28,6 +28,7 @@ struct dp_up {
     CURL *pool[DP_EASY_POOL];
     size_t n_pool;
     const struct dp_up_handlers *handlers; /* borrowed, static */
+    CURLSH *tls_share; /* TLS sessions of the pool's handles (tls_client.h); may be NULL */
 };
 
 #endif

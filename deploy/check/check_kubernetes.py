@@ -9,7 +9,8 @@ checks what a typo would break at apply or run time:
   * every document has apiVersion, kind and metadata.name, unique per kind;
   * workloads: the selector matches the template labels; every container
     has an image, resources (requests and limits), liveness and readiness
-    probes; named probe ports exist; every volumeMount names a volume; every
+    probes; named probe ports exist; dataplane.tls files in a Secret of
+    the dataplane, its probes and scrape annotation speaking HTTPS; every volumeMount names a volume; every
     ConfigMap volume names a ConfigMap of the set and its items' keys exist;
   * the switchyard pod: two containers, "controlplane" and "dataplane", both
     mounting a memory-backed emptyDir at /dev/shm and the directory of the
@@ -257,6 +258,27 @@ def check_workload(where, w, configmaps, configs):
         for probe in ("livenessProbe", "readinessProbe"):
             if get(cp, probe, "httpGet") is not None:
                 bad(where, f"controlplane {probe}: an httpGet probe gets 401 with a token set")
+
+    # dataplane.tls: its files in a Secret of the dataplane; probes and the
+    # scrape speak HTTPS (an HTTP probe of a TLS port never succeeds).
+    dp = containers["dataplane"]
+    tls = get(cfg, "dataplane", "tls") or {}
+    for key in ("cert_file", "key_file", "client_ca_file"):
+        path = tls.get(key) or ""
+        if path:
+            m = mount_of(dp, path)
+            if m is None or "secret" not in volumes.get(m["name"], {}):
+                bad(where, f"dataplane.tls.{key} {path} is not in a Secret volume of the dataplane")
+    want_scheme = "HTTPS" if tls.get("cert_file") else "HTTP"
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        if get(dp, probe, "httpGet") is not None:
+            scheme = get(dp, probe, "httpGet", "scheme", default="HTTP")
+            if scheme != want_scheme:
+                bad(where, f"dataplane {probe}: scheme {scheme}, dataplane.listen speaks {want_scheme}")
+    ann_scheme = (get(w, "spec", "template", "metadata", "annotations") or {}).get(
+        "prometheus.io/scheme", "http")
+    if ann_scheme != want_scheme.lower():
+        bad(where, f"prometheus.io/scheme must be \"{want_scheme.lower()}\"")
 
     admin_port = port_of(get(cfg, "controlplane", "admin_listen", default="127.0.0.1:8081"))
     dp_port = port_of(get(cfg, "dataplane", "listen", default="127.0.0.1:8080"))

@@ -2,6 +2,7 @@
  * A router plus mock workers for end-to-end tests (see harness_fleet.h).
  */
 #include "tests/e2e/harness_fleet.h"
+#include "tests/e2e/harness_tls.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -61,6 +62,8 @@ void h_fleet_start(struct h_fleet *f, const struct h_fleet_opts *o)
     assert_int_equal(h_wait_until(h_fleet_registry_complete, f, H_READY_TIMEOUT_MS), 0);
     assert_int_equal(h_start_dataplane(f->cfg.path, &f->dp), 0);
     assert_int_equal(h_url(f->base, sizeof(f->base), f->cfg.dataplane_port, NULL), 0);
+    if (o->https)
+        assert_int_equal(h_tls_https_url(f->base, sizeof(f->base)), 0);
     char url[96];
     snprintf(url, sizeof(url), "%s/health", f->base);
     assert_int_equal(h_wait_http_ok(url, H_READY_TIMEOUT_MS), 0);

@@ -40,6 +40,7 @@ struct h_fleet_opts {
     bool learn_model;            /* workers configured without a model: learned from /v1/models */
     const char *controlplane_extra; /* more controlplane keys (e.g. a load_reports mapping) */
     const char *extra_yaml;         /* top-level sections (e.g. "admission:\n  ...") */
+    bool https; /* the data plane serves HTTPS (dataplane_extra has tls:): base is https:// */
 };
 
 /* Starts the mocks, writes the config, starts both daemons, waits for /health. */

@@ -17,6 +17,7 @@
  * A registry of live background requests lets teardown abort and free the
  * ones a failed test left behind.
  */
+#include "tests/e2e/harness_tls.h"
 #include "tests/e2e/harness.h"
 
 #include "common/buf.h"
@@ -234,7 +235,8 @@ static int h_easy_setup(CURL *easy, const char *method, const char *url, const c
     c |= curl_easy_setopt(easy, CURLOPT_URL, url);
     c |= curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
     c |= curl_easy_setopt(easy, CURLOPT_NOPROXY, "*");
-    c |= curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http");
+    c |= curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+    h_tls_client_setup(easy);
     c |= curl_easy_setopt(easy, CURLOPT_FORBID_REUSE, 1L);
     c |= curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, (long)H_CONNECT_TIMEOUT_MS);
     c |= curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS,
@@ -722,12 +724,16 @@ int h_mock_startv(struct h_mock *m, const char *const extra[])
     int rc = h_free_port(&m->port);
     if (rc == 0)
         rc = h_url(m->url, sizeof(m->url), m->port, NULL);
+    if (rc == 0 && h_tls_args_https(extra))
+        rc = h_tls_https_url(m->url, sizeof(m->url));
     if (rc == 0)
         rc = h_start_mockworker(m->port, extra, &m->proc);
     if (rc != 0)
         return rc;
     struct h_mock_ready ready = {.proc = m->proc};
-    rc = h_url(ready.health_url, sizeof(ready.health_url), m->port, "/health");
+    if (snprintf(ready.health_url, sizeof(ready.health_url), "%s/health", m->url) >=
+        (int)sizeof(ready.health_url))
+        rc = -ENOSPC;
     if (rc == 0)
         rc = h_wait_until(h_mock_ready_cond, &ready, H_READY_TIMEOUT_MS);
     if (rc == 0 && ready.died) {

@@ -844,6 +844,7 @@ static enum MHD_Result respond_mock_stats(struct mw_req *req)
     if (obj == NULL)
         return respond(req, 500, NULL, 1, CT_JSON);
     mw_stats_to_json(&s->stats, obj);
+    mw_tls_to_json(&s->tls, obj);
     json_object_set_new(obj, "waiting", json_integer((json_int_t)snap.waiting));
     json_object_set_new(obj, "running", json_integer((json_int_t)snap.running));
     json_object_set_new(obj, "prefix_hit_tokens", json_integer((json_int_t)snap.prefix_hit_tokens));

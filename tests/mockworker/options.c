@@ -98,6 +98,12 @@ static const struct opt_def opt_defs[] = {
      "error bodies as old vLLM: {\"object\":\"error\",\"message\",...}"},
     {"--data-parallel-size", OPT_KIND_U32, OFF(data_parallel_size), sizeof(uint32_t), 1, 64, "N",
      "engines (data-parallel ranks) /metrics shows, one series each (default 1)"},
+    {"--tls-cert", OPT_KIND_STRING, OFF(tls_cert), MW_TLS_PATH_MAX, 0, 0, "FILE",
+     "serve HTTPS with this PEM certificate (chain); needs --tls-key"},
+    {"--tls-key", OPT_KIND_STRING, OFF(tls_key), MW_TLS_PATH_MAX, 0, 0, "FILE",
+     "the PEM private key of --tls-cert"},
+    {"--tls-client-ca", OPT_KIND_STRING, OFF(tls_client_ca), MW_TLS_PATH_MAX, 0, 0, "FILE",
+     "require client certificates signed by this PEM CA (mTLS)"},
     {"--help", OPT_KIND_HELP, 0, 0, 0, 0, NULL, "print this help and exit"},
     {"--version", OPT_KIND_VERSION, 0, 0, 0, 0, NULL, "print the version and exit"},
 };

@@ -25,6 +25,7 @@
 #define MW_LORA_PATH_MAX    256
 #define MW_THREADS_MAX      64
 #define MW_BLOCK_TOKENS_MAX 4096
+#define MW_TLS_PATH_MAX     256
 
 enum mw_role {
     MW_ROLE_UNSET = 0,
@@ -64,6 +65,10 @@ struct mw_options {
     uint32_t n_lora;
     bool legacy_errors;          /* error bodies in vLLM's old top-level shape */
     uint32_t data_parallel_size; /* engines shown in /metrics (engine="0".."N-1") */
+    /* HTTPS (tls.h): PEM files; "" = plain HTTP / no client certificates. */
+    char tls_cert[MW_TLS_PATH_MAX];
+    char tls_key[MW_TLS_PATH_MAX];
+    char tls_client_ca[MW_TLS_PATH_MAX];
 };
 
 enum mw_options_result {

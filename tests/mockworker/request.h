@@ -19,6 +19,7 @@
 #include "common/list.h"
 #include "common/timer_heap.h"
 #include "tests/mockworker/api.h"
+#include "tests/mockworker/tls.h"
 #include "tests/mockworker/cost_model.h"
 #include "tests/mockworker/faults.h"
 #include "tests/mockworker/openai.h"
@@ -69,6 +70,7 @@ struct mw_server {
     struct mw_stats stats;
     struct mw_fault_state faults;
     struct mw_pd_pins pins; /* P/D: blocks pinned for remote decodes */
+    struct mw_tls tls;      /* HTTPS, when --tls-cert is given */
     char engine_id[MW_ENGINE_ID_MAX];
     uint16_t port;   /* the bound port (differs from opts.port when that was 0) */
     int64_t started; /* unix seconds, the "created" of /v1/models */

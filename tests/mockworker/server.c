@@ -271,6 +271,8 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 {
     (void)version;
     struct mw_loop *loop = cls;
+    if (*con_cls == NULL)
+        mw_tls_on_request(&loop->server->tls, conn);
     return mw_handle_access(loop, loop->server, conn, url, method, upload_data, upload_data_size,
                             con_cls);
 }
@@ -330,13 +332,16 @@ static int loop_init(struct mw_loop *loop, struct mw_server *s, unsigned index)
     if (listen_fd < 0)
         return -errno;
     /* The dup shares the socket; each daemon closes its own descriptor. */
+    struct MHD_OptionItem tls_opts[MW_TLS_OPTIONS_MAX];
+    mw_tls_mhd_options(&s->tls, tls_opts);
     loop->daemon = MHD_start_daemon(
-        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-        access_cb, loop, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
-        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, loop, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned int)MHD_CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)0,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1,
-        MHD_OPTION_END);
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO | MHD_USE_ERROR_LOG |
+            mw_tls_daemon_flag(&s->tls),
+        0, NULL, NULL, access_cb, loop, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_LISTEN_SOCKET,
+        (MHD_socket)listen_fd, MHD_OPTION_NOTIFY_COMPLETED, completed_cb, loop,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)MHD_CONNECTION_LIMIT,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)0, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger,
+        NULL, MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1, MHD_OPTION_END);
     if (loop->daemon == NULL) {
         close(listen_fd);
         return -EIO;
@@ -477,11 +482,16 @@ int mw_server_init(struct mw_server *s, const struct mw_options *opts, char *err
         goto out_engine;
     }
     raise_fd_limit();
-    rc = open_listener(s, err, err_len);
+    rc = mw_tls_load(&s->tls, opts, err, err_len);
     if (rc != 0)
         goto out_state;
+    rc = open_listener(s, err, err_len);
+    if (rc != 0)
+        goto out_tls;
     return 0;
 
+out_tls:
+    mw_tls_fini(&s->tls);
 out_state:
     mw_fault_state_fini(&s->faults);
     mw_stats_fini(&s->stats);
@@ -551,6 +561,7 @@ void mw_server_fini(struct mw_server *s)
         close(s->listen_fd);
     s->listen_fd = -1;
     mw_pd_pins_fini(&s->pins);
+    mw_tls_fini(&s->tls);
     mw_fault_state_fini(&s->faults);
     mw_stats_fini(&s->stats);
     mw_engine_fini(&s->engine);

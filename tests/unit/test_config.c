@@ -409,6 +409,15 @@ static void test_full_file_round_trip(void **state)
     assert_string_equal(cfg.dataplane.cors.allowed_origins.item[1], "http://[::1]:3000");
     assert_int_equal(cfg.dataplane.cors.allowed_headers.n, 1);
     assert_string_equal(cfg.dataplane.cors.allowed_headers.item[0], "Authorization");
+    assert_string_equal(cfg.dataplane.upstream_tls.ca_file, "/etc/switchyard/workers-ca.pem");
+    assert_string_equal(cfg.dataplane.upstream_tls.client_cert_file, "/etc/switchyard/router.pem");
+    assert_string_equal(cfg.dataplane.upstream_tls.client_key_file, "/etc/switchyard/router.key");
+    assert_false(cfg.dataplane.upstream_tls.verify);
+    assert_string_equal(cfg.dataplane.tls.cert_file, "/etc/switchyard/tls.crt");
+    assert_string_equal(cfg.dataplane.tls.key_file, "/etc/switchyard/tls.key");
+    assert_string_equal(cfg.dataplane.tls.client_ca_file, "/etc/switchyard/clients-ca.pem");
+    assert_string_equal(cfg.dataplane.tls.min_version, "1.3");
+    assert_string_equal(cfg.dataplane.plain_listen, "127.0.0.1:18079");
     assert_int_equal(cfg.policy.name, CFG_POLICY_POWER_OF_TWO);
     assert_true(cfg.policy.cache_threshold == 0.25);
     assert_int_equal(cfg.policy.balance_abs_threshold, 8);
@@ -507,7 +516,16 @@ static const struct bad_case bad_cases[] = {
      "max_header_size|connect_timeout|first_byte_timeout|idle_timeout|drain_timeout|"
      "header_timeout|upload_min_rate|per_ip_connection_limit|max_connections|metrics_listen|"
      "debug_headers|retry|access_log|access_log_buffer|api_keys_file|"
-     "upstream_api_key_file|response_ttl|response_table_size|cors)"},
+     "upstream_api_key_file|response_ttl|response_table_size|cors|upstream_tls|tls|"
+     "plain_listen)"},
+    {"dataplane:\n  tls:\n    min_version: 1.1\n",
+     "t.yaml:3:18: dataplane.tls.min_version: expected one of 1.2|1.3, got '1.1'"},
+    {"dataplane:\n  tls:\n    client_ca_file: /ca.pem\n",
+     "t.yaml:3:21: dataplane.tls.client_ca_file: expected cert_file and key_file too (client "
+     "certificates are asked only over TLS), got only '/ca.pem'"},
+    {"dataplane:\n  upstream_tls:\n    client_cert_file: /c.pem\n",
+     "t.yaml:3:23: dataplane.upstream_tls.client_cert_file: expected client_key_file too (a client "
+     "certificate needs its key), got only '/c.pem'"},
     {"workers:\n  - url: http://127.0.0.1:9001\n    weight: 2\n",
      "t.yaml:3:5: workers[0].weight: unknown key (expected one of url|id|model|role)"},
     {"shmm:\n  name: /x\n",
