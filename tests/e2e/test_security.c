@@ -518,6 +518,9 @@ static void drain_during_reset_case(bool initially)
         &f, &(struct h_fleet_opts){.n = 1, .controlplane_extra = "reset_load_timeout: 60s\n"});
     if (initially)
         assert_int_equal(admin_post(&f, "/workers/w1/drain", "{\"draining\":true}"), 200);
+    /* The reset asks the data plane over the admin channel: a data plane not
+     * connected yet would make it end at once, with 409. */
+    assert_int_equal(h_wait_until(channel_connected, &f, H_READY_TIMEOUT_MS), 0);
     assert_int_equal(h_proc_signal(f.dp, SIGSTOP), 0);
     char url[160];
     snprintf(url, sizeof(url), "http://127.0.0.1:%u/workers/w1/reset_load",

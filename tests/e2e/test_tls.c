@@ -250,10 +250,12 @@ static void test_probes_use_upstream_tls(void **state)
     h_tls_client_use(NULL, NULL, NULL);
 }
 
+/* w2 is in the registry and healthy: a worker added at run time takes
+ * traffic only after its first good probe (health.initial: unknown). */
 static bool w2_registered(void *arg)
 {
     struct shm_worker_info w;
-    return shm_registry_find(&((struct h_fleet *)arg)->seg, "w2", &w) == 0;
+    return shm_registry_find(&((struct h_fleet *)arg)->seg, "w2", &w) == 0 && w.healthy;
 }
 
 /* An https:// worker added through the admin API is routed to like one
@@ -284,7 +286,7 @@ static void test_https_worker_from_the_admin_api(void **state)
     assert_int_equal(h_http_post_json(url, body, &r), 0);
     assert_int_equal(r.status, 201);
     h_resp_fini(&r);
-    assert_int_equal(h_wait_until(w2_registered, &f, 5000), 0);
+    assert_int_equal(h_wait_until(w2_registered, &f, H_READY_TIMEOUT_MS), 0);
     long long before = 0;
     assert_int_equal(h_mock_stat_int(m2.url, "requests_total", &before), 0);
     for (int i = 0; i < 6; i++) {
