@@ -51,6 +51,8 @@
 #define DP_CONN_RESPONSE_ROOM (2u * 1024u)
 #define DP_CONN_TIMEOUT_S     300u
 #define DP_LST_SWEEP_MS       100u /* slow-client deadlines are checked this often */
+/* An incomplete upload this old is checked for a client that closed its side. */
+#define DP_LST_UPLOAD_EOF_MS 1000u
 /* The block MHD allocates (zeroed) with each relayed response. A chunked
  * response (every HTTP/1.1 client) is read straight into the connection's
  * pool, so the block only paces HTTP/1.0 clients; small, it keeps a held
@@ -715,6 +717,24 @@ static void lst_cut(struct dp_loop *loop, struct dp_conn *dc, bool in_body)
     loop->lst.due = true;
 }
 
+/*
+ * True when the client has closed its side of a connection whose request
+ * body is still incomplete. libmicrohttpd (0.9.75, epoll, edge-triggered)
+ * can read the last body bytes and the end of stream in one go and then
+ * wait for an event that never comes: the request would sit until
+ * header_timeout cut it as a slow upload. One peek per such connection and
+ * sweep finds it; an upload in progress answers EAGAIN or has data.
+ */
+static bool lst_peer_closed(const struct dp_conn *dc)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(dc->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci == NULL)
+        return false;
+    char c;
+    return recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 void dp_listener_enforce_deadlines(struct dp_loop *loop, uint64_t now_ms)
 {
     if (now_ms < loop->lst.next_sweep_ms)
@@ -738,6 +758,9 @@ void dp_listener_enforce_deadlines(struct dp_loop *loop, uint64_t now_ms)
             elapsed > dp->header_timeout_ms &&
             req->received_bytes * 1000u < dp->upload_min_rate * elapsed)
             lst_cut(loop, dc, true);
+        else if (req->phase == DP_REQ_RECEIVING && elapsed > DP_LST_UPLOAD_EOF_MS &&
+                 lst_peer_closed(dc) && lst_shutdown(dc))
+            loop->lst.due = true; /* MHD sees it now, and ends it as a client gone */
     }
 }
 
