@@ -18,6 +18,8 @@
 
 #include <xxhash.h>
 
+#include "shm/object.h"
+
 #define SHM_BUCKET_MAGIC   UINT64_C(0x53594254424b5431) /* "SYBTBKT1" */
 #define SHM_BUCKET_WAIT_MS 1000u
 
@@ -75,42 +77,26 @@ uint64_t shm_buckets_key(const char *tenant_name)
     return h != 0 ? h : 1;
 }
 
-static int buckets_lock(int fd, short type, int cmd)
-{
-    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 8};
-    return fcntl(fd, cmd, &fl) == 0 ? 0 : -errno;
-}
+/* The creator's lock: held from creation until the header is published. */
+#define BUCKETS_LOCK_OFF 0u
+#define BUCKETS_LOCK_LEN 8u
 
-/* True when another open file description holds the creator's lock. */
+/* True when another open file description holds the creator's lock (or we
+ * cannot tell: assume alive, the caller's wait bounds it). */
 static bool buckets_creator_alive(int fd)
 {
-    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 8};
-    if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
-        return true; /* cannot tell: assume alive, the wait bounds it */
-    return fl.l_type != F_UNLCK;
+    return shm_object_locked_by_other(fd, BUCKETS_LOCK_OFF, BUCKETS_LOCK_LEN);
 }
 
 static int buckets_create(struct shm_buckets *b, const char *name, char *err, size_t err_len)
 {
-    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno; /* EEXIST: the caller attaches */
     size_t size = buckets_size();
-    int rc = buckets_lock(fd, F_WRLCK, F_OFD_SETLK);
-    if (rc == 0 && (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)size) != 0))
-        rc = -errno;
-    void *base = MAP_FAILED;
-    if (rc == 0) {
-        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (base == MAP_FAILED)
-            rc = -errno;
-    }
-    if (rc != 0) {
-        snprintf(err, err_len, "creating %s: %s", name, strerror(-rc));
-        shm_unlink(name);
-        close(fd);
-        return rc;
-    }
+    struct shm_object o;
+    int rc = shm_object_create(name, "rate-limit object", size, BUCKETS_LOCK_OFF, BUCKETS_LOCK_LEN,
+                               &o, err, err_len);
+    if (rc != 0)
+        return rc; /* -EEXIST without a message: the caller attaches */
+    void *base = o.base;
     struct shm_bucket_header *h = base;
     h->version = SHM_BUCKET_VERSION;
     h->header_size = sizeof(*h);
@@ -118,70 +104,49 @@ static int buckets_create(struct shm_buckets *b, const char *name, char *err, si
     h->n_slots = SHM_BUCKET_SLOTS;
     h->total_size = size;
     atomic_store_explicit(&h->magic, SHM_BUCKET_MAGIC, memory_order_release);
-    buckets_lock(fd, F_UNLCK, F_OFD_SETLK);
-    buckets_bind(b, fd, base, size);
+    shm_object_unlock(o.fd, BUCKETS_LOCK_OFF, BUCKETS_LOCK_LEN);
+    buckets_bind(b, o.fd, base, size);
     return 0;
 }
 
 /* 0, -EAGAIN (not published yet, creator alive), -ESTALE (a dead creator's), or an error. */
 static int buckets_attach(struct shm_buckets *b, const char *name, char *err, size_t err_len)
 {
-    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0) {
-        int e = errno;
-        snprintf(err, err_len, "opening %s: %s", name, strerror(e));
-        return -e;
+    struct shm_object o;
+    int rc = shm_object_open(name, "rate-limit object", sizeof(struct shm_bucket_header), &o, err,
+                             err_len);
+    if (rc == -ENODATA) {
+        /* Not sized yet: being built, or a dead creator's. */
+        int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+        if (fd < 0)
+            return -errno;
+        rc = buckets_creator_alive(fd) ? -EAGAIN : -ESTALE;
+        close(fd);
+        return rc;
     }
-    struct stat st;
-    int rc = 0;
-    if (fstat(fd, &st) != 0) {
-        rc = -errno;
-        snprintf(err, err_len, "fstat(%s): %s", name, strerror(-rc));
-        goto out_close;
-    }
-    if (st.st_uid != geteuid() || (st.st_mode & 0077) != 0) {
-        snprintf(err, err_len,
-                 "%s is owned by uid %u with mode %04o; refusing it: it must belong to this "
-                 "user (uid %u) with mode 0600. Remove it (after checking who made it)",
-                 name, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), (unsigned)geteuid());
-        rc = -EPERM;
-        goto out_close;
-    }
+    if (rc != 0)
+        return rc;
     size_t size = buckets_size();
-    if ((uint64_t)st.st_size < sizeof(struct shm_bucket_header)) {
-        rc = buckets_creator_alive(fd) ? -EAGAIN : -ESTALE;
-        snprintf(err, err_len, "%s is not initialised yet", name);
-        goto out_close;
-    }
-    void *base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-        rc = -errno;
-        snprintf(err, err_len, "mmap of %s: %s", name, strerror(-rc));
-        goto out_close;
-    }
-    const struct shm_bucket_header *h = base;
+    const struct shm_bucket_header *h = o.base;
     if (atomic_load_explicit(&h->magic, memory_order_acquire) != SHM_BUCKET_MAGIC) {
-        rc = buckets_creator_alive(fd) ? -EAGAIN : -ESTALE;
+        rc = buckets_creator_alive(o.fd) ? -EAGAIN : -ESTALE;
         snprintf(err, err_len, "%s is not published", name);
     } else if (h->version != SHM_BUCKET_VERSION || h->header_size != sizeof(*h) ||
                h->slot_size != sizeof(struct shm_bucket_slot) || h->n_slots != SHM_BUCKET_SLOTS ||
-               h->total_size != size || (uint64_t)st.st_size != size) {
+               h->total_size != size || (uint64_t)o.size != size) {
         snprintf(err, err_len,
                  "%s has layout version %u (%u slots, %llu bytes), this binary expects version "
                  "%u (%u slots, %zu bytes): stop every data plane of the node and remove it",
-                 name, h->version, h->n_slots, (unsigned long long)st.st_size, SHM_BUCKET_VERSION,
+                 name, h->version, h->n_slots, (unsigned long long)o.size, SHM_BUCKET_VERSION,
                  SHM_BUCKET_SLOTS, size);
         rc = -EPROTO;
     }
     if (rc != 0) {
-        munmap(base, (size_t)st.st_size);
-        goto out_close;
+        shm_object_unmap(&o);
+        return rc;
     }
-    buckets_bind(b, fd, base, size);
+    buckets_bind(b, o.fd, o.base, size);
     return 0;
-out_close:
-    close(fd);
-    return rc;
 }
 
 int shm_buckets_open(struct shm_buckets *b, const char *name, char *err, size_t err_len)

@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shm/segment.h"
+#include "shm/object.h"
 
 /* Inlined: a library call per block would cost as much as the hash. */
 #define XXH_INLINE_ALL
@@ -207,7 +207,7 @@ int pix_validate(const void *hdr_bytes, uint64_t file_size, char *err, size_t er
 static int pix_map_existing(int fd, const char *name, struct pix_index **out, char *err,
                             size_t err_len)
 {
-    int rc = shm_segment_check_owner(fd, name, err, err_len);
+    int rc = shm_object_check_owner(fd, name, "prefix index segment", err, err_len);
     if (rc != 0)
         return rc;
     struct stat st;
@@ -272,45 +272,22 @@ int pix_attach(const char *name, struct pix_index **out, char *err, size_t err_l
 static int pix_create_shared(const char *name, size_t n_buckets, struct pix_index **out, char *err,
                              size_t err_len)
 {
-    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        int e = errno;
-        if (e != EEXIST)
-            snprintf(err, err_len, "shm_open(%s): %s", name, strerror(e));
-        return -e;
-    }
-    int rc = 0;
     size_t size = pix_size_for(n_buckets);
-    void *base = MAP_FAILED;
-    /* The umask may have narrowed the mode at creation; 0600 exactly. */
-    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)size) != 0) {
-        rc = -errno;
-        snprintf(err, err_len, "sizing prefix index segment %s to %zu bytes: %s", name, size,
-                 strerror(-rc));
-        goto out_unlink;
-    }
-    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-        rc = -errno;
-        snprintf(err, err_len, "mmap of %s: %s", name, strerror(-rc));
-        goto out_unlink;
-    }
+    struct shm_object o;
+    int rc = shm_object_create(name, "prefix index segment", size, 0, 0, &o, err, err_len);
+    if (rc != 0)
+        return rc; /* -EEXIST without a message: the caller opens it */
     /* ftruncate zero-fills (and tmpfs allocates pages on first write). */
-    pix_header_init(base, n_buckets);
-    *out = pix_view(base, size, true);
+    pix_header_init(o.base, n_buckets);
+    *out = pix_view(o.base, size, true);
     if (*out == NULL) {
-        rc = -ENOMEM;
         snprintf(err, err_len, "out of memory");
-        munmap(base, size);
-        goto out_unlink;
+        shm_object_unmap(&o);
+        shm_unlink(name);
+        return -ENOMEM;
     }
-    close(fd);
+    close(o.fd); /* the mapping stays; nothing locks this object */
     return 0;
-
-out_unlink:
-    shm_unlink(name);
-    close(fd);
-    return rc;
 }
 
 int pix_open_owner(const char *name, size_t capacity_blocks, struct pix_index **out,

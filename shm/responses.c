@@ -19,6 +19,8 @@
 
 #include <xxhash.h>
 
+#include "shm/object.h"
+
 #define SHM_RESP_MAGIC   UINT64_C(0x3130505352595301) /* "\1SYRSP01" */
 #define SHM_RESP_VERSION 1u
 #define SHM_RESP_WORDS   (SHM_RESP_ID_MAX / 8u)
@@ -74,44 +76,20 @@ static void shm_resp_bind(struct shm_resp_table *t, void *base, size_t size)
     t->n_entries = t->hdr->n_entries;
 }
 
-static int shm_resp_lock(int fd, short type, bool test_only)
-{
-    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 8};
-    if (test_only) {
-        if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
-            return -errno;
-        return fl.l_type != F_UNLCK ? -EBUSY : 0;
-    }
-    if (fcntl(fd, F_OFD_SETLK, &fl) != 0)
-        return (errno == EAGAIN || errno == EACCES) ? -EBUSY : -errno;
-    return 0;
-}
+/* The creator's lock: held from creation until the header is published. */
+#define SHM_RESP_LOCK_OFF 0u
+#define SHM_RESP_LOCK_LEN 8u
 
 static int shm_resp_create(struct shm_resp_table *t, const char *name, uint64_t n_entries,
                            char *err, size_t err_len)
 {
-    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        int e = errno;
-        if (e != EEXIST)
-            snprintf(err, err_len, "shm_open(%s): %s", name, strerror(e));
-        return -e;
-    }
     size_t size = shm_resp_size_for(n_entries);
-    int rc = shm_resp_lock(fd, F_WRLCK, false);
-    if (rc == 0 && (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)size) != 0))
-        rc = -errno;
-    void *base = MAP_FAILED;
-    if (rc == 0 &&
-        (base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
-        rc = -errno;
-    if (rc != 0) {
-        snprintf(err, err_len, "creating response table %s (%zu bytes): %s", name, size,
-                 strerror(-rc));
-        shm_unlink(name);
-        close(fd);
-        return rc;
-    }
+    struct shm_object o;
+    int rc = shm_object_create(name, "response table", size, SHM_RESP_LOCK_OFF, SHM_RESP_LOCK_LEN,
+                               &o, err, err_len);
+    if (rc != 0)
+        return rc; /* -EEXIST without a message: the caller adopts it */
+    void *base = o.base;
     struct shm_resp_header *h = base;
     h->layout_version = SHM_RESP_VERSION;
     h->header_size = sizeof(struct shm_resp_header);
@@ -120,8 +98,8 @@ static int shm_resp_create(struct shm_resp_table *t, const char *name, uint64_t 
     h->n_entries = n_entries;
     h->total_size = size;
     atomic_store_explicit(&h->magic, SHM_RESP_MAGIC, memory_order_release);
-    shm_resp_lock(fd, F_UNLCK, false);
-    t->fd = fd;
+    shm_object_unlock(o.fd, SHM_RESP_LOCK_OFF, SHM_RESP_LOCK_LEN);
+    t->fd = o.fd;
     shm_resp_bind(t, base, size);
     return 0;
 }
@@ -154,57 +132,36 @@ static int shm_resp_validate(const struct shm_resp_header *h, uint64_t file_size
  * published and nobody is building it. */
 static int shm_resp_adopt(struct shm_resp_table *t, const char *name, char *err, size_t err_len)
 {
-    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0) {
-        int e = errno;
-        snprintf(err, err_len, "shm_open(%s): %s", name, strerror(e));
-        return -e;
+    struct shm_object o;
+    int rc =
+        shm_object_open(name, "response table", sizeof(struct shm_resp_header), &o, err, err_len);
+    if (rc != 0 && rc != -ENODATA)
+        return rc;
+    if (rc == -ENODATA) {
+        /* Not sized yet: being built, or a dead creator's. Peek at the lock
+         * with a descriptor of our own. */
+        int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+        if (fd < 0)
+            return -errno;
+        bool building = shm_object_locked_by_other(fd, SHM_RESP_LOCK_OFF, SHM_RESP_LOCK_LEN);
+        close(fd);
+        return building ? -EAGAIN : -ESTALE;
     }
-    struct stat st;
-    int rc = 0;
-    if (fstat(fd, &st) != 0) {
-        rc = -errno;
-        snprintf(err, err_len, "fstat(%s): %s", name, strerror(-rc));
-        goto out_close;
-    }
-    if (st.st_uid != geteuid() || (st.st_mode & 0077) != 0) {
-        snprintf(err, err_len,
-                 "response table %s is owned by uid %u with mode %04o; refusing it: it must "
-                 "belong to this user (uid %u) with mode 0600",
-                 name, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), (unsigned)geteuid());
-        rc = -EPERM;
-        goto out_close;
-    }
-    bool building = shm_resp_lock(fd, F_WRLCK, true) == -EBUSY;
-    if ((size_t)st.st_size < sizeof(struct shm_resp_header)) {
-        snprintf(err, err_len, "response table %s is not sized yet", name);
-        rc = building ? -EAGAIN : -ESTALE;
-        goto out_close;
-    }
-    void *base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-        rc = -errno;
-        snprintf(err, err_len, "mmap of response table %s: %s", name, strerror(-rc));
-        goto out_close;
-    }
-    const struct shm_resp_header *h = base;
+    const struct shm_resp_header *h = o.base;
     if (atomic_load_explicit(&h->magic, memory_order_acquire) != SHM_RESP_MAGIC) {
         snprintf(err, err_len, "response table %s is not published yet", name);
-        rc = building ? -EAGAIN : -ESTALE;
+        rc = shm_object_locked_by_other(o.fd, SHM_RESP_LOCK_OFF, SHM_RESP_LOCK_LEN) ? -EAGAIN
+                                                                                    : -ESTALE;
     } else {
-        rc = shm_resp_validate(h, (uint64_t)st.st_size, err, err_len);
+        rc = shm_resp_validate(h, (uint64_t)o.size, err, err_len);
     }
     if (rc != 0) {
-        munmap(base, (size_t)st.st_size);
-        goto out_close;
+        shm_object_unmap(&o);
+        return rc;
     }
-    t->fd = fd;
-    shm_resp_bind(t, base, (size_t)st.st_size);
+    t->fd = o.fd;
+    shm_resp_bind(t, o.base, o.size);
     return 0;
-
-out_close:
-    close(fd);
-    return rc;
 }
 
 /* Empties every entry (each under its own sequence, as a writer). */

@@ -18,6 +18,7 @@
 
 #include "common/proc.h"
 #include "shm/layout_private.h"
+#include "shm/object.h"
 
 /* The owner lock covers the magic word. */
 #define SHM_OWNER_LOCK_OFFSET 0u
@@ -108,40 +109,20 @@ int shm_segment_validate(const struct shm_header *hdr, uint64_t file_size, char 
     return 0;
 }
 
-static struct flock shm_range(short type, uint64_t offset, uint64_t len)
-{
-    struct flock fl = {
-        .l_type = type,
-        .l_whence = SEEK_SET,
-        .l_start = (off_t)offset,
-        .l_len = (off_t)len,
-    };
-    return fl;
-}
-
 int shm_segment_try_lock(const struct shm_segment *seg, uint64_t offset, uint64_t len)
 {
-    struct flock fl = shm_range(F_WRLCK, offset, len);
-    if (fcntl(seg->fd, F_OFD_SETLK, &fl) != 0)
-        return (errno == EAGAIN || errno == EACCES) ? -EBUSY : -errno;
-    return 0;
+    return shm_object_lock(seg->fd, offset, len);
 }
 
 int shm_segment_unlock(const struct shm_segment *seg, uint64_t offset, uint64_t len)
 {
-    struct flock fl = shm_range(F_UNLCK, offset, len);
-    return fcntl(seg->fd, F_OFD_SETLK, &fl) == 0 ? 0 : -errno;
+    return shm_object_unlock(seg->fd, offset, len);
 }
 
 bool shm_segment_is_locked_by_other(const struct shm_segment *seg, uint64_t offset, uint64_t len)
 {
-    struct flock fl = shm_range(F_WRLCK, offset, len);
-    /* Our own locks never conflict with our own open file description, so
-     * this answers "does anybody else hold it". On error assume held: a
-     * false "dead" would reap live load. */
-    if (fcntl(seg->fd, F_OFD_GETLK, &fl) != 0)
-        return true;
-    return fl.l_type != F_UNLCK;
+    /* On error assume held: a false "dead" would reap live load. */
+    return shm_object_locked_by_other(seg->fd, offset, len);
 }
 
 static int shm_map(int fd, size_t size, void **out)
@@ -173,55 +154,21 @@ static void shm_fill_owner(struct shm_segment *seg)
  */
 int shm_segment_check_owner(int fd, const char *name, char *err, size_t err_len)
 {
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        snprintf(err, err_len, "fstat(%s): %s", name, strerror(e));
-        return -e;
-    }
-    if (st.st_uid == geteuid() && (st.st_mode & 0077) == 0)
-        return 0;
-    snprintf(err, err_len,
-             "segment %s is owned by uid %u with mode %04o; refusing it: a segment must belong "
-             "to this user (uid %u) and be closed to group and other (0600). Remove it (after "
-             "checking who made it) or set another shm.name",
-             name, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), (unsigned)geteuid());
-    return -EPERM;
+    return shm_object_check_owner(fd, name, "segment", err, err_len);
 }
 
 /* Creates a new object; EEXIST is returned untouched so the caller can decide. */
 static int shm_create(struct shm_segment *seg, const char *name, uint32_t max_workers,
                       uint32_t max_dataplanes, char *err, size_t err_len)
 {
-    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        int e = errno;
-        if (e != EEXIST)
-            snprintf(err, err_len, "shm_open(%s): %s", name, strerror(e));
-        return -e;
-    }
-    int rc = 0;
     size_t size = shm_segment_size_for(max_workers, max_dataplanes);
-    void *base = NULL;
-    /* Lock before sizing: a concurrent owner must not take the empty object
-     * for a dead creator's leftovers. */
-    seg->fd = fd;
-    rc = shm_segment_try_lock(seg, SHM_OWNER_LOCK_OFFSET, SHM_OWNER_LOCK_LEN);
-    if (rc != 0) {
-        snprintf(err, err_len, "locking new segment %s: %s", name, strerror(-rc));
-        goto out_unlink;
-    }
-    /* The umask may have narrowed the mode at creation; 0600 exactly. */
-    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)size) != 0) {
-        rc = -errno;
-        snprintf(err, err_len, "sizing segment %s to %zu bytes: %s", name, size, strerror(-rc));
-        goto out_unlink;
-    }
-    rc = shm_map(fd, size, &base);
-    if (rc != 0) {
-        snprintf(err, err_len, "mmap of segment %s: %s", name, strerror(-rc));
-        goto out_unlink;
-    }
+    struct shm_object o;
+    int rc = shm_object_create(name, "segment", size, SHM_OWNER_LOCK_OFFSET, SHM_OWNER_LOCK_LEN, &o,
+                               err, err_len);
+    if (rc != 0)
+        return rc; /* -EEXIST without a message: the caller re-attaches */
+    seg->fd = o.fd;
+    void *base = o.base;
 
     /* ftruncate zero-fills; write the geometry, then publish. */
     struct shm_header *hdr = base;
@@ -246,12 +193,6 @@ static int shm_create(struct shm_segment *seg, const char *name, uint32_t max_wo
     shm_fill_owner(seg);
     atomic_store_explicit(&hdr->magic, SHM_MAGIC, memory_order_release);
     return 0;
-
-out_unlink:
-    shm_unlink(name);
-    close(fd);
-    seg->fd = -1;
-    return rc;
 }
 
 /* Opens an existing object as its owner. -ENOENT if it vanished meanwhile;
@@ -371,44 +312,20 @@ int shm_segment_attach(struct shm_segment *seg, const char *name, char *err, siz
 {
     shm_segment_reset(seg);
     snprintf(seg->name, sizeof(seg->name), "%s", name);
-    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0) {
-        int e = errno;
-        snprintf(err, err_len, "shm_open(%s): %s", name, strerror(e));
-        return -e;
-    }
-    int rc = shm_segment_check_owner(fd, name, err, err_len);
+    struct shm_object o;
+    int rc = shm_object_open(name, "segment", sizeof(struct shm_header), &o, err, err_len);
+    if (rc == -ENODATA)
+        return -EAGAIN; /* being sized by its creator */
     if (rc != 0)
-        goto out_close;
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        rc = -errno;
-        snprintf(err, err_len, "fstat(%s): %s", name, strerror(-rc));
-        goto out_close;
-    }
-    if ((size_t)st.st_size < sizeof(struct shm_header)) {
-        snprintf(err, err_len, "segment %s is not sized yet", name);
-        rc = -EAGAIN;
-        goto out_close;
-    }
-    void *base = NULL;
-    rc = shm_map(fd, (size_t)st.st_size, &base);
+        return rc;
+    rc = shm_segment_validate(o.base, (uint64_t)o.size, err, err_len);
     if (rc != 0) {
-        snprintf(err, err_len, "mmap of segment %s: %s", name, strerror(-rc));
-        goto out_close;
+        shm_object_unmap(&o);
+        return rc;
     }
-    rc = shm_segment_validate(base, (uint64_t)st.st_size, err, err_len);
-    if (rc != 0) {
-        munmap(base, (size_t)st.st_size);
-        goto out_close;
-    }
-    seg->fd = fd;
-    shm_segment_bind(seg, base, (size_t)st.st_size);
+    seg->fd = o.fd;
+    shm_segment_bind(seg, o.base, o.size);
     return 0;
-
-out_close:
-    close(fd);
-    return rc;
 }
 
 void shm_segment_close(struct shm_segment *seg)

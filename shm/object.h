@@ -1,0 +1,67 @@
+/*
+ * The POSIX shared-memory objects of a node, as one primitive: the registry
+ * segment, the prefix index, the Responses table and the rate-limit buckets
+ * are each created and opened the same way, because each is reachable by
+ * anyone on the host who can run as our user (docs/security.md):
+ *
+ *  - created with O_CREAT|O_EXCL and mode exactly 0600 (fchmod: the umask
+ *    only narrows at creation), optionally holding an OFD write lock over a
+ *    range while it is sized and filled, so a concurrent opener can tell a
+ *    live creator from a dead one's leftovers;
+ *  - opened only when it belongs to the effective uid and gives nothing to
+ *    group or other, and only mapped once its size is known to hold at
+ *    least a header; what the header says is the caller's to check.
+ *
+ * Each module keeps its own layout, header checks and publishing (a magic
+ * written last, with release order). Functions return 0 or a negative errno
+ * and write a sentence into err that names the object as `what`.
+ */
+#ifndef SY_SHM_OBJECT_H
+#define SY_SHM_OBJECT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A mapped object. Caller storage; shm_object_unmap releases it. */
+struct shm_object {
+    int fd; /* -1 when none */
+    void *base;
+    size_t size;
+};
+
+/*
+ * Creates name of size bytes (zero-filled) and maps it. With lock_len > 0,
+ * an OFD write lock over [lock_off, lock_off + lock_len) is taken before
+ * the object is sized and is still held on return (shm_object_unlock once
+ * published). -EEXIST is returned without a message, so the caller may open
+ * the existing one; on any other failure nothing is left behind.
+ */
+int shm_object_create(const char *name, const char *what, size_t size, uint64_t lock_off,
+                      uint64_t lock_len, struct shm_object *out, char *err, size_t err_len);
+
+/*
+ * Opens the existing object name, checks its owner and mode, and maps all
+ * of it. Returns -ENOENT when absent, -EPERM when it is not ours alone,
+ * -ENODATA when it is smaller than min_size (being sized, or a creator
+ * died), another negative errno otherwise.
+ */
+int shm_object_open(const char *name, const char *what, size_t min_size, struct shm_object *out,
+                    char *err, size_t err_len);
+
+/* 0 when fd (of name) belongs to the effective uid with no group or other bits, else -EPERM
+ * (or fstat's error) with err. */
+int shm_object_check_owner(int fd, const char *name, const char *what, char *err, size_t err_len);
+
+/* OFD locks over a byte range: take a write lock without waiting (0, or
+ * -EBUSY when another open file description holds it), release it, or ask
+ * whether another holds it (true when it cannot tell: a false "nobody" could
+ * make a live creator's object look abandoned). */
+int shm_object_lock(int fd, uint64_t off, uint64_t len);
+int shm_object_unlock(int fd, uint64_t off, uint64_t len);
+bool shm_object_locked_by_other(int fd, uint64_t off, uint64_t len);
+
+/* Unmaps and closes; safe on a zeroed or already released object. */
+void shm_object_unmap(struct shm_object *o);
+
+#endif
