@@ -140,15 +140,51 @@ static int cp_open_segment(struct cp_daemon *d)
 /* SIGHUP and POST /reload (adm_reload_fn). The config it replaces stays
  * alive until the next reload only if it was itself reloaded: the one from
  * the command line is daemon_main's and outlives the loop. */
+static int cp_watch(struct cp_daemon *d, int fd);
+
+/*
+ * A reload changed discovery.*: the source is made anew from next (its
+ * first list re-syncs its workers; those that still match keep their slots
+ * and generations, as across a control-plane restart). When the new
+ * settings do not work (a token file gone, say) discovery stops, its
+ * workers stay as they are, and the log says why.
+ */
+static void cp_restart_discovery(struct cp_daemon *d, const struct cfg *next)
+{
+    if (d->ctx.kube != NULL) {
+        epoll_ctl(d->epfd, EPOLL_CTL_DEL, cp_kube_fd(d->ctx.kube), NULL);
+        cp_kube_destroy(d->ctx.kube);
+        d->ctx.kube = NULL;
+    }
+    if (!next->discovery.kubernetes.enabled)
+        return;
+    char err[512] = "";
+    int rc = cp_kube_create(&d->seg, next, &d->ctx.kube, err, sizeof(err));
+    if (rc == 0 && (rc = cp_watch(d, cp_kube_fd(d->ctx.kube))) != 0) {
+        snprintf(err, sizeof(err), "watching its descriptor: %s", strerror(-rc));
+        cp_kube_destroy(d->ctx.kube);
+        d->ctx.kube = NULL;
+    }
+    if (rc != 0)
+        log_error("reload: Kubernetes discovery stopped, its workers are kept as they are: %s",
+                  err);
+}
+
 static int cp_reload_now(void *arg, char *msg, size_t msg_len)
 {
     struct cp_daemon *d = arg;
     struct cfg *next = NULL;
-    int rc = cp_reload(d->cfg, &d->seg, d->ctx.hc, &next, msg, msg_len);
+    bool discovery_changed = false;
+    int rc = cp_reload(d->cfg, &d->seg, d->ctx.hc, &next, &discovery_changed, msg, msg_len);
     if (rc != 0) {
         log_warn("%s", msg);
         return rc;
     }
+    /* Before the old config can be freed: nothing may point into it. */
+    if (discovery_changed)
+        cp_restart_discovery(d, next);
+    else
+        cp_kube_set_cfg(d->ctx.kube, next);
     struct cfg *old = d->reloaded;
     d->cfg = next;
     d->ctx.cfg = next;

@@ -35,7 +35,9 @@ static const struct {
     {"tracing.", CP_EFFECT_DATAPLANE_RESTART},
     {"admission.", CP_EFFECT_DATAPLANE_RESTART},
     {"controlplane.", CP_EFFECT_RESTART},
-    {"discovery.", CP_EFFECT_RESTART},
+    /* The source is made anew with the new settings; discovered workers
+     * that still match keep their slots and generations. */
+    {"discovery.", CP_EFFECT_RELOAD},
     {"shm.", CP_EFFECT_RESTART},
 };
 
@@ -99,9 +101,10 @@ static void cp_workers_summary(const struct cfg *cur, const struct cfg *next, ch
 }
 
 int cp_reload(const struct cfg *cur, struct shm_segment *seg, struct hc_prober *hc,
-              struct cfg **next, char *msg, size_t msg_len)
+              struct cfg **next, bool *discovery_changed, char *msg, size_t msg_len)
 {
     *next = NULL;
+    *discovery_changed = false;
     struct cfg *n = calloc(1, sizeof(*n));
     char(*keys)[CFG_KEY_NAME_MAX] = calloc(CP_RELOAD_KEYS_MAX, sizeof(*keys));
     char err[1024];
@@ -147,10 +150,14 @@ int cp_reload(const struct cfg *cur, struct shm_segment *seg, struct hc_prober *
     hc_set_health(hc, &n->controlplane.health);
     cp_workers_summary(cur, n, workers, sizeof(workers));
     bool health_changed = false;
-    for (size_t i = 0; i < n_keys; i++)
+    for (size_t i = 0; i < n_keys; i++) {
         health_changed = health_changed || strncmp(keys[i], "controlplane.health.", 20) == 0;
-    snprintf(msg, msg_len, "reloaded %s: %s; health settings %s%s%s%s", cur->path, workers,
-             health_changed ? "applied" : "unchanged", later[0] != '\0' ? "; " : "", later,
+        *discovery_changed = *discovery_changed || strncmp(keys[i], "discovery.", 10) == 0;
+    }
+    snprintf(msg, msg_len, "reloaded %s: %s; health settings %s%s%s%s%s", cur->path, workers,
+             health_changed ? "applied" : "unchanged",
+             *discovery_changed ? "; discovery settings applied" : "", later[0] != '\0' ? "; " : "",
+             later,
              later[0] != '\0' ? " changed: the data planes apply them at their next hot restart"
                               : "");
     *next = n;

@@ -45,8 +45,10 @@ enum cp_effect cp_reload_effect_of(const char *key);
  * message), -EPERM keys that need a restart changed (named), -EEXIST a
  * configured worker's id or url belongs to another source's worker, -ENOMEM.
  * A registry that fills up half-way (-ENOSPC) keeps what was applied.
+ * *discovery_changed says whether a discovery.* key changed: the caller
+ * then makes its discovery source anew from *next.
  */
 int cp_reload(const struct cfg *cur, struct shm_segment *seg, struct hc_prober *hc,
-              struct cfg **next, char *msg, size_t msg_len);
+              struct cfg **next, bool *discovery_changed, char *msg, size_t msg_len);
 
 #endif

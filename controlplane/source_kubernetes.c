@@ -199,6 +199,14 @@ static int kube_resolve(struct cp_kube *k, char *err, size_t err_len)
     return 0;
 }
 
+void cp_kube_set_cfg(struct cp_kube *k, const struct cfg *cfg)
+{
+    if (k == NULL)
+        return;
+    k->cfg = cfg;
+    k->kc = &cfg->discovery.kubernetes;
+}
+
 int cp_kube_create(struct shm_segment *seg, const struct cfg *cfg, struct cp_kube **out, char *err,
                    size_t err_len)
 {

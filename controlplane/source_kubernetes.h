@@ -62,6 +62,11 @@ int cp_kube_create(struct shm_segment *seg, const struct cfg *cfg, struct cp_kub
                    size_t err_len);
 void cp_kube_destroy(struct cp_kube *k);
 
+/* Points k at cfg, a reloaded config whose discovery.kubernetes settings
+ * are the ones k runs with (a reload that changes them makes a new source
+ * instead): the config k was made with may then be freed. */
+void cp_kube_set_cfg(struct cp_kube *k, const struct cfg *cfg);
+
 /* The descriptor to watch for EPOLLIN in the loop's epoll set. */
 int cp_kube_fd(const struct cp_kube *k);
 

@@ -13,8 +13,8 @@
 
 static struct flock shm_object_range(short type, uint64_t off, uint64_t len)
 {
-    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = (off_t)off,
-                       .l_len = (off_t)len};
+    struct flock fl = {
+        .l_type = type, .l_whence = SEEK_SET, .l_start = (off_t)off, .l_len = (off_t)len};
     return fl;
 }
 

@@ -86,6 +86,9 @@ static bool attach(void *arg)
     return shm_segment_attach(&e->seg, e->cfg.shm_name, err, sizeof(err)) == 0;
 }
 
+/* The label selector write_config uses (a reload test changes it). */
+static const char *selector = "app=vllm,tier!=canary";
+
 static void write_config(struct env *e, const char *resync, const char *watch_timeout)
 {
     static char yaml[1024];
@@ -99,13 +102,13 @@ static void write_config(struct env *e, const char *resync, const char *watch_ti
              "    api_server: http://127.0.0.1:%u\n"
              "    insecure_http: true\n"
              "    namespace: " NS "\n"
-             "    label_selector: app=vllm,tier!=canary\n"
+             "    label_selector: %s\n"
              "    port_name: http\n"
              "    token_file: %s\n"
              "    ca_file: \"\"\n"
              "    resync: %s\n"
              "    watch_timeout: %s\n",
-             (unsigned)e->fk_port, e->token_path, resync, watch_timeout);
+             (unsigned)e->fk_port, selector, e->token_path, resync, watch_timeout);
     e->cfg.extra_yaml = yaml;
     e->cfg.dataplane_extra = "debug_headers: true\n";
     e->cfg.health_interval = "200ms";
@@ -747,6 +750,35 @@ static void test_model_and_role_from_pod(void **state)
     stop_all(&e);
 }
 
+/* A control-plane reload applies discovery settings: with a new label
+ * selector the source starts over, the pod that no longer matches leaves,
+ * the one that now matches arrives, and nothing else is disturbed. */
+static void test_reload_applies_discovery(void **state)
+{
+    (void)state;
+    struct env e;
+    selector = "app=vllm,tier!=canary";
+    start_all(&e, 2, "30s", "30s");
+    put_pod(&e, "pod-a", 0, POD_READY);
+    put_pod_labels(&e, "pod-web", 1, POD_READY, "\"app\":\"web\",\"switchyard.io/model\":\"mock\"");
+    wait_routed(&e, "pod-a", 2000);
+    struct shm_worker_info w;
+    assert_false(find(&e, "pod-web", &w));
+
+    selector = "app=web";
+    write_config(&e, "30s", "30s");
+    selector = "app=vllm,tier!=canary";
+    assert_int_equal(h_proc_signal(e.cp, SIGHUP), 0);
+    wait_routed(&e, "pod-web", H_READY_TIMEOUT_MS);
+    wait_present(&e, "pod-a", false, H_READY_TIMEOUT_MS);
+    assert_true(h_proc_log_contains(e.cp, "discovery settings applied"));
+    /* The source still watches: a new pod of the new selector is seen. */
+    put_pod_labels(&e, "pod-web2", 0, POD_READY,
+                   "\"app\":\"web\",\"switchyard.io/model\":\"mock\"");
+    wait_present(&e, "pod-web2", true, H_READY_TIMEOUT_MS);
+    stop_all(&e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -759,6 +791,7 @@ int main(void)
         H_TEST(test_restart_keeps_slots),
         H_TEST(test_admin_view_and_recreation),
         H_TEST(test_model_and_role_from_pod),
+        H_TEST(test_reload_applies_discovery),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
