@@ -953,3 +953,13 @@ void cp_kube_metrics(const struct cp_kube *k, struct prom_writer *w)
                 "Failed requests to the discovery API server.");
     prom_sample_u64(w, NULL, &src, 1, k->errors);
 }
+
+/* ---- fuzzing ---------------------------------------------------------------- */
+
+bool cp_kube_feed_watch(struct cp_kube *k, const char *bytes, size_t len, uint64_t now_ms)
+{
+    bool ok = kube_api_feed_watch(k->api, bytes, len);
+    if (k->dirty)
+        kube_sync(k, now_ms);
+    return ok;
+}

@@ -85,4 +85,13 @@ json_t *cp_kube_status_json(const struct cp_kube *k, uint64_t now_ms);
 /* The source's families on the control plane's /metrics page. */
 void cp_kube_metrics(const struct cp_kube *k, struct prom_writer *w);
 
+/*
+ * Feeds bytes of a watch stream as if they arrived on a running watch
+ * (events, bookmarks, errors), then syncs the registry as cp_kube_run does
+ * once the source has listed and is not stale. For the fuzz target, which
+ * has no API server: nothing is started. false when the stream was
+ * refused (a real watch would be dropped and re-established).
+ */
+bool cp_kube_feed_watch(struct cp_kube *k, const char *bytes, size_t len, uint64_t now_ms);
+
 #endif
