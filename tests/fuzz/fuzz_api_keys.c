@@ -29,10 +29,9 @@ static void check_table(const struct dp_keys *k)
     for (size_t i = 0; i < k->n; i++) {
         const struct dp_tenant *t = &k->tenants[i];
         size_t nl = strnlen(t->name, sizeof(t->name));
-        if (nl == 0 || nl >= sizeof(t->name) || strspn(t->name,
-                                                       "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                       "abcdefghijklmnopqrstuvwxyz0123456789._-") !=
-                                                   nl)
+        if (nl == 0 || nl >= sizeof(t->name) ||
+            strspn(t->name, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                            "abcdefghijklmnopqrstuvwxyz0123456789._-") != nl)
             abort();
         if (t->priority <= DP_PRIO_UNSET || t->priority >= DP_PRIO_COUNT)
             abort();
