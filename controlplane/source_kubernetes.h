@@ -16,6 +16,9 @@
  *    after the pod went).
  *  - re-created under the same name (new uid): the old worker is retired and
  *    a new one added, with a new generation.
+ *  - two pods with one url (an IP reused while the old pod still drains):
+ *    the worker already in its slot keeps it; the other pod is added once
+ *    the url is free. The other pods' changes go on meanwhile.
  * The source only clears a drain it set itself, so an operator's drain of a
  * discovered worker (POST /workers/{id}/drain) stays.
  *

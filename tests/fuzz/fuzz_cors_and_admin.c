@@ -176,9 +176,9 @@ static void fuzz_cors(const uint8_t *d, size_t len)
     static char list[DP_CORS_ALLOW_HEADERS_MAX + 1];
     list[DP_CORS_ALLOW_HEADERS_MAX] = '\x7f'; /* a guard byte past the buffer */
     const char *allow_origin, *allow_headers;
-    const char *reason = dp_cors_check(&c, origin, method, headers, allow != NULL ? allow : "POST",
-                                       &allow_origin, list, DP_CORS_ALLOW_HEADERS_MAX,
-                                       &allow_headers);
+    const char *reason =
+        dp_cors_check(&c, origin, method, headers, allow != NULL ? allow : "POST", &allow_origin,
+                      list, DP_CORS_ALLOW_HEADERS_MAX, &allow_headers);
     if (reason == NULL && (allow_origin == NULL || method == NULL || method[0] == '\0'))
         abort();
     if (allow_headers == list) {
@@ -214,8 +214,8 @@ static void fuzz_adapters(const uint8_t *d, size_t len)
     memset(&reply, 0, sizeof(reply));
     if (unload) {
         char *name = next_line(&s, end); /* the path segment: the rest is unused */
-        cp_adapters_serve(&fuzz_ctx, (d[0] & 2) ? "GET" : "DELETE", name != NULL ? name : "",
-                          NULL, 0, &reply);
+        cp_adapters_serve(&fuzz_ctx, (d[0] & 2) ? "GET" : "DELETE", name != NULL ? name : "", NULL,
+                          0, &reply);
         free(name);
     } else {
         cp_adapters_serve(&fuzz_ctx, (d[0] & 2) ? "PUT" : "POST", NULL, s, (size_t)(end - s),
