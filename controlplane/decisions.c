@@ -133,8 +133,7 @@ static bool cp_label(const char *labels, const char *end, const char *name, char
     return true;
 }
 
-/* Parses the decision families out of a /metrics page. */
-static json_t *cp_decisions_parse(const char *text, const char *url)
+json_t *cp_decisions_parse(const char *text, const char *url)
 {
     json_t *plain = json_array(), *pd = json_array();
     static const char fam[] = "switchyard_routing_decisions_total{";
@@ -150,15 +149,20 @@ static json_t *cp_decisions_parse(const char *text, const char *url)
             if (close != NULL && close < end && cp_label(labels, close, "policy", policy, 64) &&
                 cp_label(labels, close, "decision", decision, 64) &&
                 (!is_pd || cp_label(labels, close, "phase", phase, 16))) {
-                unsigned long long v = strtoull(close + 1, NULL, 10);
-                json_t *o = json_pack("{s:s, s:s, s:I}", "policy", policy, "decision", decision,
-                                      "count", (json_int_t)v);
-                if (is_pd) {
-                    json_object_set_new(o, "phase", json_string(phase));
-                    json_array_append_new(pd, o);
-                } else {
-                    json_array_append_new(plain, o);
-                }
+                /* strtoull takes "-1" as 2^64 - 1, which JSON's signed
+                 * integers show as -1: a counter is never negative, and one
+                 * past INT64_MAX is shown as INT64_MAX. */
+                const char *num = close + 1 + strspn(close + 1, " \t");
+                unsigned long long v = *num == '-' ? 0 : strtoull(num, NULL, 10);
+                json_int_t count = v > (unsigned long long)INT64_MAX ? INT64_MAX : (json_int_t)v;
+                /* One pack per row, phase included: a label jansson refuses
+                 * (not UTF-8) drops the whole row, never just its phase. */
+                json_t *o = is_pd ? json_pack("{s:s, s:s, s:s, s:I}", "phase", phase, "policy",
+                                              policy, "decision", decision, "count", count)
+                                  : json_pack("{s:s, s:s, s:I}", "policy", policy, "decision",
+                                              decision, "count", count);
+                if (o != NULL)
+                    json_array_append_new(is_pd ? pd : plain, o);
             }
         }
         line = eol != NULL ? eol + 1 : NULL;

@@ -27,6 +27,8 @@
 
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "common/config.h"
 #include "controlplane/admin_reply.h"
 
@@ -52,5 +54,13 @@ void cp_decisions_run(struct cp_decisions *d, uint64_t now_ms);
  */
 int cp_decisions_start(struct cp_decisions *d, const struct cfg *cfg,
                        const struct adm_reply_later *later, struct adm_reply *reply);
+
+/*
+ * The answer's JSON made of a data plane's /metrics page (text, NUL-
+ * terminated; url names it in "source"): one entry per sample of the two
+ * decision families, other lines ignored. New reference; NULL only when
+ * out of memory. Exported for the fuzz target.
+ */
+json_t *cp_decisions_parse(const char *text, const char *url);
 
 #endif

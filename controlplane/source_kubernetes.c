@@ -743,53 +743,81 @@ static int kube_reserve_proposal(struct cp_kube *k)
  * its pod exists, and after it went while load remains, up to
  * dataplane.drain_timeout.
  */
+/* Whether the first n proposed workers already use id or url. */
+static bool kube_proposed(const struct cp_kube *k, size_t n, const char *id, const char *url)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(k->proposal[i].id, id) == 0 || strcmp(k->proposal[i].url, url) == 0)
+            return true;
+    return false;
+}
+
 static size_t kube_build_proposal(struct cp_kube *k, uint64_t now_ms)
 {
     bool any_other = false;
     for (size_t i = 0; i < k->n_snap && !any_other; i++)
         any_other = k->snap[i].source != CP_SOURCE_KUBERNETES;
     size_t np = 0;
-    for (size_t i = 0; i < k->n; i++) {
-        struct kube_entry *e = &k->entries[i];
-        e->prop = -1;
-        bool worker = e->exists && kube_pod_is_worker(&e->pod);
-        const struct shm_worker_info *have = e->registered ? kube_snap_find(k, e->pod.id) : NULL;
-        if (have != NULL && have->source != CP_SOURCE_KUBERNETES)
-            have = NULL;
-        bool keep = false;
-        if (!worker && have != NULL) {
-            if (e->exists)
-                keep = true;
-            else
-                keep = shm_load_of(k->seg, have->slot, have->generation) > 0 &&
-                       now_ms < e->gone_ms + k->cfg->dataplane.drain_timeout_ms;
+    for (size_t i = 0; i < k->n; i++)
+        k->entries[i].prop = -1;
+    /* Registered workers first: when two pods claim one url (an IP reused
+     * while the old pod still drains), the worker already in its slot keeps
+     * it and the newcomer waits. A set naming a url twice is refused whole
+     * by the registry sync, which would freeze every other change too, and
+     * leave workers of pods already forgotten in the registry. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < k->n; i++) {
+            struct kube_entry *e = &k->entries[i];
+            bool worker = e->exists && kube_pod_is_worker(&e->pod);
+            const struct shm_worker_info *have =
+                e->registered ? kube_snap_find(k, e->pod.id) : NULL;
+            if (have != NULL && have->source != CP_SOURCE_KUBERNETES)
+                have = NULL;
+            if ((have != NULL) != (pass == 0))
+                continue;
+            bool keep = false;
+            if (!worker && have != NULL) {
+                if (e->exists)
+                    keep = true;
+                else
+                    keep = shm_load_of(k->seg, have->slot, have->generation) > 0 &&
+                           now_ms < e->gone_ms + k->cfg->dataplane.drain_timeout_ms;
+            }
+            if (!worker && !keep)
+                continue;
+            struct cp_source_worker *w = &k->proposal[np];
+            memset(w, 0, sizeof(*w));
+            snprintf(w->id, sizeof(w->id), "%s", e->pod.id);
+            if (worker) {
+                snprintf(w->url, sizeof(w->url), "%s", e->pod.url);
+                snprintf(w->model, sizeof(w->model), "%s", e->pod.model);
+                w->role = e->pod.role;
+            } else {
+                /* Draining: as it is in its slot, so nothing replaces it. */
+                snprintf(w->url, sizeof(w->url), "%s", have->url);
+                w->role = have->role;
+            }
+            const struct shm_worker_info *c = kube_conflict(k, w->id, w->url, any_other);
+            if (c != NULL) {
+                if (!e->warned)
+                    log_warn("discovery: pod %s is not added: worker %s (%s) of the %s already "
+                             "uses its id or url",
+                             e->pod.name, c->id, c->url, cp_source_name(c->source));
+                e->warned = true;
+                continue;
+            }
+            if (kube_proposed(k, np, w->id, w->url)) {
+                if (!e->warned)
+                    log_warn("discovery: pod %s is not added yet: another pod's worker uses its "
+                             "id or url (%s)",
+                             e->pod.name, w->url);
+                e->warned = true;
+                continue;
+            }
+            k->drain[np] = !worker;
+            e->prop = (long)np;
+            np++;
         }
-        if (!worker && !keep)
-            continue;
-        struct cp_source_worker *w = &k->proposal[np];
-        memset(w, 0, sizeof(*w));
-        snprintf(w->id, sizeof(w->id), "%s", e->pod.id);
-        if (worker) {
-            snprintf(w->url, sizeof(w->url), "%s", e->pod.url);
-            snprintf(w->model, sizeof(w->model), "%s", e->pod.model);
-            w->role = e->pod.role;
-        } else {
-            /* Draining: as it is in its slot, so nothing replaces it. */
-            snprintf(w->url, sizeof(w->url), "%s", have->url);
-            w->role = have->role;
-        }
-        const struct shm_worker_info *c = kube_conflict(k, w->id, w->url, any_other);
-        if (c != NULL) {
-            if (!e->warned)
-                log_warn("discovery: pod %s is not added: worker %s (%s) of the %s already uses "
-                         "its id or url",
-                         e->pod.name, c->id, c->url, cp_source_name(c->source));
-            e->warned = true;
-            continue;
-        }
-        k->drain[np] = !worker;
-        e->prop = (long)np;
-        np++;
     }
     return np;
 }
@@ -799,14 +827,15 @@ static void kube_apply_drains(struct cp_kube *k)
     kube_snapshot(k);
     for (size_t i = 0; i < k->n; i++) {
         struct kube_entry *e = &k->entries[i];
-        e->registered = false;
-        if (e->prop < 0)
-            continue;
+        /* Registered is what the registry holds, proposed or not: a worker
+         * the sync could not remove (a full registry stops it half-way)
+         * keeps its entry, so a later sync removes it; forgotten, nothing
+         * would. */
         const struct shm_worker_info *w = kube_snap_find(k, e->pod.id);
-        if (w == NULL || w->source != CP_SOURCE_KUBERNETES)
+        e->registered = w != NULL && w->source == CP_SOURCE_KUBERNETES;
+        if (!e->registered || e->prop < 0)
             continue;
         bool drain = k->drain[e->prop];
-        e->registered = true;
         if (drain && !w->draining) {
             if (shm_registry_set_draining(k->seg, w->slot, true) == 0)
                 e->drained_by_us = true;
@@ -960,4 +989,14 @@ void cp_kube_metrics(const struct cp_kube *k, struct prom_writer *w)
     prom_family(w, "switchyard_discovery_errors_total", PROM_COUNTER,
                 "Failed requests to the discovery API server.");
     prom_sample_u64(w, NULL, &src, 1, k->errors);
+}
+
+/* ---- fuzzing ---------------------------------------------------------------- */
+
+bool cp_kube_feed_watch(struct cp_kube *k, const char *bytes, size_t len, uint64_t now_ms)
+{
+    bool ok = kube_api_feed_watch(k->api, bytes, len);
+    if (k->dirty)
+        kube_sync(k, now_ms);
+    return ok;
 }

@@ -16,6 +16,9 @@
  *    after the pod went).
  *  - re-created under the same name (new uid): the old worker is retired and
  *    a new one added, with a new generation.
+ *  - two pods with one url (an IP reused while the old pod still drains):
+ *    the worker already in its slot keeps it; the other pod is added once
+ *    the url is free. The other pods' changes go on meanwhile.
  * The source only clears a drain it set itself, so an operator's drain of a
  * discovered worker (POST /workers/{id}/drain) stays.
  *
@@ -89,5 +92,14 @@ json_t *cp_kube_status_json(const struct cp_kube *k, uint64_t now_ms);
 
 /* The source's families on the control plane's /metrics page. */
 void cp_kube_metrics(const struct cp_kube *k, struct prom_writer *w);
+
+/*
+ * Feeds bytes of a watch stream as if they arrived on a running watch
+ * (events, bookmarks, errors), then syncs the registry as cp_kube_run does
+ * once the source has listed and is not stale. For the fuzz target, which
+ * has no API server: nothing is started. false when the stream was
+ * refused (a real watch would be dropped and re-established).
+ */
+bool cp_kube_feed_watch(struct cp_kube *k, const char *bytes, size_t len, uint64_t now_ms);
 
 #endif

@@ -176,6 +176,21 @@ static size_t kube_write(char *ptr, size_t size, size_t n, void *arg)
     return len;
 }
 
+bool kube_api_feed_watch(struct kube_api *a, const char *bytes, size_t len)
+{
+    if (kube_reserve(a, len, KUBE_LINE_MAX) != 0) {
+        a->len = 0;
+        return false;
+    }
+    memcpy(a->data + a->len, bytes, len);
+    a->len += len;
+    if (!kube_take_lines(a)) {
+        a->len = 0;
+        return false;
+    }
+    return true;
+}
+
 int kube_api_start(struct kube_api *a, enum kube_xfer kind, const char *url, const char *token,
                    uint64_t silence_ms)
 {

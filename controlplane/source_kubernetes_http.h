@@ -23,6 +23,7 @@
 #define SY_CONTROLPLANE_SOURCE_KUBERNETES_HTTP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <jansson.h>
@@ -84,5 +85,14 @@ void kube_api_run(struct kube_api *a, uint64_t now_ms);
 
 /* Milliseconds until kube_api_run has work (-1 none, 0 now). */
 int kube_api_timeout_ms(const struct kube_api *a, uint64_t now_ms);
+
+/*
+ * Hands bytes to the watch line splitter as a running watch's 200 body
+ * would arrive, without a transfer: each completed line goes to on_event.
+ * For the fuzz target and tests, which have no API server. false when a
+ * line was refused (too long, or no JSON object): a real watch is dropped
+ * then, and the splitter's buffer is emptied here for the next caller.
+ */
+bool kube_api_feed_watch(struct kube_api *a, const char *bytes, size_t len);
 
 #endif

@@ -98,6 +98,36 @@ static bool dp_cors_method_ok(const char *allow, const char *method)
     return false;
 }
 
+const char *dp_cors_check(const struct cfg_cors *c, const char *origin, const char *method,
+                          const char *headers, const char *allow, const char **allow_origin,
+                          char *list, size_t list_len, const char **allow_headers)
+{
+    const char *reason = NULL;
+    *allow_origin = dp_cors_origin(c, origin);
+    if (*allow_origin == NULL)
+        reason = "Disallowed CORS origin";
+    else if (method == NULL || !dp_cors_method_ok(allow, method))
+        reason = "Disallowed CORS method";
+    else if (!dp_cors_headers_ok(c, headers))
+        reason = "Disallowed CORS headers";
+    *allow_headers = NULL;
+    if (dp_cors_has(&c->allowed_headers, "*", false) && headers != NULL) {
+        *allow_headers = headers;
+    } else if (c->allowed_headers.n > 0) {
+        /* A list_len of DP_CORS_ALLOW_HEADERS_MAX holds every name; a
+         * shorter one is cut, never overrun (at stops growing past it). */
+        size_t at = 0;
+        list[0] = '\0';
+        for (size_t i = 0; i < c->allowed_headers.n && at < list_len; i++) {
+            int n = snprintf(list + at, list_len - at, "%s%s", i ? ", " : "",
+                             c->allowed_headers.item[i]);
+            at += n > 0 ? (size_t)n : 0;
+        }
+        *allow_headers = list;
+    }
+    return reason;
+}
+
 int dp_cors_preflight(const struct cfg_cors *c, struct MHD_Connection *conn, const char *allow,
                       struct MHD_Response *resp, const char **reason)
 {
@@ -106,30 +136,18 @@ int dp_cors_preflight(const struct cfg_cors *c, struct MHD_Connection *conn, con
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Access-Control-Request-Method");
     const char *headers =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
-    const char *allow_origin = dp_cors_origin(c, origin);
-    *reason = NULL;
-    if (allow_origin == NULL)
-        *reason = "Disallowed CORS origin";
-    else if (method == NULL || !dp_cors_method_ok(allow, method))
-        *reason = "Disallowed CORS method";
-    else if (!dp_cors_headers_ok(c, headers))
-        *reason = "Disallowed CORS headers";
+    const char *allow_origin, *allow_headers;
+    char list[DP_CORS_ALLOW_HEADERS_MAX];
+    *reason = dp_cors_check(c, origin, method, headers, allow, &allow_origin, list, sizeof(list),
+                            &allow_headers);
     MHD_add_response_header(resp, "Vary", "Origin");
     if (allow_origin != NULL)
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", allow_origin);
     char methods[64];
     snprintf(methods, sizeof(methods), "%s, OPTIONS", allow != NULL ? allow : "");
     MHD_add_response_header(resp, "Access-Control-Allow-Methods", methods);
-    if (dp_cors_has(&c->allowed_headers, "*", false) && headers != NULL) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Headers", headers);
-    } else if (c->allowed_headers.n > 0) {
-        char list[CFG_LIST_MAX * CFG_LIST_ITEM_MAX];
-        size_t at = 0;
-        for (size_t i = 0; i < c->allowed_headers.n; i++)
-            at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%s", i ? ", " : "",
-                                   c->allowed_headers.item[i]);
-        MHD_add_response_header(resp, "Access-Control-Allow-Headers", list);
-    }
+    if (allow_headers != NULL)
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", allow_headers);
     MHD_add_response_header(resp, "Access-Control-Max-Age", DP_CORS_MAX_AGE);
     return *reason == NULL ? 200 : 400;
 }

@@ -45,4 +45,24 @@ void dp_cors_add_headers(const struct cfg_cors *c, struct MHD_Connection *conn,
 int dp_cors_preflight(const struct cfg_cors *c, struct MHD_Connection *conn, const char *allow,
                       struct MHD_Response *resp, const char **reason);
 
+/* Room for the Allow-Headers value made of dataplane.cors.allowed_headers:
+ * every name whole (up to CFG_LIST_ITEM_MAX - 1 bytes) and a ", " between
+ * two, NUL included. One item's size per name was too short by the
+ * separators: sixteen of the longest names had the last one cut, and a
+ * browser refused the requests that sent it. */
+#define DP_CORS_ALLOW_HEADERS_MAX (CFG_LIST_MAX * (CFG_LIST_ITEM_MAX + 2))
+
+/*
+ * The part of a preflight that reads the client's headers (dp_cors_preflight
+ * adds its results to the answer; the fuzz target calls it directly): the
+ * verdict on origin, method and headers (the three Origin and
+ * Access-Control-Request-* values, each may be NULL) for a route allowing
+ * `allow`: NULL when the preflight passes, else the reason. *allow_origin:
+ * the Allow-Origin value or NULL. *allow_headers: the Allow-Headers value
+ * (headers itself, or the configured list written into list), or NULL.
+ */
+const char *dp_cors_check(const struct cfg_cors *c, const char *origin, const char *method,
+                          const char *headers, const char *allow, const char **allow_origin,
+                          char *list, size_t list_len, const char **allow_headers);
+
 #endif

@@ -289,32 +289,62 @@ static void dp_resp_sse_feed(struct dp_resp_capture *c, const char *p, size_t n)
     }
 }
 
+struct dp_resp_capture *dp_resp_capture_new(bool sse)
+{
+    struct dp_resp_capture *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    c->sse = sse;
+    c->st = DP_RJ_SCAN;
+    c->at_line_start = true;
+    return c;
+}
+
+bool dp_resp_capture_feed(struct dp_resp_capture *c, const char *data, size_t len)
+{
+    if (c->found || c->st == DP_RJ_DONE)
+        return c->found;
+    if (c->sse)
+        dp_resp_sse_feed(c, data, len);
+    else
+        dp_resp_json_feed(c, data, len);
+    if (c->found) {
+        free(c->line);
+        c->line = NULL;
+        c->st = DP_RJ_DONE;
+    }
+    return c->found;
+}
+
+const char *dp_resp_capture_id(const struct dp_resp_capture *c, size_t *len)
+{
+    *len = c->found ? c->id_len : 0;
+    return c->found ? c->id : NULL;
+}
+
+void dp_resp_capture_free(struct dp_resp_capture *c)
+{
+    if (c == NULL)
+        return;
+    free(c->line);
+    free(c);
+}
+
 static void dp_resp_commit(struct dp_request *req, const char *data, size_t len)
 {
     struct dp_resp_capture *c = req->resp_capture;
     if (c == NULL) {
         if (req->route != DP_ROUTE_RESPONSES || req->relay_status != 200)
             return; /* only a created response has a new id */
-        c = calloc(1, sizeof(*c));
+        c = dp_resp_capture_new(req->sse);
         if (c == NULL)
             return; /* not sticky: the answer itself is unharmed */
-        c->sse = req->sse;
-        c->st = DP_RJ_SCAN;
-        c->at_line_start = true;
         req->resp_capture = c;
     }
     if (c->found || c->st == DP_RJ_DONE)
         return;
-    if (c->sse)
-        dp_resp_sse_feed(c, data, len);
-    else
-        dp_resp_json_feed(c, data, len);
-    if (c->found) {
+    if (dp_resp_capture_feed(c, data, len))
         dp_resp_remember(req, c->id, c->id_len);
-        free(c->line);
-        c->line = NULL;
-        c->st = DP_RJ_DONE;
-    }
 }
 
 /* ---- the plan -------------------------------------------------------------------- */
@@ -335,8 +365,7 @@ static enum dp_leg_action dp_resp_next(struct dp_request *req, enum dp_leg_event
 {
     (void)step;
     if (ev == DP_LEG_EV_FREE && req->resp_capture != NULL) {
-        free(req->resp_capture->line);
-        free(req->resp_capture);
+        dp_resp_capture_free(req->resp_capture);
         req->resp_capture = NULL;
     }
     return DP_LEG_ACT_CONTINUE;

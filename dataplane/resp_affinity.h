@@ -57,4 +57,18 @@ int dp_resp_pin(struct dp_request *req, char **body);
  * reads the response id from the answer it relays. */
 void dp_resp_begin_plan(struct dp_request *req);
 
+/*
+ * The plan's id reader on its own, for the fuzz target: a capture is fed
+ * an answer's bytes read by read (a JSON answer's top-level "id", or an
+ * SSE stream's response.created event's response.id when sse).
+ * dp_resp_capture_feed returns true once the id is found; later reads are
+ * ignored. dp_resp_capture_id: the id (not NUL-terminated, borrowed until
+ * the free), NULL while none was found.
+ */
+struct dp_resp_capture;
+struct dp_resp_capture *dp_resp_capture_new(bool sse);
+bool dp_resp_capture_feed(struct dp_resp_capture *c, const char *data, size_t len);
+const char *dp_resp_capture_id(const struct dp_resp_capture *c, size_t *len);
+void dp_resp_capture_free(struct dp_resp_capture *c);
+
 #endif

@@ -3,12 +3,17 @@
  * the real route code over a real (private, unlinked) registry segment.
  * Input: one byte picks the method, then the URL up to the first newline,
  * then the body. reset_load is left out: it goes asynchronous through the
- * admin channel, which this target has no data plane for.
+ * admin channel, which this target has no data plane for. /adapters is
+ * left out too: it calls the registry's workers, whose urls here are the
+ * input's (any host); the cors_and_admin target serves it over a registry
+ * whose workers are never called. POST /reload runs a stub that answers
+ * success or a refusal, as the control plane's does.
  *
  * Oracle beyond the sanitizers: every request gets a status in 200..599
  * and a body; the registry stays within its capacity (the segment's own
  * checks).
  */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +37,19 @@ static struct shm_segment fuzz_seg;
 static struct adm_ctx fuzz_ctx;
 static struct cp_reset *fuzz_reset;
 
+/* The control plane's reload, without a config file to read. */
+static int fuzz_reload(void *arg, char *msg, size_t msg_len)
+{
+    unsigned *calls = arg;
+    if (++*calls % 2 == 0) {
+        snprintf(msg, msg_len, "config.yaml:1:1: stub refusal");
+        return -EINVAL;
+    }
+    snprintf(msg, msg_len, "reloaded");
+    return 0;
+}
+static unsigned fuzz_reload_calls;
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
@@ -51,6 +69,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (cp_reset_create(&fuzz_ctx, &fuzz_reset) != 0)
         abort();
     fuzz_ctx.reset = fuzz_reset;
+    fuzz_ctx.reload = fuzz_reload;
+    fuzz_ctx.reload_arg = &fuzz_reload_calls;
     return 0;
 }
 
@@ -69,7 +89,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const char *body = nl != NULL ? nl + 1 : "";
     size_t body_len = nl != NULL ? rest_len - url_len - 1 : 0;
-    if (strstr(url, "reset_load") == NULL) {
+    bool adapters = strcmp(url, "/adapters") == 0 || strncmp(url, "/adapters/", 10) == 0;
+    if (strstr(url, "reset_load") == NULL && !adapters) {
         struct adm_reply reply;
         memset(&reply, 0, sizeof(reply));
         if (adm_route_serve(&fuzz_ctx, method, url, body, body_len, NULL, &reply) != 1)
