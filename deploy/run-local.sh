@@ -13,6 +13,8 @@ pids=()
 # socket dataplane-PORT.hot.sock (docs/operations.md, "Hot restart").
 listen=$(awk '/^dataplane:/ {d=1} d && /listen:/ {gsub(/"/, "", $2); print $2; exit}' "$config")
 sock=$(awk '/^controlplane:/ {c=1} c && /admin_socket:/ {print $2; exit}' "$config")
+admin=$(awk '/^controlplane:/ {c=1} c && /admin_listen:/ {gsub(/"/, "", $2); print $2; exit}' "$config")
+admin=${admin:-127.0.0.1:8081}
 
 # Pids of the processes holding this config's hot-restart socket: the data
 # plane serving it, also one started with --hot-restart from another
@@ -66,13 +68,25 @@ done
 # earlier run left in the segment (API-added workers, drains).
 "$build/switchyard-controlplane" --config "$config" --fresh &
 pids+=($!)
+# The data plane attaches to the segment the control plane makes: start it
+# once the control plane answers (an older run's segment, of another layout
+# version, is gone by then).
+for _ in $(seq 100); do
+    curl -fs "http://$admin/status" >/dev/null 2>&1 && break
+    sleep 0.1
+done
 "$build/switchyard-dataplane" --config "$config" &
 pids+=($!)
 
+up=0
 for _ in $(seq 100); do
-    curl -fs "http://$listen/health" >/dev/null 2>&1 && break
+    curl -fs "http://$listen/health" >/dev/null 2>&1 && up=1 && break
     sleep 0.1
 done
+if [ $up -eq 0 ]; then
+    echo "switchyard did not come up on $listen: see the log above" >&2
+    exit 1
+fi
 cat <<MSG
 
 switchyard is running (config $config). Try:
