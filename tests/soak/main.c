@@ -49,17 +49,17 @@
 #include "tests/soak/timeline.h"
 #include "tests/soak/traffic.h"
 
-#define SK_MODEL       "mock-model"
-#define SK_STATIC      4 /* w1..w4, in the config */
-#define SK_SPARES      2 /* s1, s2: added and removed through the API */
-#define SK_MOCKS       (SK_STATIC + SK_SPARES)
-#define SK_MAX_CKPT    64
-#define SK_RESTART_MS  300   /* a supervisor's restart delay (RestartSec) */
-#define SK_QUIESCE_MS  30000 /* a checkpoint's deadline for in-flight work */
-#define SK_RSS_GROWTH  1.10
-#define SK_FD_SLACK    2  /* see sk_check_growth */
+#define SK_MODEL        "mock-model"
+#define SK_STATIC       4 /* w1..w4, in the config */
+#define SK_SPARES       2 /* s1, s2: added and removed through the API */
+#define SK_MOCKS        (SK_STATIC + SK_SPARES)
+#define SK_MAX_CKPT     64
+#define SK_RESTART_MS   300   /* a supervisor's restart delay (RestartSec) */
+#define SK_QUIESCE_MS   30000 /* a checkpoint's deadline for in-flight work */
+#define SK_RSS_GROWTH   1.10
+#define SK_FD_SLACK     2  /* see sk_check_growth */
 #define SK_UPSTREAM_MAX 64 /* idle upstream connections a process may pool */
-#define SK_MAX_FAULTED 2 /* static workers faulted at once: two stay routable */
+#define SK_MAX_FAULTED  2  /* static workers faulted at once: two stay routable */
 
 enum sk_spare_state { SK_ABSENT, SK_ADDED, SK_DRAINED };
 
@@ -85,9 +85,9 @@ struct sk_ckpt {
     int64_t t_s;
     pid_t dp0_pid, dp1_pid, cp_pid;
     long dp0_rss_kb, dp1_rss_kb, cp_rss_kb;
-    int dp0_fds, cp_fds;          /* all open fds ... */
+    int dp0_fds, cp_fds;           /* all open fds ... */
     int dp0_upstream, cp_upstream; /* ... of which connections to the workers */
-    long long max_load; /* the largest |load - mock in-flight| seen; 0 when it held */
+    long long max_load;            /* the largest |load - mock in-flight| seen; 0 when it held */
     bool loads_ok;
     unsigned long long underflows;
 };
@@ -242,8 +242,8 @@ static int sk_admin(struct sk *s, const char *method, const char *path, const ch
     char url[160];
     snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", (unsigned)s->dp[0].cfg.admin_port, path);
     struct h_resp r = {0};
-    int rc = h_http(&(struct h_req){.method = method, .url = url, .body = body, .timeout_ms = 5000},
-                    &r);
+    int rc =
+        h_http(&(struct h_req){.method = method, .url = url, .body = body, .timeout_ms = 5000}, &r);
     *status = r.status;
     h_resp_fini(&r);
     return rc;
@@ -292,8 +292,8 @@ static bool sk_attach(void *arg)
 
 static int sk_start_node(struct sk *s)
 {
-    static const char *const mock_args[] = {"--model",   SK_MODEL, "--seed", "7", "--tpot-ms",
-                                            "3",         "--prefill-base-us", "2000", NULL};
+    static const char *const mock_args[] = {
+        "--model", SK_MODEL, "--seed", "7", "--tpot-ms", "3", "--prefill-base-us", "2000", NULL};
     struct h_config *c0 = &s->dp[0].cfg;
     for (size_t i = 0; i < SK_MOCKS; i++) {
         struct sk_worker *w = &s->w[i];
@@ -350,8 +350,8 @@ static void sk_supervise(struct sk *s)
         struct sk_dp *d = &s->dp[i];
         if (d->old != NULL && !h_proc_is_running(d->old)) {
             if (!WIFEXITED(d->old->wait_status) || WEXITSTATUS(d->old->wait_status) != 0)
-                sk_problem(s, "dp%d pid %d ended its drain with status 0x%x", i,
-                           (int)d->old->pid, d->old->wait_status);
+                sk_problem(s, "dp%d pid %d ended its drain with status 0x%x", i, (int)d->old->pid,
+                           d->old->wait_status);
             d->old = NULL;
             sk_timeline_end(&s->tl, d->hot_fault, now);
             d->hot_fault = -1;
@@ -484,8 +484,8 @@ static void sk_admin_fault(struct sk *s, enum sk_fault_kind kind)
     switch (kind) {
     case SK_F_ADD:
         snprintf(path, sizeof(path), "/workers");
-        snprintf(body, sizeof(body), "{\"url\":\"%s\",\"id\":\"%s\",\"model\":\"%s\"}",
-                 w->mock.url, w->id, SK_MODEL);
+        snprintf(body, sizeof(body), "{\"url\":\"%s\",\"id\":\"%s\",\"model\":\"%s\"}", w->mock.url,
+                 w->id, SK_MODEL);
         b = body;
         break;
     case SK_F_DRAIN:
@@ -512,8 +512,9 @@ static void sk_admin_fault(struct sk *s, enum sk_fault_kind kind)
     }
     /* reset_load answers 409 while requests are in flight: that is its
      * contract, not a failure. Anything else must succeed. */
-    bool ok = kind == SK_F_ADD ? st == 201 : kind == SK_F_RESET_LOAD ? st == 200 || st == 409
-                                                                      : st == 200;
+    bool ok = kind == SK_F_ADD          ? st == 201
+              : kind == SK_F_RESET_LOAD ? st == 200 || st == 409
+                                        : st == 200;
     if (!ok) {
         sk_timeline_skip(&s->tl, idx);
         sk_problem(s, "admin %s %s answered %ld", method, path, st);
@@ -532,11 +533,11 @@ static void sk_admin_fault(struct sk *s, enum sk_fault_kind kind)
 static void sk_inject(struct sk *s)
 {
     static const enum sk_fault_kind mix[] = {
-        SK_F_DP_KILL,      SK_F_DP_KILL,       SK_F_HOT_RESTART,    SK_F_HOT_RESTART,
-        SK_F_CP_KILL,      SK_F_CP_KILL,       SK_F_WORKER_5XX,     SK_F_WORKER_5XX,
-        SK_F_WORKER_5XX,   SK_F_STALL_HEADERS, SK_F_STALL_HEADERS,  SK_F_STALL_CHUNKS,
-        SK_F_STALL_CHUNKS, SK_F_RESET,         SK_F_RESET,          SK_F_HEALTH_FLAP,
-        SK_F_HEALTH_FLAP,  SK_F_ADD,           SK_F_ADD,            SK_F_DRAIN,
+        SK_F_DP_KILL,      SK_F_DP_KILL,       SK_F_HOT_RESTART,   SK_F_HOT_RESTART,
+        SK_F_CP_KILL,      SK_F_CP_KILL,       SK_F_WORKER_5XX,    SK_F_WORKER_5XX,
+        SK_F_WORKER_5XX,   SK_F_STALL_HEADERS, SK_F_STALL_HEADERS, SK_F_STALL_CHUNKS,
+        SK_F_STALL_CHUNKS, SK_F_RESET,         SK_F_RESET,         SK_F_HEALTH_FLAP,
+        SK_F_HEALTH_FLAP,  SK_F_ADD,           SK_F_ADD,           SK_F_DRAIN,
         SK_F_REMOVE,       SK_F_RESET_LOAD,    SK_F_RESET_LOAD,
     };
     enum sk_fault_kind kind = mix[sk_rand(s, sizeof(mix) / sizeof(mix[0]))];
@@ -746,7 +747,8 @@ static void sk_report(struct sk *s, FILE *out, const struct sk_counts *c, size_t
     long total = 0;
     for (int k = 0; k < SK_F_N; k++) {
         fprintf(out, "| %s | %ld | %ld | %s |\n", sk_fault_name((enum sk_fault_kind)k),
-                s->tl.count[k], s->tl.skipped[k], sk_fault_may_fail((enum sk_fault_kind)k) ? "yes" : "no");
+                s->tl.count[k], s->tl.skipped[k],
+                sk_fault_may_fail((enum sk_fault_kind)k) ? "yes" : "no");
         total += s->tl.count[k];
     }
     fprintf(out, "| total | %ld | | |\n\n", total);
@@ -760,7 +762,8 @@ static void sk_report(struct sk *s, FILE *out, const struct sk_counts *c, size_t
         if (by_kind[k] != 0)
             fprintf(out, "| %s | %ld |\n", sk_fault_name((enum sk_fault_kind)k), by_kind[k]);
     fprintf(out, "| (unexplained) | %zu |\n\n", unexplained);
-    fprintf(out, "Each failure (time since start, data plane, route, worker, outcome, fault):\n\n```\n");
+    fprintf(out,
+            "Each failure (time since start, data plane, route, worker, outcome, fault):\n\n```\n");
     for (size_t i = 0; i < s->n_fail; i++) {
         const struct sk_failure *f = &s->fail[i];
         const struct sk_fault *by = f->explained_by >= 0 ? &s->tl.f[f->explained_by] : NULL;
@@ -768,13 +771,15 @@ static void sk_report(struct sk *s, FILE *out, const struct sk_counts *c, size_t
                 f->dp, f->route, f->stream ? "stream" : "plain", f->worker[0] ? f->worker : "-",
                 f->what, by != NULL ? sk_fault_name(by->kind) : "UNEXPLAINED");
         if (by != NULL)
-            fprintf(out, " (%s%s at %.2fs)", by->dp >= 0 ? "dp1" : by->worker,
-                     "", (double)(by->t0 - s->t_start) / 1000.0);
+            fprintf(out, " (%s%s at %.2fs)", by->dp >= 0 ? "dp1" : by->worker, "",
+                    (double)(by->t0 - s->t_start) / 1000.0);
         fputc('\n', out);
     }
-    fprintf(out, "```\n\n## Checkpoints (quiescent)\n\n| t (s) | loads = mock in-flight | "
-                 "underflows | dp0 pid | dp0 RSS kB | dp0 fds (upstream) | dp1 pid | dp1 RSS kB | cp "
-                 "pid | cp RSS kB | cp fds (upstream) |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    fprintf(
+        out,
+        "```\n\n## Checkpoints (quiescent)\n\n| t (s) | loads = mock in-flight | "
+        "underflows | dp0 pid | dp0 RSS kB | dp0 fds (upstream) | dp1 pid | dp1 RSS kB | cp "
+        "pid | cp RSS kB | cp fds (upstream) |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < s->n_ck; i++) {
         const struct sk_ckpt *k = &s->ck[i];
         fprintf(out, "| %lld | %s | %llu | %d | %ld | %d (%d) | %d | %ld | %d | %ld | %d (%d) |\n",
@@ -794,7 +799,8 @@ static void sk_report(struct sk *s, FILE *out, const struct sk_counts *c, size_t
                 (unsigned long long)shm_load_of(&s->seg, info[i].slot, info[i].generation),
                 inflight);
     }
-    fprintf(out, "\n## Verdict\n\n%s\n", s->problems[0] == '\0' ? "PASS: every invariant held." : "FAIL:");
+    fprintf(out, "\n## Verdict\n\n%s\n",
+            s->problems[0] == '\0' ? "PASS: every invariant held." : "FAIL:");
     if (s->problems[0] != '\0')
         fprintf(out, "\n```\n%s```\n", s->problems);
 }
@@ -877,8 +883,8 @@ int main(int argc, char **argv)
         h_teardown(NULL);
         return 1;
     }
-    sk_log(&s, "node up: dp0 %s, dp1 %s, %d s, checkpoint every %d s", s.dp[0].base,
-           s.dp[1].base, s.seconds, s.ckpt_every);
+    sk_log(&s, "node up: dp0 %s, dp1 %s, %d s, checkpoint every %d s", s.dp[0].base, s.dp[1].base,
+           s.seconds, s.ckpt_every);
 
     /* Warm-up: traffic without faults, then the baseline checkpoint. */
     int64_t warm_end = s.t_start + (int64_t)(s.ckpt_every < 15 ? s.ckpt_every : 15) * 1000;

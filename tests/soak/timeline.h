@@ -8,7 +8,8 @@
  * soak. A worker fault explains only what a worker fault can cause: a
  * response from the router (an error status, a cut stream). No response at
  * all (connection refused, reset or closed before a status line) is the
- * router's own doing and only the death of its data plane explains it. Main thread only (the traffic threads hand their failures over).
+ * router's own doing and only the death of its data plane explains it. Main thread only (the
+ * traffic threads hand their failures over).
  */
 #ifndef SY_TESTS_SOAK_TIMELINE_H
 #define SY_TESTS_SOAK_TIMELINE_H
@@ -56,9 +57,9 @@ struct sk_failure {
     char worker[32]; /* from x-switchyard-worker; "" when no response came */
     char route[24];
     bool stream;
-    long status;   /* HTTP status, 0 when no response came */
-    int curl_code; /* CURLE_* */
-    char what[96]; /* "http 503", "truncated stream", "curl 7", ... */
+    long status;       /* HTTP status, 0 when no response came */
+    int curl_code;     /* CURLE_* */
+    char what[96];     /* "http 503", "truncated stream", "curl 7", ... */
     long explained_by; /* index into the timeline, or -1 */
 };
 

@@ -30,11 +30,11 @@ struct sk_traffic {
     int n_threads;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    bool paused, stop;    /* under mu */
-    double next_arrival;  /* ms on h_now_ms's clock, under mu */
-    struct rng rng;       /* under mu: arrivals and request shapes */
-    struct sk_counts c;   /* under mu */
-    long inflight;        /* under mu */
+    bool paused, stop;       /* under mu */
+    double next_arrival;     /* ms on h_now_ms's clock, under mu */
+    struct rng rng;          /* under mu: arrivals and request shapes */
+    struct sk_counts c;      /* under mu */
+    long inflight;           /* under mu */
     struct sk_failure *fail; /* under mu */
     size_t n_fail, cap_fail;
 };
@@ -104,7 +104,8 @@ static void sk_sleep_until(int64_t t_ms)
     int64_t now = h_now_ms();
     if (t_ms <= now)
         return;
-    struct timespec ts = {.tv_sec = (t_ms - now) / 1000, .tv_nsec = ((t_ms - now) % 1000) * 1000000};
+    struct timespec ts = {.tv_sec = (t_ms - now) / 1000,
+                          .tv_nsec = ((t_ms - now) % 1000) * 1000000};
     nanosleep(&ts, NULL);
 }
 
@@ -185,8 +186,8 @@ static void sk_one_request(struct sk_traffic *t, CURL *easy, int64_t due)
     curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &x.status);
     curl_slist_free_all(hdrs);
 
-    struct sk_failure fr = {.t0 = x.t0, .t1 = h_now_ms(), .dp = dp, .stream = stream,
-                            .explained_by = -1};
+    struct sk_failure fr = {
+        .t0 = x.t0, .t1 = h_now_ms(), .dp = dp, .stream = stream, .explained_by = -1};
     snprintf(fr.worker, sizeof(fr.worker), "%s", x.worker);
     fr.status = x.status;
     fr.curl_code = (int)rc;

@@ -26,8 +26,8 @@ struct sk_traffic_opts {
     char base[SK_MAX_DP][64]; /* http://127.0.0.1:PORT of each data plane */
     int n_dp;
     const char *model;
-    double rate;       /* mean arrivals per second */
-    int threads;       /* client threads (bounds the requests in flight) */
+    double rate; /* mean arrivals per second */
+    int threads; /* client threads (bounds the requests in flight) */
     int stream_percent;
     int abort_percent; /* closed by the client ... */
     int abort_max_ms;  /* ... at a uniform moment in [0, abort_max_ms) */
