@@ -116,6 +116,7 @@ struct sk {
     size_t n_ck;
     char problems[4096]; /* the broken invariants, one per line */
     int64_t t_start;
+    unsigned long long gone_underflows; /* counted by data planes since replaced */
 };
 
 static void sk_problem(struct sk *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -247,6 +248,24 @@ static int sk_admin(struct sk *s, const char *method, const char *path, const ch
     *status = r.status;
     h_resp_fini(&r);
     return rc;
+}
+
+/* A data plane's own underflow count (its /metrics, read from its lease).
+ * Read before the scheduler kills or replaces it: its lease, and the
+ * count in it, go with it. */
+static unsigned long long sk_dp_underflows(const struct sk *s, int i)
+{
+    char url[96];
+    snprintf(url, sizeof(url), "%s/metrics", s->dp[i].base);
+    struct h_resp r = {0};
+    unsigned long long v = 0;
+    if (h_http(&(struct h_req){.url = url, .timeout_ms = 2000}, &r) == 0 && r.status == 200) {
+        const char *line = strstr(r.body, "\nswitchyard_load_underflows_total ");
+        if (line != NULL)
+            v = strtoull(line + strlen("\nswitchyard_load_underflows_total "), NULL, 10);
+    }
+    h_resp_fini(&r);
+    return v;
 }
 
 static bool sk_admin_up(void *arg)
@@ -547,6 +566,7 @@ static void sk_inject(struct sk *s)
     case SK_F_DP_KILL:
         if (d->down)
             return;
+        s->gone_underflows += sk_dp_underflows(s, 1);
         d->kill_fault = sk_timeline_add(&s->tl, kind, 1, NULL, now);
         h_proc_signal(d->cur, SIGKILL);
         if (d->old != NULL) { /* the whole unit goes, as systemd kills the cgroup */
@@ -563,6 +583,7 @@ static void sk_inject(struct sk *s)
     case SK_F_HOT_RESTART:
         if (d->down || d->old != NULL)
             return; /* one at a time, as the docs require */
+        s->gone_underflows += sk_dp_underflows(s, 1);
         d->hot_fault = sk_timeline_add(&s->tl, kind, 1, NULL, now);
         d->old = d->cur;
         d->old->expected = true; /* it exits 0 by itself once drained */
@@ -672,7 +693,7 @@ static void sk_checkpoint(struct sk *s)
     c->t_s = (int64_t)sk_elapsed_s(s);
     c->loads_ok = h_wait_until(sk_loads_match, &q, 10000) == 0;
     c->max_load = q.worst;
-    c->underflows = shm_load_underflows(&s->seg);
+    c->underflows = shm_load_underflows(&s->seg) + s->gone_underflows;
     c->dp0_pid = s->dp[0].cur->pid;
     c->dp1_pid = s->dp[1].cur->pid;
     c->cp_pid = s->cp->pid;
