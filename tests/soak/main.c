@@ -840,7 +840,7 @@ static int sk_parse(struct sk *s, int argc, char **argv)
     s->ckpt_every = 0;
     s->rate = 25;
     s->seed = 2026;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v == NULL) {
             sk_usage();
@@ -860,13 +860,13 @@ static int sk_parse(struct sk *s, int argc, char **argv)
             sk_usage();
             return -1;
         }
-        i++;
     }
     if (s->seconds < 10 || s->rate <= 0) {
         sk_usage();
         return -1;
     }
-    /* A checkpoint a fifth of the way (the warm-up baseline), then evenly. */
+    /* Checkpoints every quarter of the run, every 2 minutes from 10
+     * minutes up; the first, after the warm-up, is the baseline. */
     if (s->ckpt_every <= 0)
         s->ckpt_every = s->seconds >= 600 ? 120 : s->seconds / 4;
     return 0;
