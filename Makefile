@@ -247,15 +247,17 @@ fuzzers: $(FUZZERS)
 # open-loop traffic while faults are injected at random; exit status 1 on an
 # unexplained failed request, a load that does not return to 0, an
 # underflow, RSS growth over 10% or an fd leak. Report: $(BUILD)/soak/report.md.
+# SOAK_SEED picks another fault and traffic sequence (the default repeats).
 SOAK_SECONDS ?= 1200
+SOAK_SEED ?= 2026
 soak: all
 	@mkdir -p $(BUILD)/soak
-	SWITCHYARD_BUILD_DIR=$(BUILD) $(BUILD)/switchyard-soak --seconds $(SOAK_SECONDS) \
+	SWITCHYARD_BUILD_DIR=$(BUILD) $(BUILD)/switchyard-soak --seconds $(SOAK_SECONDS) --seed $(SOAK_SEED) \
 	    --report $(BUILD)/soak/report.md
 
 soak-quick: all
 	@mkdir -p $(BUILD)/soak
-	SWITCHYARD_BUILD_DIR=$(BUILD) $(BUILD)/switchyard-soak --seconds 60 \
+	SWITCHYARD_BUILD_DIR=$(BUILD) $(BUILD)/switchyard-soak --seconds 60 --seed $(SOAK_SEED) \
 	    --report $(BUILD)/soak/report.md
 
 clean:
