@@ -104,14 +104,29 @@ static bool sk_overlaps(const struct sk_fault *f, const struct sk_failure *fr, i
     return fr->t0 <= end && fr->t1 >= f->t0;
 }
 
+/* Whether a fault of this kind produces this outcome by itself: a cut or
+ * incomplete 200 comes from a reset; an error status from a 5xx, a reset
+ * before any byte, no routable worker (a health flap, a removal) or a
+ * stall; a client timeout from a stall. Used to pick the best explanation
+ * among the overlapping ones, not to refuse one. */
+static bool sk_fits(enum sk_fault_kind k, const struct sk_failure *fr)
+{
+    if (fr->status == 200)
+        return k == SK_F_RESET;
+    if (fr->status >= 400)
+        return k != SK_F_STALL_CHUNKS;
+    return k == SK_F_STALL_HEADERS || k == SK_F_STALL_CHUNKS;
+}
+
 bool sk_timeline_explain(const struct sk_timeline *tl, struct sk_failure *fr, int64_t now)
 {
     fr->explained_by = -1;
-    /* Data-plane faults first: the most direct explanation wins. */
-    for (int pass = 0; pass < 2; pass++)
+    /* Data-plane faults first, then a worker fault that produces this
+     * outcome, then any worker fault that touched the request. */
+    for (int pass = 0; pass < 3; pass++)
         for (size_t i = 0; i < tl->n; i++) {
             const struct sk_fault *f = &tl->f[i];
-            if ((f->dp >= 0) != (pass == 0))
+            if ((f->dp >= 0) != (pass == 0) || (pass == 1 && !sk_fits(f->kind, fr)))
                 continue;
             if (f->skipped || !sk_fault_may_fail(f->kind) || !sk_touches(f, fr) ||
                 !sk_overlaps(f, fr, now))
