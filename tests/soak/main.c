@@ -957,7 +957,11 @@ int main(int argc, char **argv)
         sk_sleep_ms(20);
     }
     sk_checkpoint(&s);
+    /* The checkpoint resumed traffic: stop it and let what started finish,
+     * so every started request has its outcome in the counts. */
     sk_traffic_pause(s.traffic, true);
+    if (h_wait_until(sk_traffic_idle, s.traffic, SK_QUIESCE_MS) != 0)
+        sk_problem(&s, "%ld requests still in flight at the end", sk_traffic_inflight(s.traffic));
     struct sk_counts counts;
     sk_traffic_counts(s.traffic, &counts);
     sk_traffic_stop(s.traffic);
@@ -970,6 +974,9 @@ int main(int argc, char **argv)
         unexplained += !sk_timeline_explain(&s.tl, &s.fail[i], now);
     if (unexplained != 0)
         sk_problem(&s, "%zu failed requests are not explained by any fault", unexplained);
+    if (counts.ok + counts.aborted + counts.failed != counts.started)
+        sk_problem(&s, "%ld requests started but %ld ended", counts.started,
+                   counts.ok + counts.aborted + counts.failed);
     if (counts.ok < counts.started / 2)
         sk_problem(&s, "only %ld of %ld requests succeeded", counts.ok, counts.started);
 
