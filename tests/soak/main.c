@@ -802,9 +802,10 @@ static void sk_report(struct sk *s, FILE *out, const struct sk_counts *c, size_t
         fprintf(out, "%8.2fs dp%d %-11s %-6s %-3s %-50s %s", (double)(f->t0 - s->t_start) / 1000.0,
                 f->dp, f->route, f->stream ? "stream" : "plain", f->worker[0] ? f->worker : "-",
                 f->what, by != NULL ? sk_fault_name(by->kind) : "UNEXPLAINED");
-        if (by != NULL)
-            fprintf(out, " (%s%s at %.2fs)", by->dp >= 0 ? "dp1" : by->worker, "",
-                    (double)(by->t0 - s->t_start) / 1000.0);
+        if (by != NULL && by->dp >= 0)
+            fprintf(out, " (dp%d at %.2fs)", by->dp, (double)(by->t0 - s->t_start) / 1000.0);
+        else if (by != NULL)
+            fprintf(out, " (%s at %.2fs)", by->worker, (double)(by->t0 - s->t_start) / 1000.0);
         fputc('\n', out);
     }
     fprintf(
