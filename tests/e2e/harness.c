@@ -39,7 +39,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#define H_MAX_PROCS       32
+/* The chaos soak (tests/soak/) restarts daemons hundreds of times. */
+#define H_MAX_PROCS       1024
 #define H_MAX_SHM         32
 #define H_MAX_PORT_CLAIMS 64
 #define H_LOG_TAIL_LINES  60
