@@ -518,16 +518,31 @@ static void lst_completed(void *cls, struct MHD_Connection *conn, void **con_cls
     dp_request_unref(req);
 }
 
-/* Shuts a connection down under MHD (which then sees the end on its next
- * read and closes it the ordinary way); false when it has no socket. */
-static bool lst_shutdown(struct dp_conn *dc)
+/* The client socket of a connection, or -1. */
+static int lst_conn_fd(const struct dp_conn *dc)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(dc->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (ci == NULL)
-        return false;
+    return ci != NULL ? (int)ci->connect_fd : -1;
+}
+
+/* Shuts a connection down under MHD (which then sees the end on its next
+ * read and closes it the ordinary way). Whatever counts the cut must have
+ * counted it before: the client sees the end at once and may read the
+ * metrics next. */
+static void lst_shutdown_fd(struct dp_conn *dc, int fd)
+{
     dc->cut = true;
-    shutdown(ci->connect_fd, SHUT_RDWR);
+    shutdown(fd, SHUT_RDWR);
+}
+
+/* lst_shutdown_fd on dc's socket; false when it has none. */
+static bool lst_shutdown(struct dp_conn *dc)
+{
+    int fd = lst_conn_fd(dc);
+    if (fd < 0)
+        return false;
+    lst_shutdown_fd(dc, fd);
     return true;
 }
 
@@ -549,14 +564,18 @@ static void lst_make_room(struct dp_loop *loop, struct dp_conn *fresh)
         struct dp_conn *dc = list_entry(it, struct dp_conn, link);
         if (dc == fresh || dc->req != NULL || dc->cut)
             continue;
-        if (lst_shutdown(dc)) {
+        int fd = lst_conn_fd(dc);
+        if (fd >= 0) {
             dp_metrics_connection_shed(&loop->sh->metrics, false);
+            lst_shutdown_fd(dc, fd);
             loop->lst.due = true;
             return;
         }
     }
-    if (lst_shutdown(fresh)) {
+    int fd = lst_conn_fd(fresh);
+    if (fd >= 0) {
         dp_metrics_connection_shed(&loop->sh->metrics, true);
+        lst_shutdown_fd(fresh, fd);
         loop->lst.due = true;
     }
 }
@@ -711,9 +730,11 @@ void dp_listener_close_idle(struct dp_loop *loop)
  * next read and closes the connection the ordinary way. */
 static void lst_cut(struct dp_loop *loop, struct dp_conn *dc, bool in_body)
 {
-    if (!lst_shutdown(dc))
+    int fd = lst_conn_fd(dc);
+    if (fd < 0)
         return;
     dp_metrics_slow_client(&loop->sh->metrics, in_body);
+    lst_shutdown_fd(dc, fd);
     loop->lst.due = true;
 }
 
