@@ -743,6 +743,8 @@ static void test_model_and_role_from_pod(void **state)
     struct shm_worker_info w;
     assert_true(find(&e, "pod-l", &w));
     assert_int_equal(w.role, CFG_ROLE_DECODE);
+    /* Its event may be handled after pod-l's model was learned. */
+    wait_present(&e, "pod-p", true, H_READY_TIMEOUT_MS);
     assert_true(find(&e, "pod-p", &w));
     assert_string_equal(w.model, "mock");
     assert_int_equal(w.role, CFG_ROLE_PREFILL);
