@@ -25,7 +25,13 @@ struct run {
     uint64_t *lat_ns;
 };
 
-static const struct ca_params params = {0.5, 32, 1.5, CFG_BALANCE_GATE_PER_REQUEST};
+/* cache_aware as configured by default (rendezvous on, bound 1.25). */
+static const struct ca_params params = {.cache_threshold = 0.5,
+                                        .balance_abs_threshold = 32,
+                                        .balance_rel_threshold = 1.5,
+                                        .balance_gate = CFG_BALANCE_GATE_PER_REQUEST,
+                                        .rendezvous = true,
+                                        .bounded_load_factor = 1.25};
 
 /* Prompts share one of GROUPS system prefixes (3/4 of the text) and end
  * with a unique question, as in a shared-prefix workload. */
