@@ -395,17 +395,16 @@ size_t dp_adm_filter_saturated(const struct dp_loop *loop, struct pol_candidate 
     const struct cfg *cfg = loop->sh->cfg;
     const struct cfg_admission *a = &cfg->admission;
     bool by_report = a->max_waiting_per_worker != 0 || a->max_kv_usage > 0;
-    struct shm_el_params elp;
-    shm_el_params_from_cfg(cfg, &elp);
+    const struct shm_el_params *elp = &loop->sh->metrics.load; /* set once at start */
     uint64_t now = by_report ? proc_wall_ms() : 0;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         struct shm_load_report r;
         const struct shm_load_report *fresh = NULL;
-        if (by_report && elp.reports_on &&
+        if (by_report && elp->reports_on &&
             shm_load_report_read(loop->sh->seg, cands[i].worker->slot, cands[i].worker->generation,
                                  &r) == 0 &&
-            now <= r.unix_ms + elp.stale_after_ms)
+            now <= r.unix_ms + elp->stale_after_ms)
             fresh = &r;
         if (!dp_adm_worker_is_saturated(a, cands[i].load, fresh))
             cands[k++] = cands[i];

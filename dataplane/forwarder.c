@@ -286,12 +286,13 @@ pick_again:;
         goto out_free;
     }
     shm_load_read_many(loop->sh->seg, slots, gens, n, loads);
-    struct shm_el_params elp;
-    shm_el_params_from_cfg(loop->sh->cfg, &elp);
+    /* How own counts and reports combine: derived once from the config at
+     * start (dataplane.c), not per request. */
+    const struct shm_el_params *elp = &loop->sh->metrics.load;
     uint64_t now_unix_ms = proc_wall_ms();
     for (size_t i = 0; i < n; i++) {
         struct shm_el_load el;
-        shm_el_of(loop->sh->seg, &elp, slots[i], gens[i], loads[i], now_unix_ms, &el);
+        shm_el_of(loop->sh->seg, elp, slots[i], gens[i], loads[i], now_unix_ms, &el);
         cands[i].load = el.effective;
         cands[i].kv_overloaded = el.kv_overloaded;
         if (el.stale)
