@@ -422,6 +422,23 @@ static void test_rendezvous_bounded_load_walks_the_ranking(void **state)
     assert_true(not_least > 0);
 }
 
+/* A cold prefix's first-ranked worker whose fresh report says its KV
+ * cache is full is passed over like one over the load bound. */
+static void test_rendezvous_skips_a_kv_full_worker(void **state)
+{
+    (void)state;
+    struct ca_candidate c[RDV_N];
+    rdv_fleet(c, RDV_N, 0);
+    char *text = rdv_text(1500, 7, 0);
+    uint64_t first = cold_pick(&rdv_params, text, c, RDV_N, NULL);
+    size_t fi = 0;
+    while (c[fi].rdv_seed != first)
+        fi++;
+    c[fi].kv_overloaded = true;
+    assert_true(cold_pick(&rdv_params, text, c, RDV_N, NULL) != first);
+    free(text);
+}
+
 /* The matched worker is overloaded: the fallback is the first worker of the
  * prefix's ranking within bounds other than it, not the least-loaded one. */
 static void test_rendezvous_overloaded_fallback_follows_ranking(void **state)
@@ -526,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_rendezvous_nodes_agree_on_cold_prefix),
         cmocka_unit_test(test_rendezvous_key_is_the_head),
         cmocka_unit_test(test_rendezvous_bounded_load_walks_the_ranking),
+        cmocka_unit_test(test_rendezvous_skips_a_kv_full_worker),
         cmocka_unit_test(test_rendezvous_overloaded_fallback_follows_ranking),
         cmocka_unit_test(test_rendezvous_membership_change_moves_few),
         cmocka_unit_test(test_rendezvous_keeps_affinity_rules),
