@@ -1,0 +1,87 @@
+/*
+ * The exact index behind precise_cache_aware: for each block of KV cache,
+ * keyed by the router's token chain (common/token_chain.h), the workers
+ * whose KV-cache events say they hold it now. Unlike cache_aware's index
+ * (prefix_index.h), which guesses from where requests were sent, an entry
+ * here appears when a worker reports BlockStored and goes when it reports
+ * BlockRemoved, AllBlocksCleared, or when the control plane forgets the
+ * worker (a gap replay could not cover, a restart, the worker leaving).
+ *
+ * One writer, many readers: only the control plane's event path writes
+ * (kvh_add, kvh_remove, kvh_forget_slot); every data plane of the node
+ * reads (kvh_longest_match). Readers never see a torn entry; a reader racing
+ * a write sees the state before or after it, which for routing is a hint
+ * either way.
+ *
+ * Bounded: sized at creation (shm.kv_index_blocks); when full, the oldest
+ * entries make room, so the index degrades to "not known to be held", never
+ * to a wrong holder.
+ *
+ * It lives in a POSIX shared-memory segment of its own, "<shm.name>.kvholders",
+ * created (or kept) by the control plane right after the registry segment
+ * whose slot numbers it records, attached by the data planes, replaced (never
+ * adopted) when its layout or size differ, under the same ownership and mode
+ * rules as the registry segment. kvh_create makes the same structure in
+ * private memory for tests, benches and a data plane that cannot attach.
+ */
+#ifndef SY_SHM_KV_HOLDERS_H
+#define SY_SHM_KV_HOLDERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shm/prefix_index.h" /* struct pix_slot_set, the candidate set */
+
+#define KVH_NAME_SUFFIX ".kvholders"
+
+struct kvh_index;
+
+/* Private memory holding at least capacity_blocks (block, holder) facts
+ * (rounded as the implementation needs). NULL on allocation failure. */
+struct kvh_index *kvh_create(size_t capacity_blocks);
+
+/* Unmaps (a shared segment stays). NULL-safe. */
+void kvh_destroy(struct kvh_index *ix);
+
+/* "<shm_name>.kvholders" into out: 0 or -ENAMETOOLONG. */
+int kvh_segment_name(const char *shm_name, char *out, size_t len);
+
+/* Control plane: create segment `name` (O_EXCL, 0600) or keep a valid one
+ * of the same layout and size; as pix_open_owner (call it holding the
+ * registry's owner lock). *replaced tells whether an existing one of
+ * another layout or size was replaced. 0 or a negative errno with err. */
+int kvh_open_owner(const char *name, size_t capacity_blocks, struct kvh_index **out, bool *replaced,
+                   char *err, size_t err_len);
+
+/* Data plane: attach the existing segment after checking owner, mode,
+ * header and size. 0, -ENOENT, -EAGAIN, -EPROTO, -EPERM or another
+ * negative errno, with err. */
+int kvh_attach(const char *name, struct kvh_index **out, char *err, size_t err_len);
+
+/* Writer side (control plane only). slot: a registry slot below
+ * PIX_SLOT_LIMIT (others are ignored). */
+void kvh_add(struct kvh_index *ix, uint64_t key, uint32_t slot);
+void kvh_remove(struct kvh_index *ix, uint64_t key, uint32_t slot);
+/* Every fact about slot goes; cost bounded by the index's size, not by the
+ * number of facts (forgetting must be cheap enough to do on every gap). */
+void kvh_forget_slot(struct kvh_index *ix, uint32_t slot);
+
+/* Reader side. */
+bool kvh_has(const struct kvh_index *ix, uint64_t key, uint32_t slot);
+
+/*
+ * Longest exactly-held prefix over the candidates: the largest m such that
+ * some candidate holds every block chain[0..m) (0 when none). holders[0..
+ * *n_holders) (at most max_holders) are candidates holding that whole
+ * prefix.
+ */
+size_t kvh_longest_match(const struct kvh_index *ix, const uint64_t *chain, size_t n,
+                         const struct pix_slot_set *candidates, uint32_t *holders,
+                         size_t max_holders, size_t *n_holders);
+
+/* Facts currently held (for metrics and tests), and the bound. */
+size_t kvh_count(const struct kvh_index *ix);
+size_t kvh_capacity(const struct kvh_index *ix);
+
+#endif
