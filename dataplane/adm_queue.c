@@ -127,9 +127,9 @@ static enum dp_prio queue_lowest_below(const struct dp_adm_model *m, enum dp_pri
     return DP_PRIO_UNSET;
 }
 
-/* Makes room for a request of a higher band: the newest request of the
- * longest tenant queue of band p goes. */
-static void queue_evict(struct dp_adm_model *m, enum dp_prio p)
+/* Makes room in band p: the newest request of its longest tenant queue
+ * goes (the one that waited least), answered 429 queue_full with why. */
+static void queue_evict(struct dp_adm_model *m, enum dp_prio p, const char *why)
 {
     struct dp_adm_tq *longest = NULL;
     struct list_node *it;
@@ -141,8 +141,43 @@ static void queue_evict(struct dp_adm_model *m, enum dp_prio p)
     }
     struct dp_request *victim =
         list_entry(list_last(&longest->reqs), struct dp_request, adm.tq_link);
-    queue_answer(victim, DP_ADM_LEFT_FULL, 429, DP_ADM_REASON_QUEUE_FULL, 1,
-                 "the queue of this model is full (a request of a higher priority took the place)");
+    queue_answer(victim, DP_ADM_LEFT_FULL, 429, DP_ADM_REASON_QUEUE_FULL, 1, why);
+}
+
+/* A tenant's place in band p of m: how many it has queued there, how many
+ * tenants the band would hold with it, and the longest queue of another. */
+struct queue_share {
+    uint32_t mine;
+    uint32_t tenants;
+    uint32_t others_longest;
+};
+
+static struct queue_share queue_share_of(const struct dp_adm_model *m, enum dp_prio p,
+                                         const char *tenant)
+{
+    struct queue_share sh = {0};
+    const struct list_node *it;
+    list_foreach(it, &m->bands[p])
+    {
+        const struct dp_adm_tq *tq = list_entry(it, struct dp_adm_tq, ring_link);
+        sh.tenants++;
+        if (strcmp(tq->tenant, tenant) == 0)
+            sh.mine = tq->n;
+        else if (tq->n > sh.others_longest)
+            sh.others_longest = tq->n;
+    }
+    if (sh.mine == 0)
+        sh.tenants++;
+    return sh;
+}
+
+static void queue_refuse_full(struct dp_request *req, const char *msg)
+{
+    struct dp_loop *loop = req->loop;
+    req->adm.rejected = dp_adm_reason_name(DP_ADM_REASON_QUEUE_FULL);
+    req->retry_after_s = 1;
+    dp_adm_metrics_rejected(loop->sh->adm.metrics, req->adm.tenant, DP_ADM_REASON_QUEUE_FULL);
+    loop->adm.ops->reply(req, 429, "queue_full", msg);
 }
 
 /* Back into the age list at its arrival's place, so the oldest stays first. */
@@ -188,20 +223,49 @@ void dp_adm_wait(struct dp_request *req)
     enum dp_prio prio =
         r->prio > DP_PRIO_UNSET && r->prio < DP_PRIO_COUNT ? r->prio : DP_PRIO_NORMAL;
     struct dp_adm_model *m = queue_model(loop, req->model, true);
-    if (m != NULL && m->depth >= qc->max_depth) {
-        enum dp_prio low = queue_lowest_below(m, prio);
-        if (low == DP_PRIO_UNSET || qc->max_depth == 0) {
-            char msg[CFG_MODEL_MAX + 96];
+    if (m != NULL && qc->max_depth == 0) {
+        queue_refuse_full(req, "every worker of this model is busy and admission.queue.max_depth "
+                               "is 0 (no queue)");
+        return;
+    }
+    if (m != NULL) {
+        /* Fairness over the queue's room, not only over its order: while
+         * several tenants wait in a band, each may hold its share of
+         * max_depth. A flood past its share is refused on arrival (at once,
+         * as every rejection should be), which keeps room for the others;
+         * a tenant under its share that finds the queue full takes the
+         * place of the newest request of the longest queue, which can only
+         * be over its share. Without this, a flood fills the queue and the
+         * round robin has nothing of the other tenants to alternate with. */
+        struct queue_share sh = queue_share_of(m, prio, r->tenant);
+        uint32_t share = (qc->max_depth + sh.tenants - 1) / sh.tenants;
+        char msg[CFG_MODEL_MAX + 128];
+        if (sh.tenants > 1 && sh.mine >= share) {
             snprintf(msg, sizeof(msg),
-                     "every worker of model '%s' is busy and its queue is full (%u waiting)",
-                     req->model, m->depth);
-            r->rejected = dp_adm_reason_name(DP_ADM_REASON_QUEUE_FULL);
-            req->retry_after_s = 1;
-            dp_adm_metrics_rejected(loop->sh->adm.metrics, r->tenant, DP_ADM_REASON_QUEUE_FULL);
-            loop->adm.ops->reply(req, 429, "queue_full", msg);
+                     "every worker of model '%s' is busy and this tenant holds its share of the "
+                     "queue (%u of %u waiting)",
+                     req->model, sh.mine, m->depth);
+            queue_refuse_full(req, msg);
             return;
         }
-        queue_evict(m, low);
+        if (m->depth >= qc->max_depth) {
+            enum dp_prio low = queue_lowest_below(m, prio);
+            if (low != DP_PRIO_UNSET) {
+                queue_evict(m, low,
+                            "the queue of this model is full (a request of a higher priority took "
+                            "the place)");
+            } else if (sh.others_longest > share) {
+                queue_evict(m, prio,
+                            "the queue of this model is full (another tenant under its share "
+                            "took the place)");
+            } else {
+                snprintf(msg, sizeof(msg),
+                         "every worker of model '%s' is busy and its queue is full (%u waiting)",
+                         req->model, m->depth);
+                queue_refuse_full(req, msg);
+                return;
+            }
+        }
     }
     struct dp_adm_tq *tq = m != NULL ? queue_tenant(m, prio, r->tenant) : NULL;
     if (tq == NULL) {

@@ -8,10 +8,13 @@
  *
  * Depth: admission.queue.max_depth counts per model and per event loop (a
  * request never leaves the loop that accepted it, so neither does its
- * wait). When a model's queue is full, a request of a higher band than
- * the lowest one waiting takes the place of that band's newest request of
- * its longest-queued tenant, which is answered 429 queue_full; otherwise
- * the arrival is.
+ * wait). While several tenants wait in a band, each may hold its share,
+ * ceil(max_depth / tenants), of it: a tenant at its share is refused 429
+ * queue_full on arrival. When a model's queue is full, a request of a
+ * higher band than the lowest one waiting, or of a tenant under its share,
+ * takes the place of the newest request of the longest tenant queue (of
+ * that lower band, or of its own band), which is answered 429 queue_full;
+ * otherwise the arrival is.
  *
  * The fourth accounting state: a request is queued at most once at a
  * time, never holds a guard while queued, and leaves exactly once, by one

@@ -38,7 +38,7 @@ enum dp_adm_left {
     DP_ADM_LEFT_UNSET = 0,
     DP_ADM_LEFT_DISPATCHED,
     DP_ADM_LEFT_TIMEOUT,
-    DP_ADM_LEFT_FULL,     /* evicted by a request of a higher band */
+    DP_ADM_LEFT_FULL,     /* evicted: a higher band, or a tenant under its share */
     DP_ADM_LEFT_GONE,     /* the client left */
     DP_ADM_LEFT_SHUTDOWN, /* answered 503 shutting_down */
     DP_ADM_LEFT_COUNT,

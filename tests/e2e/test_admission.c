@@ -569,6 +569,110 @@ static void test_fairness_between_tenants(void **state)
     h_fleet_stop(&f);
 }
 
+/* Two tenants of one band; max_depth 6, so each may hold 3 while both wait. */
+static void fair_fleet(struct h_fleet *f, char *dp_extra, size_t len)
+{
+    char keys[H_PATH_MAX];
+    const char *const tenants[] = {"flood", "key-a",  "normal", "",  "small",
+                                   "key-b", "normal", "",       NULL};
+    write_keys("keys.yaml", tenants, keys, sizeof(keys));
+    snprintf(dp_extra, len, "threads: 1\napi_keys_file: %s\n", keys);
+    h_fleet_start(f, &(struct h_fleet_opts){.n = 1,
+                                            .dataplane_extra = dp_extra,
+                                            .extra_yaml = "admission:\n"
+                                                          "  max_inflight_per_worker: 1\n"
+                                                          "  queue:\n"
+                                                          "    max_depth: 6\n"});
+}
+
+static void assert_refused_at_once(const char *base, const char *key)
+{
+    struct post_result r;
+    post(base, chat_body, key, &r);
+    assert_int_equal(r.status, 429);
+    assert_string_equal(r.rejected, "queue_full");
+    assert_true(r.elapsed_ms < 500);
+}
+
+/* A tenant at its share of the queue is refused on arrival even while the
+ * queue has room: the room is the other tenant's. */
+static void test_queue_share_refuses_a_flood(void **state)
+{
+    (void)state;
+    char dp_extra[H_PATH_MAX + 64];
+    struct h_fleet f;
+    fair_fleet(&f, dp_extra, sizeof(dp_extra));
+    stall_all(&f, 1200);
+    struct h_async *first = post_async(f.base, chat_body, "key-a", H_ABORT_NEVER, 0);
+    wait_inflight(&f, 0, 1);
+    struct h_async *q[5];
+    q[0] = post_async(f.base, chat_body, "key-b", H_ABORT_NEVER, 0);
+    wait_depth(f.base, "normal", 1);
+    for (int i = 1; i <= 3; i++) {
+        q[i] = post_async(f.base, chat_body, "key-a", H_ABORT_NEVER, 0);
+        wait_depth(f.base, "normal", i + 1);
+    }
+    /* A holds 3 of 6, B 1: A's fourth is refused, B's second is queued. */
+    assert_refused_at_once(f.base, "key-a");
+    q[4] = post_async(f.base, chat_body, "key-b", H_ABORT_NEVER, 0);
+    wait_depth(f.base, "normal", 5);
+    stall_all(&f, 20);
+    assert_int_equal(h_async_wait(first, 10000), 0);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(h_async_wait(q[i], 10000), 0);
+        struct h_async_state s;
+        h_async_get_state(q[i], &s);
+        assert_int_equal(s.status, 200);
+    }
+    assert_int_equal(left_total(f.base, "evicted"), 0);
+    assert_queue_invariant(f.base);
+    h_fleet_stop(&f);
+}
+
+/* A flood that filled the queue while alone gives places up to a tenant
+ * under its share, newest first, down to its share and no further. */
+static void test_queue_share_pushes_out_a_flood(void **state)
+{
+    (void)state;
+    char dp_extra[H_PATH_MAX + 64];
+    struct h_fleet f;
+    fair_fleet(&f, dp_extra, sizeof(dp_extra));
+    stall_all(&f, 1200);
+    struct h_async *first = post_async(f.base, chat_body, "key-a", H_ABORT_NEVER, 0);
+    wait_inflight(&f, 0, 1);
+    struct h_async *a[6], *b[3];
+    for (int i = 0; i < 6; i++) {
+        a[i] = post_async(f.base, chat_body, "key-a", H_ABORT_NEVER, 0);
+        wait_depth(f.base, "normal", i + 1);
+    }
+    for (int i = 0; i < 3; i++) {
+        b[i] = post_async(f.base, chat_body, "key-b", H_ABORT_NEVER, 0);
+        /* A's newest goes for each: a[5], a[4], a[3]. */
+        assert_int_equal(h_async_wait(a[5 - i], 5000), 0);
+        struct h_async_state s;
+        h_async_get_state(a[5 - i], &s);
+        assert_int_equal(s.status, 429);
+        wait_depth(f.base, "normal", 6);
+    }
+    /* 3 and 3: neither may take more. */
+    assert_refused_at_once(f.base, "key-b");
+    assert_refused_at_once(f.base, "key-a");
+    stall_all(&f, 20);
+    assert_int_equal(h_async_wait(first, 10000), 0);
+    for (int i = 0; i < 3; i++) {
+        struct h_async_state s;
+        assert_int_equal(h_async_wait(a[i], 10000), 0);
+        h_async_get_state(a[i], &s);
+        assert_int_equal(s.status, 200);
+        assert_int_equal(h_async_wait(b[i], 10000), 0);
+        h_async_get_state(b[i], &s);
+        assert_int_equal(s.status, 200);
+    }
+    assert_int_equal(left_total(f.base, "evicted"), 3);
+    assert_queue_invariant(f.base);
+    h_fleet_stop(&f);
+}
+
 /* ---- the soak --------------------------------------------------------------------------- */
 
 #define SOAK_CLIENTS 24
@@ -723,6 +827,8 @@ int main(void)
         H_TEST(test_client_gone_while_queued),
         H_TEST(test_priority_bands),
         H_TEST(test_fairness_between_tenants),
+        H_TEST(test_queue_share_refuses_a_flood),
+        H_TEST(test_queue_share_pushes_out_a_flood),
         H_TEST(test_soak_never_exceeds_limit),
         H_TEST(test_overload_statuses),
         H_TEST(test_shutdown_answers_queued),

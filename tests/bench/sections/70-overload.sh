@@ -23,11 +23,18 @@ mock_flags=(--model mock --threads 1 --prefill-base-us "$prefill_us" --tpot-ms "
 # taking its prefill plus out_tokens decode steps.
 capacity=$(awk -v n=$n_mocks -v s=$seqs -v p=$prefill_us -v t=$tpot_ms -v o=$out_tokens \
     'BEGIN { printf "%.2f", n * s / (p / 1e6 + o * t / 1e3) }')
-max_wait_ms=$((slo_ms * 3 / 4))
-depth=$(awk -v c="$capacity" -v w=$max_wait_ms -v t="$dp_threads" \
-    'BEGIN { d = int(0.75 * c * w / 1000 / t); print (d > 0 ? d : 1) }')
+# The queue's max_wait is the latency the router may add to an admitted
+# request: sized from the uncongested run's TTFT p99 (measured first, below),
+# so that an admitted request's TTFT stays within about twice it; max_depth is
+# what the fleet drains within max_wait (per event loop). Until base has run,
+# a placeholder; OVERLOAD_MAX_WAIT_MS fixes it instead.
+max_wait_ms=${OVERLOAD_MAX_WAIT_MS:-$((slo_ms * 3 / 4))}
+size_queue() {
+    depth=$(awk -v c="$capacity" -v w="$max_wait_ms" -v t="$dp_threads" \
+        'BEGIN { d = int(0.75 * c * w / 1000 / t); print (d > 0 ? d : 1) }')
+}
+size_queue
 put over_capacity_rps "$capacity"
-put over_queue_max_depth "$depth"
 put over_slo_ms "$slo_ms"
 put over_mock_flags "${mock_flags[*]}"
 
@@ -40,7 +47,11 @@ for ((i = 0; i < n_mocks; i++)); do
         --listen "127.0.0.1:${oports[$i]}" "${mock_flags[@]}"
     mock_args+=(--mock "http://127.0.0.1:${oports[$i]}")
 done
+put over_queue_max_wait_ms "$max_wait_ms"
+put over_queue_max_depth "$depth"
 for ((i = 0; i < n_mocks; i++)); do wait_http "http://127.0.0.1:${oports[$i]}/health" 10; done
+put over_queue_max_wait_ms "$max_wait_ms"
+put over_queue_max_depth "$depth"
 
 key_big=bench-key-big key_small=bench-key-small
 {
@@ -79,6 +90,8 @@ overload_config() {
             i=$((i + 1))
             echo "  - { url: 'http://127.0.0.1:$p', id: w$i, model: mock }"
         done
+put over_queue_max_wait_ms "$max_wait_ms"
+put over_queue_max_depth "$depth"
     } >"$file"
 }
 
@@ -99,7 +112,7 @@ overload_start() {
 # Figures of one run's CSV (index,group,turn,start_s,ttft_ms,e2e_ms,status,...).
 overload_figures() {
     local run=$1 csv=$2
-    awk -F, -v slo="$slo_ms" -v cap="$capacity" -v run="$run" '
+    awk -F, -v slo="$slo_ms" -v cap="$capacity" -v run="$run" -v maxwait="$max_wait_ms" '
         function p99(a, n,   i, j, t) {
             for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
             return n ? a[int(0.99 * (n - 1)) + 1] : -1
@@ -107,7 +120,10 @@ overload_figures() {
         NR > 1 && $11 == 1 {
             small = ($1 % 5 == 4); asked[small]++; if ($4 + $6 / 1e3 > win) win = $4 + $6 / 1e3
             if ($7 == 200 && $10 == 1) { nt++; tt[nt] = $5; if ($5 <= slo) { good++; g[small]++ } }
-            else if ($7 == 429 || $7 == 503) { nr++; rj[nr] = $6 }
+            else if ($7 == 429 || $7 == 503) {
+                nr++; rj[nr] = $6
+                if ($6 >= 0.9 * maxwait) nlate++; else { ne++; re[ne] = $6 }
+            }
         }
         END {
             if (win <= 0) win = 1
@@ -115,6 +131,9 @@ overload_figures() {
             printf "over_%s_ttft_p99_ms %.1f\n", run, p99(tt, nt)
             printf "over_%s_rejected %d\n", run, nr
             printf "over_%s_reject_p99_ms %.2f\n", run, nr ? p99(rj, nr) : -1
+            printf "over_%s_reject_early_p99_ms %.2f\n", run, ne ? p99(re, ne) : -1
+            printf "over_%s_rejected_late %d\n", run, nlate
+            printf "over_%s_small_goodput_part %.3f\n", run, good ? g[1] / good : 0
             printf "over_%s_small_good_share %.3f\n", run, asked[1] ? g[1] / asked[1] : 0
             printf "over_%s_big_good_share %.3f\n", run, asked[0] ? g[0] / asked[0] : 0
         }' "$csv"
@@ -136,7 +155,16 @@ for spec in $runs; do
         echo "bench: overload / $run: the load generator failed" >&2
     fi
     put "over_${run}_rate" "$rate"
+    if [ "$run" = base ] && [ -z "${OVERLOAD_MAX_WAIT_MS:-}" ]; then
+        p99=$(awk -F, '$1 == "over_base_ttft_p99_ms" { print $2 }' "$data_file")
+        if [ -n "$p99" ] && awk -v p="$p99" 'BEGIN { exit !(p > 0) }'; then
+            max_wait_ms=$(awk -v p="$p99" 'BEGIN { printf "%d", p + 0.999 }')
+            size_queue
+        fi
+    fi
     switchyard_stop
     # Each run starts with full buckets and empty queues.
     rm -f "/dev/shm/sy-bench-over-$$" "/dev/shm/sy-bench-over-$$-ratelimit"
 done
+put over_queue_max_wait_ms "$max_wait_ms"
+put over_queue_max_depth "$depth"
