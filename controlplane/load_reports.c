@@ -282,6 +282,7 @@ static void lr_on_done(void *user, CURL *e, CURLcode res)
         .kv_cache_usage = page.has_kv ? page.kv_cache_usage : 0,
         .own_inflight = lr_u32(own),
         .unix_ms = t->started_unix_ms != 0 ? t->started_unix_ms : 1,
+        .running_adapters = page.lora_running,
     };
     if (shm_load_report_write(s->seg, t->slot, t->generation, &r) != 0)
         return; /* the worker was replaced while it was scraped */

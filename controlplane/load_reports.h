@@ -8,7 +8,9 @@
  * report in its slot (shm/load_report.h), stamped with the scrape's wall
  * clock and with this node's in-flight count to the worker at that moment,
  * so the data plane can tell what the worker counts of this node's own
- * requests from what other nodes send it.
+ * requests from what other nodes send it. The LoRA adapters the page says
+ * are running (vllm:lora_requests_info) ride in the same report, so they
+ * age and go stale with it.
  *
  * A scrape that fails (connection refused, timeout, non-2xx, a page without
  * the gauges) publishes nothing: the worker keeps its last report, which
