@@ -98,6 +98,22 @@ enum adm_route_id adm_route_match(const char *url)
     return adm_split(url, id, sizeof(id));
 }
 
+/* The worker's names (aliases) the report says may be running. */
+static json_t *adm_running_adapters(const struct shm_worker_info *w,
+                                    const struct shm_load_report *r)
+{
+    json_t *names = json_array();
+    for (const char *p = w->aliases; *p != '\0';) {
+        size_t n = strcspn(p, "\n");
+        if (shm_adapter_set_may_have(&r->running_adapters, shm_adapter_hash(p, n)))
+            json_array_append_new(names, json_stringn(p, n));
+        p += n;
+        if (*p == '\n')
+            p++;
+    }
+    return names;
+}
+
 /*
  * The worker's last load report (null when it has none, shown with its
  * age even when stale) and the load routing sees now (shm/effective_load.h:
@@ -116,6 +132,8 @@ static void adm_worker_report_json(const struct adm_ctx *ctx, const struct shm_w
         reported = json_pack("{s:I, s:I, s:f, s:I}", "running", (json_int_t)r.running, "waiting",
                              (json_int_t)r.waiting, "kv_cache_usage", r.kv_cache_usage, "age_ms",
                              (json_int_t)(now > r.unix_ms ? now - r.unix_ms : 0));
+    if (have) /* its names the report's running set (a Bloom set) may hold */
+        json_object_set_new(reported, "running_adapters", adm_running_adapters(w, &r));
     json_object_set_new(j, "reported", reported);
     struct shm_el_load el;
     shm_el_combine(&p, own, have ? &r : NULL, now, &el);

@@ -169,7 +169,7 @@ static bool lrp_labels(struct lrp_cursor *c, const char *model, bool *model_ok,
         } else if (!lrp_label_value(c, value, sizeof(value), &fits)) {
             return false;
         } else if (lora != NULL && lrp_name_is(name, nlen, "engine")) {
-            /* +1: an engine label never reads as "no engine label". */
+            /* Low bit set: an engine label never reads as none (0). */
             lora->engine = shm_adapter_hash(value, strlen(value)) | 1u;
         }
         if (model != NULL && model[0] != '\0' && lrp_name_is(name, nlen, "model_name"))

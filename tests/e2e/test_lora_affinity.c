@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "controlplane/load_report_parse.h"
 #include "tests/e2e/harness.h"
@@ -43,6 +44,7 @@ static void chat(const struct h_fleet *f, const char *model, char *worker, size_
     assert_int_equal(r.status, 200);
     if (h_resp_header(&r, "x-switchyard-worker", worker, cap) != 0)
         worker[0] = '\0';
+
     h_resp_fini(&r);
 }
 
@@ -97,6 +99,25 @@ static bool mock_runs_a(const struct h_fleet *f, size_t i)
     return shm_adapter_set_may_have(&rep.lora_running, shm_adapter_hash("a", 1));
 }
 
+/* GET /workers/w2's reported.running_adapters names a (h_wait_until). */
+static bool admin_shows_w2_running_a(void *arg)
+{
+    const struct h_fleet *f = arg;
+    char url[256];
+    h_url(url, sizeof(url), f->cfg.admin_port, "/workers/w2");
+    struct h_resp r = {0};
+    bool yes = false;
+    if (h_http_get(url, &r) == 0 && r.status == 200) {
+        json_t *j = h_resp_json(&r);
+        json_t *names = json_object_get(json_object_get(j, "reported"), "running_adapters");
+        yes = json_array_size(names) == 1 &&
+              strcmp(json_string_value(json_array_get(names, 0)), "a") == 0;
+        json_decref(j);
+    }
+    h_resp_fini(&r);
+    return yes;
+}
+
 static void test_running_adapter_preferred(void **state)
 {
     (void)state;
@@ -129,7 +150,9 @@ static void test_running_adapter_preferred(void **state)
     assert_int_equal(h_async_wait_body(stream, 1, WAIT_MS), 0);
     assert_true(mock_runs_a(&f, 1));
     assert_false(mock_runs_a(&f, 0));
-    /* Once the report says so, a goes to worker 2 only. */
+    /* Once the report says so (the admin API shows it), a goes to worker 2 only. */
+    assert_int_equal(h_wait_until(admin_shows_w2_running_a, &f, WAIT_MS), 0);
+
     assert_int_equal(h_wait_until(all_on_w2, &f, WAIT_MS), 0);
     spread(&f, "a", 12, &w1, &w2);
     assert_int_equal(w2, 12);
