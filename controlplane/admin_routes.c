@@ -414,7 +414,7 @@ static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
 {
     uint32_t max = ctx->seg->max_workers;
     struct shm_worker_info *all = calloc(max, sizeof(*all));
-    struct hc_worker_stats *st = calloc(max, sizeof(*st));
+    struct wp_worker_stats *st = calloc(max, sizeof(*st));
     uint64_t *values = calloc(max, sizeof(*values));
     if (all == NULL || st == NULL || values == NULL) {
         free(all);
@@ -447,18 +447,18 @@ static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
     for (size_t i = 0; i < ns; i++) {
         struct prom_label ok[] = {{"worker", st[i].id}, {"result", "success"}};
         struct prom_label failed[] = {{"worker", st[i].id}, {"result", "failure"}};
-        prom_sample_u64(&w, NULL, ok, 2, st[i].checks_ok);
-        prom_sample_u64(&w, NULL, failed, 2, st[i].checks_failed);
+        prom_sample_u64(&w, NULL, ok, 2, st[i].ok);
+        prom_sample_u64(&w, NULL, failed, 2, st[i].failed);
     }
-    struct lr_worker_stats *ls = calloc(max, sizeof(*ls));
+    struct wp_worker_stats *ls = calloc(max, sizeof(*ls));
     size_t nl = ctx->lr != NULL && ls != NULL ? lr_stats(ctx->lr, ls, max) : 0;
     prom_family(&w, "switchyard_load_report_scrapes_total", PROM_COUNTER,
                 "Load-report scrapes of each worker's /metrics, by result.");
     for (size_t i = 0; i < nl; i++) {
         struct prom_label ok[] = {{"worker", ls[i].id}, {"result", "success"}};
         struct prom_label failed[] = {{"worker", ls[i].id}, {"result", "failure"}};
-        prom_sample_u64(&w, NULL, ok, 2, ls[i].scrapes_ok);
-        prom_sample_u64(&w, NULL, failed, 2, ls[i].scrapes_failed);
+        prom_sample_u64(&w, NULL, ok, 2, ls[i].ok);
+        prom_sample_u64(&w, NULL, failed, 2, ls[i].failed);
     }
     free(ls);
     struct shm_segment_stats seg_stats;
