@@ -98,6 +98,22 @@ enum adm_route_id adm_route_match(const char *url)
     return adm_split(url, id, sizeof(id));
 }
 
+/* The worker's names (aliases) the report says may be running. */
+static json_t *adm_running_adapters(const struct shm_worker_info *w,
+                                    const struct shm_load_report *r)
+{
+    json_t *names = json_array();
+    for (const char *p = w->aliases; *p != '\0';) {
+        size_t n = strcspn(p, "\n");
+        if (shm_adapter_set_may_have(&r->running_adapters, shm_adapter_hash(p, n)))
+            json_array_append_new(names, json_stringn(p, n));
+        p += n;
+        if (*p == '\n')
+            p++;
+    }
+    return names;
+}
+
 /*
  * The worker's last load report (null when it has none, shown with its
  * age even when stale) and the load routing sees now (shm/effective_load.h:
@@ -116,6 +132,8 @@ static void adm_worker_report_json(const struct adm_ctx *ctx, const struct shm_w
         reported = json_pack("{s:I, s:I, s:f, s:I}", "running", (json_int_t)r.running, "waiting",
                              (json_int_t)r.waiting, "kv_cache_usage", r.kv_cache_usage, "age_ms",
                              (json_int_t)(now > r.unix_ms ? now - r.unix_ms : 0));
+    if (have) /* its names the report's running set (a Bloom set) may hold */
+        json_object_set_new(reported, "running_adapters", adm_running_adapters(w, &r));
     json_object_set_new(j, "reported", reported);
     struct shm_el_load el;
     shm_el_combine(&p, own, have ? &r : NULL, now, &el);
@@ -396,7 +414,7 @@ static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
 {
     uint32_t max = ctx->seg->max_workers;
     struct shm_worker_info *all = calloc(max, sizeof(*all));
-    struct hc_worker_stats *st = calloc(max, sizeof(*st));
+    struct wp_worker_stats *st = calloc(max, sizeof(*st));
     uint64_t *values = calloc(max, sizeof(*values));
     if (all == NULL || st == NULL || values == NULL) {
         free(all);
@@ -429,18 +447,18 @@ static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
     for (size_t i = 0; i < ns; i++) {
         struct prom_label ok[] = {{"worker", st[i].id}, {"result", "success"}};
         struct prom_label failed[] = {{"worker", st[i].id}, {"result", "failure"}};
-        prom_sample_u64(&w, NULL, ok, 2, st[i].checks_ok);
-        prom_sample_u64(&w, NULL, failed, 2, st[i].checks_failed);
+        prom_sample_u64(&w, NULL, ok, 2, st[i].ok);
+        prom_sample_u64(&w, NULL, failed, 2, st[i].failed);
     }
-    struct lr_worker_stats *ls = calloc(max, sizeof(*ls));
+    struct wp_worker_stats *ls = calloc(max, sizeof(*ls));
     size_t nl = ctx->lr != NULL && ls != NULL ? lr_stats(ctx->lr, ls, max) : 0;
     prom_family(&w, "switchyard_load_report_scrapes_total", PROM_COUNTER,
                 "Load-report scrapes of each worker's /metrics, by result.");
     for (size_t i = 0; i < nl; i++) {
         struct prom_label ok[] = {{"worker", ls[i].id}, {"result", "success"}};
         struct prom_label failed[] = {{"worker", ls[i].id}, {"result", "failure"}};
-        prom_sample_u64(&w, NULL, ok, 2, ls[i].scrapes_ok);
-        prom_sample_u64(&w, NULL, failed, 2, ls[i].scrapes_failed);
+        prom_sample_u64(&w, NULL, ok, 2, ls[i].ok);
+        prom_sample_u64(&w, NULL, failed, 2, ls[i].failed);
     }
     free(ls);
     struct shm_segment_stats seg_stats;

@@ -11,6 +11,9 @@
  * learns it there, and its other names (served model names, LoRA adapters)
  * become its aliases.
  *
+ * The polling itself (registry following, handles, schedules, timeouts)
+ * is controlplane/worker_poller.h's; this module says what results mean.
+ *
  * Invariant 3: the prober writes health (and a learned model) to the
  * registry and never reads or writes a load counter; it does not include
  * shm/load.h.
@@ -27,16 +30,10 @@
 #include <stdint.h>
 
 #include "common/config.h"
+#include "controlplane/worker_poller.h"
 #include "shm/segment.h"
 
 struct hc_prober;
-
-/* Per-worker counters for /metrics; caller storage. */
-struct hc_worker_stats {
-    char id[CFG_ID_MAX];
-    uint64_t checks_ok;
-    uint64_t checks_failed;
-};
 
 /* Creates the prober. seg and health are borrowed and must outlive it. */
 int hc_create(struct shm_segment *seg, const struct cfg_health *health, struct hc_prober **out);
@@ -76,7 +73,7 @@ bool hc_is_unknown(const struct hc_prober *p, uint32_t slot, uint32_t generation
  * LoRA adapter was loaded or unloaded there). */
 void hc_refresh_models(struct hc_prober *p, uint32_t slot);
 
-/* Copies per-worker check counters (up to cap); returns how many. */
-size_t hc_stats(const struct hc_prober *p, struct hc_worker_stats *out, size_t cap);
+/* Copies per-worker health-probe counters (up to cap); returns how many. */
+size_t hc_stats(const struct hc_prober *p, struct wp_worker_stats *out, size_t cap);
 
 #endif

@@ -20,6 +20,22 @@ enum lrp_metric {
     LRP_RUNNING,
     LRP_WAITING,
     LRP_KV,
+    LRP_LORA,
+};
+
+/* What lrp_labels captures of a vllm:lora_requests_info sample. */
+struct lrp_lora_labels {
+    char running[LRP_LORA_LIST_MAX];
+    size_t running_len;
+    uint64_t engine; /* hash of the engine label; 0 when absent */
+};
+
+/* The newest sample of one engine. */
+struct lrp_lora_engine {
+    bool used;
+    uint64_t engine;
+    double ts;
+    struct shm_adapter_set running;
 };
 
 struct lrp_cursor {
@@ -70,6 +86,8 @@ static enum lrp_metric lrp_metric_of(const char *name, size_t len)
         return LRP_WAITING;
     if (lrp_name_is(name, len, "vllm:kv_cache_usage_perc"))
         return LRP_KV;
+    if (lrp_name_is(name, len, "vllm:lora_requests_info"))
+        return LRP_LORA;
     return LRP_OTHER;
 }
 
@@ -105,11 +123,23 @@ static bool lrp_label_value(struct lrp_cursor *c, char *out, size_t cap, bool *f
     return true;
 }
 
+/* A running_lora_adapters value cut by its buffer: drop the partial name. */
+static size_t lrp_whole_names(const char *list, size_t len, bool fits)
+{
+    if (fits)
+        return len;
+    while (len > 0 && list[len - 1] != ',')
+        len--;
+    return len;
+}
+
 /*
  * {name="value",...}: sets *model_ok to whether model_name (if present)
- * equals model (no filter when model is NULL or ""). False when malformed.
+ * equals model (no filter when model is NULL or ""); with lora non-NULL,
+ * captures the running adapters and the engine. False when malformed.
  */
-static bool lrp_labels(struct lrp_cursor *c, const char *model, bool *model_ok)
+static bool lrp_labels(struct lrp_cursor *c, const char *model, bool *model_ok,
+                       struct lrp_lora_labels *lora)
 {
     *model_ok = true;
     if (c->p >= c->end || *c->p != '{')
@@ -132,8 +162,16 @@ static bool lrp_labels(struct lrp_cursor *c, const char *model, bool *model_ok)
         lrp_skip_blanks(c);
         char value[LRP_LABEL_MAX];
         bool fits;
-        if (!lrp_label_value(c, value, sizeof(value), &fits))
+        if (lora != NULL && lrp_name_is(name, nlen, "running_lora_adapters")) {
+            if (!lrp_label_value(c, lora->running, sizeof(lora->running), &fits))
+                return false;
+            lora->running_len = lrp_whole_names(lora->running, strlen(lora->running), fits);
+        } else if (!lrp_label_value(c, value, sizeof(value), &fits)) {
             return false;
+        } else if (lora != NULL && lrp_name_is(name, nlen, "engine")) {
+            /* Low bit set: an engine label never reads as none (0). */
+            lora->engine = shm_adapter_hash(value, strlen(value)) | 1u;
+        }
         if (model != NULL && model[0] != '\0' && lrp_name_is(name, nlen, "model_name"))
             *model_ok = fits && strcmp(value, model) == 0;
         lrp_skip_blanks(c);
@@ -173,6 +211,31 @@ static uint64_t lrp_add_sat(uint64_t a, double v)
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
+/*
+ * One lora_requests_info sample of value ts: the engine's state when newer
+ * than what it had (a tie unites both: neither is known to be older).
+ */
+static void lrp_lora_sample(struct lrp_lora_engine *engines, const struct lrp_lora_labels *l,
+                            double ts)
+{
+    struct lrp_lora_engine *e = NULL;
+    for (unsigned i = 0; i < LRP_LORA_ENGINES && e == NULL; i++)
+        if (!engines[i].used || engines[i].engine == l->engine)
+            e = &engines[i];
+    if (e == NULL)
+        e = &engines[l->engine % LRP_LORA_ENGINES]; /* full: share an entry */
+    struct shm_adapter_set set = {{0}};
+    shm_adapter_set_add_list(&set, l->running, l->running_len);
+    if (!e->used || ts > e->ts) {
+        e->running = set;
+        e->ts = ts;
+    } else if (ts == e->ts) {
+        shm_adapter_set_union(&e->running, &set);
+    }
+    e->used = true;
+    e->engine = l->engine;
+}
+
 int lrp_parse(const char *text, size_t len, const char *model, struct lrp_report *out)
 {
     memset(out, 0, sizeof(*out));
@@ -181,6 +244,8 @@ int lrp_parse(const char *text, size_t len, const char *model, struct lrp_report
     struct lrp_cursor c = {.p = text, .end = text + (len < LRP_INPUT_MAX ? len : LRP_INPUT_MAX)};
     double kv_sum = 0;
     uint32_t kv_n = 0;
+    struct lrp_lora_labels lora;
+    struct lrp_lora_engine engines[LRP_LORA_ENGINES] = {0};
     while (c.p < c.end) {
         const char *nl = memchr(c.p, '\n', (size_t)(c.end - c.p));
         struct lrp_cursor line = {.p = c.p, .end = nl != NULL ? nl : c.end};
@@ -196,7 +261,12 @@ int lrp_parse(const char *text, size_t len, const char *model, struct lrp_report
         bool model_ok;
         double v;
         lrp_skip_blanks(&line);
-        if (!lrp_labels(&line, model, &model_ok) || !lrp_value(&line, &v)) {
+        if (m == LRP_LORA) {
+            lora.running_len = 0;
+            lora.engine = 0;
+        }
+        if (!lrp_labels(&line, model, &model_ok, m == LRP_LORA ? &lora : NULL) ||
+            !lrp_value(&line, &v)) {
             out->bad_lines++;
             continue;
         }
@@ -216,10 +286,16 @@ int lrp_parse(const char *text, size_t len, const char *model, struct lrp_report
             kv_sum += v;
             kv_n++;
             break;
+        case LRP_LORA:
+            lrp_lora_sample(engines, &lora, v);
+            out->has_lora = true;
+            break;
         case LRP_OTHER:
             break;
         }
     }
+    for (unsigned i = 0; i < LRP_LORA_ENGINES; i++)
+        shm_adapter_set_union(&out->lora_running, &engines[i].running);
     if (kv_n > 0) {
         double mean = kv_sum / kv_n;
         out->kv_cache_usage = mean > 1.0 ? 1.0 : mean;

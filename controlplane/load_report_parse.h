@@ -1,7 +1,8 @@
 /*
  * Reading a worker's load out of its Prometheus text page (vLLM's /metrics):
  * the three gauges a router can act on, `vllm:num_requests_running`,
- * `vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc`.
+ * `vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc`, and the LoRA
+ * adapters it is running.
  *
  * vLLM writes one series per engine (data-parallel rank) with the labels
  * `model_name` and `engine`; one endpoint serving N ranks shows
@@ -9,6 +10,18 @@
  * summed over the engines; KV-cache usage is a fraction of each engine's
  * own cache, so the page's value is their mean (a sum of fractions would
  * read 1.6 for two engines at 80%, which means nothing).
+ *
+ * LoRA: `vllm:lora_requests_info` is an info-style gauge whose value is the
+ * Unix time vLLM last set it and whose labels carry the state:
+ * `running_lora_adapters` and `waiting_lora_adapters` (comma-joined adapter
+ * names, "" for none) and `max_lora`. The client library keeps every label
+ * set ever written in the output, so a page shows the history of states;
+ * the current one is the sample with the newest timestamp. When the series
+ * carry an `engine` label (one per data-parallel rank), the newest sample
+ * of each engine counts and the running sets are united; up to
+ * LRP_LORA_ENGINES engines are told apart (more share entries: the newest
+ * of those wins). The running names land in a Bloom set
+ * (shm/adapter_set.h), the form the report is published in.
  *
  * The page comes from a worker, not from us: the parser accepts any bytes
  * (garbage, NUL, lines of any length, other metrics, comments, escaped
@@ -24,8 +37,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shm/adapter_set.h"
+
 /* Bytes of a page the parser looks at; the rest is ignored. */
 #define LRP_INPUT_MAX (4u * 1024u * 1024u)
+/* Engines whose lora_requests_info samples are told apart. */
+#define LRP_LORA_ENGINES 8u
+/* Bytes of a running_lora_adapters value read; names past it are left out. */
+#define LRP_LORA_LIST_MAX 4096u
 
 /* What one page says. Caller storage. */
 struct lrp_report {
@@ -35,8 +54,10 @@ struct lrp_report {
     bool has_running;
     bool has_waiting;
     bool has_kv;
-    uint32_t engines;   /* distinct series of num_requests_running seen */
-    uint32_t bad_lines; /* sample lines that did not parse (for logs) */
+    bool has_lora;                       /* a vllm:lora_requests_info sample was read */
+    struct shm_adapter_set lora_running; /* its running_lora_adapters (see above) */
+    uint32_t engines;                    /* distinct series of num_requests_running seen */
+    uint32_t bad_lines;                  /* sample lines that did not parse (for logs) */
 };
 
 /*

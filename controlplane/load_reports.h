@@ -8,13 +8,18 @@
  * report in its slot (shm/load_report.h), stamped with the scrape's wall
  * clock and with this node's in-flight count to the worker at that moment,
  * so the data plane can tell what the worker counts of this node's own
- * requests from what other nodes send it.
+ * requests from what other nodes send it. The LoRA adapters the page says
+ * are running (vllm:lora_requests_info) ride in the same report, so they
+ * age and go stale with it.
  *
  * A scrape that fails (connection refused, timeout, non-2xx, a page without
  * the gauges) publishes nothing: the worker keeps its last report, which
  * ages and is ignored by routing once older than load_reports.stale_after.
  * A worker still being scraped is not scraped again (a hung /metrics costs
  * one transfer, not one per interval). interval 0 turns scraping off.
+ *
+ * The polling itself (registry following, handles, schedules, timeouts)
+ * is controlplane/worker_poller.h's; this module says what a page means.
  *
  * Invariant 10: the scraper reads load counters (the in-flight snapshot)
  * and never writes one; it writes only the report fields of a slot.
@@ -29,16 +34,10 @@
 #include <stdint.h>
 
 #include "common/config.h"
+#include "controlplane/worker_poller.h"
 #include "shm/segment.h"
 
 struct lr_scraper;
-
-/* Per-worker counters for /metrics; caller storage. */
-struct lr_worker_stats {
-    char id[CFG_ID_MAX];
-    uint64_t scrapes_ok;
-    uint64_t scrapes_failed;
-};
 
 /* Creates the scraper. seg and cfg are borrowed and must outlive it. */
 int lr_create(struct shm_segment *seg, const struct cfg_load_reports *cfg, struct lr_scraper **out);
@@ -60,6 +59,6 @@ int lr_timeout_ms(const struct lr_scraper *s, uint64_t now_ms);
 void lr_run(struct lr_scraper *s, uint64_t now_ms);
 
 /* Copies per-worker scrape counters (up to cap); returns how many. */
-size_t lr_stats(const struct lr_scraper *s, struct lr_worker_stats *out, size_t cap);
+size_t lr_stats(const struct lr_scraper *s, struct wp_worker_stats *out, size_t cap);
 
 #endif

@@ -30,6 +30,7 @@
 #include "common/tls_client.h"
 #include "dataplane/errors.h"
 #include "dataplane/journal.h"
+#include "dataplane/lora_affinity.h"
 #include "dataplane/id_route.h"
 #include "dataplane/listener.h"
 #include "dataplane/loop.h"
@@ -306,6 +307,10 @@ pick_again:;
             goto out_free;
         }
     }
+    /* LoRA: prefer the workers already running the adapter (lora_affinity.h). */
+    if (!req->pinned)
+        n = dp_lora_keep_running(loop->sh->seg, elp, &loop->sh->cfg->policy, req->model, cands, n,
+                                 now_unix_ms);
     struct pol_request pr = {
         .path = dp_route_row(req->route)->upstream_path,
         .model = req->model,

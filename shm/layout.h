@@ -16,7 +16,8 @@
 
 /* Bumped whenever the segment's bytes change; a segment of another layout
  * version is refused on attach. */
-#define SHM_LAYOUT_VERSION 3u /* 2: worker slots carry model aliases; 3: and load reports */
+/* 2: worker slots carry model aliases; 3: and load reports; 4: and running LoRA adapters */
+#define SHM_LAYOUT_VERSION 4u
 
 /* How often a lease holder and the control plane beat, and how the control
  * plane judges a lease whose holder stopped beating. Stored in the header so

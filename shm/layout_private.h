@@ -35,6 +35,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "shm/adapter_set.h"
 #include "shm/layout.h"
 
 #define SHM_MAGIC           0x3159524459575331ULL /* "1SWYDRY1" little-endian */
@@ -125,6 +126,9 @@ struct shm_worker_slot {
     _Atomic uint32_t report_kv_ppm;  /* kv_cache_usage in millionths */
     _Atomic uint32_t report_own;     /* this node's in-flight to the worker at the scrape */
     _Atomic uint64_t report_unix_ms; /* when it was scraped; 0 = no report */
+    /* The LoRA adapters the worker reported running (shm/adapter_set.h: a
+     * Bloom filter of name hashes), part of the same report. */
+    _Atomic uint64_t report_adapters[SHM_ADAPTER_SET_WORDS];
 } __attribute__((aligned(SHM_CACHE_LINE)));
 
 enum shm_lease_state {

@@ -38,6 +38,9 @@ int shm_load_report_write(struct shm_segment *seg, uint32_t slot, uint32_t gener
                           memory_order_relaxed);
     atomic_store_explicit(&s->report_own, r->own_inflight, memory_order_relaxed);
     atomic_store_explicit(&s->report_unix_ms, r->unix_ms, memory_order_relaxed);
+    for (unsigned i = 0; i < SHM_ADAPTER_SET_WORDS; i++)
+        atomic_store_explicit(&s->report_adapters[i], r->running_adapters.bits[i],
+                              memory_order_relaxed);
     atomic_store_explicit(&s->report_seq, seq + 2, memory_order_release);
     return 0;
 }
@@ -60,6 +63,9 @@ int shm_load_report_read(const struct shm_segment *seg, uint32_t slot, uint32_t 
             .own_inflight = atomic_load_explicit(&s->report_own, memory_order_relaxed),
             .unix_ms = atomic_load_explicit(&s->report_unix_ms, memory_order_relaxed),
         };
+        for (unsigned i = 0; i < SHM_ADAPTER_SET_WORDS; i++)
+            r.running_adapters.bits[i] =
+                atomic_load_explicit(&s->report_adapters[i], memory_order_relaxed);
         atomic_thread_fence(memory_order_acquire);
         if (atomic_load_explicit(&s->report_seq, memory_order_relaxed) != seq1)
             continue;

@@ -19,6 +19,7 @@
 
 #include <stdint.h>
 
+#include "shm/adapter_set.h"
 #include "shm/segment.h"
 
 /* One report. Caller storage. */
@@ -28,6 +29,9 @@ struct shm_load_report {
     double kv_cache_usage; /* vllm:kv_cache_usage_perc, 0..1 (stored in millionths) */
     uint32_t own_inflight; /* this node's in-flight to the worker when scraped */
     uint64_t unix_ms;      /* when scraped (wall clock, ms); never 0 in a report */
+    /* vllm:lora_requests_info's running_lora_adapters (newest sample per
+     * engine, united); empty when the worker runs none or reports none. */
+    struct shm_adapter_set running_adapters;
 };
 
 /* How many times a reader retries a report the writer keeps changing. */

@@ -815,16 +815,22 @@ static enum MHD_Result respond_metrics(struct mw_req *req)
     vllm_metric(&w, "vllm:generation_tokens", PROM_COUNTER,
                 "Number of generation tokens processed.", m, n, snap.generation_tokens, NULL);
     if (mw_lora_enabled()) {
-        /* As vLLM: an info gauge whose value is the time, labels say the state. */
-        char running[1024], now[32], max_lora[16];
-        mw_lora_running(running, sizeof(running));
-        snprintf(now, sizeof(now), "%.1f", (double)time(NULL));
+        /* As vLLM: an info gauge whose value is the time it was last set,
+         * labels say the state; old label sets stay in the output. */
+        struct mw_lora_info hist[MW_LORA_HISTORY];
+        char max_lora[16];
         snprintf(max_lora, sizeof(max_lora), "%d", MW_LORA_MAX);
-        const struct prom_label ll[] = {{"max_lora", max_lora},
-                                        {"running_lora_adapters", running},
-                                        {"waiting_lora_adapters", ""}};
         prom_family(&w, "vllm:lora_requests_info", PROM_GAUGE, "Running stats on lora requests.");
-        prom_sample_text(&w, "", ll, 3, now);
+        size_t n_hist = mw_lora_info(hist, MW_LORA_HISTORY);
+        for (size_t i = 0; i < n_hist; i++) {
+            char when[40];
+            /* Python's client spells a timestamp as 1.764619936123456e+09. */
+            snprintf(when, sizeof(when), "%.15e", hist[i].unix_s);
+            const struct prom_label ll[] = {{"max_lora", max_lora},
+                                            {"waiting_lora_adapters", ""},
+                                            {"running_lora_adapters", hist[i].running}};
+            prom_sample_text(&w, "", ll, 3, when);
+        }
     }
     if (prom_error(&w) != 0) {
         buf_fini(&b);

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 struct mw_lora_entry {
     bool used;
@@ -18,6 +19,10 @@ struct mw_lora_entry {
     unsigned gen;
     unsigned running;
 };
+
+/* The label sets the gauge has had (mw_lora_info); [0] is the newest. */
+static struct mw_lora_info mw_lora_hist[MW_LORA_HISTORY];
+static size_t mw_lora_n_hist;
 
 static pthread_mutex_t mw_lora_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mw_lora_entry mw_lora[MW_LORA_MAX];
@@ -100,14 +105,44 @@ size_t mw_lora_list(char (*names)[128], char (*paths)[256], size_t cap)
     return n;
 }
 
+static void mw_lora_running_locked(char *out, size_t cap);
+
+static double mw_lora_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The current label set, stamped now, at the head of the history (vLLM
+ * sets the gauge on every engine step; here on every change and scrape). */
+static void mw_lora_stamp_locked(void)
+{
+    char now[sizeof(mw_lora_hist[0].running)];
+    mw_lora_running_locked(now, sizeof(now));
+    size_t at = 0;
+    while (at < mw_lora_n_hist && strcmp(mw_lora_hist[at].running, now) != 0)
+        at++;
+    if (at == mw_lora_n_hist && mw_lora_n_hist < MW_LORA_HISTORY)
+        mw_lora_n_hist++;
+    if (at == MW_LORA_HISTORY)
+        at = MW_LORA_HISTORY - 1; /* forget the oldest */
+    memmove(&mw_lora_hist[1], &mw_lora_hist[0], at * sizeof(mw_lora_hist[0]));
+    snprintf(mw_lora_hist[0].running, sizeof(mw_lora_hist[0].running), "%s", now);
+    mw_lora_hist[0].unix_s = mw_lora_now_s();
+}
+
 int mw_lora_begin(const char *name)
 {
     pthread_mutex_lock(&mw_lora_lock);
+    if (mw_lora_on)
+        mw_lora_stamp_locked(); /* the state before: current until now */
     int i = mw_lora_find(name);
     int handle = -1;
     if (i >= 0) {
         mw_lora[i].running++;
         handle = (int)(mw_lora[i].gen * MW_LORA_MAX) + i;
+        mw_lora_stamp_locked();
     }
     pthread_mutex_unlock(&mw_lora_lock);
     return handle;
@@ -120,8 +155,10 @@ void mw_lora_end(int handle)
     int i = handle % MW_LORA_MAX;
     unsigned gen = (unsigned)handle / MW_LORA_MAX;
     pthread_mutex_lock(&mw_lora_lock);
+    mw_lora_stamp_locked(); /* the state before: current until now */
     if (mw_lora[i].used && mw_lora[i].gen == gen && mw_lora[i].running > 0)
         mw_lora[i].running--;
+    mw_lora_stamp_locked();
     pthread_mutex_unlock(&mw_lora_lock);
 }
 
@@ -135,9 +172,25 @@ bool mw_lora_enabled(void)
 
 void mw_lora_running(char *out, size_t cap)
 {
+    pthread_mutex_lock(&mw_lora_lock);
+    mw_lora_running_locked(out, cap);
+    pthread_mutex_unlock(&mw_lora_lock);
+}
+
+size_t mw_lora_info(struct mw_lora_info *out, size_t cap)
+{
+    pthread_mutex_lock(&mw_lora_lock);
+    mw_lora_stamp_locked();
+    size_t n = mw_lora_n_hist < cap ? mw_lora_n_hist : cap;
+    memcpy(out, mw_lora_hist, n * sizeof(*out));
+    pthread_mutex_unlock(&mw_lora_lock);
+    return n;
+}
+
+static void mw_lora_running_locked(char *out, size_t cap)
+{
     size_t at = 0;
     out[0] = '\0';
-    pthread_mutex_lock(&mw_lora_lock);
     for (int i = 0; i < MW_LORA_MAX; i++) {
         if (!mw_lora[i].used || mw_lora[i].running == 0)
             continue;
@@ -146,5 +199,4 @@ void mw_lora_running(char *out, size_t cap)
             break;
         at += (size_t)n;
     }
-    pthread_mutex_unlock(&mw_lora_lock);
 }

@@ -43,4 +43,16 @@ bool mw_lora_enabled(void);
 /* The adapters with running requests, comma-joined, into out. */
 void mw_lora_running(char *out, size_t cap);
 
+/* vllm:lora_requests_info as vLLM's client library writes it: every label
+ * set the gauge ever had stays in the output with the time it was last
+ * set, the current one with now (wall clock, s). Up to MW_LORA_HISTORY
+ * label sets, the oldest forgotten first. */
+#define MW_LORA_HISTORY 8
+struct mw_lora_info {
+    char running[1024];
+    double unix_s;
+};
+/* Copies the label sets (up to cap) into out; returns how many. */
+size_t mw_lora_info(struct mw_lora_info *out, size_t cap);
+
 #endif

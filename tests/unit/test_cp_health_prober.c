@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -47,36 +48,40 @@ static void test_thresholds(void **state)
     assert_int_equal(shm_registry_add(&seg, &in, &w), 0);
     struct cfg_health h = {.interval_ms = 1000, .failure_threshold = 3, .success_threshold = 2};
     struct hc_prober p = {.seg = &seg, .health = &h};
-    struct hc_target t = {0};
-    hc_target_reset(&p, &t, &w, 0);
+    struct wp_target t = {.active = true, .slot = w.slot, .generation = w.generation};
+    struct hc_state st;
+    hc_state_reset(&st, &w, false);
 
-    hc_apply_probe(&p, &t, false, "x");
-    hc_apply_probe(&p, &t, false, "x");
-    hc_apply_probe(&p, &t, true, "");
-    hc_apply_probe(&p, &t, false, "x");
-    hc_apply_probe(&p, &t, false, "x");
+    hc_apply_probe(&p, &t, &st, false, "x");
+    hc_apply_probe(&p, &t, &st, false, "x");
+    hc_apply_probe(&p, &t, &st, true, "");
+    hc_apply_probe(&p, &t, &st, false, "x");
+    hc_apply_probe(&p, &t, &st, false, "x");
     assert_int_equal(shm_registry_find(&seg, "w1", &w), 0);
     assert_true(w.healthy); /* never 3 in a row */
-    hc_apply_probe(&p, &t, false, "x");
+    hc_apply_probe(&p, &t, &st, false, "x");
     assert_int_equal(shm_registry_find(&seg, "w1", &w), 0);
     assert_false(w.healthy);
-    hc_apply_probe(&p, &t, true, "");
-    hc_apply_probe(&p, &t, false, "x");
-    hc_apply_probe(&p, &t, true, "");
+    hc_apply_probe(&p, &t, &st, true, "");
+    hc_apply_probe(&p, &t, &st, false, "x");
+    hc_apply_probe(&p, &t, &st, true, "");
     assert_int_equal(shm_registry_find(&seg, "w1", &w), 0);
     assert_false(w.healthy);
-    hc_apply_probe(&p, &t, true, "");
+    hc_apply_probe(&p, &t, &st, true, "");
     assert_int_equal(shm_registry_find(&seg, "w1", &w), 0);
     assert_true(w.healthy);
-    assert_int_equal(t.checks_ok, 4);
-    assert_int_equal(t.checks_failed, 6);
+    /* What each probe counts as in the stats. */
+    assert_int_equal(hc_apply_probe(&p, &t, &st, true, ""), WP_OK);
+    assert_int_equal(hc_apply_probe(&p, &t, &st, false, "x"), WP_FAILED);
+    assert_int_equal(hc_apply_probe(&p, &t, &st, true, ""), WP_OK);
+    assert_true(w.healthy);
 
     /* A result for a previous occupant of the slot is dropped. */
     shm_registry_remove(&seg, w.slot);
     assert_int_equal(shm_registry_add(&seg, &in, &w), 0);
     assert_int_not_equal(w.generation, t.generation);
     for (int i = 0; i < 5; i++)
-        hc_apply_probe(&p, &t, false, "x");
+        assert_int_equal(hc_apply_probe(&p, &t, &st, false, "x"), WP_UNCOUNTED);
     assert_int_equal(shm_registry_find(&seg, "w1", &w), 0);
     assert_true(w.healthy);
     shm_segment_close(&seg);

@@ -5,12 +5,17 @@
  * averaged; the model_name filter; garbage, NUL bytes, truncated lines,
  * NaN/negative values, unterminated quotes and a huge page never crash,
  * never read past len, and yield -ENODATA when nothing usable is there.
+ * vllm:lora_requests_info: the newest label set wins (old ones stay on
+ * vLLM's page), per engine when series carry one (the engines' running
+ * sets united), an empty running label is an empty set, a tie unites, a
+ * value cut by the buffer loses only its partial last name.
  */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,6 +177,126 @@ static void test_huge_page(void **state)
     free(page);
 }
 
+static bool lora_has(const struct lrp_report *r, const char *name)
+{
+    return shm_adapter_set_may_have(&r->lora_running, shm_adapter_hash(name, strlen(name)));
+}
+
+/* vLLM's page: every label set the gauge had, the newest is the state. */
+static void test_lora_newest_sample_wins(void **state)
+{
+    (void)state;
+    static const char page[] =
+        "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 1.0\n"
+        "# HELP vllm:lora_requests_info Running stats on lora requests.\n"
+        "# TYPE vllm:lora_requests_info gauge\n"
+        "vllm:lora_requests_info{max_lora=\"4\",running_lora_adapters=\"old1,old2\","
+        "waiting_lora_adapters=\"\"} 1.764619930123e+09\n"
+        "vllm:lora_requests_info{max_lora=\"4\",running_lora_adapters=\"sql,chat\","
+        "waiting_lora_adapters=\"old1\"} 1.764619936123456e+09\n"
+        "vllm:lora_requests_info{max_lora=\"4\",running_lora_adapters=\"old3\","
+        "waiting_lora_adapters=\"\"} 1764619935.9\n";
+    struct lrp_report r;
+    assert_int_equal(lrp_parse(page, strlen(page), "m", &r), 0);
+    assert_true(r.has_lora);
+    assert_true(lora_has(&r, "sql"));
+    assert_true(lora_has(&r, "chat"));
+    assert_false(lora_has(&r, "old1")); /* waiting is not running */
+    assert_false(lora_has(&r, "old2"));
+    assert_false(lora_has(&r, "old3"));
+    assert_int_equal(r.running, 1);
+    assert_int_equal(r.bad_lines, 0);
+    /* A page without the family: no LoRA state, an empty set. */
+    static const char plain[] = "vllm:num_requests_running 1\n";
+    assert_int_equal(lrp_parse(plain, strlen(plain), NULL, &r), 0);
+    assert_false(r.has_lora);
+    assert_true(shm_adapter_set_is_empty(&r.lora_running));
+}
+
+/* The newest state runs nothing: an empty label is an empty set. */
+static void test_lora_empty_labels(void **state)
+{
+    (void)state;
+    static const char page[] =
+        "vllm:num_requests_running 0\n"
+        "vllm:lora_requests_info{max_lora=\"1\",running_lora_adapters=\"sql\","
+        "waiting_lora_adapters=\"\"} 100.0\n"
+        "vllm:lora_requests_info{max_lora=\"1\",running_lora_adapters=\"\","
+        "waiting_lora_adapters=\"\"} 200.0\n"
+        "vllm:lora_requests_info{max_lora=\"1\"} 50.0\n";
+    struct lrp_report r;
+    assert_int_equal(lrp_parse(page, strlen(page), NULL, &r), 0);
+    assert_true(r.has_lora);
+    assert_true(shm_adapter_set_is_empty(&r.lora_running));
+    /* A tie between two label sets: both may be current, both count. */
+    static const char tie[] = "vllm:num_requests_running 0\n"
+                              "vllm:lora_requests_info{running_lora_adapters=\"a\"} 300\n"
+                              "vllm:lora_requests_info{running_lora_adapters=\"b\"} 300\n"
+                              "vllm:lora_requests_info{running_lora_adapters=\"c\"} 299\n"
+                              "vllm:lora_requests_info{running_lora_adapters=\"d\"} NaN\n";
+    assert_int_equal(lrp_parse(tie, strlen(tie), NULL, &r), 0);
+    assert_true(lora_has(&r, "a") && lora_has(&r, "b"));
+    assert_false(lora_has(&r, "c"));
+    assert_false(lora_has(&r, "d"));
+    assert_int_equal(r.bad_lines, 1);
+}
+
+/* Series per engine (data-parallel ranks): newest per engine, united. */
+static void test_lora_multi_engine(void **state)
+{
+    (void)state;
+    static const char page[] =
+        "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 1.0\n"
+        "vllm:num_requests_running{engine=\"1\",model_name=\"m\"} 2.0\n"
+        "vllm:lora_requests_info{engine=\"0\",max_lora=\"2\",running_lora_adapters=\"e0old\","
+        "waiting_lora_adapters=\"\"} 10.0\n"
+        "vllm:lora_requests_info{engine=\"1\",max_lora=\"2\",running_lora_adapters=\"e1new\","
+        "waiting_lora_adapters=\"\"} 12.0\n"
+        "vllm:lora_requests_info{engine=\"0\",max_lora=\"2\",running_lora_adapters=\"e0new\","
+        "waiting_lora_adapters=\"\"} 11.0\n"
+        "vllm:lora_requests_info{engine=\"1\",max_lora=\"2\",running_lora_adapters=\"e1old\","
+        "waiting_lora_adapters=\"\"} 9.0\n";
+    struct lrp_report r;
+    assert_int_equal(lrp_parse(page, strlen(page), "m", &r), 0);
+    assert_int_equal(r.running, 3);
+    assert_int_equal(r.engines, 2);
+    /* Engine 0's newest (11) is older than engine 1's (12): it still counts. */
+    assert_true(lora_has(&r, "e0new"));
+    assert_true(lora_has(&r, "e1new"));
+    assert_false(lora_has(&r, "e0old"));
+    assert_false(lora_has(&r, "e1old"));
+    /* More engines than LRP_LORA_ENGINES: no crash, the newest still counts. */
+    char big[8192];
+    size_t at = (size_t)snprintf(big, sizeof(big), "vllm:num_requests_running 1\n");
+    for (int e = 0; e < 20; e++)
+        at += (size_t)snprintf(big + at, sizeof(big) - at,
+                               "vllm:lora_requests_info{engine=\"%d\",running_lora_adapters="
+                               "\"x%d\"} %d\n",
+                               e, e, 100 + e);
+    assert_int_equal(lrp_parse(big, at, NULL, &r), 0);
+    assert_true(lora_has(&r, "x19"));
+}
+
+/* A running list longer than the buffer keeps its whole names only. */
+static void test_lora_long_list(void **state)
+{
+    (void)state;
+    static char page[LRP_LORA_LIST_MAX * 2 + 256];
+    size_t at = (size_t)snprintf(page, sizeof(page),
+                                 "vllm:num_requests_running 1\n"
+                                 "vllm:lora_requests_info{running_lora_adapters=\"first");
+    while (at < LRP_LORA_LIST_MAX + 100)
+        at += (size_t)snprintf(page + at, sizeof(page) - at, ",%s", "abcdefghij");
+    at += (size_t)snprintf(page + at, sizeof(page) - at, ",last\"} 5\n");
+    struct lrp_report r;
+    assert_int_equal(lrp_parse(page, at, NULL, &r), 0);
+    assert_true(r.has_lora);
+    assert_true(lora_has(&r, "first"));
+    assert_true(lora_has(&r, "abcdefghij"));
+    assert_false(lora_has(&r, "last")); /* past the buffer */
+    assert_int_equal(r.bad_lines, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -181,6 +306,10 @@ int main(void)
         cmocka_unit_test(test_garbage),
         cmocka_unit_test(test_bounded_by_len),
         cmocka_unit_test(test_huge_page),
+        cmocka_unit_test(test_lora_newest_sample_wins),
+        cmocka_unit_test(test_lora_empty_labels),
+        cmocka_unit_test(test_lora_multi_engine),
+        cmocka_unit_test(test_lora_long_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -78,6 +78,13 @@ static void test_round_trip_and_generation(void **state)
     assert_int_equal(r.own_inflight, 3);
     assert_int_equal(r.unix_ms, 1234);
     assert_true(r.kv_cache_usage > 0.2499 && r.kv_cache_usage < 0.2501);
+    assert_true(shm_adapter_set_is_empty(&r.running_adapters));
+    /* The running adapters ride in the report. */
+    shm_adapter_set_add(&in.running_adapters, shm_adapter_hash("sql", 3));
+    assert_int_equal(shm_load_report_write(&seg, w.slot, w.generation, &in), 0);
+    assert_int_equal(shm_load_report_read(&seg, w.slot, w.generation, &r), 0);
+    assert_memory_equal(&r.running_adapters, &in.running_adapters, sizeof(in.running_adapters));
+    assert_true(shm_adapter_set_may_have(&r.running_adapters, shm_adapter_hash("sql", 3)));
     /* Out of range usage is clamped. */
     in.kv_cache_usage = 3.0;
     assert_int_equal(shm_load_report_write(&seg, w.slot, w.generation, &in), 0);
@@ -134,12 +141,17 @@ struct stress {
     atomic_bool stop;
 };
 
-/* Every report written keeps running == waiting == own == unix_ms. */
+/* Every report written keeps running == waiting == own == unix_ms ==
+ * both words of the adapter set. */
 static void *writer(void *arg)
 {
     struct stress *st = arg;
     for (uint32_t i = 1; !atomic_load(&st->stop); i++) {
-        struct shm_load_report r = {.running = i, .waiting = i, .own_inflight = i, .unix_ms = i};
+        struct shm_load_report r = {.running = i,
+                                    .waiting = i,
+                                    .own_inflight = i,
+                                    .unix_ms = i,
+                                    .running_adapters = {{i, i}}};
         shm_load_report_write(st->seg, st->slot, st->generation, &r);
     }
     return NULL;
@@ -161,7 +173,8 @@ static void test_no_torn_reads(void **state)
         if (shm_load_report_read(&seg, w.slot, w.generation, &r) != 0)
             continue;
         good++;
-        if (r.running != r.waiting || r.running != r.own_inflight || r.running != r.unix_ms)
+        if (r.running != r.waiting || r.running != r.own_inflight || r.running != r.unix_ms ||
+            r.running != r.running_adapters.bits[0] || r.running != r.running_adapters.bits[1])
             torn++;
     }
     atomic_store(&st.stop, true);
