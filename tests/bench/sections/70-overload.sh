@@ -47,11 +47,7 @@ for ((i = 0; i < n_mocks; i++)); do
         --listen "127.0.0.1:${oports[$i]}" "${mock_flags[@]}"
     mock_args+=(--mock "http://127.0.0.1:${oports[$i]}")
 done
-put over_queue_max_wait_ms "$max_wait_ms"
-put over_queue_max_depth "$depth"
 for ((i = 0; i < n_mocks; i++)); do wait_http "http://127.0.0.1:${oports[$i]}/health" 10; done
-put over_queue_max_wait_ms "$max_wait_ms"
-put over_queue_max_depth "$depth"
 
 key_big=bench-key-big key_small=bench-key-small
 {
@@ -90,8 +86,6 @@ overload_config() {
             i=$((i + 1))
             echo "  - { url: 'http://127.0.0.1:$p', id: w$i, model: mock }"
         done
-put over_queue_max_wait_ms "$max_wait_ms"
-put over_queue_max_depth "$depth"
     } >"$file"
 }
 
