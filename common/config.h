@@ -76,6 +76,7 @@ struct cfg_shm {
     uint32_t max_workers;
     uint32_t max_dataplanes;
     uint32_t prefix_index_blocks; /* capacity of the "<name>.prefix" segment */
+    uint32_t kv_index_blocks;     /* (block, holder) facts of the "<name>.kvholders" segment */
 };
 
 struct cfg_health {

@@ -95,6 +95,9 @@ static const struct cfg_key shm_keys[] = {
     /* 1 Mi blocks of 240 bytes of routing text in 16 MiB (64 KiB .. 4 GiB). */
     KEY_RANGE("prefix_index_blocks", CFG_KIND_U32, struct cfg_shm, prefix_index_blocks, 4096,
               268435456, 1048576),
+    /* 1 Mi (block, worker) facts of KV-cache events in 16 MiB + 512 KiB. */
+    KEY_RANGE("kv_index_blocks", CFG_KIND_U32, struct cfg_shm, kv_index_blocks, 4096, 268435456,
+              1048576),
     KEY_END,
 };
 

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -31,6 +32,7 @@
 #include "controlplane/reset_load.h"
 #include "controlplane/source_kubernetes.h"
 #include "controlplane/source_static.h"
+#include "shm/kv_holders.h"
 #include "shm/load_report.h"
 #include "shm/prefix_index.h"
 #include "shm/registry.h"
@@ -41,6 +43,7 @@ struct cp_daemon {
     struct cfg *reloaded;  /* owned: the last reloaded config (cfg points to it), or NULL */
     struct shm_segment seg;
     struct pix_index *prefix; /* the node's prefix index segment; NULL if none */
+    struct kvh_index *kv_holders; /* the node's KV holder index segment; NULL if none */
     struct cp_lease_reaper reaper;
     struct adm_ctx ctx;
     int epfd;
@@ -101,6 +104,42 @@ static int cp_open_prefix_index(struct cp_daemon *d)
     return 0;
 }
 
+/*
+ * Creates (or keeps, emptied) the node's KV holder index segment,
+ * "<shm.name>.kvholders", under the same lock and rules as the prefix
+ * index: the facts precise_cache_aware routes on, written from the
+ * workers' KV-cache events. Without it that policy falls back to
+ * cache_aware's guesses, so only -EPERM stops the start.
+ */
+static int cp_open_kv_holders(struct cp_daemon *d)
+{
+    char name[CFG_PATH_MAX + sizeof(KVH_NAME_SUFFIX)];
+    char err[512] = "";
+    bool replaced = false;
+    if (kvh_segment_name(d->cfg->shm.name, name, sizeof(name)) != 0) {
+        log_warn("shm.name %s is too long to add %s: no KV holder index (precise_cache_aware "
+                 "routes by cache_aware's approximate match)",
+                 d->cfg->shm.name, KVH_NAME_SUFFIX);
+        return 0;
+    }
+    int rc = kvh_open_owner(name, d->cfg->shm.kv_index_blocks, &d->kv_holders, &replaced, err,
+                            sizeof(err));
+    if (rc == -EPERM) {
+        log_error("%s: %s", d->cfg->path, err);
+        return rc;
+    }
+    if (rc != 0) {
+        log_warn("KV holder index: %s; precise_cache_aware routes by approximate match", err);
+        d->kv_holders = NULL;
+        return 0;
+    }
+    if (replaced)
+        log_warn("%s", err);
+    log_info("opened KV holder index segment %s (%zu facts, %zu bytes, starting empty)", name,
+             kvh_capacity(d->kv_holders), kvh_memory_bytes(d->kv_holders));
+    return 0;
+}
+
 static int cp_open_segment(struct cp_daemon *d)
 {
     char err[512];
@@ -125,6 +164,9 @@ static int cp_open_segment(struct cp_daemon *d)
                      dropped);
     }
     rc = cp_open_prefix_index(d);
+    if (rc != 0)
+        return rc;
+    rc = cp_open_kv_holders(d);
     if (rc != 0)
         return rc;
     rc = cp_source_static_sync(&d->seg, d->cfg, err, sizeof(err));
@@ -377,6 +419,7 @@ out_close_loop:
     }
 out_close_signals:
     pix_destroy(d.prefix);
+    kvh_destroy(d.kv_holders);
     close(d.sigfd);
     return code;
 }
