@@ -365,6 +365,7 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.shm.max_workers, 4);
     assert_int_equal(cfg.shm.max_dataplanes, 2);
     assert_int_equal(cfg.shm.prefix_index_blocks, 8192);
+    assert_int_equal(cfg.shm.kv_index_blocks, 65536);
     assert_string_equal(cfg.controlplane.admin_listen, "[::1]:9081");
     assert_string_equal(cfg.controlplane.admin_token_file, "/etc/switchyard/token");
     assert_string_equal(cfg.controlplane.admin_socket, "/tmp/sy-test.sock");
