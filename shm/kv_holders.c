@@ -626,6 +626,9 @@ void kvh_remove(struct kvh_index *ix, uint64_t key, uint32_t slot)
         return;
     struct kvh_bucket *b = kvh_bucket_of(ix, key);
     uint64_t k = kvh_key(key);
+    /* A forgotten fact of the same block and slot may sit in another way
+     * (a re-store after a forget reuses any free way): the valid one is
+     * the one to withdraw, so look at every way. */
     for (unsigned w = 0; w < KVH_WAYS; w++) {
         if (atomic_load_explicit(&b->way[w].key, memory_order_relaxed) != k)
             continue;
@@ -636,9 +639,10 @@ void kvh_remove(struct kvh_index *ix, uint64_t key, uint32_t slot)
         uint64_t s = kvh_write_begin(b);
         kvh_clear_way(&b->way[w]);
         kvh_write_end(b, s);
-        if (valid)
+        if (valid) {
             kvh_count_add(ix, slot, -1);
-        return;
+            return;
+        }
     }
 }
 

@@ -108,6 +108,13 @@ static void test_forget_slot(void **state)
     /* A removal of a forgotten fact changes no count. */
     kvh_remove(ix, key_of(6), 7);
     assert_int_equal(kvh_count(ix), 101);
+    /* Stored again after a forget (the old fact still in its bucket): a
+     * removal withdraws the new one. */
+    kvh_forget_slot(ix, 8);
+    kvh_add(ix, key_of(7), 8);
+    assert_true(kvh_has(ix, key_of(7), 8));
+    kvh_remove(ix, key_of(7), 8);
+    assert_false(kvh_has(ix, key_of(7), 8));
     kvh_forget_all(ix);
     assert_int_equal(kvh_count(ix), 0);
     assert_false(kvh_has(ix, key_of(5), 7));
