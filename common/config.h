@@ -195,6 +195,16 @@ struct cfg_policy_role {
     enum cfg_policy_name name;
 };
 
+/* policy.precise_cache_aware: matching requests to the blocks the workers'
+ * KV-cache events report (docs/routing.md). */
+struct cfg_precise {
+    uint32_t block_size;             /* tokens per block: the workers' --block-size */
+    char tokenizer_url[CFG_URL_MAX]; /* "" = the worker's own /tokenize */
+    uint64_t tokenize_timeout_ms;    /* a request waits no longer for its tokens */
+    uint32_t tokenize_cache_entries; /* prompts whose tokens are remembered, per event loop */
+    uint64_t speculative_ttl_ms;     /* a just-sent prefix counts as held this long */
+};
+
 struct cfg_policy {
     enum cfg_policy_name name;
     double cache_threshold; /* 0..1 */
@@ -211,6 +221,7 @@ struct cfg_policy {
      * within bounds while its load <= bounded_load_factor x mean + 1. */
     bool rendezvous;
     double bounded_load_factor; /* >= 1 */
+    struct cfg_precise precise_cache_aware;
 };
 
 /* tracing: W3C trace context to the workers, spans to an OTLP collector. */

@@ -429,6 +429,12 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.policy.pd_fallback, CFG_PD_FALLBACK_ERROR);
     assert_false(cfg.policy.rendezvous);
     assert_true(cfg.policy.bounded_load_factor == 1.5);
+    assert_int_equal(cfg.policy.precise_cache_aware.block_size, 32);
+    assert_string_equal(cfg.policy.precise_cache_aware.tokenizer_url,
+                        "http://127.0.0.1:8100/tokenize");
+    assert_int_equal(cfg.policy.precise_cache_aware.tokenize_timeout_ms, 80);
+    assert_int_equal(cfg.policy.precise_cache_aware.tokenize_cache_entries, 100);
+    assert_int_equal(cfg.policy.precise_cache_aware.speculative_ttl_ms, 3000);
     assert_string_equal(cfg.dataplane.access_log, "/var/log/switchyard/access.log");
     assert_int_equal(cfg.dataplane.access_log_buffer, 64 * 1024);
     assert_false(cfg.tracing.propagate);
