@@ -48,6 +48,7 @@ enum cfg_policy_name {
     CFG_POLICY_LEAST_LOAD,
     CFG_POLICY_CONSISTENT_HASH,
     CFG_POLICY_CACHE_AWARE,
+    CFG_POLICY_PRECISE_CACHE_AWARE, /* KV-cache events: exact holders (docs/routing.md) */
 };
 
 enum cfg_balance_gate {

@@ -630,10 +630,10 @@ static const struct bad_case bad_cases[] = {
      "255 characters, no spaces), got 'health'"},
     {"policy:\n  name: fastest\n",
      "t.yaml:2:9: policy.name: expected one of round_robin|random|power_of_two|least_load|"
-     "consistent_hash|cache_aware, got 'fastest'"},
+     "consistent_hash|cache_aware|precise_cache_aware, got 'fastest'"},
     {"policy:\n  prefill: { name: fastest }\n",
      "t.yaml:2:20: policy.prefill.name: expected one of round_robin|random|power_of_two|"
-     "least_load|consistent_hash|cache_aware, got 'fastest'"},
+     "least_load|consistent_hash|cache_aware|precise_cache_aware, got 'fastest'"},
     {"policy:\n  decode: least_load\n",
      "t.yaml:2:11: policy.decode: expected a mapping like { name: least_load }, "
      "got 'least_load'"},
