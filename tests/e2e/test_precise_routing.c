@@ -127,7 +127,8 @@ static void test_routed_to_the_exact_holder(void **state)
                            * the index's alone. */
                           .policy_extra = "precise_cache_aware:\n  speculative_ttl: 0ms\n"
                                           "  tokenize_timeout: 2s\n",
-                          .dataplane_extra = DEBUG,
+                          /* One event loop: one tokenize cache. */
+                          .dataplane_extra = "debug_headers: true\nthreads: 1\n",
                       });
     assert_int_equal(h_wait_until(dp_attached_holders, f.dp, WAIT_MS), 0);
     struct kvh_index *ix = attach_holders(&f);
@@ -157,8 +158,10 @@ static void test_routed_to_the_exact_holder(void **state)
     kvh_forget_slot(ix, w2);
     chat(f.base, content, worker, sizeof(worker), decision, sizeof(decision));
     assert_string_equal(decision, "no_match");
-    /* The tokens came from the workers' /tokenize, never from a fallback. */
-    assert_true(h_fleet_dp_metric(&f, "switchyard_tokenize_requests_total{result=\"ok\"}") >= 1);
+    /* The tokens came from a worker's /tokenize once, then from the cache
+     * (five turns of one prompt), never from a fallback. */
+    assert_int_equal(h_fleet_dp_metric(&f, "switchyard_tokenize_requests_total{result=\"ok\"}"), 1);
+    assert_int_equal(h_fleet_dp_metric(&f, "switchyard_tokenize_cache_hits_total"), 4);
     assert_int_equal(
         h_fleet_dp_metric(&f, "switchyard_precise_fallbacks_total{reason=\"timeout\"}"), 0);
     assert_int_equal(h_fleet_dp_metric(&f, "switchyard_precise_fallbacks_total{reason=\"error\"}"),
