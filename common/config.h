@@ -48,6 +48,7 @@ enum cfg_policy_name {
     CFG_POLICY_LEAST_LOAD,
     CFG_POLICY_CONSISTENT_HASH,
     CFG_POLICY_CACHE_AWARE,
+    CFG_POLICY_PRECISE_CACHE_AWARE, /* KV-cache events: exact holders (docs/routing.md) */
 };
 
 enum cfg_balance_gate {
@@ -76,6 +77,7 @@ struct cfg_shm {
     uint32_t max_workers;
     uint32_t max_dataplanes;
     uint32_t prefix_index_blocks; /* capacity of the "<name>.prefix" segment */
+    uint32_t kv_index_blocks;     /* (block, holder) facts of the "<name>.kvholders" segment */
 };
 
 struct cfg_health {
@@ -194,6 +196,16 @@ struct cfg_policy_role {
     enum cfg_policy_name name;
 };
 
+/* policy.precise_cache_aware: matching requests to the blocks the workers'
+ * KV-cache events report (docs/routing.md). */
+struct cfg_precise {
+    uint32_t block_size;             /* tokens per block: the workers' --block-size */
+    char tokenizer_url[CFG_URL_MAX]; /* "" = the worker's own /tokenize */
+    uint64_t tokenize_timeout_ms;    /* a request waits no longer for its tokens */
+    uint32_t tokenize_cache_entries; /* prompts whose tokens are remembered, per event loop */
+    uint64_t speculative_ttl_ms;     /* a just-sent prefix counts as held this long */
+};
+
 struct cfg_policy {
     enum cfg_policy_name name;
     double cache_threshold; /* 0..1 */
@@ -210,6 +222,7 @@ struct cfg_policy {
      * within bounds while its load <= bounded_load_factor x mean + 1. */
     bool rendezvous;
     double bounded_load_factor; /* >= 1 */
+    struct cfg_precise precise_cache_aware;
 };
 
 /* tracing: W3C trace context to the workers, spans to an OTLP collector. */

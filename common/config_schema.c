@@ -95,6 +95,9 @@ static const struct cfg_key shm_keys[] = {
     /* 1 Mi blocks of 240 bytes of routing text in 16 MiB (64 KiB .. 4 GiB). */
     KEY_RANGE("prefix_index_blocks", CFG_KIND_U32, struct cfg_shm, prefix_index_blocks, 4096,
               268435456, 1048576),
+    /* 1 Mi (block, worker) facts of KV-cache events in 16 MiB + 512 KiB. */
+    KEY_RANGE("kv_index_blocks", CFG_KIND_U32, struct cfg_shm, kv_index_blocks, 4096, 268435456,
+              1048576),
     KEY_END,
 };
 
@@ -284,6 +287,20 @@ static const struct cfg_key policy_decode_keys[] = {
     KEY_END,
 };
 
+static const struct cfg_key precise_keys[] = {
+    /* vLLM's default --block-size. */
+    KEY_RANGE("block_size", CFG_KIND_U32, struct cfg_precise, block_size, 1, 4096, 16),
+    KEY_STR("tokenizer_url", struct cfg_precise, tokenizer_url, cfg_otlp_endpoint_is_valid,
+            "an http:// or https:// URL of at most 255 characters, or \"\"", ""),
+    KEY_RANGE("tokenize_timeout", CFG_KIND_DURATION, struct cfg_precise, tokenize_timeout_ms, 1,
+              10 * MS_SECOND, 50),
+    KEY_RANGE("tokenize_cache_entries", CFG_KIND_U32, struct cfg_precise, tokenize_cache_entries, 0,
+              1048576, 4096),
+    KEY_RANGE("speculative_ttl", CFG_KIND_DURATION, struct cfg_precise, speculative_ttl_ms, 0,
+              MS_MINUTE, 2 * MS_SECOND),
+    KEY_END,
+};
+
 static const struct cfg_key policy_keys[] = {
     KEY_ENUM("name", CFG_KIND_POLICY, struct cfg_policy, name, cfg_policy_names,
              CFG_POLICY_CACHE_AWARE),
@@ -308,6 +325,8 @@ static const struct cfg_key policy_keys[] = {
      * least-loaded worker, as before). */
     KEY_BOOL("rendezvous", struct cfg_policy, rendezvous, true),
     KEY_NUM("bounded_load_factor", struct cfg_policy, bounded_load_factor, 1.0, 100.0, 1.25),
+    KEY_MAP("precise_cache_aware", struct cfg_policy, precise_cache_aware, precise_keys,
+            "a mapping like { block_size: 16, tokenize_timeout: 50ms }", NULL),
     KEY_END,
 };
 

@@ -41,6 +41,7 @@ const struct cfg_enum_name cfg_policy_names[] = {
     {"least_load", CFG_POLICY_LEAST_LOAD},
     {"consistent_hash", CFG_POLICY_CONSISTENT_HASH},
     {"cache_aware", CFG_POLICY_CACHE_AWARE},
+    {"precise_cache_aware", CFG_POLICY_PRECISE_CACHE_AWARE},
     {NULL, 0},
 };
 

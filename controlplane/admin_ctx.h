@@ -47,6 +47,10 @@ struct adm_ctx {
     adm_metrics_fn http_metrics;
     const void *http_metrics_arg;
     uint64_t started_ms; /* monotonic */
+    /* Registered by controlplane.c: the KV event index's families; NULL
+     * when there is no KV holder index. */
+    adm_metrics_fn kv_metrics;
+    const void *kv_metrics_arg;
     /* Registered by controlplane.c: POST /reload. */
     adm_reload_fn reload;
     void *reload_arg;

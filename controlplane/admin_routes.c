@@ -474,6 +474,8 @@ static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
     if (ctx->kube != NULL)
         cp_kube_metrics(ctx->kube, &w);
     cp_fleet_metrics_write(&w, all, n); /* reorders all: after the per-worker families */
+    if (ctx->kv_metrics != NULL)
+        ctx->kv_metrics(ctx->kv_metrics_arg, &w);
     if (ctx->http_metrics != NULL)
         ctx->http_metrics(ctx->http_metrics_arg, &w);
     free(all);

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -24,6 +25,7 @@
 #include "controlplane/admin_http.h"
 #include "controlplane/decisions.h"
 #include "controlplane/health_prober.h"
+#include "controlplane/kv_apply.h"
 #include "controlplane/lease_reaper.h"
 #include "controlplane/load_reports.h"
 #include "controlplane/registry_sync.h"
@@ -31,6 +33,7 @@
 #include "controlplane/reset_load.h"
 #include "controlplane/source_kubernetes.h"
 #include "controlplane/source_static.h"
+#include "shm/kv_holders.h"
 #include "shm/load_report.h"
 #include "shm/prefix_index.h"
 #include "shm/registry.h"
@@ -40,7 +43,11 @@ struct cp_daemon {
     const struct cfg *cfg; /* the config in force: borrowed at start, then reloaded */
     struct cfg *reloaded;  /* owned: the last reloaded config (cfg points to it), or NULL */
     struct shm_segment seg;
-    struct pix_index *prefix; /* the node's prefix index segment; NULL if none */
+    struct pix_index *prefix;     /* the node's prefix index segment; NULL if none */
+    struct kvh_index *kv_holders; /* the node's KV holder index segment; NULL if none */
+    /* Applies the workers' KV-cache events to kv_holders (its sink is what
+     * the event subscriber calls); NULL without kv_holders. */
+    struct kv_apply *kv_apply;
     struct cp_lease_reaper reaper;
     struct adm_ctx ctx;
     int epfd;
@@ -101,6 +108,66 @@ static int cp_open_prefix_index(struct cp_daemon *d)
     return 0;
 }
 
+/* kva_model_fn: a worker's registry model, read from its slot (any thread:
+ * the slot is seqlocked). The id check keeps a reused slot's events from
+ * being seeded with its new occupant's model. */
+static int cp_worker_model(void *arg, uint32_t slot, const char *worker_id, char *out, size_t len)
+{
+    struct cp_daemon *d = arg;
+    struct shm_worker_info w;
+    int rc = shm_registry_read_slot(&d->seg, slot, &w);
+    if (rc != 0)
+        return rc;
+    if (worker_id != NULL && strcmp(worker_id, w.id) != 0)
+        return -ESTALE;
+    if (w.model[0] == '\0')
+        return -ENOENT; /* not known yet (discovered from /v1/models) */
+    snprintf(out, len, "%s", w.model);
+    return 0;
+}
+
+/*
+ * Creates (or keeps, emptied) the node's KV holder index segment,
+ * "<shm.name>.kvholders", under the same lock and rules as the prefix
+ * index: the facts precise_cache_aware routes on, written from the
+ * workers' KV-cache events. Without it that policy falls back to
+ * cache_aware's guesses, so only -EPERM stops the start.
+ */
+static int cp_open_kv_holders(struct cp_daemon *d)
+{
+    char name[CFG_PATH_MAX + sizeof(KVH_NAME_SUFFIX)];
+    char err[512] = "";
+    bool replaced = false;
+    if (kvh_segment_name(d->cfg->shm.name, name, sizeof(name)) != 0) {
+        log_warn("shm.name %s is too long to add %s: no KV holder index (precise_cache_aware "
+                 "routes by cache_aware's approximate match)",
+                 d->cfg->shm.name, KVH_NAME_SUFFIX);
+        return 0;
+    }
+    int rc = kvh_open_owner(name, d->cfg->shm.kv_index_blocks, &d->kv_holders, &replaced, err,
+                            sizeof(err));
+    if (rc == -EPERM) {
+        log_error("%s: %s", d->cfg->path, err);
+        return rc;
+    }
+    if (rc != 0) {
+        log_warn("KV holder index: %s; precise_cache_aware routes by approximate match", err);
+        d->kv_holders = NULL;
+        return 0;
+    }
+    if (replaced)
+        log_warn("%s", err);
+    log_info("opened KV holder index segment %s (%zu facts, %zu bytes, starting empty)", name,
+             kvh_capacity(d->kv_holders), kvh_memory_bytes(d->kv_holders));
+    /* A worker's map needs no more entries than the index has facts. */
+    d->kv_apply =
+        kva_create(d->kv_holders, d->cfg->policy.precise_cache_aware.block_size,
+                   d->cfg->shm.max_workers, kvh_capacity(d->kv_holders), cp_worker_model, d);
+    if (d->kv_apply == NULL)
+        log_warn("KV holder index: out of memory for the event maps; KV events are not applied");
+    return 0;
+}
+
 static int cp_open_segment(struct cp_daemon *d)
 {
     char err[512];
@@ -125,6 +192,9 @@ static int cp_open_segment(struct cp_daemon *d)
                      dropped);
     }
     rc = cp_open_prefix_index(d);
+    if (rc != 0)
+        return rc;
+    rc = cp_open_kv_holders(d);
     if (rc != 0)
         return rc;
     rc = cp_source_static_sync(&d->seg, d->cfg, err, sizeof(err));
@@ -255,6 +325,10 @@ static int cp_start_parts(struct cp_daemon *d)
     d->ctx.started_ms = proc_monotonic_ms();
     d->ctx.reload = cp_reload_now;
     d->ctx.reload_arg = d;
+    if (d->kv_apply != NULL) {
+        d->ctx.kv_metrics = kva_metrics_write;
+        d->ctx.kv_metrics_arg = d->kv_apply;
+    }
     int rc = cp_reset_create(&d->ctx, &d->ctx.reset);
     if (rc == 0)
         rc = cp_decisions_create(&d->ctx.decisions);
@@ -377,6 +451,8 @@ out_close_loop:
     }
 out_close_signals:
     pix_destroy(d.prefix);
+    kva_destroy(d.kv_apply);
+    kvh_destroy(d.kv_holders);
     close(d.sigfd);
     return code;
 }

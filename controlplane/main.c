@@ -11,6 +11,7 @@
 #include "common/daemon.h"
 #include "common/log.h"
 #include "controlplane/controlplane.h"
+#include "shm/kv_holders.h"
 #include "shm/layout.h"
 #include "shm/prefix_index.h"
 #include "shm/responses.h"
@@ -60,6 +61,15 @@ static int run(struct cfg *cfg, void *arg)
                 return 1;
             }
         }
+        /* The KV holder index likewise: its facts name the registry's slots. */
+        char kvholders[CFG_PATH_MAX + sizeof(KVH_NAME_SUFFIX)];
+        if (kvh_segment_name(cfg->shm.name, kvholders, sizeof(kvholders)) == 0) {
+            rc = shm_segment_remove_unused(kvholders, err, sizeof(err));
+            if (rc != 0) {
+                log_error("--fresh: %s", err);
+                return 1;
+            }
+        }
         /* The Responses stickiness table too: its ids name workers of the
          * registry just removed, and its size is fixed when it is made. */
         char responses[CFG_PATH_MAX + 16];
@@ -70,8 +80,8 @@ static int run(struct cfg *cfg, void *arg)
                 return 1;
             }
         }
-        log_info("--fresh: starting from %s alone (segment %s, its prefix index and response "
-                 "table removed if they existed)",
+        log_info("--fresh: starting from %s alone (segment %s, its prefix index, KV holder "
+                 "index and response table removed if they existed)",
                  cfg->path, cfg->shm.name);
     }
     return cp_run(cfg);

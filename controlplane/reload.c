@@ -31,6 +31,9 @@ static const struct {
      * but only to show the same number): a hot restart applies it. */
     {"controlplane.load_reports.stale_after", CP_EFFECT_DATAPLANE_RESTART},
     {"dataplane.", CP_EFFECT_DATAPLANE_RESTART},
+    /* The control plane maps the workers' KV events to chains of this
+     * block size; the data planes hash requests with it too. */
+    {"policy.precise_cache_aware.block_size", CP_EFFECT_RESTART},
     {"policy.", CP_EFFECT_DATAPLANE_RESTART},
     {"tracing.", CP_EFFECT_DATAPLANE_RESTART},
     {"admission.", CP_EFFECT_DATAPLANE_RESTART},

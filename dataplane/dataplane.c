@@ -38,6 +38,7 @@
 #include "dataplane/trace_export.h"
 #include "dataplane/resp_affinity.h"
 #include "dataplane/tls_server.h"
+#include "shm/kv_holders.h"
 #include "shm/lease.h"
 #include "shm/prefix_index.h"
 #include "shm/segment.h"
@@ -50,7 +51,8 @@
 struct dp_daemon {
     const struct cfg *cfg; /* borrowed */
     struct shm_segment seg;
-    struct pix_index *prefix; /* the node's shared prefix index, or NULL */
+    struct pix_index *prefix;     /* the node's shared prefix index, or NULL */
+    struct kvh_index *kv_holders; /* the node's KV holder index, or NULL */
     struct shm_lease_handle lease;
     int epfd;
     int sigfd;
@@ -139,6 +141,35 @@ static void dp_attach_prefix_index(struct dp_daemon *d)
     pol_cache_aware_use_index(d->prefix);
     log_info("prefix index: attached %s (%zu blocks, %zu bytes)", name, pix_capacity(d->prefix),
              pix_memory_bytes(d->prefix));
+}
+
+/*
+ * Attaches the node's KV holder index (the control plane's, filled from the
+ * workers' KV-cache events) when a policy in force is precise_cache_aware.
+ * Without it that policy routes by cache_aware's approximate match.
+ */
+static void dp_attach_kv_holders(struct dp_daemon *d)
+{
+    const struct cfg_policy *p = &d->cfg->policy;
+    if (p->name != CFG_POLICY_PRECISE_CACHE_AWARE &&
+        p->prefill.name != CFG_POLICY_PRECISE_CACHE_AWARE &&
+        p->decode.name != CFG_POLICY_PRECISE_CACHE_AWARE)
+        return;
+    char name[CFG_PATH_MAX + sizeof(KVH_NAME_SUFFIX)];
+    char err[512];
+    int rc = kvh_segment_name(d->cfg->shm.name, name, sizeof(name));
+    if (rc == 0)
+        rc = kvh_attach(name, &d->kv_holders, err, sizeof(err));
+    else
+        snprintf(err, sizeof(err), "shm.name %s is too long to derive its name", d->cfg->shm.name);
+    if (rc != 0) {
+        log_warn("KV holder index: %s; precise_cache_aware routes by approximate match", err);
+        d->kv_holders = NULL;
+        return;
+    }
+    pol_precise_use_index(d->kv_holders);
+    log_info("KV holder index: attached %s (%zu facts, %zu bytes)", name,
+             kvh_capacity(d->kv_holders), kvh_memory_bytes(d->kv_holders));
 }
 
 static int dp_watch(struct dp_daemon *d, int fd)
@@ -461,6 +492,7 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
     if (dp_wait_segment(&d, opts->segment_wait_ms) != 0)
         goto out_close_signals;
     dp_attach_prefix_index(&d);
+    dp_attach_kv_holders(&d);
     /* Logs why when it fails: stickiness is then off. */
     (void)dp_resp_init(cfg, shm_segment_created_ms(&d.seg));
     if (shm_lease_claim(&d.seg, &d.lease, err, sizeof(err)) != 0) {
@@ -556,6 +588,10 @@ out_close_segment:
     if (d.prefix != NULL) {
         pol_cache_aware_use_index(NULL);
         pix_destroy(d.prefix);
+    }
+    if (d.kv_holders != NULL) {
+        pol_precise_use_index(NULL);
+        kvh_destroy(d.kv_holders);
     }
     dp_resp_fini();
     shm_segment_close(&d.seg);

@@ -41,6 +41,7 @@
 #include "dataplane/request.h"
 #include "dataplane/resp_affinity.h"
 #include "dataplane/routes.h"
+#include "dataplane/tokenize.h"
 #include "dataplane/upstream.h"
 
 #define DP_UNPAUSE_ROOM CURL_MAX_WRITE_SIZE
@@ -214,6 +215,22 @@ static bool fwd_slot_in(const uint32_t *slots, size_t n, uint32_t slot)
     return false;
 }
 
+static void fwd_try(struct dp_request *req);
+
+/* Routes whose prompt precise_cache_aware tokenizes (tokenize.h). */
+static bool fwd_tokenizes(const struct dp_request *req)
+{
+    enum dp_body b = dp_route_row(req->route)->body;
+    return b == DP_BODY_CHAT || b == DP_BODY_COMPLETION || b == DP_BODY_RESPONSES ||
+           b == DP_BODY_MESSAGES;
+}
+
+/* The tokens came (or were given up on): pick now. */
+static void fwd_resume_tokenized(struct dp_request *req)
+{
+    fwd_try(req);
+}
+
 /* Picks a worker and starts an attempt on it; on failure answers req. */
 static void fwd_try(struct dp_request *req)
 {
@@ -311,6 +328,12 @@ pick_again:;
     if (!req->pinned)
         n = dp_lora_keep_running(loop->sh->seg, elp, &loop->sh->cfg->policy, req->model, cands, n,
                                  now_unix_ms);
+    /* precise_cache_aware routes on the prompt's tokens: fetched once,
+     * before the first pick; the request waits for them holding no load. */
+    struct pol_policy *policy = req->leg->policy(loop);
+    if (!req->pinned && policy->ops == &pol_precise_cache_aware_ops && fwd_tokenizes(req) &&
+        dp_tok_prepare(req, cands, n, fwd_resume_tokenized))
+        goto out_free;
     struct pol_request pr = {
         .path = dp_route_row(req->route)->upstream_path,
         .model = req->model,
@@ -320,10 +343,11 @@ pick_again:;
         .header = fwd_header_lookup,
         .header_ctx = req,
     };
+    dp_tok_fill(req, &pr);
     enum pol_decision decision = POL_DECISION_UNSET;
     uint64_t pick_ns = dp_journal_now_ns();
     /* A pinned request (resp_affinity.h) has its one candidate. */
-    int pick = req->pinned ? 0 : pol_pick(req->leg->policy(loop), &pr, cands, n, &decision);
+    int pick = req->pinned ? 0 : pol_pick(policy, &pr, cands, n, &decision);
     if (req->pinned)
         decision = POL_DECISION_RESPONSE_AFFINITY;
     dp_journal_decision(req, decision, n, pick >= 0 ? cands[pick].worker->id : NULL, pick_ns);
@@ -831,6 +855,7 @@ void dp_fwd_cancel(struct dp_request *req, bool count_disconnect)
     }
     fwd_unschedule_retry(req);
     dp_request_ref(req);
+    dp_tok_cancel(req); /* a pending tokenize holds a reference */
     while (!list_is_empty(&req->attempt_list))
         attempt_end(fwd_attempt_of_sibling(list_first(&req->attempt_list)));
     dp_listener_wake(req);
@@ -942,6 +967,7 @@ void dp_fwd_tick(struct dp_loop *loop, uint64_t now_ms)
 
 void dp_fwd_release(struct dp_request *req)
 {
+    dp_tok_release(req);
     dp_relay_fini(&req->relay);
     dp_legs_next(req, DP_LEG_EV_FREE, NULL);
 }

@@ -93,6 +93,8 @@ struct dp_shared {
  * upstream, forwarder, P/D), which only that module touches once
  * dp_loop_init (loop_run.h) has cleared it; the rest is the loop's.
  */
+struct dp_tok_loop;
+
 struct dp_loop {
     struct dp_shared *sh; /* borrowed */
     unsigned index;
@@ -107,6 +109,7 @@ struct dp_loop {
     /* admission.c, adm_queue.c */
     struct dp_adm_loop adm;
     struct pol_policy policy;
+    struct dp_tok_loop *tok;   /* tokenize.c's cache; NULL until first used */
     struct list_node requests; /* requests MHD still knows (dp_request.req_link) */
     /* A stack of requests to free at the end of the pass (dp_request.dead_next):
      * only pushed and emptied whole, so a singly linked stack suffices. */

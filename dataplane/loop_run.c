@@ -26,6 +26,7 @@
 #include "dataplane/listener.h"
 #include "dataplane/loop.h"
 #include "dataplane/pd.h"
+#include "dataplane/tokenize.h"
 #include "dataplane/upstream.h"
 #include "dataplane/workers.h"
 
@@ -225,6 +226,7 @@ void dp_loop_join(struct dp_loop *loop)
 void dp_loop_fini(struct dp_loop *loop)
 {
     dp_listener_stop(loop);
+    dp_tok_loop_fini(loop);
     dp_up_fini(loop);
     dp_pd_loop_fini(loop);
     dp_adm_loop_fini(loop);

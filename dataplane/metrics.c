@@ -9,6 +9,7 @@
 #include "dataplane/metrics.h"
 #include "dataplane/policy.h"
 #include "dataplane/routes.h"
+#include "dataplane/tokenize_stats.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -502,6 +503,7 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
     prom_family(w, "switchyard_prefix_index_bytes", PROM_GAUGE,
                 "Bytes mapped by cache_aware's prefix index (shared by the node's data planes).");
     prom_sample_u64(w, NULL, NULL, 0, pol_cache_aware_index_bytes());
+    dp_tok_metrics_write(w);
 
     prom_family(w, "switchyard_client_disconnects_total", PROM_COUNTER,
                 "Clients gone before their response ended, by phase.");

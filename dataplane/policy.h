@@ -58,6 +58,13 @@ const char *pol_decision_name(enum pol_decision d);
 /* Returns the value of request header `name` (case-insensitive) or NULL. */
 typedef const char *(*pol_header_fn)(void *ctx, const char *name);
 
+/* precise_cache_aware's token chain of a request (dataplane/tokenize.h). */
+enum pol_tokens {
+    POL_TOKENS_NONE = 0, /* not tokenized (not this policy, or a route without a prompt) */
+    POL_TOKENS_OK,       /* kv_chain holds the prompt's block hashes */
+    POL_TOKENS_FAILED,   /* tokenizing failed or timed out: route approximately */
+};
+
 /* What a policy may look at. Borrowed for the duration of pick. */
 struct pol_request {
     const char *path;  /* e.g. "/v1/chat/completions" */
@@ -67,6 +74,10 @@ struct pol_request {
     const char *user; /* the body's "user" ("" when absent) */
     pol_header_fn header;
     void *header_ctx;
+    /* precise_cache_aware: the prompt's chain of block hashes (token_chain.h). */
+    enum pol_tokens tokens;
+    const uint64_t *kv_chain;
+    size_t kv_chain_len;
 };
 
 struct pol_candidate {
@@ -102,6 +113,7 @@ extern const struct pol_ops pol_power_of_two_ops;
 extern const struct pol_ops pol_least_load_ops;
 extern const struct pol_ops pol_consistent_hash_ops;
 extern const struct pol_ops pol_cache_aware_ops;
+extern const struct pol_ops pol_precise_cache_aware_ops;
 
 /* Creates the policy named by cfg->name. 0 or -errno. */
 int pol_create(const struct cfg_policy *cfg, struct pol_policy *out);
@@ -123,6 +135,15 @@ void pol_cache_aware_use_index(struct pix_index *ix);
 
 /* Bytes mapped by cache_aware's prefix index (0 before its first use). */
 size_t pol_cache_aware_index_bytes(void);
+
+struct kvh_index;
+
+/*
+ * Hands precise_cache_aware the node's KV holder index (borrowed: it must
+ * outlive every policy). Without one the policy routes every request by
+ * cache_aware's approximate match (counted as fallback "no_index").
+ */
+void pol_precise_use_index(struct kvh_index *ix);
 
 /* The consistent_hash choice as a function (also used by tests). */
 int pol_consistent_hash_pick(const struct pol_request *req, const struct pol_candidate *cands,

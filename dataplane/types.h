@@ -154,6 +154,7 @@ enum dp_req_phase {
 };
 
 struct dp_journal;
+struct dp_tok_req;
 struct dp_leg;
 struct dp_request;
 struct dp_resp_capture;
@@ -274,6 +275,7 @@ struct dp_request {
 
     struct dp_request *dead_next; /* loop->graveyard */
     struct dp_journal *journal;   /* owned; what the access log and tracing read (journal.h) */
+    struct dp_tok_req *tok;       /* owned; precise_cache_aware's tokens (tokenize.h), or NULL */
 };
 
 #endif

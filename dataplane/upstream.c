@@ -12,6 +12,7 @@
 #include "dataplane/routes.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,14 +22,25 @@
 
 #define DP_MAXCONNECTS 1024L
 
-/* A finished transfer (from cep_collect): to the registered on_done. */
+/* CURLOPT_PRIVATE of a side transfer (struct dp_up_side) carries this low
+ * bit, which no attempt's pointer has (both structs are pointer-aligned). */
+#define UP_SIDE_TAG ((uintptr_t)1)
+
+/* A finished transfer (from cep_collect): to the registered on_done, or a
+ * side transfer's own. */
 static void up_on_done(void *user, CURL *easy, CURLcode result)
 {
     struct dp_loop *loop = user;
-    struct dp_attempt *a = NULL;
-    curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&a);
-    if (a != NULL)
-        loop->up.handlers->on_done(a, result);
+    char *p = NULL;
+    curl_easy_getinfo(easy, CURLINFO_PRIVATE, &p);
+    if (p == NULL)
+        return;
+    if ((uintptr_t)p & UP_SIDE_TAG) {
+        struct dp_up_side *side = (struct dp_up_side *)(void *)(p - UP_SIDE_TAG);
+        side->on_done(side, result);
+        return;
+    }
+    loop->up.handlers->on_done((struct dp_attempt *)(void *)p, result);
 }
 
 int dp_up_init(struct dp_loop *loop, const struct dp_up_handlers *handlers)
@@ -219,4 +231,42 @@ void dp_up_timer_due(struct dp_loop *loop, uint64_t now_ms)
 void dp_up_collect(struct dp_loop *loop)
 {
     cep_collect(&loop->up.cep);
+}
+
+CURL *dp_up_side_easy(struct dp_loop *loop)
+{
+    const struct cfg_dataplane *dc = &loop->sh->cfg->dataplane;
+    CURL *e = curl_easy_init();
+    if (e == NULL)
+        return NULL;
+    CURLcode rc = CURLE_OK;
+    rc |= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    rc |= curl_easy_setopt(e, CURLOPT_PROXY, "");
+    rc |= curl_easy_setopt(e, CURLOPT_NOPROXY, "");
+    rc |= curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    rc |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)dc->connect_timeout_ms);
+    rc |= curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    if (tls_client_apply(e, &dc->upstream_tls) != 0)
+        rc |= CURLE_FAILED_INIT;
+    if (loop->up.tls_share != NULL)
+        rc |= curl_easy_setopt(e, CURLOPT_SHARE, loop->up.tls_share);
+    if (rc != CURLE_OK) {
+        curl_easy_cleanup(e);
+        return NULL;
+    }
+    cep_easy_setup(&loop->up.cep, e);
+    return e;
+}
+
+int dp_up_side_start(struct dp_loop *loop, struct dp_up_side *s)
+{
+    if (curl_easy_setopt(s->easy, CURLOPT_PRIVATE, (char *)s + UP_SIDE_TAG) != CURLE_OK)
+        return -EINVAL;
+    return cep_add(&loop->up.cep, s->easy) != 0 ? -ENOMEM : 0;
+}
+
+void dp_up_side_detach(struct dp_loop *loop, struct dp_up_side *s)
+{
+    if (s->easy != NULL)
+        cep_remove(&loop->up.cep, s->easy);
 }

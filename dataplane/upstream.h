@@ -48,6 +48,29 @@ void dp_up_detach(struct dp_attempt *a);
 /* Resumes a paused transfer (may call the write callback synchronously). */
 void dp_up_unpause(struct dp_attempt *a);
 
+/*
+ * A transfer on the loop's multi that is not a request's attempt (the
+ * tokenize client's POST /tokenize, tokenize.h). Its owner makes and
+ * configures the easy handle (dp_up_side_easy gives one with the loop's
+ * connection and TLS settings), embeds this struct and is told of the end
+ * through on_done, from the loop; it must then (or to cancel) call
+ * dp_up_side_detach, and clean the handle up itself.
+ */
+struct dp_up_side {
+    void (*on_done)(struct dp_up_side *s, CURLcode result);
+    CURL *easy;
+};
+
+/* A new easy handle set up as the loop's attempts' are (no proxy, connect
+ * timeout, TLS to the workers), without their callbacks; NULL on failure. */
+CURL *dp_up_side_easy(struct dp_loop *loop);
+
+/* Adds s->easy to the multi. 0 or -errno (nothing started). */
+int dp_up_side_start(struct dp_loop *loop, struct dp_up_side *s);
+
+/* Removes s->easy from the multi (idempotent; s->easy stays the owner's). */
+void dp_up_side_detach(struct dp_loop *loop, struct dp_up_side *s);
+
 /* Events from epoll for a curl socket, and the curl timer. */
 void dp_up_socket_event(struct dp_loop *loop, int fd, uint32_t events);
 /* When curl's timer wants dp_up_timer_due (monotonic ms), -1 = never. */

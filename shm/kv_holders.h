@@ -38,7 +38,9 @@
 struct kvh_index;
 
 /* Private memory holding at least capacity_blocks (block, holder) facts
- * (rounded as the implementation needs). NULL on allocation failure. */
+ * (rounded up to a power of two of 15-fact buckets, within 4 Ki .. 256 Mi
+ * facts; 16 bytes a fact plus a 512 KiB slot table). NULL on allocation
+ * failure. */
 struct kvh_index *kvh_create(size_t capacity_blocks);
 
 /* Unmaps (a shared segment stays). NULL-safe. */
@@ -50,7 +52,12 @@ int kvh_segment_name(const char *shm_name, char *out, size_t len);
 /* Control plane: create segment `name` (O_EXCL, 0600) or keep a valid one
  * of the same layout and size; as pix_open_owner (call it holding the
  * registry's owner lock). *replaced tells whether an existing one of
- * another layout or size was replaced. 0 or a negative errno with err. */
+ * another layout or size was replaced (err then says why). A kept segment
+ * starts empty (kvh_forget_all): the previous writer's map from the
+ * workers' hashes died with it, so nothing could withdraw its facts; one
+ * being replaced is emptied before it is unlinked, so data planes still
+ * mapping it see nothing rather than frozen facts. 0 or a negative errno
+ * with err. */
 int kvh_open_owner(const char *name, size_t capacity_blocks, struct kvh_index **out, bool *replaced,
                    char *err, size_t err_len);
 
@@ -66,22 +73,38 @@ void kvh_remove(struct kvh_index *ix, uint64_t key, uint32_t slot);
 /* Every fact about slot goes; cost bounded by the index's size, not by the
  * number of facts (forgetting must be cheap enough to do on every gap). */
 void kvh_forget_slot(struct kvh_index *ix, uint32_t slot);
+/* kvh_forget_slot for every slot. */
+void kvh_forget_all(struct kvh_index *ix);
 
 /* Reader side. */
 bool kvh_has(const struct kvh_index *ix, uint64_t key, uint32_t slot);
 
 /*
- * Longest exactly-held prefix over the candidates: the largest m such that
- * some candidate holds every block chain[0..m) (0 when none). holders[0..
- * *n_holders) (at most max_holders) are candidates holding that whole
- * prefix.
+ * Longest held prefix over the candidates: the largest m such that some
+ * candidate holds block chain[m-1] (0 when none), found by bisection in
+ * O(log n) bucket reads. A block's key covers the whole prefix before it,
+ * and vLLM frees a request's blocks tail first, so a holder of block m-1
+ * holds the blocks before it but for rare holes (which cost it a shorter
+ * real hit, never a wrong holder). holders[0..*n_holders) (at most
+ * max_holders) are the candidates holding block m-1.
  */
 size_t kvh_longest_match(const struct kvh_index *ix, const uint64_t *chain, size_t n,
                          const struct pix_slot_set *candidates, uint32_t *holders,
                          size_t max_holders, size_t *n_holders);
 
-/* Facts currently held (for metrics and tests), and the bound. */
+/* Facts currently held (for metrics and tests; the writer's count, which a
+ * reader may see a write behind), of one slot, and the bound. */
 size_t kvh_count(const struct kvh_index *ix);
+size_t kvh_slot_count(const struct kvh_index *ix, uint32_t slot);
 size_t kvh_capacity(const struct kvh_index *ix);
+
+/* Bytes mapped (header, slot table, buckets); pages become resident only
+ * when first written. True when ix lives in a shared segment. */
+size_t kvh_memory_bytes(const struct kvh_index *ix);
+bool kvh_is_shared(const struct kvh_index *ix);
+
+/* Checks a header against this binary's layout and the object's size: 0,
+ * -EAGAIN (magic not published) or -EPROTO, with err. */
+int kvh_validate(const void *hdr, uint64_t file_size, char *err, size_t err_len);
 
 #endif

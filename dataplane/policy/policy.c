@@ -54,6 +54,9 @@ int pol_create(const struct cfg_policy *cfg, struct pol_policy *out)
     case CFG_POLICY_CACHE_AWARE:
         ops = &pol_cache_aware_ops;
         break;
+    case CFG_POLICY_PRECISE_CACHE_AWARE:
+        ops = &pol_precise_cache_aware_ops;
+        break;
     default:
         log_error("unknown routing policy %d", (int)cfg->name);
         return -EINVAL;

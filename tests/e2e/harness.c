@@ -363,9 +363,11 @@ int h_shm_name(char *buf, size_t len)
     int rc = h_ctx_begin();
     if (rc != 0)
         return rc;
-    /* Two names: the segment and the prefix index the control plane
-     * creates beside it ("<name>.prefix"), both removed at teardown. */
-    if (h_ctx.n_shm + 2 > H_MAX_SHM)
+    /* Three names: the segment and the indexes the control plane creates
+     * beside it ("<name>.prefix", "<name>.kvholders"), all removed at
+     * teardown. */
+    static const char *const suffixes[] = {"", ".prefix", ".kvholders"};
+    if (h_ctx.n_shm + 3 > H_MAX_SHM)
         return -ENOSPC;
     char name[H_NAME_MAX];
     rc = h_fmt(name, sizeof(name), "/sy-test-%d-%u", (int)getpid(), ++h_shm_seq);
@@ -373,9 +375,9 @@ int h_shm_name(char *buf, size_t len)
         rc = h_fmt(buf, len, "%s", name);
     if (rc != 0)
         return rc;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         char full[H_NAME_MAX];
-        rc = h_fmt(full, sizeof(full), "%s%s", name, k == 0 ? "" : ".prefix");
+        rc = h_fmt(full, sizeof(full), "%s%s", name, suffixes[k]);
         if (rc != 0)
             return rc;
         size_t i = h_ctx.n_shm;

@@ -365,6 +365,7 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.shm.max_workers, 4);
     assert_int_equal(cfg.shm.max_dataplanes, 2);
     assert_int_equal(cfg.shm.prefix_index_blocks, 8192);
+    assert_int_equal(cfg.shm.kv_index_blocks, 65536);
     assert_string_equal(cfg.controlplane.admin_listen, "[::1]:9081");
     assert_string_equal(cfg.controlplane.admin_token_file, "/etc/switchyard/token");
     assert_string_equal(cfg.controlplane.admin_socket, "/tmp/sy-test.sock");
@@ -428,6 +429,12 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.policy.pd_fallback, CFG_PD_FALLBACK_ERROR);
     assert_false(cfg.policy.rendezvous);
     assert_true(cfg.policy.bounded_load_factor == 1.5);
+    assert_int_equal(cfg.policy.precise_cache_aware.block_size, 32);
+    assert_string_equal(cfg.policy.precise_cache_aware.tokenizer_url,
+                        "http://127.0.0.1:8100/tokenize");
+    assert_int_equal(cfg.policy.precise_cache_aware.tokenize_timeout_ms, 80);
+    assert_int_equal(cfg.policy.precise_cache_aware.tokenize_cache_entries, 100);
+    assert_int_equal(cfg.policy.precise_cache_aware.speculative_ttl_ms, 3000);
     assert_string_equal(cfg.dataplane.access_log, "/var/log/switchyard/access.log");
     assert_int_equal(cfg.dataplane.access_log_buffer, 64 * 1024);
     assert_false(cfg.tracing.propagate);
@@ -623,10 +630,10 @@ static const struct bad_case bad_cases[] = {
      "255 characters, no spaces), got 'health'"},
     {"policy:\n  name: fastest\n",
      "t.yaml:2:9: policy.name: expected one of round_robin|random|power_of_two|least_load|"
-     "consistent_hash|cache_aware, got 'fastest'"},
+     "consistent_hash|cache_aware|precise_cache_aware, got 'fastest'"},
     {"policy:\n  prefill: { name: fastest }\n",
      "t.yaml:2:20: policy.prefill.name: expected one of round_robin|random|power_of_two|"
-     "least_load|consistent_hash|cache_aware, got 'fastest'"},
+     "least_load|consistent_hash|cache_aware|precise_cache_aware, got 'fastest'"},
     {"policy:\n  decode: least_load\n",
      "t.yaml:2:11: policy.decode: expected a mapping like { name: least_load }, "
      "got 'least_load'"},

@@ -26,6 +26,11 @@ static void test_effects(void **state)
     assert_int_equal(cp_reload_effect_of("dataplane.retry.max_attempts"),
                      CP_EFFECT_DATAPLANE_RESTART);
     assert_int_equal(cp_reload_effect_of("policy.name"), CP_EFFECT_DATAPLANE_RESTART);
+    /* The control plane maps KV events with it: a restart of both. */
+    assert_int_equal(cp_reload_effect_of("policy.precise_cache_aware.block_size"),
+                     CP_EFFECT_RESTART);
+    assert_int_equal(cp_reload_effect_of("policy.precise_cache_aware.tokenize_timeout"),
+                     CP_EFFECT_DATAPLANE_RESTART);
     assert_int_equal(cp_reload_effect_of("controlplane.admin_listen"), CP_EFFECT_RESTART);
     assert_int_equal(cp_reload_effect_of("shm.max_workers"), CP_EFFECT_RESTART);
     assert_int_equal(cp_reload_effect_of("some_future_section.key"), CP_EFFECT_RESTART);

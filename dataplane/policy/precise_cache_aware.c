@@ -1,0 +1,347 @@
+/*
+ * precise_cache_aware (see precise_cache_aware.h for the rule): the policy
+ * ops, the decision, and the speculative entries.
+ *
+ * The KV holder index is one per node, written by the control plane: the
+ * data plane attaches it at startup and hands it over with
+ * pol_precise_use_index before any loop creates its policy. Requests
+ * without a token chain (the tokenizer was slow, down or refused the
+ * prompt; a route without a prompt) and every request when there is no
+ * index are decided by a cache_aware instance of the same loop, so they
+ * keep approximate affinity.
+ */
+#include "dataplane/policy/precise_cache_aware.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "common/proc.h"
+#include "dataplane/policy.h"
+#include "dataplane/policy/rendezvous.h"
+#include "dataplane/tokenize_stats.h"
+
+#define PCA_MAX_CANDIDATES 1024u
+#define PCA_MAX_HOLDERS    64u
+#define PCA_SPEC_FACTS     (1u << 16)
+#define PCA_STACK_CANDS    256u
+
+/* ---- speculative entries ---- */
+
+struct pca_spec {
+    struct kvh_index *gen[2]; /* [cur] takes new entries; both are read */
+    unsigned cur;
+    uint64_t half_ttl_ms;
+    uint64_t swapped_ms;
+};
+
+struct pca_spec *pca_spec_create(uint64_t ttl_ms)
+{
+    if (ttl_ms == 0)
+        return NULL;
+    struct pca_spec *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->gen[0] = kvh_create(PCA_SPEC_FACTS);
+    s->gen[1] = kvh_create(PCA_SPEC_FACTS);
+    s->half_ttl_ms = ttl_ms / 2 > 0 ? ttl_ms / 2 : 1;
+    if (s->gen[0] == NULL || s->gen[1] == NULL) {
+        pca_spec_destroy(s);
+        return NULL;
+    }
+    return s;
+}
+
+void pca_spec_destroy(struct pca_spec *s)
+{
+    if (s == NULL)
+        return;
+    kvh_destroy(s->gen[0]);
+    kvh_destroy(s->gen[1]);
+    free(s);
+}
+
+/* Empties the older generation every half TTL (both after a whole one). */
+static void pca_spec_age(struct pca_spec *s, uint64_t now_ms)
+{
+    if (now_ms - s->swapped_ms < s->half_ttl_ms)
+        return;
+    if (now_ms - s->swapped_ms >= 2 * s->half_ttl_ms)
+        kvh_forget_all(s->gen[s->cur]);
+    s->cur ^= 1u;
+    kvh_forget_all(s->gen[s->cur]);
+    s->swapped_ms = now_ms;
+}
+
+/* ---- the decision ---- */
+
+/* The longest prefix held by a candidate in ix; holders appended to
+ * holders[*nh..) when the length is >= best (replacing shorter ones). */
+static void pca_match(const struct kvh_index *ix, const uint64_t *chain, size_t n_chain,
+                      const struct pix_slot_set *set, size_t *best, uint32_t *holders, size_t *nh)
+{
+    uint32_t found[PCA_MAX_HOLDERS];
+    size_t nf = 0;
+    size_t m = kvh_longest_match(ix, chain, n_chain, set, found, PCA_MAX_HOLDERS, &nf);
+    if (m == 0 || m < *best)
+        return;
+    if (m > *best) {
+        *best = m;
+        *nh = 0;
+    }
+    for (size_t i = 0; i < nf && *nh < PCA_MAX_HOLDERS; i++)
+        holders[(*nh)++] = found[i];
+}
+
+/* The least-loaded candidate (not KV-full unless all are), ties spread by
+ * `spread`, `prefer` winning a tie. */
+static size_t pca_least_loaded(const struct ca_candidate *cands, size_t n, long prefer,
+                               uint64_t spread)
+{
+    bool skip_kv = false;
+    for (size_t i = 0; i < n && !skip_kv; i++)
+        skip_kv = !cands[i].kv_overloaded;
+    uint64_t min_load = UINT64_MAX;
+    size_t ties = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (skip_kv && cands[i].kv_overloaded)
+            continue;
+        if (cands[i].load < min_load) {
+            min_load = cands[i].load;
+            ties = 1;
+        } else if (cands[i].load == min_load) {
+            ties++;
+        }
+    }
+    if (prefer >= 0 && cands[prefer].load == min_load && !(skip_kv && cands[prefer].kv_overloaded))
+        return (size_t)prefer;
+    size_t pick = (size_t)(spread % ties);
+    for (size_t i = 0; i < n; i++) {
+        if (cands[i].load != min_load || (skip_kv && cands[i].kv_overloaded))
+            continue;
+        if (pick == 0)
+            return i;
+        pick--;
+    }
+    return 0;
+}
+
+struct pca_walk {
+    const struct ca_candidate *cands;
+    size_t n, skip;
+    uint64_t total;
+    double factor;
+};
+
+static bool pca_walk_accept(const void *ctx, size_t i, uint64_t *seed)
+{
+    const struct pca_walk *w = ctx;
+    *seed = w->cands[i].rdv_seed;
+    return i != w->skip && !w->cands[i].kv_overloaded &&
+           rdv_within_bound(w->cands[i].load, w->total, w->n, w->factor);
+}
+
+/* By load: the ranking of the chain's head within the bound (skipping
+ * `skip`), or the least-loaded worker. */
+static size_t pca_by_load(const struct ca_params *p, const struct ca_candidate *cands, size_t n,
+                          uint64_t total, size_t skip, const uint64_t *chain, size_t n_chain)
+{
+    uint64_t spread = n_chain > 0 ? chain[0] : 0;
+    if (p->rendezvous && n_chain > 0) {
+        size_t k = n_chain < PCA_RDV_KEY_BLOCKS ? n_chain : PCA_RDV_KEY_BLOCKS;
+        struct pca_walk w = {
+            .cands = cands, .n = n, .skip = skip, .total = total, .factor = p->bounded_load_factor};
+        long i = rdv_first(&chain[k - 1], sizeof(chain[0]), n, pca_walk_accept, &w);
+        if (i >= 0)
+            return (size_t)i;
+    }
+    return pca_least_loaded(cands, n, -1, spread);
+}
+
+int pca_decide(const struct kvh_index *exact, struct pca_spec *spec, const struct ca_params *p,
+               const uint64_t *chain, size_t n_chain, const struct ca_candidate *cands, size_t n,
+               uint64_t now_ms, struct ca_choice *out)
+{
+    if (n == 0)
+        return -EINVAL;
+    /* Per thread, all zero between calls: every slot added is cleared below. */
+    static _Thread_local struct pix_slot_set set;
+    uint32_t slots[PCA_MAX_CANDIDATES];
+    size_t n_slots = n < PCA_MAX_CANDIDATES ? n : PCA_MAX_CANDIDATES;
+    uint64_t min_load = UINT64_MAX, max_load = 0, total = 0;
+    for (size_t i = 0; i < n; i++) {
+        total += cands[i].load;
+        if (i < n_slots) {
+            slots[i] = cands[i].slot;
+            pix_slots_add(&set, cands[i].slot);
+        }
+        if (cands[i].load < min_load)
+            min_load = cands[i].load;
+        if (cands[i].load > max_load)
+            max_load = cands[i].load;
+    }
+    size_t matched = 0, exact_matched = 0, nh = 0;
+    uint32_t holders[PCA_MAX_HOLDERS];
+    if (exact != NULL && n_chain > 0) {
+        pca_match(exact, chain, n_chain, &set, &matched, holders, &nh);
+        exact_matched = matched;
+    }
+    if (spec != NULL && n_chain > 0) {
+        pca_spec_age(spec, now_ms);
+        pca_match(spec->gen[0], chain, n_chain, &set, &matched, holders, &nh);
+        pca_match(spec->gen[1], chain, n_chain, &set, &matched, holders, &nh);
+    }
+    pix_slots_clear(&set, slots, n_slots);
+    /* The least loaded of the holders: a hot prefix spreads over the
+     * workers that already hold it. */
+    size_t matched_idx = n;
+    for (size_t h = 0; h < nh; h++)
+        for (size_t i = 0; i < n_slots; i++) {
+            if (cands[i].slot != holders[h])
+                continue;
+            if (matched_idx == n || cands[i].load < cands[matched_idx].load)
+                matched_idx = i;
+            break;
+        }
+    if (matched_idx == n)
+        matched = 0;
+    size_t chosen;
+    enum pol_decision decision;
+    if (p->balance_gate == CFG_BALANCE_GATE_FLEET && ca_is_overloaded(p, max_load, min_load)) {
+        chosen = pca_least_loaded(cands, n, matched > 0 ? (long)matched_idx : -1,
+                                  n_chain > 0 ? chain[0] : 0);
+        decision = POL_DECISION_FLEET_IMBALANCED;
+    } else if (matched == 0) {
+        chosen = pca_by_load(p, cands, n, total, n, chain, n_chain);
+        decision = POL_DECISION_NO_MATCH;
+    } else if (cands[matched_idx].kv_overloaded ||
+               ca_is_overloaded(p, cands[matched_idx].load, min_load)) {
+        chosen = pca_by_load(p, cands, n, total, matched_idx, chain, n_chain);
+        decision = POL_DECISION_OVERLOADED_FALLBACK;
+    } else {
+        chosen = matched_idx;
+        bool fleet_would_move =
+            ca_is_overloaded(p, max_load, min_load) && cands[matched_idx].load > min_load;
+        decision =
+            fleet_would_move ? POL_DECISION_AFFINITY_DESPITE_IMBALANCE : POL_DECISION_AFFINITY;
+    }
+    /* The chosen worker will hold the whole prompt once it has run it. */
+    if (spec != NULL && cands[chosen].slot < PIX_SLOT_LIMIT) {
+        size_t from = chosen == matched_idx ? exact_matched : 0;
+        for (size_t i = from; i < n_chain; i++)
+            kvh_add(spec->gen[spec->cur], chain[i], cands[chosen].slot);
+    }
+    out->index = chosen;
+    out->decision = decision;
+    out->matched_blocks = matched;
+    out->total_blocks = n_chain;
+    return 0;
+}
+
+/* ---- the policy ---- */
+
+static pthread_mutex_t pca_index_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kvh_index *pca_index;
+
+void pol_precise_use_index(struct kvh_index *ix)
+{
+    pthread_mutex_lock(&pca_index_lock);
+    pca_index = ix;
+    pthread_mutex_unlock(&pca_index_lock);
+}
+
+static struct kvh_index *pca_shared_index(void)
+{
+    pthread_mutex_lock(&pca_index_lock);
+    struct kvh_index *ix = pca_index;
+    pthread_mutex_unlock(&pca_index_lock);
+    return ix;
+}
+
+/* One loop's instance. */
+struct pca_state {
+    struct kvh_index *exact; /* the node's, borrowed; NULL: approximate only */
+    struct pca_spec *spec;   /* owned; NULL when speculative_ttl is 0 */
+    struct ca_params params;
+    void *approx; /* a cache_aware instance's state, for requests without tokens */
+};
+
+static void pca_destroy(void *state)
+{
+    struct pca_state *s = state;
+    if (s == NULL)
+        return;
+    pca_spec_destroy(s->spec);
+    if (s->approx != NULL)
+        pol_cache_aware_ops.destroy(s->approx);
+    free(s);
+}
+
+static int pca_create(const struct cfg_policy *cfg, void **state)
+{
+    struct pca_state *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return -ENOMEM;
+    int rc = pol_cache_aware_ops.create(cfg, &s->approx);
+    if (rc != 0) {
+        free(s);
+        return rc;
+    }
+    s->exact = pca_shared_index();
+    s->spec = pca_spec_create(cfg->precise_cache_aware.speculative_ttl_ms);
+    s->params = (struct ca_params){
+        .cache_threshold = cfg->cache_threshold,
+        .balance_abs_threshold = cfg->balance_abs_threshold,
+        .balance_rel_threshold = cfg->balance_rel_threshold,
+        .balance_gate = cfg->balance_gate,
+        .rendezvous = cfg->rendezvous,
+        .bounded_load_factor = cfg->bounded_load_factor,
+    };
+    *state = s;
+    return 0;
+}
+
+static int pca_pick(void *state, const struct pol_request *req, const struct pol_candidate *cands,
+                    size_t n, enum pol_decision *decision)
+{
+    struct pca_state *s = state;
+    if (n == 0)
+        return -ENOENT;
+    if (req->tokens != POL_TOKENS_OK || s->exact == NULL) {
+        /* A failed tokenize was counted where it failed. */
+        if (req->tokens == POL_TOKENS_OK)
+            dp_tok_count_fallback(DP_TOK_FB_NO_INDEX);
+        *decision = POL_DECISION_UNSET;
+        return pol_cache_aware_ops.pick(s->approx, req, cands, n, decision);
+    }
+    struct ca_candidate stack[PCA_STACK_CANDS];
+    bool on_heap = n > PCA_STACK_CANDS;
+    struct ca_candidate *cc = on_heap ? malloc(n * sizeof(*cc)) : stack;
+    if (cc == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        cc[i] = (struct ca_candidate){
+            .slot = cands[i].worker->slot,
+            .load = cands[i].load,
+            .kv_overloaded = cands[i].kv_overloaded,
+            .rdv_seed = rdv_worker_seed(cands[i].worker->id),
+        };
+    struct ca_choice choice;
+    int rc = pca_decide(s->exact, s->spec, &s->params, req->kv_chain, req->kv_chain_len, cc, n,
+                        proc_monotonic_ms(), &choice);
+    if (on_heap)
+        free(cc);
+    if (rc != 0)
+        return rc;
+    *decision = choice.decision;
+    return (int)choice.index;
+}
+
+const struct pol_ops pol_precise_cache_aware_ops = {
+    .name = "precise_cache_aware",
+    .decision = POL_DECISION_AFFINITY,
+    .create = pca_create,
+    .destroy = pca_destroy,
+    .pick = pca_pick,
+};
