@@ -284,6 +284,14 @@ void dp_adm_wait(struct dp_request *req)
     dp_adm_metrics_enqueued(loop->sh->adm.metrics);
 }
 
+bool dp_adm_queue_has(struct dp_loop *loop, const char *model)
+{
+    if (loop->adm.queued == 0)
+        return false;
+    const struct dp_adm_model *m = queue_model(loop, model, false);
+    return m != NULL && m->depth > 0;
+}
+
 /* The request the model's queue would hand out next, or NULL. */
 static struct dp_request *queue_head(struct dp_adm_model *m)
 {

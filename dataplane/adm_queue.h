@@ -26,6 +26,7 @@
 #ifndef SY_DATAPLANE_ADM_QUEUE_H
 #define SY_DATAPLANE_ADM_QUEUE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dataplane/admission_state.h"
@@ -36,6 +37,9 @@ struct dp_request;
 /* Every eligible worker of req's model is saturated: queue it, or answer
  * it (429 queue_full, 503 shutting_down while draining). */
 void dp_adm_wait(struct dp_request *req);
+
+/* Whether requests of `model` wait in this loop's queue. */
+bool dp_adm_queue_has(struct dp_loop *loop, const char *model);
 
 /* req leaves the queue if it is in it (a no-op otherwise), for why. */
 void dp_adm_leave(struct dp_request *req, enum dp_adm_left why);
