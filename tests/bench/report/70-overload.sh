@@ -12,7 +12,7 @@ echo "requests/s together; two tenants, one sending 80 % of the requests. *admis
 echo "\`max_inflight_per_worker\` = the mocks' \`--max-num-seqs\`, queue \`max_wait\`"
 echo "$(v over_queue_max_wait_ms) ms (the uncongested run's TTFT p99, rounded up: the latency the"
 echo "queue may add to an admitted request) and \`max_depth\` $(v over_queue_max_depth) per event loop (3/4 of"
-echo "what the fleet drains within \`max_wait\`); *none*: the same keys, no limits. Goodput:"
+echo "what the fleet drains within \`max_wait\`, at least one place per tenant); *none*: the same keys, no limits. Goodput:"
 echo "answers with a TTFT within the objective ($(v over_slo_ms) ms), per second from the first"
 echo "arrival to the last answer, as a share of the capacity. *Rejections at once*: those"
 echo "answered before 0.9 × \`max_wait\` (refused on arrival, or a queued request pushed out by"

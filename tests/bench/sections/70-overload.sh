@@ -30,8 +30,10 @@ capacity=$(awk -v n=$n_mocks -v s=$seqs -v p=$prefill_us -v t=$tpot_ms -v o=$out
 # a placeholder; OVERLOAD_MAX_WAIT_MS fixes it instead.
 max_wait_ms=${OVERLOAD_MAX_WAIT_MS:-$((slo_ms * 3 / 4))}
 size_queue() {
-    depth=$(awk -v c="$capacity" -v w="$max_wait_ms" -v t="$dp_threads" \
-        'BEGIN { d = int(0.75 * c * w / 1000 / t); print (d > 0 ? d : 1) }')
+    # At least one place per tenant: with fewer, whoever arrives first
+    # holds the only place and no queue can be fair.
+    depth=$(awk -v c="$capacity" -v w="$max_wait_ms" -v t="$dp_threads" -v k=2 \
+        'BEGIN { d = int(0.75 * c * w / 1000 / t); print (d > k ? d : k) }')
 }
 size_queue
 put over_capacity_rps "$capacity"
