@@ -178,6 +178,8 @@ static void *loop_main(void *arg)
             }
         }
         dp_up_timer_due(loop, now);
+        /* Transfers the socket events finished, once for all of them. */
+        dp_up_collect(loop);
         dp_listener_run(loop, mhd_due);
         /* Transfers the handlers just added asked curl's timer for 0 ms:
          * start them in this pass instead of after one more epoll_wait. */

@@ -48,7 +48,8 @@ void dp_up_detach(struct dp_attempt *a);
 /* Resumes a paused transfer (may call the write callback synchronously). */
 void dp_up_unpause(struct dp_attempt *a);
 
-/* Events from epoll for a curl socket, and the curl timer. */
+/* Events from epoll for a curl socket (the transfers they finish wait for
+ * dp_up_collect), and the curl timer. */
 void dp_up_socket_event(struct dp_loop *loop, int fd, uint32_t events);
 /* When curl's timer wants dp_up_timer_due (monotonic ms), -1 = never. */
 int64_t dp_up_deadline_ms(const struct dp_loop *loop);
