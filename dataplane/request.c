@@ -18,6 +18,7 @@
 #include "common/proc.h"
 #include "dataplane/header_rules.h"
 #include "dataplane/journal.h"
+#include "dataplane/json_arena.h"
 #include "dataplane/json_skeleton.h"
 #include "dataplane/random64.h"
 #include "dataplane/routes.h"
@@ -441,10 +442,14 @@ enum dp_parse_result dp_request_parse(struct dp_request *req)
                       DP_SKEL_MIN_STRING, dp_random64()) != 0)
         return DP_PARSE_NO_MEMORY;
     json_error_t jerr;
+    /* The tree lives only in this function: its allocations come from the
+     * thread's arena (json_arena.h) and are dropped at once at the end. */
+    dp_json_arena_begin();
     /* "\u0000" is valid JSON and vLLM's parser takes it: so do we (every
      * string below is used with its length, or refused when it holds one). */
     json_t *root = json_loadb(skel.text, skel.len, JSON_ALLOW_NUL, &jerr);
     if (root == NULL) {
+        dp_json_arena_end();
         dp_skel_fini(&skel);
         return DP_PARSE_BAD_JSON;
     }
@@ -488,6 +493,7 @@ enum dp_parse_result dp_request_parse(struct dp_request *req)
         snprintf(req->user, sizeof(req->user), "%s", json_string_value(user));
 out_decref:
     json_decref(root);
+    dp_json_arena_end();
     dp_skel_fini(&skel);
     return res;
 }
