@@ -53,7 +53,8 @@ echo "CPU per token = utime + stime of the proxy's processes over the window / t
 echo "the client received in it. Gap = time between two consecutive token events of one"
 echo "stream as the client sees them (the first token's wait is the time to first token, not"
 echo "counted); a proxy adds what its gap exceeds direct's. Everything shares the $(v cores)"
-echo "cores, so the gap's tail includes waiting for a core."
+echo "cores, so the gap's tail includes waiting for a core. Where a relayed token's CPU goes"
+echo "(syscalls, libraries, profiles) and what was tried: [operations.md](operations.md#streamed-tokens)."
 echo
 echo "| contender | tokens/s | gap p50 | gap p99 | gap p99.9 | p50 added | p99 added | proxy CPU per token | failed streams |"
 echo "|---|---|---|---|---|---|---|---|---|"
