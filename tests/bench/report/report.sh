@@ -77,7 +77,18 @@ reproducing() {
     echo '```'
 }
 
-if [ "$(v partial)" = no ] || [ ! -f "$page" ]; then
+# A quick run's page is a scratch page: one that lacks a part of this run
+# (an earlier quick run of other sections) is written afresh with this
+# run's parts instead of refusing.
+fresh=no
+if [ "$(v partial)" = yes ] && [ -f "$page" ] && is_quick; then
+    for frag in "${fragments[@]}"; do
+        while IFS= read -r h; do
+            grep -qxF "$h" "$page" || fresh=yes
+        done < <(grep '^## ' "$frag")
+    done
+fi
+if [ "$(v partial)" = no ] || [ ! -f "$page" ] || [ "$fresh" = yes ]; then
     {
         header
         cat "${fragments[@]}"
