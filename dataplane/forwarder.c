@@ -651,8 +651,11 @@ static size_t fwd_on_header(struct dp_attempt *a, const char *line, size_t len)
 static size_t fwd_on_body(struct dp_attempt *a, const char *data, size_t len)
 {
     struct dp_request *req = a->req;
-    /* Only ever later than before: the floor stays a lower bound. */
-    a->deadline_ms = proc_monotonic_ms() + a->loop->sh->cfg->dataplane.idle_timeout_ms;
+    /* The pass's clock, not a reading per chunk; kept only when later than
+     * before, so the floor stays a lower bound. */
+    uint64_t idle_until = a->loop->pass_ms + a->loop->sh->cfg->dataplane.idle_timeout_ms;
+    if (idle_until > a->deadline_ms)
+        a->deadline_ms = idle_until;
     if (a->state == DP_ATT_COLLECTING && req->active == a) {
         a->leg->collect(req, data, len);
         return len;

@@ -115,6 +115,10 @@ struct dp_loop {
      * only pushed and emptied whole, so a singly linked stack suffices. */
     struct dp_request *graveyard;
     _Atomic int cmd; /* enum dp_cmd, written by the main thread */
+    /* The monotonic clock (ms) as the current pass began, after its
+     * epoll_wait: what per-chunk work reads instead of the clock (a
+     * relayed token's idle deadline), as precise as a deadline needs. */
+    uint64_t pass_ms;
     uint64_t drain_deadline_ms;
     bool draining;
     bool cutting; /* drain deadline passed or stopping: requests were cut, new ones get 503 */

@@ -210,8 +210,9 @@ void dp_up_unpause(struct dp_attempt *a)
 
 void dp_up_socket_event(struct dp_loop *loop, int fd, uint32_t events)
 {
+    /* Finished transfers are collected once a pass (dp_up_collect), not
+     * after each socket's event: a relayed token is a socket event. */
     cep_on_fd_event(&loop->up.cep, fd, events);
-    dp_up_collect(loop);
 }
 
 int64_t dp_up_deadline_ms(const struct dp_loop *loop)

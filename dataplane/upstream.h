@@ -71,7 +71,8 @@ int dp_up_side_start(struct dp_loop *loop, struct dp_up_side *s);
 /* Removes s->easy from the multi (idempotent; s->easy stays the owner's). */
 void dp_up_side_detach(struct dp_loop *loop, struct dp_up_side *s);
 
-/* Events from epoll for a curl socket, and the curl timer. */
+/* Events from epoll for a curl socket (the transfers they finish wait for
+ * dp_up_collect), and the curl timer. */
 void dp_up_socket_event(struct dp_loop *loop, int fd, uint32_t events);
 /* When curl's timer wants dp_up_timer_due (monotonic ms), -1 = never. */
 int64_t dp_up_deadline_ms(const struct dp_loop *loop);

@@ -13,8 +13,17 @@
  * driven by curl_multi_socket_action and its timer callback, and one
  * epoll_wait per pass over MHD's epoll fd and curl's sockets. A request
  * never leaves its thread. Per request: collect the body, pick an upstream
- * round robin, suspend the connection, run a pooled easy handle (fixed
- * options set once, keep-alive), buffer the answer, resume and queue it.
+ * round robin (the request's path is sent to it, as a route's is), suspend the connection, run a
+ * pooled easy handle (fixed options set once, keep-alive), buffer the answer, resume and queue it.
+ *
+ * A streamed answer (Content-Type text/event-stream) is relayed as the
+ * dataplane relays one: the response is queued once its headers arrived,
+ * as a chunked callback response; each piece curl delivers is appended to
+ * a buffer of at most FL_STREAM_CAP bytes and the connection resumed;
+ * MHD's content reader copies out what is pending and suspends the
+ * connection when nothing is; a full buffer pauses the transfer until the
+ * reader made room (backpressure). A client that leaves mid-stream ends
+ * its transfer when MHD completes the request.
  *
  * The library-boundary tricks the dataplane measured are kept, so the floor
  * is not slower than switchyard for reasons that have nothing to do with
@@ -48,15 +57,19 @@
 
 #define FL_MAX_UPSTREAMS 16
 #define FL_MAX_THREADS   64
-#define FL_POOL          256        /* idle easy handles kept per thread */
-#define FL_BODY_MAX      (1u << 20) /* request body; more is answered 413 */
-#define FL_RESP_MAX      (1u << 20) /* upstream answer; more fails the transfer (502) */
+#define FL_POOL          256           /* idle easy handles kept per thread */
+#define FL_BODY_MAX      (1u << 20)    /* request body; more is answered 413 */
+#define FL_RESP_MAX      (1u << 20)    /* upstream answer; more fails the transfer (502) */
+#define FL_STREAM_CAP    (64u * 1024u) /* a stream's relay buffer, at most (the dataplane's) */
+#define FL_STREAM_BLOCK  512u          /* MHD's block of a callback response (the dataplane's) */
 /* The dataplane's default MHD pool: max_header_size (6 KiB) + 2 KiB of room
  * for the response. MHD zeroes the pool on every request, so its size is
  * part of the per-request cost and must match to compare. */
 #define FL_CONN_MEMORY (8u * 1024u)
 #define FL_MAX_FDS     65536 /* curl sockets above this number are simply not parked */
 #define FL_EVENTS      128
+#define FL_PATHS       8   /* request paths whose upstream URLs are kept parsed, per upstream */
+#define FL_PATH_MAX    256 /* a longer path is answered 502 */
 
 /* epoll tags: a curl socket is tagged with its fd number (< 2^32). */
 #define FL_TAG_MHD  (1ull << 32)
@@ -82,6 +95,12 @@ struct fl_loop {
     struct MHD_Daemon *mhd;
     CURLM *multi;
     CURLU *urls[FL_MAX_UPSTREAMS]; /* parsed once: curl would parse a string per transfer */
+    /* The upstream URL of each request path seen (the request's path goes
+     * upstream, as the dataplane's route does), parsed once too. */
+    struct {
+        char path[FL_PATH_MAX];
+        CURLU *url;
+    } paths[FL_MAX_UPSTREAMS][FL_PATHS];
     unsigned next_upstream;
     int64_t curl_deadline_ms; /* -1: curl wants no timeout */
     bool mhd_due;             /* a connection was resumed: MHD must run this pass */
@@ -101,10 +120,14 @@ struct fl_request {
     CURL *easy;
     char *body, *resp;
     size_t body_len, resp_len, resp_cap;
-    long status; /* the answer's: the upstream's, or 502 when its transfer failed */
+    char path[FL_PATH_MAX]; /* the request's, sent upstream */
+    long status;            /* the answer's: the upstream's, or 502 when its transfer failed */
     char content_type[128];
     bool done; /* the transfer ended (status is set) */
     bool too_large;
+    /* A streamed answer: resp[resp_off, resp_len) is pending for the reader. */
+    bool streaming, suspended, paused, failed;
+    size_t resp_off;
 };
 
 static struct fl_options opts;
@@ -174,10 +197,69 @@ static int fl_timer_cb(CURLM *multi, long timeout_ms, void *userp)
     return 0;
 }
 
+static void fl_resume(struct fl_request *req);
+
+/* The end of the upstream's headers: a streamed answer is queued now. */
+static size_t fl_header_cb(char *data, size_t size, size_t nmemb, void *userp)
+{
+    struct fl_request *req = userp;
+    size_t n = size * nmemb;
+    long code = 0;
+    char *ct = NULL;
+    if (n > 2 || (data[0] != '\r' && data[0] != '\n'))
+        return n;
+    if (curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &code) != CURLE_OK || code < 200)
+        return n;
+    if (curl_easy_getinfo(req->easy, CURLINFO_CONTENT_TYPE, &ct) != CURLE_OK || ct == NULL ||
+        strncmp(ct, "text/event-stream", 17) != 0)
+        return n;
+    req->status = code;
+    snprintf(req->content_type, sizeof(req->content_type), "%s", ct);
+    req->streaming = true;
+    if (req->suspended)
+        fl_resume(req);
+    return n;
+}
+
+/* A piece of a streamed answer: appended (compacting first), or the
+ * transfer paused while FL_STREAM_CAP bytes wait for the client. */
+static size_t fl_stream_write(struct fl_request *req, const char *data, size_t n)
+{
+    size_t pending = req->resp_len - req->resp_off;
+    if (pending + n > FL_STREAM_CAP) {
+        req->paused = true;
+        return CURL_WRITEFUNC_PAUSE;
+    }
+    if (req->resp_len + n > req->resp_cap && req->resp_off > 0) {
+        memmove(req->resp, req->resp + req->resp_off, pending);
+        req->resp_len = pending;
+        req->resp_off = 0;
+    }
+    if (req->resp_len + n > req->resp_cap) {
+        size_t cap = req->resp_cap != 0 ? req->resp_cap : 1024;
+        while (cap < req->resp_len + n)
+            cap *= 2;
+        char *grown = realloc(req->resp, cap);
+        if (grown == NULL) {
+            req->paused = true;
+            return CURL_WRITEFUNC_PAUSE;
+        }
+        req->resp = grown;
+        req->resp_cap = cap;
+    }
+    memcpy(req->resp + req->resp_len, data, n);
+    req->resp_len += n;
+    if (req->suspended)
+        fl_resume(req);
+    return n;
+}
+
 static size_t fl_write_cb(char *data, size_t size, size_t nmemb, void *userp)
 {
     struct fl_request *req = userp;
     size_t n = size * nmemb;
+    if (req->streaming)
+        return fl_stream_write(req, data, n);
     if (req->resp_len + n > FL_RESP_MAX)
         return 0; /* fails the transfer */
     if (req->resp_len + n > req->resp_cap) {
@@ -213,6 +295,7 @@ static CURL *fl_easy_new(struct fl_loop *loop)
     rc |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
     rc |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, up_headers);
     rc |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, fl_write_cb);
+    rc |= curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, fl_header_cb);
     rc |= curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, fl_open_cb);
     rc |= curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, loop);
     if (rc != CURLE_OK) {
@@ -230,19 +313,44 @@ static void fl_easy_put(struct fl_loop *loop, CURL *e)
         curl_easy_cleanup(e);
 }
 
+/* Upstream i's URL for path: parsed on first use, NULL when the cache is full. */
+static CURLU *fl_upstream_url(struct fl_loop *loop, unsigned i, const char *path)
+{
+    for (unsigned k = 0; k < FL_PATHS; k++) {
+        if (loop->paths[i][k].url == NULL) {
+            CURLU *u = curl_url_dup(loop->urls[i]);
+            if (u == NULL || curl_url_set(u, CURLUPART_PATH, path, 0) != CURLUE_OK) {
+                curl_url_cleanup(u);
+                return NULL;
+            }
+            snprintf(loop->paths[i][k].path, sizeof(loop->paths[i][k].path), "%s", path);
+            loop->paths[i][k].url = u;
+            return u;
+        }
+        if (strcmp(loop->paths[i][k].path, path) == 0)
+            return loop->paths[i][k].url;
+    }
+    return NULL;
+}
+
 static int fl_start_transfer(struct fl_request *req)
 {
     struct fl_loop *loop = req->loop;
     CURL *e = loop->n_pool > 0 ? loop->pool[--loop->n_pool] : fl_easy_new(loop);
     if (e == NULL)
         return -ENOMEM;
-    CURLU *url = loop->urls[loop->next_upstream++ % opts.n_upstreams];
+    CURLU *url = fl_upstream_url(loop, loop->next_upstream++ % opts.n_upstreams, req->path);
+    if (url == NULL) {
+        fl_easy_put(loop, e);
+        return -EINVAL;
+    }
     CURLcode rc = CURLE_OK;
     rc |= curl_easy_setopt(e, CURLOPT_CURLU, url);
     /* Not copied by curl: req->body lives until the transfer is removed. */
     rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body != NULL ? req->body : "");
     rc |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
     rc |= curl_easy_setopt(e, CURLOPT_WRITEDATA, req);
+    rc |= curl_easy_setopt(e, CURLOPT_HEADERDATA, req);
     rc |= curl_easy_setopt(e, CURLOPT_PRIVATE, req);
     if (rc != CURLE_OK || curl_multi_add_handle(loop->multi, e) != CURLM_OK) {
         fl_easy_put(loop, e);
@@ -258,8 +366,12 @@ static void fl_detach(struct fl_request *req, CURLcode result)
     CURL *e = req->easy;
     long code = 0;
     char *ct = NULL;
-    if (result == CURLE_OK && curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK &&
-        code >= 100 && code <= 999) {
+    if (req->streaming) {
+        /* The status went out with the headers: a broken stream is cut. */
+        req->failed = result != CURLE_OK;
+    } else if (result == CURLE_OK &&
+               curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK && code >= 100 &&
+               code <= 999) {
         req->status = code;
         if (curl_easy_getinfo(e, CURLINFO_CONTENT_TYPE, &ct) == CURLE_OK && ct != NULL)
             snprintf(req->content_type, sizeof(req->content_type), "%s", ct);
@@ -268,7 +380,12 @@ static void fl_detach(struct fl_request *req, CURLcode result)
     }
     req->done = true;
     curl_multi_remove_handle(req->loop->multi, e);
-    fl_easy_put(req->loop, e);
+    /* A handle removed while paused keeps its pause: not pooled. */
+    if (req->paused)
+        curl_easy_cleanup(e);
+    else
+        fl_easy_put(req->loop, e);
+    req->paused = false;
     req->easy = NULL;
 }
 
@@ -276,12 +393,16 @@ static void fl_park(struct fl_request *req)
 {
     struct fl_loop *loop = req->loop;
     list_push_front(&loop->parked, &req->park_link);
+    req->suspended = true;
     MHD_suspend_connection(req->conn);
 }
 
 static void fl_resume(struct fl_request *req)
 {
     struct fl_loop *loop = req->loop;
+    if (!req->suspended)
+        return;
+    req->suspended = false;
     list_remove(&req->park_link);
     /* MHD's epoll fd does not report our own resumes: run MHD this pass. */
     loop->mhd_due = true;
@@ -305,10 +426,40 @@ static void fl_collect(struct fl_loop *loop)
 
 /* ---- MHD side --------------------------------------------------------------- */
 
+/* MHD's content reader of a streamed answer. */
+static ssize_t fl_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct fl_request *req = cls;
+    size_t pending = req->resp_len - req->resp_off;
+    if (pending > 0) {
+        size_t n = pending < max ? pending : max;
+        memcpy(buf, req->resp + req->resp_off, n);
+        req->resp_off += n;
+        if (req->resp_off == req->resp_len)
+            req->resp_off = req->resp_len = 0;
+        /* Room for a full curl chunk again: the transfer goes on (its
+         * write callback may run right here). */
+        if (req->paused && req->easy != NULL &&
+            FL_STREAM_CAP - (req->resp_len - req->resp_off) >= CURL_MAX_WRITE_SIZE) {
+            req->paused = false;
+            curl_easy_pause(req->easy, CURLPAUSE_CONT);
+        }
+        return (ssize_t)n;
+    }
+    if (req->done)
+        return req->failed ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
+    fl_park(req);
+    return 0;
+}
+
 static enum MHD_Result fl_queue(struct fl_request *req)
 {
     struct MHD_Response *resp;
-    if (req->resp != NULL) {
+    if (req->streaming) {
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, FL_STREAM_BLOCK, fl_reader, req,
+                                                 NULL);
+    } else if (req->resp != NULL) {
         resp = MHD_create_response_from_buffer(req->resp_len, req->resp, MHD_RESPMEM_MUST_FREE);
         if (resp != NULL)
             req->resp = NULL; /* MHD frees it */
@@ -328,7 +479,6 @@ static enum MHD_Result fl_handler(void *cls, struct MHD_Connection *conn, const 
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
 {
-    (void)url;
     (void)method;
     (void)version;
     struct fl_loop *loop = cls;
@@ -341,6 +491,10 @@ static enum MHD_Result fl_handler(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         req->loop = loop;
         req->conn = conn;
+        if (strlen(url) >= sizeof(req->path))
+            req->too_large = true;
+        else
+            strcpy(req->path, url);
         *con_cls = req;
         return MHD_YES;
     }
@@ -359,8 +513,8 @@ static enum MHD_Result fl_handler(void *cls, struct MHD_Connection *conn, const 
         req->body_len += n;
         return MHD_YES;
     }
-    if (req->done)
-        return fl_queue(req); /* resumed: the transfer ended */
+    if (req->done || req->streaming)
+        return fl_queue(req); /* resumed: the transfer ended, or a stream's headers came */
     if (req->too_large || loop->stopping || fl_start_transfer(req) != 0) {
         req->status = req->too_large ? 413 : loop->stopping ? 503 : 502;
         return fl_queue(req);
@@ -379,7 +533,10 @@ static void fl_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (req == NULL)
         return;
     *con_cls = NULL;
-    /* Only a resumed connection is completed: its transfer was detached. */
+    /* Only a resumed connection is completed; a stream whose client left
+     * may still have its transfer. */
+    if (req->easy != NULL)
+        fl_detach(req, CURLE_ABORTED_BY_CALLBACK);
     free(req->body);
     free(req->resp);
     free(req);
@@ -528,8 +685,11 @@ static void fl_loop_fini(struct fl_loop *loop)
         curl_easy_cleanup(loop->pool[i]);
     if (loop->multi != NULL)
         curl_multi_cleanup(loop->multi);
-    for (unsigned i = 0; i < opts.n_upstreams; i++)
+    for (unsigned i = 0; i < opts.n_upstreams; i++) {
         curl_url_cleanup(loop->urls[i]);
+        for (unsigned k = 0; k < FL_PATHS; k++)
+            curl_url_cleanup(loop->paths[i][k].url);
+    }
     if (loop->epfd >= 0)
         close(loop->epfd);
 }

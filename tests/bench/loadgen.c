@@ -50,6 +50,8 @@ struct lg_engine {
     unsigned long long bytes;
     void (*on_first)(struct lg_engine *e, struct lg_xfer *x);
     void (*on_done)(struct lg_engine *e, struct lg_xfer *x, CURLcode rc);
+    /* Optional: every piece of body as curl delivers it (lg_tokens). */
+    void (*on_data)(struct lg_engine *e, struct lg_xfer *x, const char *data, size_t n);
     void *user;
     struct list_node live; /* struct lg_xfer.link */
 };
@@ -65,6 +67,8 @@ static size_t lg_write_cb(char *data, size_t size, size_t nmemb, void *userp)
             x->eng->on_first(x->eng, x);
     }
     x->eng->bytes += n;
+    if (x->eng->on_data != NULL)
+        x->eng->on_data(x->eng, x, data, n);
     if (n >= LG_TAIL) {
         memcpy(x->tail, data + n - LG_TAIL, LG_TAIL);
         x->tail_len = LG_TAIL;
@@ -530,4 +534,206 @@ int lg_hold(const char *base_url, size_t n, double ramp_per_s, double hold_s, do
     st->failed = c.failed;
     lg_engine_fini(&e);
     return 0;
+}
+
+/* ---- tokens ------------------------------------------------------------------ */
+
+/* One stream slot of lg_tokens: the stream running in it, as its events arrive. */
+struct lg_tok_slot {
+    double t_last;   /* when the previous event ended */
+    unsigned events; /* events completed in this stream */
+    bool nl;         /* the last byte seen was a newline */
+    bool busy;       /* a stream runs in the slot */
+    size_t head_len; /* bytes of the current event seen, up to sizeof(head) */
+    char head[12];   /* its first bytes: "data: [DONE]" is not a token */
+};
+
+struct lg_tok_ctx {
+    struct lg_tok_slot *slots;
+    double w0, w1; /* the measurement window, lg_now() times; w0 = 0: not open */
+    unsigned long long tokens, streams_done, failed;
+    float *gaps; /* inter-token gaps in the window, µs */
+    size_t n_gaps, cap_gaps;
+};
+
+static void lg_tok_gap(struct lg_tok_ctx *c, double gap_s)
+{
+    if (c->n_gaps == c->cap_gaps) {
+        size_t cap = c->cap_gaps ? c->cap_gaps * 2 : 65536;
+        float *g = realloc(c->gaps, cap * sizeof(*g));
+        if (g == NULL)
+            return;
+        c->gaps = g;
+        c->cap_gaps = cap;
+    }
+    c->gaps[c->n_gaps++] = (float)(gap_s * 1e6);
+}
+
+/* An event ended at now. Event 0 is the role chunk, 1 the first token (its
+ * gap is the time to first token's business, not the relay's), then one
+ * token per event until "data: [DONE]". */
+static void lg_tok_event(struct lg_tok_ctx *c, struct lg_tok_slot *s, double now)
+{
+    static const char done[] = "data: [DONE]";
+    bool token = s->events >= 1 &&
+                 !(s->head_len >= sizeof(done) - 1 && memcmp(s->head, done, sizeof(done) - 1) == 0);
+    bool in_window = c->w0 > 0 && now >= c->w0 && now < c->w1;
+    if (token && in_window) {
+        c->tokens++;
+        if (s->events >= 2)
+            lg_tok_gap(c, now - s->t_last);
+    }
+    s->events++;
+    s->t_last = now;
+    s->head_len = 0;
+}
+
+/* Splits the body into SSE events (a blank line ends one) across pieces. */
+static void lg_tok_data(struct lg_engine *e, struct lg_xfer *x, const char *data, size_t n)
+{
+    struct lg_tok_ctx *c = e->user;
+    struct lg_tok_slot *s = &c->slots[x->idx];
+    double now = lg_now();
+    size_t i = 0;
+    while (i < n) {
+        const char *nl = memchr(data + i, '\n', n - i);
+        size_t at = nl != NULL ? (size_t)(nl - data) : n;
+        if (at > i) {
+            size_t take = sizeof(s->head) - s->head_len;
+            if (take > at - i)
+                take = at - i;
+            memcpy(s->head + s->head_len, data + i, take);
+            s->head_len += take;
+            s->nl = false;
+        }
+        if (nl == NULL)
+            return;
+        if (s->nl) {
+            lg_tok_event(c, s, now); /* a blank line: the event ended */
+            s->nl = false;
+        } else {
+            s->nl = true;
+        }
+        i = at + 1;
+    }
+}
+
+static void lg_tok_done(struct lg_engine *e, struct lg_xfer *x, CURLcode rc)
+{
+    struct lg_tok_ctx *c = e->user;
+    long status = 0;
+    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (rc == CURLE_OK && status == 200 && lg_has_done(x->tail, x->tail_len))
+        c->streams_done++;
+    else
+        c->failed++;
+    c->slots[x->idx].busy = false;
+}
+
+static int lg_cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double lg_pct(const float *v, size_t n, double p)
+{
+    if (n == 0)
+        return -1;
+    size_t i = (size_t)(p / 100.0 * (double)(n - 1) + 0.5);
+    return v[i < n ? i : n - 1];
+}
+
+int lg_tokens(const struct lg_tokens_opts *o, struct lg_tokens_stats *st)
+{
+    struct lg_engine e;
+    int rc = lg_engine_init(&e);
+    if (rc != 0)
+        return rc;
+    struct lg_tok_ctx c = {0};
+    struct lg_urls *urls = malloc(sizeof(*urls));
+    char *bodies = NULL;
+    size_t *body_len = NULL;
+    const size_t body_max = 256;
+    c.slots = calloc(o->streams, sizeof(*c.slots));
+    bodies = malloc(o->streams * body_max);
+    if (urls == NULL || c.slots == NULL || bodies == NULL) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    rc = lg_urls_parse(urls, o->base_url);
+    if (rc != 0)
+        goto out;
+    e.user = &c;
+    e.on_data = lg_tok_data;
+    e.on_done = lg_tok_done;
+    memset(st, 0, sizeof(*st));
+    /* Each slot's own prompt, so a prefix-aware policy spreads the streams. */
+    body_len = calloc(o->streams, sizeof(*body_len));
+    if (body_len == NULL) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < o->streams; i++) {
+        int len = snprintf(bodies + i * body_max, body_max,
+                           "{\"model\":\"mock\",\"messages\":[{\"role\":\"user\",\"content\":"
+                           "\"stream %zu: tell me a long story\"}],\"max_tokens\":%u,"
+                           "\"stream\":true}",
+                           i, o->tokens);
+        body_len[i] = (size_t)len;
+    }
+    /* The first streams start spread over one stream's length, so their
+     * tokens do not all fall due at the same instants. */
+    double t0 = lg_now();
+    double spread = o->spread_s > 0 ? o->spread_s : 0;
+    double end = t0 + o->warmup_s + o->window_s;
+    c.w0 = t0 + o->warmup_s;
+    c.w1 = end;
+    double cpu0 = -1;
+    while (lg_now() < end) {
+        double now = lg_now();
+        for (size_t i = 0; i < o->streams; i++) {
+            struct lg_tok_slot *s = &c.slots[i];
+            if (s->busy || (c.streams_done + c.failed == 0 &&
+                            now - t0 < spread * (double)i / (double)o->streams))
+                continue;
+            *s = (struct lg_tok_slot){.busy = true};
+            if (lg_add(&e, lg_urls_take(urls, true), bodies + i * body_max, body_len[i], NULL, NULL,
+                       i) != 0) {
+                s->busy = false;
+                c.failed++;
+            }
+        }
+        if (cpu0 < 0 && now >= c.w0) {
+            cpu0 = 0;
+            for (size_t k = 0; k < o->n_pids; k++)
+                cpu0 += lg_proc_cpu_s(o->pids[k]);
+            st->streams_at_window = e.running;
+        }
+        int still = 0;
+        curl_multi_socket_action(cep_multi(&e.cep), CURL_SOCKET_TIMEOUT, 0, &still);
+        lg_step(&e, 5);
+    }
+    double cpu1 = 0;
+    for (size_t k = 0; k < o->n_pids; k++)
+        cpu1 += lg_proc_cpu_s(o->pids[k]);
+    st->window_s = o->window_s;
+    st->cpu_s = cpu0 >= 0 ? cpu1 - cpu0 : 0;
+    st->tokens = c.tokens;
+    st->streams_done = c.streams_done;
+    st->failed = c.failed;
+    st->gaps = c.n_gaps;
+    if (c.n_gaps > 0)
+        qsort(c.gaps, c.n_gaps, sizeof(*c.gaps), lg_cmp_float);
+    st->gap_p50_us = lg_pct(c.gaps, c.n_gaps, 50);
+    st->gap_p99_us = lg_pct(c.gaps, c.n_gaps, 99);
+    st->gap_p999_us = lg_pct(c.gaps, c.n_gaps, 99.9);
+out:
+    free(body_len);
+    lg_engine_fini(&e);
+    free(c.gaps);
+    free(c.slots);
+    free(bodies);
+    free(urls);
+    return rc;
 }

@@ -57,6 +57,32 @@ struct lg_hold_stats {
 int lg_hold(const char *base_url, size_t n, double ramp_per_s, double hold_s, double deadline_s,
             pid_t pid, struct lg_hold_stats *st);
 
+/* lg_tokens: keeps `streams` streaming chat completions of `tokens` tokens
+ * running (a stream that ends is replaced at once: a fixed offered load),
+ * round robin over base_url's comma-separated URLs; the first ones start
+ * spread over spread_s. Over [warmup_s, warmup_s + window_s) it counts the
+ * token events delivered, the gap between consecutive token events of a
+ * stream as the client sees it, and the CPU (utime + stime) of pids. */
+#define LG_TOKENS_MAX_PIDS 64
+
+struct lg_tokens_opts {
+    const char *base_url;
+    size_t streams;
+    unsigned tokens;
+    double warmup_s, window_s, spread_s;
+    pid_t pids[LG_TOKENS_MAX_PIDS];
+    size_t n_pids;
+};
+
+struct lg_tokens_stats {
+    double window_s, cpu_s;
+    unsigned long long tokens, streams_done, failed;
+    size_t gaps, streams_at_window;
+    double gap_p50_us, gap_p99_us, gap_p999_us; /* < 0: no gap measured */
+};
+
+int lg_tokens(const struct lg_tokens_opts *o, struct lg_tokens_stats *st);
+
 /* /proc readings of a process: VmRSS/VmHWM in kB and utime+stime in s. */
 long lg_proc_kb(pid_t pid, const char *field);
 double lg_proc_cpu_s(pid_t pid);

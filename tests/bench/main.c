@@ -9,9 +9,16 @@
  *                        [--duration-s S]
  *   switchyard-bench hold --url http://HOST:PORT --streams N --pid PID
  *                         [--hold-s S] [--ramp N/s] [--deadline-s S]
+ *   switchyard-bench tokens --url URL[,URL...] --streams N --tokens T [--pid PID]...
+ *                           [--window-s S] [--warmup-s S] [--spread-s S]
  *   switchyard-bench plan --workload FILE [--quick] [--kv-blocks N] [--block-tokens N] [--mocks N]
  *                         [--rate R] [--seed S] [--duration-s S]
  *   switchyard-bench pooled --window W0 W1 [--paired] A.csv... [-- B.csv...]
+ *
+ * tokens: keeps N streams of T tokens running (loadgen.h lg_tokens) and
+ * prints the token events delivered in the window, tokens/s, the
+ * client-side gap between a stream's tokens (p50/p99/p99.9) and the CPU of
+ * the --pid processes (repeatable: nginx's master and workers) per token.
  *
  * pooled: TTFT p50 and p99 of several `run --csv` files' requests sent in
  * [W0, W1) s, taken together (pooled.h); with a second set after `--`,
@@ -65,7 +72,11 @@ struct opts {
     bool quick;
     unsigned kv_blocks, block_tokens, plan_mocks;
     size_t streams;
-    long pid;
+    long pid; /* the first --pid */
+    pid_t pids[LG_TOKENS_MAX_PIDS];
+    size_t n_pids;
+    unsigned tokens;
+    double window_s, warmup_s, spread_s;
     double hold_s, ramp, deadline_s;
     double rate; /* > 0: overrides the workload's rate */
     bool has_seed;
@@ -87,6 +98,9 @@ static void usage(void)
             "                            [--duration-s S]\n"
             "       switchyard-bench hold --url URL --streams N --pid PID [--hold-s S]\n"
             "                             [--ramp N] [--deadline-s S]\n"
+            "       switchyard-bench tokens --url URL[,URL...] --streams N --tokens T\n"
+            "                               [--pid PID]... [--window-s S] [--warmup-s S]\n"
+            "                               [--spread-s S]\n"
             "       switchyard-bench plan --workload FILE [--quick] [--kv-blocks N]\n"
             "                             [--block-tokens N] [--mocks N] [--rate R] [--seed S]\n"
             "                             [--duration-s S]\n"
@@ -101,6 +115,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
                        .hold_s = 5,
                        .ramp = 2000,
                        .deadline_s = 60,
+                       .tokens = 100,
+                       .window_s = 5,
+                       .warmup_s = 1,
+                       .spread_s = 0.2,
                        .label = ""};
     if (argc < 2)
         return -EINVAL;
@@ -182,8 +200,20 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->plan_mocks = (unsigned)strtoul(v, NULL, 10);
         else if (strcmp(a, "--streams") == 0)
             o->streams = strtoul(v, NULL, 10);
-        else if (strcmp(a, "--pid") == 0)
-            o->pid = strtol(v, NULL, 10);
+        else if (strcmp(a, "--pid") == 0) {
+            long p = strtol(v, NULL, 10);
+            if (o->n_pids == 0)
+                o->pid = p;
+            if (o->n_pids < LG_TOKENS_MAX_PIDS && p > 0)
+                o->pids[o->n_pids++] = (pid_t)p;
+        } else if (strcmp(a, "--tokens") == 0)
+            o->tokens = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--window-s") == 0)
+            o->window_s = strtod(v, NULL);
+        else if (strcmp(a, "--warmup-s") == 0)
+            o->warmup_s = strtod(v, NULL);
+        else if (strcmp(a, "--spread-s") == 0)
+            o->spread_s = strtod(v, NULL);
         else if (strcmp(a, "--hold-s") == 0)
             o->hold_s = strtod(v, NULL);
         else if (strcmp(a, "--ramp") == 0)
@@ -465,6 +495,41 @@ static int cmd_hold(const struct opts *o)
     return st.established == o->streams ? 0 : 1;
 }
 
+static int cmd_tokens(const struct opts *o)
+{
+    if (o->url == NULL || o->streams == 0 || o->tokens == 0 || !(o->window_s > 0)) {
+        usage();
+        return 2;
+    }
+    struct lg_tokens_opts to = {.base_url = o->url,
+                                .streams = o->streams,
+                                .tokens = o->tokens,
+                                .warmup_s = o->warmup_s,
+                                .window_s = o->window_s,
+                                .spread_s = o->spread_s,
+                                .n_pids = o->n_pids};
+    memcpy(to.pids, o->pids, sizeof(to.pids));
+    struct lg_tokens_stats st;
+    int rc = lg_tokens(&to, &st);
+    if (rc != 0) {
+        fprintf(stderr, "switchyard-bench tokens: %s\n", strerror(-rc));
+        return 1;
+    }
+    printf("streams %zu\nstreams_at_window %zu\ntokens_per_stream %u\n", o->streams,
+           st.streams_at_window, o->tokens);
+    printf("window_s %.2f\ntokens %llu\ntokens_per_s %.0f\n", st.window_s, st.tokens,
+           (double)st.tokens / st.window_s);
+    printf("streams_done %llu\nfailed %llu\ngaps %zu\n", st.streams_done, st.failed, st.gaps);
+    printf("gap_p50_us %.1f\ngap_p99_us %.1f\ngap_p999_us %.1f\n", st.gap_p50_us, st.gap_p99_us,
+           st.gap_p999_us);
+    if (o->n_pids > 0)
+        printf("cpu_s %.3f\ncpu_us_per_token %.2f\n", st.cpu_s,
+               st.tokens > 0 ? st.cpu_s * 1e6 / (double)st.tokens : 0.0);
+    else
+        printf("cpu_s n/a\ncpu_us_per_token n/a\n");
+    return st.tokens > 0 && st.failed == 0 ? 0 : 1;
+}
+
 /* Reads files[0..n) into runs (n entries); prints PREFIX_runs/_n/_p50_ms/_p99_ms. */
 static int pooled_side(const char *prefix, char **files, size_t n, double w0, double w1,
                        struct pl_run *runs)
@@ -562,6 +627,8 @@ int main(int argc, char **argv)
         rc = cmd_run(&o);
     else if (strcmp(o.cmd, "hold") == 0)
         rc = cmd_hold(&o);
+    else if (strcmp(o.cmd, "tokens") == 0)
+        rc = cmd_tokens(&o);
     else if (strcmp(o.cmd, "plan") == 0)
         rc = cmd_plan(&o);
     else

@@ -61,7 +61,9 @@ reproducing() {
     echo "full|quick pd\`), which rewrites only that section of this page and its plot; \`PD_RATES\`,"
     echo "\`PD_SHARED_RATES\`, \`PD_MIXED_RATES\`, \`PD_REPS\`, \`PD_WORKLOADS\`, \`PD_LONG_REPS\` and"
     echo "\`PD_LONG_S\` override its rates, repetitions, scenarios and long cells"
-    echo "(\`pd_agentic_mixed\` runs only when named there). The load"
+    echo "(\`pd_agentic_mixed\` runs only when named there). The streamed-token section alone:"
+    echo "\`make bench BENCH_SECTIONS=tokens\` (\`TOKENS_STREAMS\`, \`TOKENS_N\`, \`TOKENS_TPOT_MS\`,"
+    echo "\`TOKENS_WINDOW_S\`, \`TOKENS_ROUNDS\` override its load). The load"
     echo "generator alone:"
     echo
     echo '```'
@@ -71,10 +73,22 @@ reproducing() {
     echo "build/switchyard-bench plan --workload tests/bench/workloads/hot_prefix.yaml --kv-blocks 512 --mocks 4"
     echo "build/switchyard-bench plan --workload tests/bench/workloads/pd_agentic.yaml --rate 48 --kv-blocks 512 --mocks 4"
     echo "build/switchyard-bench hold --url http://127.0.0.1:8080 --streams 1000 --pid \$(pidof switchyard-dataplane)"
+    echo "build/switchyard-bench tokens --url http://127.0.0.1:8080 --streams 64 --tokens 100 --pid \$(pidof switchyard-dataplane)"
     echo '```'
 }
 
-if [ "$(v partial)" = no ] || [ ! -f "$page" ]; then
+# A quick run's page is a scratch page: one that lacks a part of this run
+# (an earlier quick run of other sections) is written afresh with this
+# run's parts instead of refusing.
+fresh=no
+if [ "$(v partial)" = yes ] && [ -f "$page" ] && is_quick; then
+    for frag in "${fragments[@]}"; do
+        while IFS= read -r h; do
+            grep -qxF "$h" "$page" || fresh=yes
+        done < <(grep '^## ' "$frag")
+    done
+fi
+if [ "$(v partial)" = no ] || [ ! -f "$page" ] || [ "$fresh" = yes ]; then
     {
         header
         cat "${fragments[@]}"
