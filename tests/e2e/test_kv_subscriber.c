@@ -442,9 +442,7 @@ static bool metrics_have(void *arg)
 {
     struct metric_wait *m = arg;
     struct h_resp r;
-    if (h_http_get(m->url, &r) != 0)
-        return false;
-    bool ok = r.status == 200 && strstr(r.body, m->needle) != NULL;
+    bool ok = h_http_get(m->url, &r) == 0 && r.status == 200 && strstr(r.body, m->needle) != NULL;
     h_resp_fini(&r);
     return ok;
 }
