@@ -204,7 +204,7 @@ static void fx_start(struct fx *f, const char *format, const char *hash, bool wi
     snprintf(f->replay, sizeof(f->replay), "tcp://127.0.0.1:%u", q);
     start_mock(f);
     struct kv_event_sink sink = {.ctx = &f->rc, .on_batch = on_batch, .on_forget = on_forget};
-    struct kvs_options o = {.replay_timeout_ms = 1000};
+    struct kvs_options o = {.replay_timeout_ms = 3000}; /* slack for sanitizer builds */
     assert_int_equal(kvs_create(&sink, &o, &f->kvs), 0);
     struct kvs_worker_spec w = {.slot = 7, .generation = 3, .data_parallel_size = 1};
     snprintf(w.id, sizeof(w.id), "w1");
