@@ -19,10 +19,14 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "controlplane/kv_subscriber.h"
 #include "tests/e2e/harness.h"
@@ -431,6 +435,88 @@ static void test_leaving_worker_forgotten(void **state)
     fx_stop(&f);
 }
 
+/* Whether 127.0.0.1:port can be bound now. */
+static bool port_free(unsigned port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bool ok = fd >= 0 && port <= 65535 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* A free port whose successor is free too (a data-parallel pair). */
+static uint16_t free_pair(void)
+{
+    for (int tries = 0; tries < 50; tries++) {
+        uint16_t p;
+        assert_int_equal(h_free_port(&p), 0);
+        if (port_free(p + 1u))
+            return p;
+    }
+    fail_msg("no two consecutive free ports");
+    return 0;
+}
+
+/* data_parallel_size 2: rank r publishes on port + r and replays on the
+ * replay port + r (two mocks stand for the two ranks); both feed the one
+ * worker, and a gap on rank 1 is filled from rank 1's replay socket. */
+static void test_data_parallel_ranks(void **state)
+{
+    (void)state;
+    struct fx r0, r1;
+    memset(&r0, 0, sizeof(r0));
+    memset(&r1, 0, sizeof(r1));
+    pthread_mutex_init(&r0.rc.lock, NULL);
+    r0.format = r1.format = "map";
+    r0.hash = r1.hash = "int";
+    uint16_t p = free_pair(), q = free_pair();
+    snprintf(r0.pub, sizeof(r0.pub), "tcp://127.0.0.1:%u", p);
+    snprintf(r0.replay, sizeof(r0.replay), "tcp://127.0.0.1:%u", q);
+    snprintf(r1.pub, sizeof(r1.pub), "tcp://127.0.0.1:%u", p + 1u);
+    snprintf(r1.replay, sizeof(r1.replay), "tcp://127.0.0.1:%u", q + 1u);
+    start_mock(&r0);
+    start_mock(&r1);
+    struct kv_event_sink sink = {.ctx = &r0.rc, .on_batch = on_batch, .on_forget = on_forget};
+    struct kvs_options o = {.replay_timeout_ms = 3000};
+    assert_int_equal(kvs_create(&sink, &o, &r0.kvs), 0);
+    struct kvs_worker_spec w = {.slot = 7, .generation = 3, .data_parallel_size = 2};
+    snprintf(w.id, sizeof(w.id), "dp");
+    snprintf(w.endpoint, sizeof(w.endpoint), "%s", r0.pub);
+    snprintf(w.replay_endpoint, sizeof(w.replay_endpoint), "%s", r0.replay);
+    assert_int_equal(kvs_set_workers(r0.kvs, &w, 1), 0);
+    /* Both ranks joined: probe each until it has delivered a batch. */
+    size_t before = join(&r0);
+    r1.probes = 1000;
+    int64_t deadline = h_now_ms() + WAIT_MS;
+    for (;;) {
+        one_batch(&r1);
+        struct wait_n wn = {&r0.rc, rec_count(&r0.rc) + 1};
+        if (h_wait_until(has_n, &wn, 200) == 0)
+            break;
+        if (h_now_ms() > deadline)
+            fail_msg("rank 1 delivered nothing within %d ms", WAIT_MS);
+    }
+    size_t n = join(&r0);
+    assert_true(n > before);
+    assert_int_equal(h_mock_faults(r1.m.url, "{\"kv_events_drop_batches\": 1}"), 0);
+    one_batch(&r1);
+    one_batch(&r1);
+    wait_records(&r0.rc, n + 2);
+    assert_int_equal(count_forgets(&r0), 0);
+    struct kvs_stats st;
+    kvs_stats(r0.kvs, &st);
+    assert_int_equal(st.gaps, 1);
+    assert_int_equal(st.replayed, 1);
+    struct kvs_worker_stats ws[2];
+    assert_int_equal(kvs_worker_stats(r0.kvs, ws, 2), 1);
+    assert_string_equal(ws[0].id, "dp");
+    kvs_destroy(r0.kvs);
+    pthread_mutex_destroy(&r0.rc.lock);
+}
+
 /* The control plane subscribes to a configured worker's kv_events ('*' =
  * the worker's host) and counts what arrives in its /metrics. */
 struct metric_wait {
@@ -494,15 +580,11 @@ static void test_controlplane_follows_config(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        H_TEST(test_in_order_map_int),
-        H_TEST(test_in_order_array_bytes),
-        H_TEST(test_gap_replayed_map_int),
-        H_TEST(test_gap_replayed_array_bytes),
-        H_TEST(test_reordered_delivered_once),
-        H_TEST(test_replay_unavailable_forgets),
-        H_TEST(test_restart_forgets),
-        H_TEST(test_leaving_worker_forgotten),
-        H_TEST(test_controlplane_follows_config),
+        H_TEST(test_in_order_map_int),         H_TEST(test_in_order_array_bytes),
+        H_TEST(test_gap_replayed_map_int),     H_TEST(test_gap_replayed_array_bytes),
+        H_TEST(test_reordered_delivered_once), H_TEST(test_replay_unavailable_forgets),
+        H_TEST(test_restart_forgets),          H_TEST(test_leaving_worker_forgotten),
+        H_TEST(test_data_parallel_ranks),      H_TEST(test_controlplane_follows_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
