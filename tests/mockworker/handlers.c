@@ -816,7 +816,8 @@ static enum MHD_Result respond_metrics(struct mw_req *req)
     vllm_metric(&w, "vllm:generation_tokens", PROM_COUNTER,
                 "Number of generation tokens processed.", m, n, snap.generation_tokens, NULL);
     /* As vLLM: an info gauge, value 1, the cache config as labels (its
-     * metrics_info() in attribute order), one series per engine. */
+     * metrics_info(): attributes in declaration order, a few of them
+     * here), then engine; one series per engine. */
     prom_family(&w, "vllm:cache_config_info", PROM_GAUGE,
                 "Information of the LLMEngine CacheConfig");
     for (uint32_t i = 0; i < n; i++) {
@@ -825,12 +826,12 @@ static enum MHD_Result respond_metrics(struct mw_req *req)
         snprintf(gpu_blocks, sizeof(gpu_blocks), "%" PRIu32, s->opts.kv_blocks);
         snprintf(engine, sizeof(engine), "%" PRIu32, i);
         const struct prom_label cl[] = {{"block_size", bs},
+                                        {"gpu_memory_utilization", "0.9"},
                                         {"cache_dtype", "auto"},
                                         {"enable_prefix_caching", "True"},
-                                        {"gpu_memory_utilization", "0.9"},
-                                        {"num_cpu_blocks", "None"},
-                                        {"num_gpu_blocks", gpu_blocks},
                                         {"prefix_caching_hash_algo", "sha256"},
+                                        {"num_gpu_blocks", gpu_blocks},
+                                        {"num_cpu_blocks", "None"},
                                         {"engine", engine}};
         prom_sample_text(&w, "", cl, sizeof(cl) / sizeof(cl[0]), "1.0");
     }
