@@ -19,7 +19,7 @@
 
 BUILD ?= build
 CC ?= cc
-PKGS := libmicrohttpd libcurl libprotobuf-c yaml-0.1 jansson libxxhash nettle gnutls
+PKGS := libmicrohttpd libcurl libprotobuf-c yaml-0.1 jansson libxxhash nettle gnutls libzmq msgpack
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Werror
 OPT ?= -O2 -g

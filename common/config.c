@@ -143,6 +143,20 @@ int cfg_check_dataplane_tls(struct cfg_parser *p, const struct cfg_key *table, v
     return 0;
 }
 
+/* A replay endpoint only makes sense beside an endpoint to replay. */
+int cfg_check_kv_events(struct cfg_parser *p, const struct cfg_key *table, void *base,
+                        const struct cfg_map_seen *seen)
+{
+    const struct cfg_kv_events *k = base;
+    int i = cfg_key_index(table, "replay_endpoint");
+
+    if (k->replay_endpoint[0] == '\0' || k->endpoint[0] != '\0')
+        return 0;
+    cfg_yaml_path_push_key(p, "replay_endpoint");
+    return cfg_yaml_fail_at(p, seen->value_mark[i],
+                            "expected an endpoint beside replay_endpoint, got none");
+}
+
 /* Runs after each entry, while the walker's key path still names it. */
 int cfg_check_worker(struct cfg_parser *p, const struct cfg_key *table, void *base,
                      const struct cfg_map_seen *seen)

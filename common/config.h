@@ -276,12 +276,21 @@ struct cfg_admission {
     struct cfg_admission_queue queue;
 };
 
+/* Where a worker publishes its KV-cache events (vLLM's --kv-events-config):
+ * tcp://HOST:PORT endpoints, HOST '*' or empty = the worker's own host. */
+struct cfg_kv_events {
+    char endpoint[CFG_URL_MAX];        /* "" = no events from this worker */
+    char replay_endpoint[CFG_URL_MAX]; /* "" = no replay: a gap is a resync */
+    uint32_t data_parallel_size;       /* publishers at endpoint port + rank, default 1 */
+};
+
 struct cfg_worker {
     char id[CFG_ID_MAX];       /* default: HOST:PORT of the url */
     char url[CFG_URL_MAX];     /* http(s)://host:port, validated with curl_url */
     char model[CFG_MODEL_MAX]; /* empty = learn from the worker's /v1/models */
     enum cfg_role role;        /* default regular */
-    int line;                  /* 1-based line of the entry, for later error messages */
+    struct cfg_kv_events kv_events;
+    int line; /* 1-based line of the entry, for later error messages */
 };
 
 struct cfg {
@@ -346,6 +355,10 @@ int cfg_canon_worker_url(const char *url, char *canon, size_t canon_len, char *i
 /* A worker id: 1..CFG_ID_MAX-1 characters of [A-Za-z0-9._:-]. */
 bool cfg_worker_id_is_valid(const char *id);
 
+/* A KV-events endpoint: "" or tcp://HOST:PORT, HOST a name, an IPv4
+ * address, [IPv6], '*' or empty (both: the worker's own host), PORT 1..65535. */
+bool cfg_kv_endpoint_is_valid(const char *endpoint);
+
 /* Names for messages and the admin API; "unset" for a value out of range.
  * The parsers accept exactly the names the schema uses; 0 or -EINVAL. */
 const char *cfg_role_name(enum cfg_role role);
@@ -359,8 +372,8 @@ int cfg_policy_name_parse(const char *text, enum cfg_policy_name *out);
 /*
  * The dotted names of the keys whose values differ between a and b, in
  * schema order: leaf keys ("dataplane.retry.max_attempts"), and "workers"
- * for any change to the list (an entry's id, url, model or role, their order
- * or number). Writes up to cap names; returns how many differ (may be more
+ * for any change to the list (an entry's id, url, model, role or kv_events,
+ * their order or number). Writes up to cap names; returns how many differ (may be more
  * than cap). The paths of the files are not compared.
  */
 size_t cfg_diff(const struct cfg *a, const struct cfg *b, char (*names)[CFG_KEY_NAME_MAX],

@@ -43,7 +43,10 @@ static bool cfg_field_differs(const struct cfg_key *k, const void *a, const void
         for (size_t i = 0; i < ca->n_workers; i++) {
             const struct cfg_worker *wa = &ca->workers[i], *wb = &cb->workers[i];
             if (strcmp(wa->id, wb->id) != 0 || strcmp(wa->url, wb->url) != 0 ||
-                strcmp(wa->model, wb->model) != 0 || wa->role != wb->role)
+                strcmp(wa->model, wb->model) != 0 || wa->role != wb->role ||
+                strcmp(wa->kv_events.endpoint, wb->kv_events.endpoint) != 0 ||
+                strcmp(wa->kv_events.replay_endpoint, wb->kv_events.replay_endpoint) != 0 ||
+                wa->kv_events.data_parallel_size != wb->kv_events.data_parallel_size)
                 return true;
         }
         return false;

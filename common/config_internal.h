@@ -248,6 +248,8 @@ int cfg_check_dataplane_tls(struct cfg_parser *p, const struct cfg_key *table, v
                             const struct cfg_map_seen *seen);
 
 /* One workers entry: url present and canonical, id given or derivable. */
+int cfg_check_kv_events(struct cfg_parser *p, const struct cfg_key *table, void *base,
+                        const struct cfg_map_seen *seen);
 int cfg_check_worker(struct cfg_parser *p, const struct cfg_key *table, void *base,
                      const struct cfg_map_seen *seen);
 

@@ -411,6 +411,17 @@ static const struct cfg_key discovery_keys[] = {
     KEY_END,
 };
 
+/* A worker's KV-cache event publisher (vLLM's --kv-events-config). */
+static const struct cfg_key kv_events_keys[] = {
+    KEY_STR("endpoint", struct cfg_kv_events, endpoint, cfg_kv_endpoint_is_valid,
+            "a tcp://HOST:PORT endpoint (HOST * = the worker's host), or \"\" for none", ""),
+    KEY_STR("replay_endpoint", struct cfg_kv_events, replay_endpoint, cfg_kv_endpoint_is_valid,
+            "a tcp://HOST:PORT endpoint (HOST * = the worker's host), or \"\" for none", ""),
+    KEY_RANGE("data_parallel_size", CFG_KIND_U32, struct cfg_kv_events, data_parallel_size, 1, 64,
+              1),
+    KEY_END,
+};
+
 /* One workers entry. url is required and id "" means derived from it
  * (cfg_check_worker); model "" means learnt from the worker. */
 static const struct cfg_key worker_keys[] = {
@@ -420,6 +431,7 @@ static const struct cfg_key worker_keys[] = {
     KEY_STR("model", struct cfg_worker, model, cfg_model_is_valid,
             "a model name of at most 127 characters without control characters", ""),
     KEY_ENUM("role", CFG_KIND_ROLE, struct cfg_worker, role, cfg_role_names, CFG_ROLE_REGULAR),
+    KEY_MAP("kv_events", struct cfg_worker, kv_events, kv_events_keys, NULL, cfg_check_kv_events),
     KEY_END,
 };
 
@@ -436,7 +448,7 @@ const struct cfg_key cfg_schema_root[] = {
         .name = "workers",
         .kind = CFG_KIND_WORKERS,
         .child = worker_keys,
-        .expect = "a mapping with url and optional id, model, role",
+        .expect = "a mapping with url and optional id, model, role, kv_events",
         .finish = cfg_check_worker,
         .def = {.is_set = true},
     },

@@ -377,6 +377,37 @@ bool cfg_worker_id_is_valid(const char *id)
     return true;
 }
 
+bool cfg_kv_endpoint_is_valid(const char *endpoint)
+{
+    if (endpoint[0] == '\0')
+        return true;
+    if (strncmp(endpoint, "tcp://", 6) != 0)
+        return false;
+    const char *h = endpoint + 6;
+    const char *colon = strrchr(h, ':');
+    if (colon == NULL || colon[1] == '\0')
+        return false;
+    size_t host_len = (size_t)(colon - h);
+    if (host_len > 0 && h[0] == '[') {
+        if (host_len < 3 || h[host_len - 1] != ']')
+            return false;
+        for (size_t i = 1; i + 1 < host_len; i++)
+            if (!is_alnum(h[i]) && h[i] != ':' && h[i] != '.')
+                return false;
+    } else if (!(host_len == 1 && h[0] == '*')) {
+        for (size_t i = 0; i < host_len; i++)
+            if (!is_alnum(h[i]) && h[i] != '.' && h[i] != '-')
+                return false;
+    }
+    unsigned long port = 0;
+    for (const char *p = colon + 1; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9' || port > 65535)
+            return false;
+        port = port * 10 + (unsigned long)(*p - '0');
+    }
+    return port >= 1 && port <= 65535;
+}
+
 /* Printable ASCII without space: shm names and HTTP paths. */
 static bool is_graphic_ascii(const char *s)
 {

@@ -23,6 +23,7 @@ struct cp_decisions;
 struct adm_http;
 struct prom_writer;
 struct cp_kube;
+struct kv_subscriber;
 
 /* Appends a module's own families to the /metrics page (common/prom.h);
  * failures stay in the writer, which the page checks once at the end. */
@@ -43,6 +44,7 @@ struct adm_ctx {
     struct cp_decisions *decisions; /* GET /decisions */
     struct adm_http *http;          /* stored for controlplane.c; the routes never call it */
     struct cp_kube *kube;           /* Kubernetes discovery; NULL when not configured */
+    struct kv_subscriber *kvs;      /* KV-event subscriber; NULL until a worker has kv_events */
     /* Registered by adm_http_create: the admin server's request counters. */
     adm_metrics_fn http_metrics;
     const void *http_metrics_arg;

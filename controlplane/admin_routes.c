@@ -21,6 +21,7 @@
 #include "controlplane/decisions.h"
 #include "controlplane/fleet_metrics.h"
 #include "controlplane/health_prober.h"
+#include "controlplane/kv_subscriber.h"
 #include "controlplane/load_reports.h"
 #include "controlplane/reset_load.h"
 #include "controlplane/source.h"
@@ -473,6 +474,7 @@ static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
     prom_sample_u64(&w, NULL, NULL, 0, shm_load_underflows(ctx->seg));
     if (ctx->kube != NULL)
         cp_kube_metrics(ctx->kube, &w);
+    kvs_metrics(ctx->kvs, &w);          /* nothing while no worker has kv_events */
     cp_fleet_metrics_write(&w, all, n); /* reorders all: after the per-worker families */
     if (ctx->kv_metrics != NULL)
         ctx->kv_metrics(ctx->kv_metrics_arg, &w);

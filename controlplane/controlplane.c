@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -26,6 +27,7 @@
 #include "controlplane/decisions.h"
 #include "controlplane/health_prober.h"
 #include "controlplane/kv_apply.h"
+#include "controlplane/kv_subscriber.h"
 #include "controlplane/lease_reaper.h"
 #include "controlplane/load_reports.h"
 #include "controlplane/registry_sync.h"
@@ -38,6 +40,42 @@
 #include "shm/prefix_index.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
+
+/*
+ * Where the workers' KV-cache events go (kv_events.h): to the holder index
+ * (kv_apply.h) when the node has one; without it (the .kvholders segment
+ * could not be opened) they are only counted, so that the subscriber's
+ * metrics still tell an operator what the workers publish. Called on the
+ * subscriber's thread.
+ */
+struct cp_kv_count {
+    _Atomic uint64_t batches;
+    _Atomic uint64_t forgets;
+};
+
+static void cp_kv_count_batch(void *ctx, uint32_t slot, const char *worker_id,
+                              const struct kv_event_batch *batch)
+{
+    struct cp_kv_count *c = ctx;
+    (void)slot;
+    (void)worker_id;
+    (void)batch;
+    atomic_fetch_add_explicit(&c->batches, 1, memory_order_relaxed);
+}
+
+static void cp_kv_count_forget(void *ctx, uint32_t slot, const char *worker_id)
+{
+    struct cp_kv_count *c = ctx;
+    (void)slot;
+    (void)worker_id;
+    atomic_fetch_add_explicit(&c->forgets, 1, memory_order_relaxed);
+}
+
+static struct kv_event_sink cp_kv_events_sink(struct cp_kv_count *count)
+{
+    return (struct kv_event_sink){
+        .ctx = count, .on_batch = cp_kv_count_batch, .on_forget = cp_kv_count_forget};
+}
 
 struct cp_daemon {
     const struct cfg *cfg; /* the config in force: borrowed at start, then reloaded */
@@ -53,6 +91,13 @@ struct cp_daemon {
     int epfd;
     int sigfd;
     int tickfd;
+    /* KV-cache events: the subscriber (made when a first worker has
+     * kv_events) and what it was last told (see cp_kv_follow). */
+    struct kv_subscriber *kvs;
+    struct cp_kv_count kv_count;
+    bool kvs_told;
+    uint64_t kvs_registry_changes;
+    uint64_t kvs_kv_version;
 };
 
 static const char *cp_outcome_name(enum shm_open_outcome o)
@@ -295,9 +340,69 @@ static int cp_min_timeout(int a, int b)
     return a < b ? a : b;
 }
 
+/*
+ * Keeps the KV-event subscriber following the registry: every worker whose
+ * source gave it kv_events (cp_registry_kv_events) is subscribed, with '*'
+ * or an empty host resolved to the worker's url host; workers that left are
+ * forgotten by the subscriber. Cheap when nothing changed.
+ */
+static void cp_kv_follow(struct cp_daemon *d)
+{
+    uint64_t changes = shm_registry_changes(&d->seg);
+    uint64_t version = cp_registry_kv_version();
+    if (d->kvs_told && changes == d->kvs_registry_changes && version == d->kvs_kv_version)
+        return;
+    if (d->kvs == NULL && version == 0)
+        return; /* no worker ever had kv_events */
+    struct shm_worker_info *all = calloc(d->seg.max_workers + 1, sizeof(*all));
+    struct kvs_worker_spec *specs = calloc(d->seg.max_workers + 1, sizeof(*specs));
+    if (all == NULL || specs == NULL)
+        goto out_free;
+    size_t n = shm_registry_snapshot(&d->seg, all, d->seg.max_workers), k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct cfg_kv_events *kv = cp_registry_kv_events(all[i].slot, all[i].generation);
+        if (kv == NULL)
+            continue;
+        struct kvs_worker_spec *s = &specs[k];
+        s->slot = all[i].slot;
+        s->generation = all[i].generation;
+        snprintf(s->id, sizeof(s->id), "%s", all[i].id);
+        s->data_parallel_size = kv->data_parallel_size;
+        if (kvs_resolve_endpoint(kv->endpoint, all[i].url, s->endpoint, sizeof(s->endpoint)) != 0 ||
+            (kv->replay_endpoint[0] != '\0' &&
+             kvs_resolve_endpoint(kv->replay_endpoint, all[i].url, s->replay_endpoint,
+                                  sizeof(s->replay_endpoint)) != 0)) {
+            log_warn("kv events: worker %s: endpoint %s cannot be used with url %s", s->id,
+                     kv->endpoint, all[i].url);
+            continue;
+        }
+        k++;
+    }
+    if (d->kvs == NULL) {
+        struct kv_event_sink sink =
+            d->kv_apply != NULL ? kva_sink(d->kv_apply) : cp_kv_events_sink(&d->kv_count);
+        int rc = kvs_create(&sink, NULL, &d->kvs);
+        if (rc != 0) {
+            log_error("kv events: cannot start the subscriber: %s", strerror(-rc));
+            d->kvs = NULL;
+            goto out_free;
+        }
+        d->ctx.kvs = d->kvs;
+    }
+    if (kvs_set_workers(d->kvs, specs, k) == 0) {
+        d->kvs_told = true;
+        d->kvs_registry_changes = changes;
+        d->kvs_kv_version = version;
+    }
+out_free:
+    free(all);
+    free(specs);
+}
+
 /* Runs every part's ready work; returns the epoll_wait timeout. */
 static int cp_run_parts(struct cp_daemon *d)
 {
+    cp_kv_follow(d);
     uint64_t now = proc_monotonic_ms();
     adm_chan_run(d->ctx.chan, now);
     adm_http_run(d->ctx.http);
@@ -376,6 +481,8 @@ static void cp_stop_parts(struct cp_daemon *d)
     adm_chan_destroy(d->ctx.chan);
     hc_destroy(d->ctx.hc);
     lr_destroy(d->ctx.lr);
+    kvs_destroy(d->kvs);
+    d->kvs = NULL;
     memset(&d->ctx, 0, sizeof(d->ctx));
 }
 

@@ -21,6 +21,60 @@ _Static_assert(CP_SOURCE_COUNT <= 32, "a source kind is a 5-bit tag in the slot"
 /* See cp_registry_set_start_healthy: the control plane's thread only. */
 static bool cp_start_healthy = true;
 
+/* The KV-event endpoints per slot (cp_registry_kv_events): the control
+ * plane's thread only; grown to the highest slot used. */
+struct cp_kv_slot {
+    bool set;
+    uint32_t generation;
+    struct cfg_kv_events kv;
+};
+static struct cp_kv_slot *cp_kv_slots;
+static size_t cp_kv_cap;
+static uint64_t cp_kv_version;
+
+static void cp_kv_put(uint32_t slot, uint32_t generation, const struct cfg_kv_events *kv)
+{
+    bool none = kv == NULL || kv->endpoint[0] == '\0';
+    if (slot >= cp_kv_cap) {
+        if (none)
+            return;
+        size_t cap = slot + 64;
+        struct cp_kv_slot *grown = realloc(cp_kv_slots, cap * sizeof(*grown));
+        if (grown == NULL) {
+            log_error("registry: out of memory recording the kv_events of slot %u", slot);
+            return;
+        }
+        memset(grown + cp_kv_cap, 0, (cap - cp_kv_cap) * sizeof(*grown));
+        cp_kv_slots = grown;
+        cp_kv_cap = cap;
+    }
+    struct cp_kv_slot *s = &cp_kv_slots[slot];
+    bool same = none ? !s->set
+                     : s->set && s->generation == generation &&
+                           strcmp(s->kv.endpoint, kv->endpoint) == 0 &&
+                           strcmp(s->kv.replay_endpoint, kv->replay_endpoint) == 0 &&
+                           s->kv.data_parallel_size == kv->data_parallel_size;
+    if (same)
+        return;
+    s->set = !none;
+    s->generation = generation;
+    if (!none)
+        s->kv = *kv;
+    cp_kv_version++;
+}
+
+const struct cfg_kv_events *cp_registry_kv_events(uint32_t slot, uint32_t generation)
+{
+    if (slot >= cp_kv_cap || !cp_kv_slots[slot].set || cp_kv_slots[slot].generation != generation)
+        return NULL;
+    return &cp_kv_slots[slot].kv;
+}
+
+uint64_t cp_registry_kv_version(void)
+{
+    return cp_kv_version;
+}
+
 void cp_registry_set_start_healthy(bool healthy)
 {
     cp_start_healthy = healthy;
@@ -183,7 +237,13 @@ int cp_registry_add(struct shm_segment *seg, enum cp_source_kind kind,
     snprintf(add.id, sizeof(add.id), "%s", w->id);
     snprintf(add.url, sizeof(add.url), "%s", w->url);
     snprintf(add.model, sizeof(add.model), "%s", w->model);
-    return shm_registry_add(seg, &add, out);
+    struct shm_worker_info placed;
+    int rc = shm_registry_add(seg, &add, &placed);
+    if (rc == 0)
+        cp_kv_put(placed.slot, placed.generation, &w->kv_events);
+    if (rc == 0 && out != NULL)
+        *out = placed;
+    return rc;
 }
 
 int cp_registry_retire(struct shm_segment *seg, enum cp_source_kind kind, const char *id)
@@ -193,6 +253,7 @@ int cp_registry_retire(struct shm_segment *seg, enum cp_source_kind kind, const 
         return -ENOENT;
     if (w.source != kind)
         return -EPERM;
+    cp_kv_put(w.slot, w.generation, NULL);
     return shm_registry_remove(seg, w.slot);
 }
 
@@ -227,8 +288,11 @@ int cp_registry_sync(struct shm_segment *seg, const struct cp_source_set *set, c
         const struct cp_source_worker *w = p >= 0 ? &set->workers[p] : NULL;
         if (w != NULL && cp_same_worker(&cur[i], w)) {
             kept[p] = true;
+            /* Its endpoints may have changed (a reload): the slot stays. */
+            cp_kv_put(cur[i].slot, cur[i].generation, &w->kv_events);
             continue;
         }
+        cp_kv_put(cur[i].slot, cur[i].generation, NULL);
         shm_registry_remove(seg, cur[i].slot);
         log_info("registry: removed worker %s (%s), slot %u generation %u: %s %s", cur[i].id,
                  cur[i].url, cur[i].slot, cur[i].generation,

@@ -61,4 +61,19 @@ int cp_registry_add(struct shm_segment *seg, enum cp_source_kind kind,
  * source's worker: left as it is). */
 int cp_registry_retire(struct shm_segment *seg, enum cp_source_kind kind, const char *id);
 
+/*
+ * What the registry carries beside the segment, in the control plane's
+ * memory: each worker's KV-event endpoints as its source proposed them
+ * (the segment's slots are fixed-size and read by data planes, which have
+ * no use for them). Set when a sync or an add places or keeps a worker,
+ * cleared when it leaves; a control-plane restart learns them again from
+ * the sources' first sync.
+ *
+ * cp_registry_kv_events: the endpoints of the worker in slot with that
+ * generation, or NULL (none, or another occupant). cp_registry_kv_version:
+ * changes whenever any of them changes, so a follower can skip rebuilding.
+ */
+const struct cfg_kv_events *cp_registry_kv_events(uint32_t slot, uint32_t generation);
+uint64_t cp_registry_kv_version(void);
+
 #endif

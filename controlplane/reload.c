@@ -26,6 +26,7 @@ static const struct {
     enum cp_effect effect;
 } cp_effects[] = {
     {"controlplane.health.", CP_EFFECT_RELOAD},
+    /* Also a worker's kv_events: its subscription is made anew at once. */
     {"workers", CP_EFFECT_RELOAD},
     /* Read by the data plane (the control plane's admin API reads it too,
      * but only to show the same number): a hot restart applies it. */
@@ -81,6 +82,13 @@ static const struct cfg_worker *cp_find_worker(const struct cfg *cfg, const char
     return NULL;
 }
 
+static bool cp_kv_events_differ(const struct cfg_kv_events *a, const struct cfg_kv_events *b)
+{
+    return strcmp(a->endpoint, b->endpoint) != 0 ||
+           strcmp(a->replay_endpoint, b->replay_endpoint) != 0 ||
+           a->data_parallel_size != b->data_parallel_size;
+}
+
 /* "workers: 1 added, 0 removed, 1 changed, 2 unchanged" between two configs. */
 static void cp_workers_summary(const struct cfg *cur, const struct cfg *next, char *buf, size_t len)
 {
@@ -91,7 +99,7 @@ static void cp_workers_summary(const struct cfg *cur, const struct cfg *next, ch
         if (c == NULL)
             added++;
         else if (strcmp(c->url, n->url) != 0 || strcmp(c->model, n->model) != 0 ||
-                 c->role != n->role)
+                 c->role != n->role || cp_kv_events_differ(&c->kv_events, &n->kv_events))
             changed++;
         else
             same++;

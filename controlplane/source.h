@@ -46,6 +46,7 @@ struct cp_source_worker {
     char url[CFG_URL_MAX];
     char model[CFG_MODEL_MAX];
     enum cfg_role role;
+    struct cfg_kv_events kv_events; /* endpoint "" = none; carried by the registry */
 };
 
 /*

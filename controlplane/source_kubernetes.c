@@ -335,6 +335,12 @@ static void kube_upsert(struct cp_kube *k, const json_t *obj)
         e->drained_by_us = false;
         e->warned = false;
     }
+    if (p.bad_kv_events && !e->warned) {
+        log_warn("discovery: pod %s: its %s or %s annotation is no tcp://HOST:PORT endpoint; "
+                 "ignored",
+                 p.name, KUBE_KV_EVENTS_ANNOTATION, KUBE_KV_EVENTS_REPLAY_ANNOTATION);
+        e->warned = true;
+    }
     bool was_worker = e->exists && kube_pod_is_worker(&e->pod);
     if ((p.bad_role || p.bad_model || p.no_port) && !e->warned) {
         log_warn("discovery: pod %s: %s", p.name,
@@ -792,6 +798,7 @@ static size_t kube_build_proposal(struct cp_kube *k, uint64_t now_ms)
                 snprintf(w->url, sizeof(w->url), "%s", e->pod.url);
                 snprintf(w->model, sizeof(w->model), "%s", e->pod.model);
                 w->role = e->pod.role;
+                w->kv_events = e->pod.kv_events;
             } else {
                 /* Draining: as it is in its slot, so nothing replaces it. */
                 snprintf(w->url, sizeof(w->url), "%s", have->url);

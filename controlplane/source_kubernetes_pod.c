@@ -108,6 +108,21 @@ int kube_pod_parse(const json_t *pod, const struct cfg_kubernetes *k, struct kub
         out->bad_role = true;
     }
 
+    const json_t *notes = json_object_get(meta, "annotations");
+    const char *kv = kube_str(notes, KUBE_KV_EVENTS_ANNOTATION);
+    const char *kv_replay = kube_str(notes, KUBE_KV_EVENTS_REPLAY_ANNOTATION);
+    out->kv_events.data_parallel_size = 1;
+    if (kv != NULL && strlen(kv) < CFG_URL_MAX && cfg_kv_endpoint_is_valid(kv))
+        snprintf(out->kv_events.endpoint, sizeof(out->kv_events.endpoint), "%s", kv);
+    else if (kv != NULL)
+        out->bad_kv_events = true;
+    if (kv_replay != NULL && strlen(kv_replay) < CFG_URL_MAX &&
+        cfg_kv_endpoint_is_valid(kv_replay) && out->kv_events.endpoint[0] != '\0')
+        snprintf(out->kv_events.replay_endpoint, sizeof(out->kv_events.replay_endpoint), "%s",
+                 kv_replay);
+    else if (kv_replay != NULL)
+        out->bad_kv_events = true;
+
     long port = k->port;
     if (k->port_name[0] != '\0') {
         port = kube_named_port(spec, k->port_name);

@@ -11,7 +11,11 @@
  * the whole name), its url scheme://podIP:port with port the configured
  * number or the container port named port_name, its model the value of
  * model_label ("" = learn it from the pod's /v1/models), its role the value
- * of role_label (regular when absent or not a role).
+ * of role_label (regular when absent or not a role). Its KV-cache event
+ * endpoints come from the annotations switchyard.io/kv-events-endpoint and
+ * switchyard.io/kv-events-replay-endpoint (tcp://HOST:PORT; a HOST of '*',
+ * as in the default endpoint of vLLM, or none means the pod's IP); an
+ * annotation that is no such endpoint is ignored (bad_kv_events).
  */
 #ifndef SY_CONTROLPLANE_SOURCE_KUBERNETES_POD_H
 #define SY_CONTROLPLANE_SOURCE_KUBERNETES_POD_H
@@ -39,10 +43,15 @@ struct kube_pod {
     bool running; /* status.phase == Running */
     bool ready;   /* condition Ready == True */
     bool terminating;
-    bool bad_role;  /* role_label held something else than a role */
-    bool bad_model; /* model_label held something no worker model can be */
-    bool no_port;   /* port_name given and no container port has that name */
+    bool bad_role;                  /* role_label held something else than a role */
+    bool bad_model;                 /* model_label held something no worker model can be */
+    bool no_port;                   /* port_name given and no container port has that name */
+    struct cfg_kv_events kv_events; /* from the annotations; endpoint "" = none */
+    bool bad_kv_events;             /* an annotation was not a tcp://HOST:PORT endpoint */
 };
+
+#define KUBE_KV_EVENTS_ANNOTATION        "switchyard.io/kv-events-endpoint"
+#define KUBE_KV_EVENTS_REPLAY_ANNOTATION "switchyard.io/kv-events-replay-endpoint"
 
 /*
  * Reads a Pod object. Returns 0, or -EINVAL when it has no

@@ -25,6 +25,7 @@ int cp_source_static_sync(struct shm_segment *seg, const struct cfg *cfg, char *
         snprintf(ws[i].url, sizeof(ws[i].url), "%s", c->url);
         snprintf(ws[i].model, sizeof(ws[i].model), "%s", c->model);
         ws[i].role = c->role;
+        ws[i].kv_events = c->kv_events;
     }
     struct cp_source_set set = {.kind = CP_SOURCE_STATIC, .workers = ws, .n = cfg->n_workers};
     char why[512] = "";

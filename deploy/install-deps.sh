@@ -8,6 +8,7 @@ packages=(
     build-essential pkg-config clang clang-format
     libmicrohttpd-dev libcurl4-openssl-dev libprotobuf-c-dev protobuf-c-compiler
     libyaml-dev libcmocka-dev libjansson-dev libxxhash-dev libgnutls28-dev nettle-dev
+    libzmq3-dev libmsgpack-dev
     curl procps util-linux openssl
 )
 # Extra packages for one purpose, requested by name: deploy/install-deps.sh bench

@@ -27,9 +27,15 @@ size_t mw_full_blocks(size_t bytes, uint32_t block_tokens)
 
 void mw_block_hashes(const char *text, size_t len, uint32_t block_tokens, uint64_t *out, size_t n)
 {
+    mw_block_hashes_from(0, text, len, block_tokens, out, n);
+}
+
+void mw_block_hashes_from(uint64_t none_hash, const char *text, size_t len, uint32_t block_tokens,
+                          uint64_t *out, size_t n)
+{
     size_t block_bytes = (size_t)block_tokens * MW_BYTES_PER_TOKEN;
     assert(n <= mw_full_blocks(len, block_tokens));
-    uint64_t prev = 0;
+    uint64_t prev = none_hash;
     for (size_t i = 0; i < n; i++) {
         prev = XXH3_64bits_withSeed(text + i * block_bytes, block_bytes, prev);
         out[i] = prev;
@@ -153,6 +159,8 @@ static uint32_t kv_take_slot(struct mw_kv_cache *kv)
     lru_unlink(kv, victim);
     bucket_remove(kv, victim);
     kv->evictions++;
+    if (kv->evict_log != NULL && kv->evict_n < kv->evict_cap)
+        kv->evict_log[kv->evict_n++] = kv->slots[victim].hash;
     return victim;
 }
 
@@ -214,6 +222,69 @@ void mw_engine_fini(struct mw_engine *e)
     mw_kv_fini(&e->kv);
 }
 
+/* Index of h in a[0..n), or n. */
+static size_t find_hash(const uint64_t *a, size_t n, uint64_t h)
+{
+    size_t i = 0;
+    while (i < n && a[i] != h)
+        i++;
+    return i;
+}
+
+/*
+ * mw_kv_insert, telling the observer the net change (see struct
+ * mw_kv_observer): evicted blocks that were cached before and are gone
+ * after, then each run of the prompt's blocks that were absent before and
+ * are present after. Engine lock held. Without memory for the bookkeeping
+ * the insert still happens and the observer hears nothing: a test of the
+ * events then sees a gap in the cache's story, never a false one.
+ */
+static void insert_observed(struct mw_engine *e, struct mw_sched_entry *x)
+{
+    const struct mw_kv_observer *o = e->observer;
+    size_t n = x->n_hashes;
+    bool *was = calloc(n, sizeof(*was));
+    uint64_t *evicted = malloc(sizeof(*evicted) * n);
+    if (was == NULL || evicted == NULL) {
+        free(was);
+        free(evicted);
+        mw_kv_insert(&e->kv, x->hashes, n, x->block_ids);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        was[i] = mw_kv_find(&e->kv, x->hashes[i]) != MW_KV_NONE;
+    e->kv.evict_log = evicted;
+    e->kv.evict_n = 0;
+    e->kv.evict_cap = n;
+    mw_kv_insert(&e->kv, x->hashes, n, x->block_ids);
+    e->kv.evict_log = NULL;
+    size_t n_evicted = e->kv.evict_n;
+    for (size_t k = 0; k < n_evicted; k++) {
+        uint64_t h = evicted[k];
+        size_t j = find_hash(x->hashes, n, h);
+        bool before = j == n || was[j];
+        bool after = mw_kv_find(&e->kv, h) != MW_KV_NONE;
+        /* A block evicted twice (re-stored in between) is reported once. */
+        if (before && !after && find_hash(evicted, k, h) == k)
+            o->removed(o->ctx, &h, 1);
+    }
+    size_t bytes = (size_t)e->block_tokens * MW_BYTES_PER_TOKEN;
+    for (size_t i = 0; i < n;) {
+        if (was[i] || mw_kv_find(&e->kv, x->hashes[i]) == MW_KV_NONE) {
+            i++;
+            continue;
+        }
+        size_t start = i;
+        while (i < n && !was[i] && mw_kv_find(&e->kv, x->hashes[i]) != MW_KV_NONE)
+            i++;
+        o->stored(o->ctx, x->hashes + start, i - start, start > 0 ? &x->hashes[start - 1] : NULL,
+                  x->text + start * bytes);
+    }
+    o->flush(o->ctx);
+    free(was);
+    free(evicted);
+}
+
 /* Takes a running slot for x and does its prefix lookup. Engine lock held. */
 static void engine_admit(struct mw_engine *e, struct mw_sched_entry *x)
 {
@@ -223,7 +294,10 @@ static void engine_admit(struct mw_engine *e, struct mw_sched_entry *x)
         hit = (uint64_t)hit_blocks * e->block_tokens;
         if (hit > x->prompt_tokens)
             hit = x->prompt_tokens;
-        mw_kv_insert(&e->kv, x->hashes, x->n_hashes, x->block_ids);
+        if (e->observer != NULL && x->text != NULL)
+            insert_observed(e, x);
+        else
+            mw_kv_insert(&e->kv, x->hashes, x->n_hashes, x->block_ids);
     }
     if (x->use_prefix_cache) {
         e->prefix_query_tokens += x->prompt_tokens;
@@ -333,9 +407,20 @@ void mw_engine_reset(struct mw_engine *e)
 {
     pthread_mutex_lock(&e->lock);
     mw_kv_clear(&e->kv);
+    if (e->observer != NULL) {
+        e->observer->cleared(e->observer->ctx);
+        e->observer->flush(e->observer->ctx);
+    }
     e->prefix_query_tokens = 0;
     e->prefix_hit_tokens = 0;
     e->prompt_tokens = 0;
     e->generation_tokens = 0;
+    pthread_mutex_unlock(&e->lock);
+}
+
+void mw_engine_set_observer(struct mw_engine *e, const struct mw_kv_observer *obs)
+{
+    pthread_mutex_lock(&e->lock);
+    e->observer = obs;
     pthread_mutex_unlock(&e->lock);
 }

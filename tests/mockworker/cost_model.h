@@ -57,6 +57,15 @@ size_t mw_full_blocks(size_t bytes, uint32_t block_tokens);
  */
 void mw_block_hashes(const char *text, size_t len, uint32_t block_tokens, uint64_t *out, size_t n);
 
+/*
+ * As mw_block_hashes, with h_{-1} = none_hash instead of 0: the server seeds
+ * its chains with a random value per process, as vLLM's NONE_HASH, so that
+ * nothing outside the worker can compute its block hashes (a router must
+ * learn them from the KV events, as it must with vLLM).
+ */
+void mw_block_hashes_from(uint64_t none_hash, const char *text, size_t len, uint32_t block_tokens,
+                          uint64_t *out, size_t n);
+
 /* ---- KV cache ------------------------------------------------------------ */
 
 /* One block slot of struct mw_kv_cache (index = block id). */
@@ -79,6 +88,11 @@ struct mw_kv_cache {
     uint32_t lru_tail; /* least recently used: evicted first */
     uint32_t free_top; /* never-used slots are handed out in index order */
     uint64_t evictions;
+    /* While not NULL, the hash of each evicted block is appended here (at
+     * most evict_cap; the engine sets it around one insert for its observer). */
+    uint64_t *evict_log;
+    size_t evict_n;
+    size_t evict_cap;
 };
 
 /* capacity >= 1. Returns 0 or -ENOMEM. */
@@ -124,6 +138,7 @@ struct mw_sched_entry {
     /* Inputs. */
     const uint64_t *hashes; /* full-block hashes of the prompt (may be NULL if n_hashes 0) */
     size_t n_hashes;
+    const char *text;    /* the prompt text (n_hashes full blocks at least), for the observer */
     uint32_t *block_ids; /* NULL, or n_hashes slots to receive block ids */
     uint64_t prompt_tokens;
     uint64_t remote_tokens; /* tokens whose KV arrives from a prefill worker */
@@ -148,8 +163,29 @@ struct mw_engine_snapshot {
     uint64_t generation_tokens; /* reported through mw_engine_finish */
 };
 
+/*
+ * Who hears of the cache's changes (the KV-events publisher, kv_events.h).
+ * Every call is made under the engine lock, in the order of the changes;
+ * the pointers are valid during the call only. Each admission and each
+ * reset ends with flush: what came since the last flush is one batch (as
+ * vLLM publishes one batch per engine step). The changes are net: a block
+ * stored and evicted again by the same admission is reported by neither.
+ */
+struct mw_kv_observer {
+    void *ctx;
+    /* n consecutive blocks of a prompt, newly cached; parent is the hash
+     * of the block before them (NULL for a prompt's first block); text
+     * holds their n * block_tokens * 4 bytes. */
+    void (*stored)(void *ctx, const uint64_t *hashes, size_t n, const uint64_t *parent,
+                   const char *text);
+    void (*removed)(void *ctx, const uint64_t *hashes, size_t n); /* evicted */
+    void (*cleared)(void *ctx);                                   /* the whole cache */
+    void (*flush)(void *ctx);
+};
+
 /* Caller storage; mw_engine_init / mw_engine_fini. Thread-safe after init. */
 struct mw_engine {
+    const struct mw_kv_observer *observer; /* NULL = nobody; set before any request */
     pthread_mutex_t lock;
     struct mw_kv_cache kv;
     uint32_t block_tokens;
@@ -195,7 +231,11 @@ struct mw_sched_entry *mw_engine_take_ready(struct mw_engine *e, unsigned owner)
 
 void mw_engine_snapshot(struct mw_engine *e, struct mw_engine_snapshot *out);
 
-/* Clears the cache and the counters; running and waiting requests stay. */
+/* Clears the cache and the counters; running and waiting requests stay.
+ * The observer hears cleared then flush. */
 void mw_engine_reset(struct mw_engine *e);
+
+/* Sets the observer (borrowed, outlives the engine) before requests arrive. */
+void mw_engine_set_observer(struct mw_engine *e, const struct mw_kv_observer *obs);
 
 #endif

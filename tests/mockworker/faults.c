@@ -34,6 +34,16 @@ static int get_int(const json_t *v, const char *key, int64_t min, int64_t max, i
     return 0;
 }
 
+static int get_bool(const json_t *v, const char *key, bool *out, char *err, size_t err_len)
+{
+    if (!json_is_boolean(v)) {
+        snprintf(err, err_len, "fault '%s': expected true or false", key);
+        return -EINVAL;
+    }
+    *out = json_is_true(v);
+    return 0;
+}
+
 #define MW_FAULT_MS_MAX     (24LL * 3600 * 1000)
 #define MW_FAULT_CHUNKS_MAX (1LL << 32)
 
@@ -110,6 +120,13 @@ int mw_faults_merge_json(struct mw_faults *f, const json_t *obj, char *err, size
                 rc = -EINVAL;
             }
             next.metrics_garbage = json_is_true(v);
+        } else if (strcmp(key, "kv_events_drop_batches") == 0) {
+            rc = get_int(v, key, 0, MW_FAULT_CHUNKS_MAX, &x, err, err_len);
+            next.kv_events_drop_batches = (uint64_t)x;
+        } else if (strcmp(key, "kv_events_reorder") == 0) {
+            rc = get_bool(v, key, &next.kv_events_reorder, err, err_len);
+        } else if (strcmp(key, "kv_events_replay_off") == 0) {
+            rc = get_bool(v, key, &next.kv_events_replay_off, err, err_len);
         } else {
             snprintf(err, err_len, "unknown fault field '%s'", key);
             rc = -EINVAL;
@@ -128,7 +145,7 @@ int mw_faults_merge_json(struct mw_faults *f, const json_t *obj, char *err, size
 
 json_t *mw_faults_to_json(const struct mw_faults *f)
 {
-    return json_pack(
+    json_t *o = json_pack(
         "{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:s, s:I, s:I, s:b, s:I}", "fail_status",
         f->fail_status, "fail_count", (json_int_t)f->fail_count, "fail_body_hold_ms",
         (json_int_t)f->fail_body_hold_ms, "stall_before_headers_ms",
@@ -139,6 +156,13 @@ json_t *mw_faults_to_json(const struct mw_faults *f)
         "stream_error_after_chunks", (json_int_t)f->stream_error_after_chunks, "metrics_stall_ms",
         (json_int_t)f->metrics_stall_ms, "metrics_garbage", f->metrics_garbage,
         "fail_retry_after_s", (json_int_t)f->fail_retry_after_s);
+    if (o != NULL) {
+        json_object_set_new(o, "kv_events_drop_batches",
+                            json_integer((json_int_t)f->kv_events_drop_batches));
+        json_object_set_new(o, "kv_events_reorder", json_boolean(f->kv_events_reorder));
+        json_object_set_new(o, "kv_events_replay_off", json_boolean(f->kv_events_replay_off));
+    }
+    return o;
 }
 
 int mw_fault_state_update(struct mw_fault_state *fs, const char *body, size_t len,

@@ -23,6 +23,12 @@
  *   metrics_stall_ms            GET /metrics answers only after this long
  *   metrics_garbage             GET /metrics answers 200 with a page that is
  *                               not Prometheus text (JSON true/false)
+ *   kv_events_drop_batches      KV events (kv_events.h): the next K batches are
+ *                               not sent on PUB (still kept for replay)
+ *   kv_events_reorder           KV events: the next two batches go out swapped
+ *   kv_events_replay_off        KV events: replay requests get no answer
+ *                               (the first two are armed by each body that
+ *                               names them; the third holds until cleared)
  *
  * Each request takes a snapshot of the faults when it arrives
  * (mw_fault_state_arrival), so a change applies to requests arriving after
@@ -58,6 +64,9 @@ struct mw_faults {
     uint64_t metrics_stall_ms;   /* GET /metrics answers after this long (0 = at once) */
     bool metrics_garbage;        /* GET /metrics answers 200 with bytes that are not Prometheus */
     uint64_t fail_retry_after_s; /* 0 = no Retry-After on failed responses */
+    uint64_t kv_events_drop_batches;
+    bool kv_events_reorder;
+    bool kv_events_replay_off;
 };
 
 /* What one request does, decided when it arrives. */

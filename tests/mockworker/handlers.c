@@ -324,11 +324,12 @@ static int infer_submit(struct mw_req *req)
         req->block_ids = malloc(sizeof(*req->block_ids) * n);
         if (req->hashes == NULL || req->block_ids == NULL)
             return -ENOMEM;
-        mw_block_hashes(in->prompt, in->prompt_len, bt, req->hashes, n);
+        mw_block_hashes_from(s->none_hash, in->prompt, in->prompt_len, bt, req->hashes, n);
     }
     struct mw_sched_entry *x = &req->sched;
     x->hashes = req->hashes;
     x->n_hashes = n;
+    x->text = in->prompt;
     x->block_ids = req->block_ids;
     x->prompt_tokens = in->prompt_tokens;
     x->use_prefix_cache = cached;
@@ -814,6 +815,26 @@ static enum MHD_Result respond_metrics(struct mw_req *req)
                 snap.prompt_tokens, NULL);
     vllm_metric(&w, "vllm:generation_tokens", PROM_COUNTER,
                 "Number of generation tokens processed.", m, n, snap.generation_tokens, NULL);
+    /* As vLLM: an info gauge, value 1, the cache config as labels (its
+     * metrics_info(): attributes in declaration order, a few of them
+     * here), then engine; one series per engine. */
+    prom_family(&w, "vllm:cache_config_info", PROM_GAUGE,
+                "Information of the LLMEngine CacheConfig");
+    for (uint32_t i = 0; i < n; i++) {
+        char bs[16], gpu_blocks[24], engine[16];
+        snprintf(bs, sizeof(bs), "%" PRIu32, s->opts.block_tokens);
+        snprintf(gpu_blocks, sizeof(gpu_blocks), "%" PRIu32, s->opts.kv_blocks);
+        snprintf(engine, sizeof(engine), "%" PRIu32, i);
+        const struct prom_label cl[] = {{"block_size", bs},
+                                        {"gpu_memory_utilization", "0.9"},
+                                        {"cache_dtype", "auto"},
+                                        {"enable_prefix_caching", "True"},
+                                        {"prefix_caching_hash_algo", "sha256"},
+                                        {"num_gpu_blocks", gpu_blocks},
+                                        {"num_cpu_blocks", "None"},
+                                        {"engine", engine}};
+        prom_sample_text(&w, "", cl, sizeof(cl) / sizeof(cl[0]), "1.0");
+    }
     if (mw_lora_enabled()) {
         /* As vLLM: an info gauge whose value is the time it was last set,
          * labels say the state; old label sets stay in the output. */
@@ -867,6 +888,22 @@ static enum MHD_Result respond_mock_stats(struct mw_req *req)
     return respond_json(req, 200, obj);
 }
 
+/* Hands the KV-event faults a /mock/faults body (valid by now) names to
+ * the publisher: they arm one-shot actions, so only a body naming one
+ * (re)arms it; the others stay as they are. */
+static void apply_kv_faults(struct mw_kv_events *ev, const struct buf *body,
+                            const struct mw_faults *f)
+{
+    json_t *o = json_loadb(body->data != NULL ? body->data : "", body->len, 0, NULL);
+    mw_kv_events_set_faults(
+        ev,
+        json_object_get(o, "kv_events_drop_batches") != NULL ? (int64_t)f->kv_events_drop_batches
+                                                             : -1,
+        json_object_get(o, "kv_events_reorder") != NULL ? f->kv_events_reorder : -1,
+        json_object_get(o, "kv_events_replay_off") != NULL ? f->kv_events_replay_off : -1);
+    json_decref(o);
+}
+
 static enum MHD_Result respond_mock_faults(struct mw_req *req, const char *method)
 {
     struct mw_server *s = req->server;
@@ -881,6 +918,8 @@ static enum MHD_Result respond_mock_faults(struct mw_req *req, const char *metho
     if (mw_fault_state_update(&s->faults, req->body.data != NULL ? req->body.data : "",
                               req->body.len, &f, err, sizeof(err)) != 0)
         return respond_error(req, 400, err);
+    if (s->kv_events != NULL)
+        apply_kv_faults(s->kv_events, &req->body, &f);
     log_info("faults updated: fail_status=%d fail_count=%" PRId64
              " stall_before_headers_ms=%" PRIu64 " stall_after_chunks=%" PRIu64 " stall_ms=%" PRIu64
              " reset_after_chunks=%" PRIu64 " health_status=%d extra_latency_ms=%" PRIu64
@@ -897,6 +936,8 @@ static enum MHD_Result respond_mock_reset(struct mw_req *req)
     mw_stats_reset(&s->stats);
     mw_pd_pins_reset(&s->pins);
     mw_fault_state_clear(&s->faults);
+    if (s->kv_events != NULL)
+        mw_kv_events_set_faults(s->kv_events, 0, 0, 0);
     mw_engine_reset(&s->engine);
     mw_api_reset();
     log_info("mock state reset");

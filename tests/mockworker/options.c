@@ -28,6 +28,7 @@ enum opt_kind {
     OPT_KIND_LORA,      /* one or more name=path, up to the next flag */
     OPT_KIND_LORA_LIST, /* a,b: adapters by name, each at path /adapters/<name> */
     OPT_KIND_FLAG,      /* a bool set by the flag alone */
+    OPT_KIND_CHOICE,    /* a bool: arg is "NO|YES", the second word sets it */
     OPT_KIND_HELP,
     OPT_KIND_VERSION,
 };
@@ -104,6 +105,16 @@ static const struct opt_def opt_defs[] = {
      "the PEM private key of --tls-cert"},
     {"--tls-client-ca", OPT_KIND_STRING, OFF(tls_client_ca), MW_TLS_PATH_MAX, 0, 0, "FILE",
      "require client certificates signed by this PEM CA (mTLS)"},
+    {"--kv-events-endpoint", OPT_KIND_STRING, OFF(kv_events_endpoint), MW_ENDPOINT_MAX, 0, 0,
+     "ENDPOINT", "publish KV-cache events as vLLM's ZeroMQ PUB, bound here (default off)"},
+    {"--kv-events-replay-endpoint", OPT_KIND_STRING, OFF(kv_events_replay_endpoint),
+     MW_ENDPOINT_MAX, 0, 0, "ENDPOINT", "the KV events' replay ROUTER, bound here (default off)"},
+    {"--kv-events-format", OPT_KIND_CHOICE, OFF(kv_events_array), 0, 0, 0, "map|array",
+     "events as tagged maps (vLLM now) or positional arrays (before) (default map)"},
+    {"--kv-events-hash", OPT_KIND_CHOICE, OFF(kv_events_hash_bytes), 0, 0, 0, "int|bytes",
+     "block hashes as 64-bit ints (vLLM's default) or digest bytes (default int)"},
+    {"--kv-events-buffer-steps", OPT_KIND_U32, OFF(kv_events_buffer_steps), sizeof(uint32_t), 1,
+     1u << 20, "N", "KV event batches kept for replay (default 10000)"},
     {"--help", OPT_KIND_HELP, 0, 0, 0, 0, NULL, "print this help and exit"},
     {"--version", OPT_KIND_VERSION, 0, 0, 0, 0, NULL, "print the version and exit"},
 };
@@ -123,6 +134,7 @@ void mw_options_defaults(struct mw_options *opts)
     opts->max_body_bytes = 32u << 20;
     opts->kv_lease_ms = 30000;
     opts->data_parallel_size = 1;
+    opts->kv_events_buffer_steps = 10000;
 }
 
 const char *mw_role_name(enum mw_role role)
@@ -304,6 +316,17 @@ static int apply_value(const struct opt_def *def, const char *value, struct mw_o
         }
         snprintf(err, err_len, "%s: expected grouped|flat, got '%s'", def->name, value);
         return -EINVAL;
+    case OPT_KIND_CHOICE: {
+        const char *bar = strchr(def->arg, '|');
+        size_t nl = (size_t)(bar - def->arg);
+        bool no = strlen(value) == nl && strncmp(value, def->arg, nl) == 0;
+        if (no || strcmp(value, bar + 1) == 0) {
+            *(bool *)(void *)(base + def->offset) = !no;
+            return 0;
+        }
+        snprintf(err, err_len, "%s: expected %s, got '%s'", def->name, def->arg, value);
+        return -EINVAL;
+    }
     case OPT_KIND_KV_MODE:
         if (strcmp(value, "pull") == 0 || strcmp(value, "push") == 0) {
             opts->kv_push = strcmp(value, "push") == 0;

@@ -26,6 +26,7 @@
 #define MW_THREADS_MAX      64
 #define MW_BLOCK_TOKENS_MAX 4096
 #define MW_TLS_PATH_MAX     256
+#define MW_ENDPOINT_MAX     256
 
 enum mw_role {
     MW_ROLE_UNSET = 0,
@@ -69,6 +70,12 @@ struct mw_options {
     char tls_cert[MW_TLS_PATH_MAX];
     char tls_key[MW_TLS_PATH_MAX];
     char tls_client_ca[MW_TLS_PATH_MAX];
+    /* KV-cache events (kv_events.h): "" = not published. */
+    char kv_events_endpoint[MW_ENDPOINT_MAX];        /* PUB, e.g. tcp://127.0.0.1:5557 */
+    char kv_events_replay_endpoint[MW_ENDPOINT_MAX]; /* ROUTER; "" = no replay */
+    bool kv_events_array;                            /* --kv-events-format array */
+    bool kv_events_hash_bytes;                       /* --kv-events-hash bytes */
+    uint32_t kv_events_buffer_steps;                 /* batches kept for replay */
 };
 
 enum mw_options_result {

@@ -22,6 +22,7 @@
 #include "tests/mockworker/tls.h"
 #include "tests/mockworker/cost_model.h"
 #include "tests/mockworker/faults.h"
+#include "tests/mockworker/kv_events.h"
 #include "tests/mockworker/openai.h"
 #include "tests/mockworker/options.h"
 #include "tests/mockworker/pd_pins.h"
@@ -69,8 +70,10 @@ struct mw_server {
     struct mw_engine engine;
     struct mw_stats stats;
     struct mw_fault_state faults;
-    struct mw_pd_pins pins; /* P/D: blocks pinned for remote decodes */
-    struct mw_tls tls;      /* HTTPS, when --tls-cert is given */
+    struct mw_pd_pins pins;         /* P/D: blocks pinned for remote decodes */
+    struct mw_tls tls;              /* HTTPS, when --tls-cert is given */
+    struct mw_kv_events *kv_events; /* KV-event publisher, NULL when off */
+    uint64_t none_hash;             /* random seed of the block hash chains */
     char engine_id[MW_ENGINE_ID_MAX];
     uint16_t port;   /* the bound port (differs from opts.port when that was 0) */
     int64_t started; /* unix seconds, the "created" of /v1/models */

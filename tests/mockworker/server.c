@@ -466,6 +466,9 @@ int mw_server_init(struct mw_server *s, const struct mw_options *opts, char *err
     uint64_t seed = 0;
     if (rng_fill_random(&seed, sizeof(seed)) == 0)
         atomic_store_explicit(&s->unique, seed, memory_order_relaxed);
+    /* As vLLM's NONE_HASH: block hashes nobody outside can recompute. */
+    if (rng_fill_random(&s->none_hash, sizeof(s->none_hash)) != 0)
+        s->none_hash = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
 
     int rc = mw_engine_init(&s->engine, opts->kv_blocks, opts->block_tokens, opts->max_num_seqs);
     if (rc != 0) {
@@ -488,8 +491,30 @@ int mw_server_init(struct mw_server *s, const struct mw_options *opts, char *err
     rc = open_listener(s, err, err_len);
     if (rc != 0)
         goto out_tls;
+    if (opts->kv_events_endpoint[0] != '\0') {
+        const struct mw_kv_events_config kc = {
+            .endpoint = opts->kv_events_endpoint,
+            .replay_endpoint = opts->kv_events_replay_endpoint,
+            .array_format = opts->kv_events_array,
+            .hash_bytes = opts->kv_events_hash_bytes,
+            .buffer_steps = opts->kv_events_buffer_steps,
+            .block_tokens = opts->block_tokens,
+            .dp_rank = 0,
+        };
+        rc = mw_kv_events_create(&kc, &s->kv_events, err, err_len);
+        if (rc != 0)
+            goto out_listener;
+        mw_engine_set_observer(&s->engine, mw_kv_events_observer(s->kv_events));
+        log_info(
+            "kv events on %s (replay %s, format %s, hashes %s)", opts->kv_events_endpoint,
+            opts->kv_events_replay_endpoint[0] != '\0' ? opts->kv_events_replay_endpoint : "off",
+            opts->kv_events_array ? "array" : "map", opts->kv_events_hash_bytes ? "bytes" : "int");
+    }
     return 0;
 
+out_listener:
+    close(s->listen_fd);
+    s->listen_fd = -1;
 out_tls:
     mw_tls_fini(&s->tls);
 out_state:
@@ -560,6 +585,9 @@ void mw_server_fini(struct mw_server *s)
     if (s->listen_fd >= 0)
         close(s->listen_fd);
     s->listen_fd = -1;
+    mw_engine_set_observer(&s->engine, NULL);
+    mw_kv_events_destroy(s->kv_events);
+    s->kv_events = NULL;
     mw_pd_pins_fini(&s->pins);
     mw_tls_fini(&s->tls);
     mw_fault_state_fini(&s->faults);

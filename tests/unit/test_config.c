@@ -534,7 +534,7 @@ static const struct bad_case bad_cases[] = {
      "t.yaml:3:23: dataplane.upstream_tls.client_cert_file: expected client_key_file too (a client "
      "certificate needs its key), got only '/c.pem'"},
     {"workers:\n  - url: http://127.0.0.1:9001\n    weight: 2\n",
-     "t.yaml:3:5: workers[0].weight: unknown key (expected one of url|id|model|role)"},
+     "t.yaml:3:5: workers[0].weight: unknown key (expected one of url|id|model|role|kv_events)"},
     {"shmm:\n  name: /x\n",
      "t.yaml:1:1: shmm: unknown key (expected one of shm|controlplane|dataplane|policy|tracing|"
      "discovery|admission|workers)"},
@@ -651,7 +651,7 @@ static const struct bad_case bad_cases[] = {
      "t.yaml:2:3: workers: expected a list of workers, got a mapping"},
     {"workers:\n  - http://127.0.0.1:9001\n",
      "t.yaml:2:5: workers[0]: expected a mapping with url and optional id, model, role, "
-     "got 'http://127.0.0.1:9001'"},
+     "kv_events, got 'http://127.0.0.1:9001'"},
     {"workers:\n  - id: w1\n    model: m\n", "t.yaml:2:5: workers[0]: missing required key 'url'"},
     {"workers:\n  - url: http://127.0.0.1\n",
      "t.yaml:2:10: workers[0].url: expected an http(s)://HOST:PORT URL (an explicit port is "
@@ -1085,6 +1085,55 @@ static void test_worker_id(void **state)
     assert_false(cfg_worker_id_is_valid(longest));
 }
 
+/* A worker's kv_events: defaults, values, the endpoint rule, replay alone. */
+static void test_worker_kv_events(void **state)
+{
+    struct cfg cfg;
+    char err[ERR_LEN];
+
+    (void)state;
+    assert_true(cfg_kv_endpoint_is_valid(""));
+    assert_true(cfg_kv_endpoint_is_valid("tcp://*:5557"));
+    assert_true(cfg_kv_endpoint_is_valid("tcp://:5557"));
+    assert_true(cfg_kv_endpoint_is_valid("tcp://10.0.0.5:5557"));
+    assert_true(cfg_kv_endpoint_is_valid("tcp://vllm-0.vllm:5557"));
+    assert_true(cfg_kv_endpoint_is_valid("tcp://[::1]:5557"));
+    assert_false(cfg_kv_endpoint_is_valid("tcp://h:0"));
+    assert_false(cfg_kv_endpoint_is_valid("tcp://h:65536"));
+    assert_false(cfg_kv_endpoint_is_valid("tcp://h:"));
+    assert_false(cfg_kv_endpoint_is_valid("tcp://h"));
+    assert_false(cfg_kv_endpoint_is_valid("ipc:///tmp/x"));
+    assert_false(cfg_kv_endpoint_is_valid("tcp://h h:1"));
+    assert_false(cfg_kv_endpoint_is_valid("tcp://[::1:5557"));
+
+    assert_int_equal(load(&cfg, "workers:\n  - url: http://h:1\n", err), 0);
+    assert_string_equal(cfg.workers[0].kv_events.endpoint, "");
+    assert_int_equal(cfg.workers[0].kv_events.data_parallel_size, 1);
+    cfg_fini(&cfg);
+    assert_int_equal(
+        load(&cfg,
+             "workers:\n  - url: http://h:1\n    kv_events: {endpoint: \"tcp://*:5557\", "
+             "replay_endpoint: \"tcp://*:5558\", data_parallel_size: 2}\n",
+             err),
+        0);
+    assert_string_equal(cfg.workers[0].kv_events.endpoint, "tcp://*:5557");
+    assert_string_equal(cfg.workers[0].kv_events.replay_endpoint, "tcp://*:5558");
+    assert_int_equal(cfg.workers[0].kv_events.data_parallel_size, 2);
+    cfg_fini(&cfg);
+    assert_int_equal(
+        load(&cfg, "workers:\n  - url: http://h:1\n    kv_events: {endpoint: \"h:5557\"}\n", err),
+        -EINVAL);
+    assert_non_null(strstr(err, "workers[0].kv_events.endpoint"));
+    cfg_fini(&cfg);
+    assert_int_equal(load(&cfg,
+                          "workers:\n  - url: http://h:1\n    kv_events: {replay_endpoint: "
+                          "\"tcp://*:5558\"}\n",
+                          err),
+                     -EINVAL);
+    assert_non_null(strstr(err, "replay_endpoint"));
+    cfg_fini(&cfg);
+}
+
 static void test_enum_names(void **state)
 {
     enum cfg_role role = CFG_ROLE_UNSET;
@@ -1176,6 +1225,7 @@ int main(void)
         cmocka_unit_test(test_parse_host_port),
         cmocka_unit_test(test_worker_url),
         cmocka_unit_test(test_worker_id),
+        cmocka_unit_test(test_worker_kv_events),
         cmocka_unit_test(test_enum_names),
         cmocka_unit_test(test_show_text),
         cmocka_unit_test(test_yaml_styles),

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "controlplane/kv_subscriber.h"
 #include "controlplane/source_kubernetes_pod.h"
 
 static void kube_cfg(struct cfg_kubernetes *k)
@@ -119,6 +120,42 @@ static void test_labels(void **state)
     assert_int_equal(p.role, CFG_ROLE_REGULAR);
 }
 
+/* The KV-event annotations; '*' resolves to the pod's IP (kv_subscriber.h). */
+static void test_kv_events_annotations(void **state)
+{
+    (void)state;
+    struct cfg_kubernetes k;
+    kube_cfg(&k);
+    struct kube_pod p;
+    parse(pod("},\"annotations\":{\"switchyard.io/kv-events-endpoint\":\"tcp://*:5557\","
+              "\"switchyard.io/kv-events-replay-endpoint\":\"tcp://*:5558\"",
+              "True", "Running", "10.0.0.9", false),
+          &k, &p);
+    assert_string_equal(p.kv_events.endpoint, "tcp://*:5557");
+    assert_string_equal(p.kv_events.replay_endpoint, "tcp://*:5558");
+    assert_int_equal(p.kv_events.data_parallel_size, 1);
+    assert_false(p.bad_kv_events);
+    char ep[KVS_ENDPOINT_MAX];
+    assert_int_equal(kvs_resolve_endpoint(p.kv_events.endpoint, p.url, ep, sizeof(ep)), 0);
+    assert_string_equal(ep, "tcp://10.0.0.9:5557");
+    assert_int_equal(kvs_resolve_endpoint("tcp://:5558", "http://[fd00::7]:8000", ep, sizeof(ep)),
+                     0);
+    assert_string_equal(ep, "tcp://[fd00::7]:5558");
+    assert_int_equal(kvs_resolve_endpoint("tcp://10.1.1.1:9", "http://h:1", ep, sizeof(ep)), 0);
+    assert_string_equal(ep, "tcp://10.1.1.1:9");
+    assert_int_equal(kvs_resolve_endpoint("udp://x:1", "http://h:1", ep, sizeof(ep)), -EINVAL);
+
+    parse(pod("},\"annotations\":{\"switchyard.io/kv-events-endpoint\":\"5557\"", "True", "Running",
+              "10.0.0.9", false),
+          &k, &p);
+    assert_string_equal(p.kv_events.endpoint, "");
+    assert_true(p.bad_kv_events);
+    /* No annotation: no events, nothing wrong. */
+    parse(pod("", "True", "Running", "10.0.0.9", false), &k, &p);
+    assert_string_equal(p.kv_events.endpoint, "");
+    assert_false(p.bad_kv_events);
+}
+
 static void test_ids_and_bad_pods(void **state)
 {
     (void)state;
@@ -150,9 +187,8 @@ static void test_ids_and_bad_pods(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_worker_rule),
-        cmocka_unit_test(test_port_name_ipv6_scheme),
-        cmocka_unit_test(test_labels),
+        cmocka_unit_test(test_worker_rule),      cmocka_unit_test(test_port_name_ipv6_scheme),
+        cmocka_unit_test(test_labels),           cmocka_unit_test(test_kv_events_annotations),
         cmocka_unit_test(test_ids_and_bad_pods),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -132,6 +132,39 @@ static void test_changed_worker_gets_new_generation(void **state)
     assert_true(shm_registry_generation(seg, a.slot) >= a.generation);
 }
 
+/* The registry carries each worker's kv_events beside the segment: set on
+ * add, changed in place for a kept worker (the slot stays), gone with it. */
+static void test_kv_events_carried(void **state)
+{
+    struct shm_segment *seg = *state;
+    struct cp_source_worker ws[] = {sw("w1", "http://127.0.0.1:9001", "m"),
+                                    sw("w2", "http://127.0.0.1:9002", "m")};
+    snprintf(ws[0].kv_events.endpoint, sizeof(ws[0].kv_events.endpoint), "tcp://*:5557");
+    ws[0].kv_events.data_parallel_size = 1;
+    assert_int_equal(sync_set(seg, CP_SOURCE_STATIC, ws, 2, false), 0);
+    struct shm_worker_info a = must_find(seg, "w1"), b = must_find(seg, "w2");
+    const struct cfg_kv_events *kv = cp_registry_kv_events(a.slot, a.generation);
+    assert_non_null(kv);
+    assert_string_equal(kv->endpoint, "tcp://*:5557");
+    assert_null(cp_registry_kv_events(b.slot, b.generation));
+    assert_null(cp_registry_kv_events(a.slot, a.generation + 1)); /* another occupant */
+
+    uint64_t v = cp_registry_kv_version();
+    snprintf(ws[0].kv_events.endpoint, sizeof(ws[0].kv_events.endpoint), "tcp://*:6000");
+    assert_int_equal(sync_set(seg, CP_SOURCE_STATIC, ws, 2, false), 0);
+    struct shm_worker_info a2 = must_find(seg, "w1");
+    assert_int_equal(a2.slot, a.slot);
+    assert_int_equal(a2.generation, a.generation);
+    assert_string_equal(cp_registry_kv_events(a.slot, a.generation)->endpoint, "tcp://*:6000");
+    assert_true(cp_registry_kv_version() != v);
+    v = cp_registry_kv_version();
+    assert_int_equal(sync_set(seg, CP_SOURCE_STATIC, ws, 2, false), 0);
+    assert_true(cp_registry_kv_version() == v); /* nothing changed */
+
+    assert_int_equal(sync_set(seg, CP_SOURCE_STATIC, ws + 1, 1, false), 0);
+    assert_null(cp_registry_kv_events(a.slot, a.generation));
+}
+
 static void test_unproposed_worker_is_removed(void **state)
 {
     struct shm_segment *seg = *state;
@@ -329,6 +362,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_unchanged_worker_keeps_slot_and_generation),
         T(test_changed_worker_gets_new_generation),
+        T(test_kv_events_carried),
         T(test_unproposed_worker_is_removed),
         T(test_source_never_touches_another_sources_worker),
         T(test_stale_source_keeps_its_workers),
