@@ -3,7 +3,8 @@
  * unchanged — the `openai` npm package's Responses API (plain, continued,
  * streamed, retrieved) and the `@anthropic-ai/sdk` package's Messages API
  * (plain, streamed, count_tokens, an error), driven by
- * tests/e2e/clients/sdk_clients.mjs under node.
+ * tests/e2e/clients/sdk_clients.mjs under node, over plain HTTP and over
+ * HTTPS (the data plane's TLS listener; node trusts the test CA).
  *
  * The test installs what it needs itself: the two packages, at pinned
  * versions, with npm into "$SWITCHYARD_BUILD_DIR/npm-clients" (kept, so
@@ -25,6 +26,7 @@
 
 #include "tests/e2e/harness.h"
 #include "tests/e2e/harness_fleet.h"
+#include "tests/e2e/harness_tls.h"
 
 #define OPENAI_PKG    "openai@7.59.0"
 #define ANTHROPIC_PKG "@anthropic-ai/sdk@1.15.0"
@@ -72,13 +74,15 @@ static const char *clients_dir(char *dir, size_t cap, char *why, size_t why_cap)
     return dir;
 }
 
-static void test_sdk_clients(void **state)
+/* Runs the clients' script against f's data plane (under env_var=value
+ * when env_var is set, e.g. the CA node must trust) and asserts it passed. */
+static void run_clients(struct h_fleet *f, const char *env)
 {
-    (void)state;
     char dir[H_PATH_MAX], why[H_PATH_MAX + 96];
     /* (the directory's path is at most 200 + 12 bytes) */
     if (clients_dir(dir, sizeof(dir), why, sizeof(why)) == NULL) {
         fprintf(stderr, "test_sdk_clients skipped: %s\n", why);
+        h_fleet_stop(f);
         skip();
     }
     /* The script next to its node_modules, so its imports resolve. */
@@ -87,12 +91,10 @@ static void test_sdk_clients(void **state)
     assert_non_null(realpath("tests/e2e/clients/sdk_clients.mjs", src));
     snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", src, script);
     assert_int_equal(run(cmd), 0);
-
-    struct h_fleet f;
-    h_fleet_start(&f, &(struct h_fleet_opts){.n = 2});
-    const char *argv[] = {"/usr/bin/env", "node", script, f.base, H_FLEET_MODEL, NULL};
+    const char *with_env[] = {"/usr/bin/env", env, "node", script, f->base, H_FLEET_MODEL, NULL};
+    const char *plain[] = {"/usr/bin/env", "node", script, f->base, H_FLEET_MODEL, NULL};
     struct h_proc *p = NULL;
-    assert_int_equal(h_spawn("node", argv, &p), 0);
+    assert_int_equal(h_spawn("node", env != NULL ? with_env : plain, &p), 0);
     p->expected = true;
     int st = 0;
     assert_int_equal(h_proc_wait(p, 60000, &st), 0);
@@ -102,6 +104,33 @@ static void test_sdk_clients(void **state)
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     assert_true(h_proc_log_contains(p, "ok"));
+}
+
+static void test_sdk_clients(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 2});
+    run_clients(&f, NULL);
+    h_fleet_stop(&f);
+}
+
+/* The same clients over HTTPS: the data plane's TLS listener, node trusting
+ * the test CA (NODE_EXTRA_CA_CERTS), nothing else changed. */
+static void test_sdk_clients_https(void **state)
+{
+    (void)state;
+    struct h_tls_certs c;
+    assert_int_equal(h_tls_make_certs(&c), 0);
+    h_tls_client_use(c.ca, NULL, NULL);
+    char extra[3 * H_PATH_MAX], env[H_PATH_MAX + 32];
+    snprintf(extra, sizeof(extra), "tls:\n  cert_file: %s\n  key_file: %s\n", c.server,
+             c.server_key);
+    snprintf(env, sizeof(env), "NODE_EXTRA_CA_CERTS=%s", c.ca);
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 2, .dataplane_extra = extra, .https = true});
+    assert_non_null(strstr(f.base, "https://"));
+    run_clients(&f, env);
     h_fleet_stop(&f);
 }
 
@@ -109,6 +138,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         H_TEST(test_sdk_clients),
+        H_TEST(test_sdk_clients_https),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
