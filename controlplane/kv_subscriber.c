@@ -763,7 +763,7 @@ void kvs_metrics(struct kv_subscriber *s, struct prom_writer *w)
     per_worker(w, "switchyard_kv_events_decode_errors_total",
                "Messages or batches that could not be read.", ws, n,
                offsetof(struct kvs_worker_stats, decode_errors));
-    prom_family(w, "switchyard_kv_events_skipped_total", PROM_COUNTER,
+    prom_family(w, "switchyard_kv_events_unknown_total", PROM_COUNTER,
                 "Unknown fields and events the decoder skipped (a newer vLLM).");
     const struct prom_label sf[] = {{"what", "field"}}, se[] = {{"what", "event"}};
     prom_sample_u64(w, NULL, sf, 1, st.unknown_fields);
