@@ -470,10 +470,34 @@ static void test_chain_routes_to_the_holder(void **state)
     kfx_stop(&f);
 }
 
+/* ---- 2. a prefix computed by a request that bypassed the router ------------ */
+
+/* A client sends a prompt straight to Y; Y's event teaches the router, and
+ * the next request with that prefix through the router goes to Y. */
+static void test_bypassed_prefix_matched(void **state)
+{
+    (void)state;
+    struct kfx f;
+    kfx_start(&f, &(struct kfx_opts){.n = 3});
+    char worker[64], decision[64];
+    for (size_t y = 0; y < f.n; y++) {
+        char *content = blocks_of(10 + (unsigned)y, 8);
+        chat_direct(&f, y, content);
+        wait_held(&f, y, content);
+        /* The router never saw it, yet sends it (and a longer one) to Y. */
+        chat(&f, content, worker, sizeof(worker), decision, sizeof(decision));
+        assert_string_equal(worker, f.w[y].id);
+        assert_string_equal(decision, "affinity");
+        free(content);
+    }
+    kfx_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         H_TEST(test_chain_routes_to_the_holder),
+        H_TEST(test_bypassed_prefix_matched),
     };
     return cmocka_run_group_tests_name("precise_e2e", tests, NULL, NULL);
 }
