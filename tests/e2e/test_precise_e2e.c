@@ -184,7 +184,7 @@ static void wait_cp_metric_ge(const struct kfx *f, const char *sample, long long
                  want);
 }
 
-static void __attribute__((unused)) wait_batches_ge(const struct kfx *f, size_t i, long long want)
+static void wait_batches_ge(const struct kfx *f, size_t i, long long want)
 {
     char sample[160];
     snprintf(sample, sizeof(sample), "switchyard_kv_events_batches_total{worker=\"%s\"}",
@@ -493,11 +493,49 @@ static void test_bypassed_prefix_matched(void **state)
     kfx_stop(&f);
 }
 
+/* ---- 3. evictions ------------------------------------------------------------ */
+
+/* X's LRU (16 blocks) evicts a prefix under pressure: within the one event
+ * batch of the request that evicted it the index no longer holds it, and a
+ * request for it goes by load, not to the stale holder. */
+static void test_evicted_prefix_not_matched(void **state)
+{
+    (void)state;
+    struct kfx f;
+    kfx_start(&f, &(struct kfx_opts){.n = 3, .kv_blocks = "16"});
+    char *content = blocks_of(20, 6);
+    char worker[64], decision[64], x[64];
+    chat(&f, content, x, sizeof(x), decision, sizeof(decision));
+    size_t xi = worker_index(&f, x);
+    wait_held(&f, xi, content);
+    chat(&f, content, worker, sizeof(worker), decision, sizeof(decision));
+    assert_string_equal(worker, x);
+    assert_string_equal(decision, "affinity");
+    /* A prompt as large as X's whole cache, straight to X: one batch that
+     * stores it and removes everything else, the prefix included. */
+    long long batches = cp_worker_metric(&f, "switchyard_kv_events_batches_total", x);
+    long long removed = cp_metric(&f, "switchyard_kv_blocks_total{op=\"removed\"}");
+    assert_true(batches >= 1);
+    char *filler = blocks_of(21, 16);
+    chat_direct(&f, xi, filler);
+    wait_batches_ge(&f, xi, batches + 1);
+    assert_int_equal(held(&f, xi, content), 0);
+    assert_true(cp_metric(&f, "switchyard_kv_blocks_total{op=\"removed\"}") >= removed + 6);
+    assert_int_equal(cp_worker_metric(&f, "switchyard_kv_events_gaps_total", x), 0);
+    /* Nobody holds it now: by load. */
+    chat(&f, content, worker, sizeof(worker), decision, sizeof(decision));
+    assert_string_equal(decision, "no_match");
+    free(filler);
+    free(content);
+    kfx_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         H_TEST(test_chain_routes_to_the_holder),
         H_TEST(test_bypassed_prefix_matched),
+        H_TEST(test_evicted_prefix_not_matched),
     };
     return cmocka_run_group_tests_name("precise_e2e", tests, NULL, NULL);
 }
