@@ -530,12 +530,121 @@ static void test_evicted_prefix_not_matched(void **state)
     kfx_stop(&f);
 }
 
+/* ---- 4. dropped batches, replay off, a restarted worker -------------------- */
+
+static bool none_held(void *arg)
+{
+    struct held_wait *h = arg;
+    return held(h->f, h->i, h->content) == 0;
+}
+
+/* Waits until the index holds none of content's blocks on worker i. */
+static void wait_not_held(struct kfx *f, size_t i, const char *content)
+{
+    struct held_wait h = {f, i, content};
+    if (h_wait_until(none_held, &h, WAIT_MS) != 0)
+        fail_msg("%s still holds %zu of %zu blocks after %d ms", f->w[i].id, held(f, i, content),
+                 n_blocks(content), WAIT_MS);
+}
+
+/* Worker i stops and starts again on the same HTTP and ZeroMQ ports: an
+ * empty cache, its sequence numbers from 0 again. */
+static void restart_mock(struct kfx *f, size_t i)
+{
+    struct kw *w = &f->w[i];
+    assert_int_equal(h_proc_stop(w->m.proc, H_STOP_TIMEOUT_MS), 0);
+    assert_int_equal(h_start_mockworker(w->m.port, w->argv, &w->m.proc), 0);
+    char url[96];
+    snprintf(url, sizeof(url), "%s/health", w->m.url);
+    assert_int_equal(h_wait_http_ok(url, H_READY_TIMEOUT_MS), 0);
+}
+
+static void test_dropped_batches_replayed_or_resynced(void **state)
+{
+    (void)state;
+    struct kfx f;
+    kfx_start(&f, &(struct kfx_opts){.n = 2});
+    char worker[64], decision[64];
+    /* w2's facts: untouched by everything w1 goes through below. */
+    char *other = blocks_of(30, 3);
+    chat_direct(&f, 1, other);
+    wait_held(&f, 1, other);
+
+    /* Two batches of w1 dropped on PUB: the third shows the gap, replay
+     * brings the two back, and the index ends holding all three prompts. */
+    char *d[3];
+    for (unsigned k = 0; k < 3; k++)
+        d[k] = blocks_of(31 + k, 2);
+    assert_int_equal(h_mock_faults(f.w[0].m.url, "{\"kv_events_drop_batches\": 2}"), 0);
+    for (unsigned k = 0; k < 3; k++)
+        chat_direct(&f, 0, d[k]);
+    for (unsigned k = 0; k < 3; k++)
+        wait_held(&f, 0, d[k]);
+    assert_int_equal(cp_metric(&f, "switchyard_kv_events_replayed_batches_total"), 2);
+    assert_int_equal(cp_metric(&f, "switchyard_kv_events_replays_total"), 1);
+    assert_int_equal(cp_metric(&f, "switchyard_kv_events_gaps_total{worker=\"w1\"}"), 1);
+    assert_int_equal(cp_metric(&f, "switchyard_kv_events_resyncs_total{worker=\"w1\"}"), 0);
+    chat(&f, d[0], worker, sizeof(worker), decision, sizeof(decision));
+    assert_string_equal(worker, "w1");
+    assert_string_equal(decision, "affinity");
+
+    /* Replay switched off: the next gap cannot be filled, so w1's facts are
+     * forgotten (a resync) and the index rebuilds from the batch after. */
+    long long forgets = cp_metric(&f, "switchyard_kv_worker_forgets_total");
+    assert_true(forgets >= 0);
+    char *e1 = blocks_of(40, 2), *e2 = blocks_of(41, 2);
+    assert_int_equal(h_mock_faults(f.w[0].m.url,
+                                   "{\"kv_events_drop_batches\": 1, \"kv_events_replay_off\": true}"),
+                     0);
+    chat_direct(&f, 0, e1); /* dropped, and never replayed */
+    chat_direct(&f, 0, e2); /* shows the gap */
+    wait_cp_metric_ge(&f, "switchyard_kv_events_resyncs_total{worker=\"w1\"}", 1);
+    wait_held(&f, 0, e2);
+    assert_true(cp_metric(&f, "switchyard_kv_worker_forgets_total") >= forgets + 1);
+    for (unsigned k = 0; k < 3; k++)
+        assert_int_equal(held(&f, 0, d[k]), 0);
+    assert_int_equal(held(&f, 0, e1), 0);
+    assert_int_equal(held(&f, 1, other), n_blocks(other));
+    /* w1 still caches d[0], but the router no longer knows it: by load. */
+    chat(&f, d[0], worker, sizeof(worker), decision, sizeof(decision));
+    assert_string_equal(decision, "no_match");
+
+    /* w1 restarts on the same ports: its entries are cleared. */
+    wait_held(&f, 0, e2);
+    long long resyncs = cp_metric(&f, "switchyard_kv_events_resyncs_total{worker=\"w1\"}");
+    restart_mock(&f, 0);
+    int64_t deadline = h_now_ms() + WAIT_MS;
+    while (cp_metric(&f, "switchyard_kv_events_restarts_total") < 1) {
+        if (h_now_ms() > deadline)
+            fail_msg("the restart of w1 was not seen within %d ms", WAIT_MS);
+        probe(&f, 0);
+        struct metric_ge m = {.f = &f, .want = 1};
+        snprintf(m.sample, sizeof(m.sample), "switchyard_kv_events_restarts_total");
+        (void)h_wait_until(cp_metric_ge, &m, 200);
+    }
+    wait_not_held(&f, 0, e2);
+    assert_true(cp_metric(&f, "switchyard_kv_events_resyncs_total{worker=\"w1\"}") >= resyncs + 1);
+    assert_int_equal(held(&f, 1, other), n_blocks(other));
+    /* And w1's new events are learned again. */
+    char *after = blocks_of(42, 2);
+    chat_direct(&f, 0, after);
+    wait_held(&f, 0, after);
+    free(after);
+    free(e1);
+    free(e2);
+    for (unsigned k = 0; k < 3; k++)
+        free(d[k]);
+    free(other);
+    kfx_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         H_TEST(test_chain_routes_to_the_holder),
         H_TEST(test_bypassed_prefix_matched),
         H_TEST(test_evicted_prefix_not_matched),
+        H_TEST(test_dropped_batches_replayed_or_resynced),
     };
     return cmocka_run_group_tests_name("precise_e2e", tests, NULL, NULL);
 }
