@@ -148,7 +148,7 @@ static long long cp_metric(const struct kfx *f, const char *sample)
     return metric_at(f->cp_metrics, sample);
 }
 
-static long long __attribute__((unused)) dp_metric(const struct kfx *f, const char *sample)
+static long long dp_metric(const struct kfx *f, const char *sample)
 {
     char url[128];
     snprintf(url, sizeof(url), "%s/metrics", f->base);
@@ -385,8 +385,7 @@ static void kfx_start(struct kfx *f, const struct kfx_opts *o)
     assert_int_equal(h_wait_until(seg_attach, f, H_READY_TIMEOUT_MS), 0);
     f->attached = true;
     assert_int_equal(h_wait_until(registry_complete, f, H_READY_TIMEOUT_MS), 0);
-    assert_int_equal(h_url(f->cp_metrics, sizeof(f->cp_metrics), f->cfg.admin_port, "/metrics"),
-                     0);
+    assert_int_equal(h_url(f->cp_metrics, sizeof(f->cp_metrics), f->cfg.admin_port, "/metrics"), 0);
     assert_int_equal(h_start_dataplane(f->cfg.path, &f->dp), 0);
     assert_int_equal(h_url(f->base, sizeof(f->base), f->cfg.dataplane_port, NULL), 0);
     char url[96];
@@ -593,9 +592,10 @@ static void test_dropped_batches_replayed_or_resynced(void **state)
     long long forgets = cp_metric(&f, "switchyard_kv_worker_forgets_total");
     assert_true(forgets >= 0);
     char *e1 = blocks_of(40, 2), *e2 = blocks_of(41, 2);
-    assert_int_equal(h_mock_faults(f.w[0].m.url,
-                                   "{\"kv_events_drop_batches\": 1, \"kv_events_replay_off\": true}"),
-                     0);
+    assert_int_equal(
+        h_mock_faults(f.w[0].m.url,
+                      "{\"kv_events_drop_batches\": 1, \"kv_events_replay_off\": true}"),
+        0);
     chat_direct(&f, 0, e1); /* dropped, and never replayed */
     chat_direct(&f, 0, e2); /* shows the gap */
     wait_cp_metric_ge(&f, "switchyard_kv_events_resyncs_total{worker=\"w1\"}", 1);
@@ -638,13 +638,83 @@ static void test_dropped_batches_replayed_or_resynced(void **state)
     kfx_stop(&f);
 }
 
+/* ---- 5. the tokenizer down or slow while events flow ------------------------ */
+
+/* Requests keep being answered through a tokenizer that fails as `reason`
+ * says, each counted as a fallback and never waiting much beyond the
+ * 50 ms budget, while w2's events keep filling the index. */
+static void run_tokenizer_fallback(const char *tokenizer_url, const char *reason)
+{
+    struct kfx f;
+    char extra[256];
+    snprintf(extra, sizeof(extra), "  tokenizer_url: \"%s\"\n  tokenize_timeout: 50ms\n",
+             tokenizer_url);
+    kfx_start(&f, &(struct kfx_opts){.n = 2, .policy_extra = extra});
+    char *content = blocks_of(50, 4);
+    chat_direct(&f, 1, content);
+    wait_held(&f, 1, content); /* the events flow: the index knows w2 holds it */
+    char worker[64], decision[64], first[64];
+    int64_t worst = 0;
+    for (unsigned k = 0; k < 4; k++) {
+        int64_t t0 = h_now_ms();
+        chat(&f, content, worker, sizeof(worker), decision, sizeof(decision));
+        int64_t took = h_now_ms() - t0;
+        worst = took > worst ? took : worst;
+        if (k == 0) {
+            snprintf(first, sizeof(first), "%s", worker);
+        } else {
+            /* cache_aware's approximate match from the first turn. */
+            assert_string_equal(worker, first);
+            assert_string_equal(decision, "affinity");
+        }
+        /* More events meanwhile, learned as ever. */
+        char *more = blocks_of(60 + k, 2);
+        chat_direct(&f, 1, more);
+        wait_held(&f, 1, more);
+        free(more);
+    }
+    assert_true(worst < 1500); /* generous: a loaded CI */
+    char sample[128];
+    snprintf(sample, sizeof(sample), "switchyard_precise_fallbacks_total{reason=\"%s\"}", reason);
+    assert_int_equal(dp_metric(&f, sample), 4);
+    assert_int_equal(dp_metric(&f, "switchyard_tokenize_requests_total{result=\"ok\"}"), 0);
+    free(content);
+    kfx_stop(&f);
+}
+
+static void test_tokenizer_down_falls_back(void **state)
+{
+    (void)state;
+    uint16_t port;
+    assert_int_equal(h_free_port(&port), 0); /* nothing listens there */
+    char url[96];
+    assert_int_equal(h_url(url, sizeof(url), port, "/tokenize"), 0);
+    run_tokenizer_fallback(url, "error");
+}
+
+static void test_tokenizer_slow_falls_back(void **state)
+{
+    (void)state;
+    /* Listens, never accepts nor answers: every tokenize times out. */
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(fd, 16), 0);
+    socklen_t alen = sizeof(a);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    char url[96];
+    assert_int_equal(h_url(url, sizeof(url), ntohs(a.sin_port), "/tokenize"), 0);
+    run_tokenizer_fallback(url, "timeout");
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        H_TEST(test_chain_routes_to_the_holder),
-        H_TEST(test_bypassed_prefix_matched),
-        H_TEST(test_evicted_prefix_not_matched),
-        H_TEST(test_dropped_batches_replayed_or_resynced),
+        H_TEST(test_chain_routes_to_the_holder), H_TEST(test_bypassed_prefix_matched),
+        H_TEST(test_evicted_prefix_not_matched), H_TEST(test_dropped_batches_replayed_or_resynced),
+        H_TEST(test_tokenizer_down_falls_back),  H_TEST(test_tokenizer_slow_falls_back),
     };
     return cmocka_run_group_tests_name("precise_e2e", tests, NULL, NULL);
 }
