@@ -46,7 +46,7 @@
 
 struct kw {
     struct h_mock m;
-    char id[16];
+    char id[32];
     char pub[64], replay[64];
     const char *argv[24]; /* the mock's flags, kept to restart it alike */
 };
