@@ -222,6 +222,10 @@ struct cfg_policy {
      * within bounds while its load <= bounded_load_factor x mean + 1. */
     bool rendezvous;
     double bounded_load_factor; /* >= 1 */
+    /* cache_aware: a matched worker over the load bound also gives way
+     * (overloaded_fallback down the ranking), not only over the balance
+     * thresholds. */
+    bool bounded_affinity;
     struct cfg_precise precise_cache_aware;
 };
 

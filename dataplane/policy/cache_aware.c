@@ -156,7 +156,9 @@ int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model
                                : ca_least_loaded(cands, n, prefer, spread);
         decision = POL_DECISION_NO_MATCH;
     } else if (cands[matched_idx].kv_overloaded ||
-               ca_is_overloaded(p, cands[matched_idx].load, min_load)) {
+               ca_is_overloaded(p, cands[matched_idx].load, min_load) ||
+               (p->rendezvous && p->bounded_affinity &&
+                !rdv_within_bound(cands[matched_idx].load, total, n, p->bounded_load_factor))) {
         chosen = p->rendezvous
                      ? ca_ranked(p, cands, n, total, matched_idx, rdv_key, rdv_key_len, spread)
                      : ca_least_loaded(cands, n, -1, spread);

@@ -54,6 +54,7 @@ struct ca_params {
     enum cfg_balance_gate balance_gate;
     bool rendezvous;            /* cold prefixes and fallbacks walk the ranking */
     double bounded_load_factor; /* >= 1 (the ranking's load bound) */
+    bool bounded_affinity;      /* the matched worker must be within the bound too */
 };
 
 /* One eligible worker: its registry slot, current load, and rendezvous

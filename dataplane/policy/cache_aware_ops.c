@@ -78,6 +78,7 @@ static int ca_create(const struct cfg_policy *cfg, void **state)
         .balance_gate = cfg->balance_gate,
         .rendezvous = cfg->rendezvous,
         .bounded_load_factor = cfg->bounded_load_factor,
+        .bounded_affinity = cfg->bounded_affinity,
     };
     *state = s;
     return 0;

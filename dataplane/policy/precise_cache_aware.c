@@ -216,7 +216,9 @@ int pca_decide(const struct kvh_index *exact, struct pca_spec *spec, const struc
         chosen = pca_by_load(p, cands, n, total, n, chain, n_chain);
         decision = POL_DECISION_NO_MATCH;
     } else if (cands[matched_idx].kv_overloaded ||
-               ca_is_overloaded(p, cands[matched_idx].load, min_load)) {
+               ca_is_overloaded(p, cands[matched_idx].load, min_load) ||
+               (p->rendezvous && p->bounded_affinity &&
+                !rdv_within_bound(cands[matched_idx].load, total, n, p->bounded_load_factor))) {
         chosen = pca_by_load(p, cands, n, total, matched_idx, chain, n_chain);
         decision = POL_DECISION_OVERLOADED_FALLBACK;
     } else {
@@ -297,6 +299,7 @@ static int pca_create(const struct cfg_policy *cfg, void **state)
         .balance_gate = cfg->balance_gate,
         .rendezvous = cfg->rendezvous,
         .bounded_load_factor = cfg->bounded_load_factor,
+        .bounded_affinity = cfg->bounded_affinity,
     };
     *state = s;
     return 0;

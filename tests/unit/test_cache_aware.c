@@ -476,6 +476,50 @@ static void test_rendezvous_overloaded_fallback_follows_ranking(void **state)
     assert_true(not_least > 0);
 }
 
+/* bounded_affinity: a matched worker over the load bound (but under the
+ * balance thresholds, abs 32) gives way down the ranking; without it, or
+ * within the bound, affinity holds. */
+static void test_bounded_affinity(void **state)
+{
+    (void)state;
+    struct ca_candidate c[RDV_N];
+    rdv_fleet(c, RDV_N, 0);
+    char *text = rdv_text(2048, 3, 0);
+    struct pix_index *ix = ix_new();
+    struct ca_candidate only = c[0];
+    struct ca_choice ch;
+    assert_int_equal(ca_decide(ix, &rdv_params, "m", text, strlen(text), &only, 1, &ch), 0);
+    /* Worker 0 holds the prefix with load 8, the others 1 each: mean 2.75,
+     * bound 1.25 * 2.75 + 1 = 4.44; 8 - 1 < 32, so no balance threshold. */
+    struct ca_candidate hot[RDV_N];
+    memcpy(hot, c, sizeof(hot));
+    for (size_t i = 0; i < RDV_N; i++)
+        hot[i].load = 1;
+    hot[0].load = 8;
+    assert_int_equal(ca_decide(ix, &rdv_params, "m", text, strlen(text), hot, RDV_N, &ch), 0);
+    assert_int_equal(ch.decision, POL_DECISION_AFFINITY);
+    assert_int_equal(ch.index, 0);
+    struct ca_params bounded = rdv_params;
+    bounded.bounded_affinity = true;
+    assert_int_equal(ca_decide(ix, &bounded, "m", text, strlen(text), hot, RDV_N, &ch), 0);
+    assert_int_equal(ch.decision, POL_DECISION_OVERLOADED_FALLBACK);
+    size_t second = ch.index;
+    assert_true(second != 0);
+    /* Within the bound (2 <= 1.25 * 5 / 4 + 1): affinity again, to the
+     * least loaded of the prefix's two holders now (it spread). */
+    hot[0].load = 2;
+    assert_int_equal(ca_decide(ix, &bounded, "m", text, strlen(text), hot, RDV_N, &ch), 0);
+    assert_int_equal(ch.decision, POL_DECISION_AFFINITY);
+    assert_int_equal(ch.index, second);
+    hot[second].load = 2;
+    hot[0].load = 1;
+    assert_int_equal(ca_decide(ix, &bounded, "m", text, strlen(text), hot, RDV_N, &ch), 0);
+    assert_int_equal(ch.decision, POL_DECISION_AFFINITY);
+    assert_int_equal(ch.index, 0);
+    free(text);
+    pix_destroy(ix);
+}
+
 /* Adding a worker moves only the prefixes that now rank it first; removing
  * one moves only those that ranked it first. */
 static void test_rendezvous_membership_change_moves_few(void **state)
@@ -545,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_rendezvous_bounded_load_walks_the_ranking),
         cmocka_unit_test(test_rendezvous_skips_a_kv_full_worker),
         cmocka_unit_test(test_rendezvous_overloaded_fallback_follows_ranking),
+        cmocka_unit_test(test_bounded_affinity),
         cmocka_unit_test(test_rendezvous_membership_change_moves_few),
         cmocka_unit_test(test_rendezvous_keeps_affinity_rules),
     };

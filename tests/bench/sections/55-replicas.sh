@@ -43,7 +43,7 @@ if grep -q '"load_signal"' "$here/../../common/config_schema.c" 2>/dev/null; the
 else
     put rep_load_signal no
 fi
-configs="one one_norank three three_ablation"
+configs="one one_norank three three_ablation one_bounded three_bounded"
 for f in ${REPLICAS_FACTORS:-}; do configs+=" three_f$f"; done
 put rep_n_mocks "$n_mocks"
 put rep_configs "$configs"
@@ -59,6 +59,7 @@ config_policy() {
     one_norank) echo "rendezvous: false" ;;
     three_ablation) echo "$ablation" ;;
     three_f*) echo "bounded_load_factor: ${1#three_f}" ;;
+    *_bounded) echo "bounded_affinity: true" ;;
     *) echo "" ;;
     esac
 }
