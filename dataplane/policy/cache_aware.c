@@ -27,8 +27,7 @@ bool ca_is_overloaded(const struct ca_params *p, uint64_t load, uint64_t min_loa
  * the first worker. A worker whose KV cache is over policy.kv_overload is
  * taken only when every candidate is.
  */
-static size_t ca_least_loaded(const struct ca_candidate *cands, size_t n, long prefer,
-                              uint64_t spread)
+size_t ca_least_loaded(const struct ca_candidate *cands, size_t n, long prefer, uint64_t spread)
 {
     bool skip_kv = false;
     for (size_t i = 0; i < n && !skip_kv; i++)
@@ -80,9 +79,8 @@ static bool ca_walk_accept(const void *ctx, size_t i, uint64_t *seed)
 
 /* The first worker of the ranking for key within bounds (skipping `skip`);
  * the least-loaded one if none is (only possible when skipping). */
-static size_t ca_ranked(const struct ca_params *p, const struct ca_candidate *cands, size_t n,
-                        uint64_t total, size_t skip, const void *key, size_t key_len,
-                        uint64_t spread)
+size_t ca_ranked(const struct ca_params *p, const struct ca_candidate *cands, size_t n,
+                 uint64_t total, size_t skip, const void *key, size_t key_len, uint64_t spread)
 {
     struct ca_walk w = {
         .cands = cands, .n = n, .skip = skip, .total = total, .factor = p->bounded_load_factor};

@@ -86,4 +86,18 @@ int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model
 /* True when `load` is overloaded relative to `min_load` under p. */
 bool ca_is_overloaded(const struct ca_params *p, uint64_t load, uint64_t min_load);
 
+/* The pieces of the decision precise_cache_aware shares (it matches on
+ * another index, then chooses the same way). */
+
+/* The least-loaded candidate; not a KV-full one unless all are; among
+ * equals `prefer` (an index, or -1), else the one `spread` (a hash of the
+ * request) picks, so that unmatched requests on an idle fleet spread. */
+size_t ca_least_loaded(const struct ca_candidate *cands, size_t n, long prefer, uint64_t spread);
+
+/* The first candidate of key's rendezvous ranking within the load bound
+ * and not KV-full, skipping index `skip` (n for none); the least-loaded one
+ * when none is. total: the candidates' summed load. */
+size_t ca_ranked(const struct ca_params *p, const struct ca_candidate *cands, size_t n,
+                 uint64_t total, size_t skip, const void *key, size_t key_len, uint64_t spread);
+
 #endif

@@ -94,54 +94,6 @@ static void pca_match(const struct kvh_index *ix, const uint64_t *chain, size_t 
         holders[(*nh)++] = found[i];
 }
 
-/* The least-loaded candidate (not KV-full unless all are), ties spread by
- * `spread`, `prefer` winning a tie. */
-static size_t pca_least_loaded(const struct ca_candidate *cands, size_t n, long prefer,
-                               uint64_t spread)
-{
-    bool skip_kv = false;
-    for (size_t i = 0; i < n && !skip_kv; i++)
-        skip_kv = !cands[i].kv_overloaded;
-    uint64_t min_load = UINT64_MAX;
-    size_t ties = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (skip_kv && cands[i].kv_overloaded)
-            continue;
-        if (cands[i].load < min_load) {
-            min_load = cands[i].load;
-            ties = 1;
-        } else if (cands[i].load == min_load) {
-            ties++;
-        }
-    }
-    if (prefer >= 0 && cands[prefer].load == min_load && !(skip_kv && cands[prefer].kv_overloaded))
-        return (size_t)prefer;
-    size_t pick = (size_t)(spread % ties);
-    for (size_t i = 0; i < n; i++) {
-        if (cands[i].load != min_load || (skip_kv && cands[i].kv_overloaded))
-            continue;
-        if (pick == 0)
-            return i;
-        pick--;
-    }
-    return 0;
-}
-
-struct pca_walk {
-    const struct ca_candidate *cands;
-    size_t n, skip;
-    uint64_t total;
-    double factor;
-};
-
-static bool pca_walk_accept(const void *ctx, size_t i, uint64_t *seed)
-{
-    const struct pca_walk *w = ctx;
-    *seed = w->cands[i].rdv_seed;
-    return i != w->skip && !w->cands[i].kv_overloaded &&
-           rdv_within_bound(w->cands[i].load, w->total, w->n, w->factor);
-}
-
 /* By load: the ranking of the chain's head within the bound (skipping
  * `skip`), or the least-loaded worker. */
 static size_t pca_by_load(const struct ca_params *p, const struct ca_candidate *cands, size_t n,
@@ -150,13 +102,9 @@ static size_t pca_by_load(const struct ca_params *p, const struct ca_candidate *
     uint64_t spread = n_chain > 0 ? chain[0] : 0;
     if (p->rendezvous && n_chain > 0) {
         size_t k = n_chain < PCA_RDV_KEY_BLOCKS ? n_chain : PCA_RDV_KEY_BLOCKS;
-        struct pca_walk w = {
-            .cands = cands, .n = n, .skip = skip, .total = total, .factor = p->bounded_load_factor};
-        long i = rdv_first(&chain[k - 1], sizeof(chain[0]), n, pca_walk_accept, &w);
-        if (i >= 0)
-            return (size_t)i;
+        return ca_ranked(p, cands, n, total, skip, &chain[k - 1], sizeof(chain[0]), spread);
     }
-    return pca_least_loaded(cands, n, -1, spread);
+    return ca_least_loaded(cands, n, -1, spread);
 }
 
 int pca_decide(const struct kvh_index *exact, struct pca_spec *spec, const struct ca_params *p,
@@ -209,8 +157,8 @@ int pca_decide(const struct kvh_index *exact, struct pca_spec *spec, const struc
     size_t chosen;
     enum pol_decision decision;
     if (p->balance_gate == CFG_BALANCE_GATE_FLEET && ca_is_overloaded(p, max_load, min_load)) {
-        chosen = pca_least_loaded(cands, n, matched > 0 ? (long)matched_idx : -1,
-                                  n_chain > 0 ? chain[0] : 0);
+        chosen = ca_least_loaded(cands, n, matched > 0 ? (long)matched_idx : -1,
+                                 n_chain > 0 ? chain[0] : 0);
         decision = POL_DECISION_FLEET_IMBALANCED;
     } else if (matched == 0) {
         chosen = pca_by_load(p, cands, n, total, n, chain, n_chain);
