@@ -251,63 +251,34 @@ int kvh_validate(const void *hdr_bytes, uint64_t file_size, char *err, size_t er
 static int kvh_map_existing(int fd, const char *name, struct kvh_index **out, char *err,
                             size_t err_len)
 {
-    int rc = shm_object_check_owner(fd, name, "KV holder index segment", err, err_len);
+    void *base;
+    size_t size;
+    int rc = shm_object_map_checked(fd, name, "KV holder index segment", KVH_HEADER_BYTES,
+                                    kvh_validate, &base, &size, err, err_len);
     if (rc != 0)
         return rc;
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        rc = -errno;
-        snprintf(err, err_len, "fstat(%s): %s", name, strerror(-rc));
-        return rc;
-    }
-    if ((uint64_t)st.st_size < KVH_HEADER_BYTES) {
-        snprintf(err, err_len, "KV holder index segment %s is not sized yet (%lld bytes)", name,
-                 (long long)st.st_size);
-        return -EAGAIN;
-    }
-    /* The header alone first: the object's size is believed only once the
-     * header agrees with it and with our bounds. */
-    void *head = mmap(NULL, KVH_HEADER_BYTES, PROT_READ, MAP_SHARED, fd, 0);
-    if (head == MAP_FAILED) {
-        rc = -errno;
-        snprintf(err, err_len, "mmap of %s: %s", name, strerror(-rc));
-        return rc;
-    }
-    rc = kvh_validate(head, (uint64_t)st.st_size, err, err_len);
-    munmap(head, KVH_HEADER_BYTES);
-    if (rc != 0)
-        return rc;
-    size_t size = (size_t)st.st_size;
-    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-        rc = -errno;
-        snprintf(err, err_len, "mmap of %s: %s", name, strerror(-rc));
-        return rc;
-    }
-    /* Again on the mapping we keep: the numbers we index with must be the
-     * ones we validated. */
-    rc = kvh_validate(base, (uint64_t)size, err, err_len);
-    if (rc == 0) {
-        *out = kvh_view(base, size, true);
-        if (*out == NULL)
-            rc = -ENOMEM;
-    }
-    if (rc != 0)
+    *out = kvh_view(base, size, true);
+    if (*out == NULL) {
         munmap(base, size);
-    return rc;
+        return -ENOMEM;
+    }
+    return 0;
 }
 
 int kvh_attach(const char *name, struct kvh_index **out, char *err, size_t err_len)
 {
-    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0) {
-        int e = errno;
-        snprintf(err, err_len, "shm_open(%s): %s", name, strerror(e));
-        return -e;
+    void *base;
+    size_t size;
+    int rc = shm_object_attach_checked(name, "KV holder index segment", KVH_HEADER_BYTES,
+                                       kvh_validate, &base, &size, err, err_len);
+    if (rc != 0)
+        return rc;
+    *out = kvh_view(base, size, true);
+    if (*out == NULL) {
+        munmap(base, size);
+        return -ENOMEM;
     }
-    int rc = kvh_map_existing(fd, name, out, err, err_len);
-    close(fd);
-    return rc;
+    return 0;
 }
 
 static int kvh_create_shared(const char *name, size_t n_buckets, struct kvh_index **out, char *err,

@@ -145,3 +145,64 @@ void shm_object_unmap(struct shm_object *o)
         close(o->fd);
     *o = (struct shm_object){.fd = -1};
 }
+
+int shm_object_map_checked(int fd, const char *name, const char *what, size_t header_bytes,
+                           shm_object_validate_fn validate, void **base, size_t *size, char *err,
+                           size_t err_len)
+{
+    int rc = shm_object_check_owner(fd, name, what, err, err_len);
+    if (rc != 0)
+        return rc;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        rc = -errno;
+        snprintf(err, err_len, "fstat(%s): %s", name, strerror(-rc));
+        return rc;
+    }
+    if ((uint64_t)st.st_size < header_bytes) {
+        snprintf(err, err_len, "%s %s is not sized yet (%lld bytes)", what, name,
+                 (long long)st.st_size);
+        return -EAGAIN;
+    }
+    void *head = mmap(NULL, header_bytes, PROT_READ, MAP_SHARED, fd, 0);
+    if (head == MAP_FAILED) {
+        rc = -errno;
+        snprintf(err, err_len, "mmap of %s: %s", name, strerror(-rc));
+        return rc;
+    }
+    rc = validate(head, (uint64_t)st.st_size, err, err_len);
+    munmap(head, header_bytes);
+    if (rc != 0)
+        return rc;
+    size_t len = (size_t)st.st_size;
+    void *all = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (all == MAP_FAILED) {
+        rc = -errno;
+        snprintf(err, err_len, "mmap of %s: %s", name, strerror(-rc));
+        return rc;
+    }
+    rc = validate(all, (uint64_t)len, err, err_len);
+    if (rc != 0) {
+        munmap(all, len);
+        return rc;
+    }
+    *base = all;
+    *size = len;
+    return 0;
+}
+
+int shm_object_attach_checked(const char *name, const char *what, size_t header_bytes,
+                              shm_object_validate_fn validate, void **base, size_t *size, char *err,
+                              size_t err_len)
+{
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, err_len, "shm_open(%s): %s", name, strerror(e));
+        return -e;
+    }
+    int rc =
+        shm_object_map_checked(fd, name, what, header_bytes, validate, base, size, err, err_len);
+    close(fd);
+    return rc;
+}

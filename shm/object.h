@@ -61,6 +61,31 @@ int shm_object_lock(int fd, uint64_t off, uint64_t len);
 int shm_object_unlock(int fd, uint64_t off, uint64_t len);
 bool shm_object_locked_by_other(int fd, uint64_t off, uint64_t len);
 
+/* Checks a self-describing header against the object's size: 0, or a
+ * negative errno with err. hdr points at file_size readable bytes (at
+ * least the header's). */
+typedef int (*shm_object_validate_fn)(const void *hdr, uint64_t file_size, char *err,
+                                      size_t err_len);
+
+/*
+ * Maps the open object fd (of name) whose header says how big it is: its
+ * owner and mode checked, -EAGAIN while it is smaller than header_bytes (not
+ * sized yet), the header mapped alone and validated against the object's
+ * size before that size is believed, then the whole object mapped
+ * read-write and validated again (the numbers indexed with must be the ones
+ * validated, even if the object was replaced in between). 0 with *base and
+ * *size (munmap them), or a negative errno with err.
+ */
+int shm_object_map_checked(int fd, const char *name, const char *what, size_t header_bytes,
+                           shm_object_validate_fn validate, void **base, size_t *size, char *err,
+                           size_t err_len);
+
+/* shm_object_map_checked on the existing object name (shm_open'ed and
+ * closed again: the mapping keeps the object). -ENOENT when absent. */
+int shm_object_attach_checked(const char *name, const char *what, size_t header_bytes,
+                              shm_object_validate_fn validate, void **base, size_t *size, char *err,
+                              size_t err_len);
+
 /* Unmaps and closes; safe on a zeroed or already released object. */
 void shm_object_unmap(struct shm_object *o);
 

@@ -207,65 +207,34 @@ int pix_validate(const void *hdr_bytes, uint64_t file_size, char *err, size_t er
 static int pix_map_existing(int fd, const char *name, struct pix_index **out, char *err,
                             size_t err_len)
 {
-    int rc = shm_object_check_owner(fd, name, "prefix index segment", err, err_len);
+    void *base;
+    size_t size;
+    int rc = shm_object_map_checked(fd, name, "prefix index segment", PIX_HEADER_BYTES,
+                                    pix_validate, &base, &size, err, err_len);
     if (rc != 0)
         return rc;
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        rc = -errno;
-        snprintf(err, err_len, "fstat(%s): %s", name, strerror(-rc));
-        return rc;
-    }
-    if ((uint64_t)st.st_size < PIX_HEADER_BYTES) {
-        snprintf(err, err_len, "prefix index segment %s is not sized yet (%lld bytes)", name,
-                 (long long)st.st_size);
-        return -EAGAIN;
-    }
-    /* Map the header alone first: the size the object claims is believed
-     * only once the header agrees with it and with our bounds. */
-    void *head = mmap(NULL, PIX_HEADER_BYTES, PROT_READ, MAP_SHARED, fd, 0);
-    if (head == MAP_FAILED) {
-        rc = -errno;
-        snprintf(err, err_len, "mmap of %s: %s", name, strerror(-rc));
-        return rc;
-    }
-    rc = pix_validate(head, (uint64_t)st.st_size, err, err_len);
-    munmap(head, PIX_HEADER_BYTES);
-    if (rc != 0)
-        return rc;
-    size_t size = (size_t)st.st_size;
-    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-        rc = -errno;
-        snprintf(err, err_len, "mmap of %s: %s", name, strerror(-rc));
-        return rc;
-    }
-    /* Again on the mapping we keep: the object could have been replaced
-     * by its owner between the two maps (same owner: a cache, no harm,
-     * but the numbers we index with must be the ones we validated). */
-    rc = pix_validate(base, (uint64_t)size, err, err_len);
-    if (rc == 0) {
-        *out = pix_view(base, size, true);
-        if (*out == NULL)
-            rc = -ENOMEM;
-    }
-    if (rc != 0)
+    *out = pix_view(base, size, true);
+    if (*out == NULL) {
         munmap(base, size);
-    return rc;
+        return -ENOMEM;
+    }
+    return 0;
 }
 
 int pix_attach(const char *name, struct pix_index **out, char *err, size_t err_len)
 {
-    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0) {
-        int e = errno;
-        snprintf(err, err_len, "shm_open(%s): %s", name, strerror(e));
-        return -e;
+    void *base;
+    size_t size;
+    int rc = shm_object_attach_checked(name, "prefix index segment", PIX_HEADER_BYTES, pix_validate,
+                                       &base, &size, err, err_len);
+    if (rc != 0)
+        return rc;
+    *out = pix_view(base, size, true);
+    if (*out == NULL) {
+        munmap(base, size);
+        return -ENOMEM;
     }
-    int rc = pix_map_existing(fd, name, out, err, err_len);
-    /* The mapping keeps the object; no lock hangs on this descriptor. */
-    close(fd);
-    return rc;
+    return 0;
 }
 
 /* Creates a new object; EEXIST is returned untouched so the caller can decide. */
