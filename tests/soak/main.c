@@ -769,11 +769,15 @@ static void sk_report(struct sk *s, FILE *out, const struct sk_counts *c, size_t
     fprintf(out, "Duration %d s, seed %llu, arrival rate %.0f/s, %zu checkpoints.\n\n", s->seconds,
             (unsigned long long)s->seed, s->rate, s->n_ck);
     fprintf(out, "## Requests\n\n| started | ok | aborted by the client | failed | "
-                 "of which explained | unexplained | streaming | chat / completions | late "
-                 "starts |\n|---|---|---|---|---|---|---|---|---|\n");
-    fprintf(out, "| %ld | %ld | %ld | %ld | %zu | %zu | %ld | %ld / %ld | %ld |\n\n", c->started,
-            c->ok, c->aborted, c->failed, s->n_fail - unexplained, unexplained, c->streamed,
-            c->by_route[0], c->by_route[1], c->late);
+                 "of which explained | unexplained | streaming | late "
+                 "starts |\n|---|---|---|---|---|---|---|---|\n");
+    fprintf(out, "| %ld | %ld | %ld | %ld | %zu | %zu | %ld | %ld |\n\n", c->started, c->ok,
+            c->aborted, c->failed, s->n_fail - unexplained, unexplained, c->streamed, c->late);
+    fprintf(out, "| route | started | ok |\n|---|---|---|\n");
+    for (int r = 0; r < SK_R_N; r++)
+        fprintf(out, "| %s | %ld | %ld |\n", sk_route_name((enum sk_route)r), c->by_route[r],
+                c->ok_by_route[r]);
+    fputc('\n', out);
     fprintf(out, "## Faults injected\n\n| kind | injected | skipped (control plane down) | "
                  "may fail requests |\n|---|---|---|---|\n");
     long total = 0;
@@ -799,9 +803,10 @@ static void sk_report(struct sk *s, FILE *out, const struct sk_counts *c, size_t
     for (size_t i = 0; i < s->n_fail; i++) {
         const struct sk_failure *f = &s->fail[i];
         const struct sk_fault *by = f->explained_by >= 0 ? &s->tl.f[f->explained_by] : NULL;
-        fprintf(out, "%8.2fs dp%d %-11s %-6s %-3s %-50s %s", (double)(f->t0 - s->t_start) / 1000.0,
-                f->dp, f->route, f->stream ? "stream" : "plain", f->worker[0] ? f->worker : "-",
-                f->what, by != NULL ? sk_fault_name(by->kind) : "UNEXPLAINED");
+        fprintf(out, "%8.2fs dp%d %-14s %-6s %-3s %-50s %s", (double)(f->t0 - s->t_start) / 1000.0,
+                f->dp, f->route, f->stream ? "stream" : "plain",
+                f->worker[0] ? f->worker : (f->pinned[0] ? f->pinned : "-"), f->what,
+                by != NULL ? sk_fault_name(by->kind) : "UNEXPLAINED");
         if (by != NULL && by->dp >= 0)
             fprintf(out, " (dp%d at %.2fs)", by->dp, (double)(by->t0 - s->t_start) / 1000.0);
         else if (by != NULL)

@@ -5,7 +5,7 @@
  * fault was lifted) and the fault touched the request's data plane or its
  * worker. A router's error response without a worker (it gave up before
  * naming one) may be explained by a fault on any worker: it may have tried
- * them.
+ * them; unless the request was pinned to one.
  */
 #include "tests/soak/timeline.h"
 
@@ -15,6 +15,10 @@
 #include <string.h>
 
 #define SK_SLACK_MS 500
+/* A worker is routable again only once probed healthy success_threshold
+ * times after its flap (and the control plane that probes may be dead
+ * meanwhile): how long after a flap a pinned request may still be refused. */
+#define SK_PIN_SLACK_MS 3000
 
 static const char *const sk_names[SK_F_N] = {
     [SK_F_DP_KILL] = "dp_kill",
@@ -95,7 +99,9 @@ static bool sk_touches(const struct sk_fault *f, const struct sk_failure *fr)
         return f->dp == fr->dp;
     if (f->worker[0] == '\0' || fr->status == 0)
         return false;
-    return fr->worker[0] == '\0' || strcmp(f->worker, fr->worker) == 0;
+    /* A pinned request can only have gone to its worker. */
+    const char *w = fr->worker[0] != '\0' ? fr->worker : fr->pinned;
+    return w[0] == '\0' || strcmp(f->worker, w) == 0;
 }
 
 static bool sk_overlaps(const struct sk_fault *f, const struct sk_failure *fr, int64_t now)
@@ -118,9 +124,35 @@ static bool sk_fits(enum sk_fault_kind k, const struct sk_failure *fr)
     return k == SK_F_STALL_HEADERS || k == SK_F_STALL_CHUNKS;
 }
 
+/*
+ * A continued Responses request is pinned to the worker that made its
+ * response, and the router refuses it (404 when that worker is gone, 503
+ * when it is unhealthy or draining) rather than send it elsewhere: a
+ * removal or drain of that worker at any time before the request ended
+ * (a drain lasts until the removal; a removed worker's responses are lost
+ * for good), or a health flap of it not long before, explains the refusal.
+ */
+static bool sk_pinned_refusal(const struct sk_fault *f, const struct sk_failure *fr, int64_t now)
+{
+    if (fr->pinned[0] == '\0' || (fr->status != 404 && fr->status != 503) || f->skipped ||
+        strcmp(f->worker, fr->pinned) != 0)
+        return false;
+    if (f->kind == SK_F_DRAIN || f->kind == SK_F_REMOVE)
+        return f->t0 <= fr->t1;
+    if (f->kind != SK_F_HEALTH_FLAP)
+        return false;
+    int64_t end = (f->t1 >= 0 ? f->t1 : now) + SK_PIN_SLACK_MS;
+    return fr->t0 <= end && fr->t1 >= f->t0;
+}
+
 bool sk_timeline_explain(const struct sk_timeline *tl, struct sk_failure *fr, int64_t now)
 {
     fr->explained_by = -1;
+    for (size_t i = 0; i < tl->n; i++)
+        if (sk_pinned_refusal(&tl->f[i], fr, now)) {
+            fr->explained_by = (long)i;
+            return true;
+        }
     /* Data-plane faults first, then a worker fault that produces this
      * outcome, then any worker fault that touched the request. */
     for (int pass = 0; pass < 3; pass++)

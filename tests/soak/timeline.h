@@ -8,8 +8,11 @@
  * soak. A worker fault explains only what a worker fault can cause: a
  * response from the router (an error status, a cut stream). No response at
  * all (connection refused, reset or closed before a status line) is the
- * router's own doing and only the death of its data plane explains it. Main thread only (the
- * traffic threads hand their failures over).
+ * router's own doing and only the death of its data plane explains it. A
+ * continued Responses request refused because the worker it is pinned to
+ * cannot take it is explained by that worker's removal, drain or health
+ * flap (timeline.c). Main thread only (the traffic threads hand their
+ * failures over).
  */
 #ifndef SY_TESTS_SOAK_TIMELINE_H
 #define SY_TESTS_SOAK_TIMELINE_H
@@ -55,6 +58,7 @@ struct sk_failure {
     int64_t t0, t1;
     int dp;
     char worker[32]; /* from x-switchyard-worker; "" when no response came */
+    char pinned[32]; /* the worker a previous_response_id pins it to, or "" */
     char route[24];
     bool stream;
     long status;       /* HTTP status, 0 when no response came */

@@ -12,6 +12,7 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -22,7 +23,37 @@
 
 #include "tests/e2e/harness.h"
 
-#define SK_BODY_CAP (64u * 1024u)
+#define SK_BODY_CAP  (64u * 1024u)
+#define SK_RESP_RING 64 /* continued conversations pick among the last responses */
+
+/* One route of the mix: its path, its share (out of the sum of shares),
+ * whether it may stream. */
+static const struct {
+    const char *name, *path;
+    int share;
+    bool streams;
+} sk_routes[SK_R_N] = {
+    [SK_R_CHAT] = {"chat", "/v1/chat/completions", 4, true},
+    [SK_R_COMPLETIONS] = {"completions", "/v1/completions", 3, true},
+    [SK_R_RESPONSES] = {"responses", "/v1/responses", 2, true},
+    [SK_R_RESPONSES_NEXT] = {"responses_next", "/v1/responses", 2, true},
+    [SK_R_MESSAGES] = {"messages", "/v1/messages", 2, true},
+    [SK_R_RERANK] = {"rerank", "/v1/rerank", 1, false},
+    [SK_R_SCORE] = {"score", "/v1/score", 1, false},
+    [SK_R_TOKENIZE] = {"tokenize", "/tokenize", 1, false},
+    [SK_R_EMBEDDINGS] = {"embeddings", "/v1/embeddings", 1, false},
+};
+
+/* A response a later request may continue: its id and its worker. */
+struct sk_resp_ref {
+    char id[96];
+    char worker[32];
+};
+
+const char *sk_route_name(enum sk_route r)
+{
+    return r < SK_R_N ? sk_routes[r].name : "?";
+}
 
 struct sk_traffic {
     struct sk_traffic_opts o;
@@ -37,6 +68,8 @@ struct sk_traffic {
     long inflight;           /* under mu */
     struct sk_failure *fail; /* under mu */
     size_t n_fail, cap_fail;
+    struct sk_resp_ref ring[SK_RESP_RING]; /* under mu: the last responses made */
+    size_t n_ring, ring_next;
 };
 
 /* One request's state, on its thread's stack. */
@@ -122,23 +155,178 @@ static void sk_record_failure(struct sk_traffic *t, const struct sk_failure *fr)
     t->fail[t->n_fail++] = *fr;
 }
 
-/* Is a 200 answer complete? A stream must end with [DONE] and carry no
- * error event; a plain answer must be a JSON object with choices. */
-static bool sk_complete(const struct sk_xfer *x, bool stream)
+/* The data of the first `event: name` of an SSE body, parsed; NULL when
+ * there is none or it is not JSON. */
+static json_t *sk_sse_event(const char *body, const char *name)
+{
+    char tag[64];
+    snprintf(tag, sizeof(tag), "event: %s\ndata: ", name);
+    const char *p = strstr(body, tag);
+    if (p == NULL)
+        return NULL;
+    p += strlen(tag);
+    const char *end = strchr(p, '\n');
+    return json_loadb(p, end != NULL ? (size_t)(end - p) : strlen(p), 0, NULL);
+}
+
+static bool sk_array_of(const json_t *root, const char *key, size_t n)
+{
+    const json_t *a = json_object_get(root, key);
+    return json_is_array(a) && json_array_size(a) == n;
+}
+
+/*
+ * Is a 200 answer complete, as its route's client would judge it? A chat
+ * or completions stream ends with [DONE] and carries no error event, a
+ * plain answer is a JSON object with choices; a Responses answer is the
+ * response object (in a stream: response.completed's) with status
+ * "completed" and an id, which *id gets; a Messages answer is a message
+ * (a stream ends with message_stop and has no error event); rerank,
+ * score, tokenize and embeddings answers hold every result asked for.
+ */
+static bool sk_complete(const struct sk_xfer *x, enum sk_route route, bool stream, char *id,
+                        size_t id_cap)
 {
     if (x->body == NULL)
         return false;
-    if (stream)
-        return strstr(x->body, "data: [DONE]") != NULL && strstr(x->body, "\"error\"") == NULL;
-    return strstr(x->body, "\"choices\"") != NULL && strstr(x->body, "\"error\"") == NULL;
+    if (route == SK_R_CHAT || route == SK_R_COMPLETIONS) {
+        if (stream)
+            return strstr(x->body, "data: [DONE]") != NULL && strstr(x->body, "\"error\"") == NULL;
+        return strstr(x->body, "\"choices\"") != NULL && strstr(x->body, "\"error\"") == NULL;
+    }
+    if (stream && route == SK_R_MESSAGES)
+        return strstr(x->body, "event: message_stop\n") != NULL &&
+               strstr(x->body, "event: error\n") == NULL;
+    json_t *root = NULL;
+    if (stream) {
+        if (strstr(x->body, "event: error\n") == NULL) {
+            json_t *ev = sk_sse_event(x->body, "response.completed");
+            root = json_incref(json_object_get(ev, "response"));
+            json_decref(ev);
+        }
+    } else {
+        root = json_loads(x->body, 0, NULL);
+    }
+    bool ok = json_is_object(root);
+    switch (route) {
+    case SK_R_RESPONSES:
+    case SK_R_RESPONSES_NEXT: {
+        const char *st = json_string_value(json_object_get(root, "status"));
+        const json_t *rid = json_object_get(root, "id");
+        ok = ok && st != NULL && strcmp(st, "completed") == 0 && json_is_string(rid) &&
+             json_string_length(rid) > 0 && json_string_length(rid) < id_cap &&
+             json_is_null(json_object_get(root, "error"));
+        if (ok)
+            snprintf(id, id_cap, "%s", json_string_value(rid));
+        break;
+    }
+    case SK_R_MESSAGES: {
+        const char *type = json_string_value(json_object_get(root, "type"));
+        ok = ok && type != NULL && strcmp(type, "message") == 0 && sk_array_of(root, "content", 1);
+        break;
+    }
+    case SK_R_RERANK:
+        ok = ok && sk_array_of(root, "results", 3);
+        break;
+    case SK_R_SCORE:
+        ok = ok && sk_array_of(root, "data", 2);
+        break;
+    case SK_R_TOKENIZE:
+        ok = ok && json_is_array(json_object_get(root, "tokens")) &&
+             json_integer_value(json_object_get(root, "count")) > 0;
+        break;
+    default: /* SK_R_EMBEDDINGS */
+        ok = ok && sk_array_of(root, "data", 1) &&
+             json_is_array(
+                 json_object_get(json_array_get(json_object_get(root, "data"), 0), "embedding"));
+        break;
+    }
+    json_decref(root);
+    return ok;
+}
+
+/* The request body of a route (512 bytes at most). */
+static void sk_body(char *body, size_t cap, enum sk_route route, const char *model, int max_tokens,
+                    bool stream, unsigned topic, const char *prev_id)
+{
+    const char *st = stream ? "true" : "false";
+    switch (route) {
+    case SK_R_CHAT:
+        snprintf(body, cap,
+                 "{\"model\":\"%s\",\"max_tokens\":%d,\"stream\":%s,\"messages\":[{\"role\":"
+                 "\"user\",\"content\":\"soak question %u\"}]}",
+                 model, max_tokens, st, topic);
+        break;
+    case SK_R_COMPLETIONS:
+        snprintf(body, cap,
+                 "{\"model\":\"%s\",\"max_tokens\":%d,\"stream\":%s,\"prompt\":\"soak prompt %u\"}",
+                 model, max_tokens, st, topic);
+        break;
+    case SK_R_RESPONSES:
+        snprintf(body, cap,
+                 "{\"model\":\"%s\",\"max_output_tokens\":%d,\"stream\":%s,\"instructions\":"
+                 "\"answer briefly\",\"input\":\"soak conversation %u\"}",
+                 model, max_tokens, st, topic);
+        break;
+    case SK_R_RESPONSES_NEXT:
+        snprintf(body, cap,
+                 "{\"model\":\"%s\",\"max_output_tokens\":%d,\"stream\":%s,"
+                 "\"previous_response_id\":\"%s\",\"input\":[{\"role\":\"user\",\"content\":"
+                 "\"and then %u\"}]}",
+                 model, max_tokens, st, prev_id, topic);
+        break;
+    case SK_R_MESSAGES:
+        snprintf(body, cap,
+                 "{\"model\":\"%s\",\"max_tokens\":%d,\"stream\":%s,\"system\":\"be brief\","
+                 "\"messages\":[{\"role\":\"user\",\"content\":\"soak message %u\"}]}",
+                 model, max_tokens, st, topic);
+        break;
+    case SK_R_RERANK:
+        snprintf(body, cap,
+                 "{\"model\":\"%s\",\"query\":\"soak query %u\",\"documents\":[\"one\","
+                 "\"two\",\"three\"]}",
+                 model, topic);
+        break;
+    case SK_R_SCORE:
+        snprintf(body, cap,
+                 "{\"model\":\"%s\",\"text_1\":\"soak text %u\",\"text_2\":[\"left\","
+                 "\"right\"]}",
+                 model, topic);
+        break;
+    case SK_R_TOKENIZE:
+        snprintf(body, cap, "{\"model\":\"%s\",\"prompt\":\"soak tokens %u\"}", model, topic);
+        break;
+    default: /* SK_R_EMBEDDINGS */
+        snprintf(body, cap, "{\"model\":\"%s\",\"input\":\"soak embedding %u\"}", model, topic);
+        break;
+    }
+}
+
+static enum sk_route sk_pick_route(struct sk_traffic *t)
+{
+    int total = 0;
+    for (int r = 0; r < SK_R_N; r++)
+        total += sk_routes[r].share;
+    int x = (int)rng_below(&t->rng, (uint64_t)total);
+    for (int r = 0; r < SK_R_N; r++) {
+        if (x < sk_routes[r].share)
+            return (enum sk_route)r;
+        x -= sk_routes[r].share;
+    }
+    return SK_R_CHAT;
 }
 
 static void sk_one_request(struct sk_traffic *t, CURL *easy, int64_t due)
 {
     pthread_mutex_lock(&t->mu);
     int dp = (int)rng_below(&t->rng, (uint64_t)t->o.n_dp);
-    int route = (int)rng_below(&t->rng, 2);
-    bool stream = (int)rng_below(&t->rng, 100) < t->o.stream_percent;
+    enum sk_route route = sk_pick_route(t);
+    struct sk_resp_ref prev = {.id = ""};
+    if (route == SK_R_RESPONSES_NEXT && t->n_ring == 0)
+        route = SK_R_RESPONSES; /* nothing to continue yet */
+    if (route == SK_R_RESPONSES_NEXT)
+        prev = t->ring[rng_below(&t->rng, (uint64_t)t->n_ring)];
+    bool stream = sk_routes[route].streams && (int)rng_below(&t->rng, 100) < t->o.stream_percent;
     bool abort = (int)rng_below(&t->rng, 100) < t->o.abort_percent;
     int64_t abort_ms = (int64_t)rng_below(&t->rng, (uint64_t)t->o.abort_max_ms);
     int max_tokens = 1 + (int)rng_below(&t->rng, (uint64_t)t->o.max_tokens);
@@ -150,18 +338,9 @@ static void sk_one_request(struct sk_traffic *t, CURL *easy, int64_t due)
     t->inflight++;
     pthread_mutex_unlock(&t->mu);
 
-    static const char *const paths[2] = {"/v1/chat/completions", "/v1/completions"};
     char url[128], body[512];
-    snprintf(url, sizeof(url), "%s%s", t->o.base[dp], paths[route]);
-    if (route == 0)
-        snprintf(body, sizeof(body),
-                 "{\"model\":\"%s\",\"max_tokens\":%d,\"stream\":%s,\"messages\":[{\"role\":"
-                 "\"user\",\"content\":\"soak question %u\"}]}",
-                 t->o.model, max_tokens, stream ? "true" : "false", topic);
-    else
-        snprintf(body, sizeof(body),
-                 "{\"model\":\"%s\",\"max_tokens\":%d,\"stream\":%s,\"prompt\":\"soak prompt %u\"}",
-                 t->o.model, max_tokens, stream ? "true" : "false", topic);
+    snprintf(url, sizeof(url), "%s%s", t->o.base[dp], sk_routes[route].path);
+    sk_body(body, sizeof(body), route, t->o.model, max_tokens, stream, topic, prev.id);
 
     struct sk_xfer x = {.t0 = h_now_ms(), .abort_at = -1};
     if (abort)
@@ -189,9 +368,11 @@ static void sk_one_request(struct sk_traffic *t, CURL *easy, int64_t due)
     struct sk_failure fr = {
         .t0 = x.t0, .t1 = h_now_ms(), .dp = dp, .stream = stream, .explained_by = -1};
     snprintf(fr.worker, sizeof(fr.worker), "%s", x.worker);
+    snprintf(fr.pinned, sizeof(fr.pinned), "%s", prev.worker);
     fr.status = x.status;
     fr.curl_code = (int)rc;
-    snprintf(fr.route, sizeof(fr.route), "%s", route == 0 ? "chat" : "completions");
+    snprintf(fr.route, sizeof(fr.route), "%s", sk_routes[route].name);
+    char id[sizeof(prev.id)] = "";
     bool ok = false, aborted = false;
     if (rc == CURLE_ABORTED_BY_CALLBACK && x.aborted)
         aborted = true;
@@ -202,7 +383,7 @@ static void sk_one_request(struct sk_traffic *t, CURL *easy, int64_t due)
                  curl_easy_strerror(rc), x.status);
     else if (x.status != 200)
         snprintf(fr.what, sizeof(fr.what), "http %ld: %.60s", x.status, x.body ? x.body : "");
-    else if (!sk_complete(&x, stream))
+    else if (!sk_complete(&x, route, stream, id, sizeof(id)))
         snprintf(fr.what, sizeof(fr.what), "incomplete 200 (%zu bytes)", x.len);
     else
         ok = true;
@@ -210,11 +391,20 @@ static void sk_one_request(struct sk_traffic *t, CURL *easy, int64_t due)
 
     pthread_mutex_lock(&t->mu);
     t->inflight--;
-    if (ok)
+    if (ok) {
         t->c.ok++;
-    else if (aborted)
+        t->c.ok_by_route[route]++;
+        if (id[0] != '\0' && x.worker[0] != '\0') { /* a response to continue later */
+            struct sk_resp_ref *r = &t->ring[t->ring_next];
+            snprintf(r->id, sizeof(r->id), "%s", id);
+            snprintf(r->worker, sizeof(r->worker), "%s", x.worker);
+            t->ring_next = (t->ring_next + 1) % SK_RESP_RING;
+            if (t->n_ring < SK_RESP_RING)
+                t->n_ring++;
+        }
+    } else if (aborted) {
         t->c.aborted++;
-    else {
+    } else {
         t->c.failed++;
         sk_record_failure(t, &fr);
     }
