@@ -221,8 +221,10 @@ proxy_nginx_start() {
 # Writes a config whose workers are 127.0.0.1:PORT (model "mock"), probed
 # every 100 ms. $balance_abs, when set, is policy.balance_abs_threshold;
 # $policy_extra, when set, holds more "key: value" lines for policy.
+# $kv_events_ports, when set, holds "PUB:REPLAY" per worker (in order): that
+# worker's kv_events endpoints on 127.0.0.1 (precise_cache_aware).
 switchyard_config() {
-    local file=$1 name=$2 threads=$3 policy=$4 gate=$5 dp=$6 admin=$7 p i=0 line
+    local file=$1 name=$2 threads=$3 policy=$4 gate=$5 dp=$6 admin=$7 p i=0 line kvp
     shift 7
     {
         echo "shm:"
@@ -243,9 +245,14 @@ switchyard_config() {
             while IFS= read -r line; do echo "  $line"; done <<<"$policy_extra"
         fi
         echo "workers:"
+        read -r -a kvp <<<"${kv_events_ports:-}"
         for p in "$@"; do
             i=$((i + 1))
-            echo "  - { url: 'http://127.0.0.1:$p', id: w$i, model: mock }"
+            if [ -n "${kvp[$((i - 1))]:-}" ]; then
+                echo "  - { url: 'http://127.0.0.1:$p', id: w$i, model: mock, kv_events: { endpoint: 'tcp://127.0.0.1:${kvp[$((i - 1))]%%:*}', replay_endpoint: 'tcp://127.0.0.1:${kvp[$((i - 1))]##*:}' } }"
+            else
+                echo "  - { url: 'http://127.0.0.1:$p', id: w$i, model: mock }"
+            fi
         done
     } >"$file"
 }
