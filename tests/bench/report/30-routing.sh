@@ -131,6 +131,16 @@ for w in $workloads; do
         echo "resyncs $(v "${p}_kv_events_resyncs")."
         echo
     fi
+    if [ "$(v "route_${w}_cache_aware_decisions_no_match")" != n/a ]; then
+        echo "Routing decisions (\`switchyard_routing_decisions_total\`; the readiness request"
+        echo "included) affinity / affinity_despite_imbalance / overloaded_fallback / no_match:"
+        for pol in cache_aware precise_cache_aware; do
+            p="route_${w}_${pol}"
+            [ "$(v "${p}_decisions_no_match")" != n/a ] || continue
+            echo "$pol $(v "${p}_decisions_affinity") / $(v "${p}_decisions_affinity_despite_imbalance") / $(v "${p}_decisions_overloaded_fallback") / $(v "${p}_decisions_no_match");"
+        done
+        echo
+    fi
 done
 # points A B CEIL: (A - B) / CEIL in percentage points of the ceiling.
 points() {

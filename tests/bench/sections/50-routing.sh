@@ -89,6 +89,16 @@ kv_events_joined() {
     done
 }
 
+# decision_figures PREFIX: the run's routing decisions by reason (data
+# plane), read before its router stops (cache_aware and precise runs).
+decision_figures() {
+    local d
+    for d in affinity affinity_despite_imbalance overloaded_fallback no_match; do
+        put "${1}_decisions_$d" "$(metric "http://127.0.0.1:$rdp/metrics" \
+            switchyard_routing_decisions_total "decision=\"$d\"")"
+    done
+}
+
 # precise_figures PREFIX: the precise_cache_aware run's counters, read
 # before its router stops: tokenize round trips and fallbacks (data plane),
 # the KV holder index and the events that built it (control plane).
@@ -134,6 +144,7 @@ for w in $workloads; do
             --block-tokens 16 --label "$pol" --json "$f.json" --csv "$f.csv" ||
             echo "bench: $w / $pol: the load generator failed" >&2
         while read -r k val; do put "route_${w}_${pol}_$k" "$val"; done <"$f.txt"
+        case $pol in cache_aware | precise_cache_aware) decision_figures "route_${w}_${pol}" ;; esac
         [ -n "$kvp" ] && precise_figures "route_${w}_${pol}"
         switchyard_stop
     done
