@@ -221,8 +221,10 @@ proxy_nginx_start() {
 # Writes a config whose workers are 127.0.0.1:PORT (model "mock"), probed
 # every 100 ms. $balance_abs, when set, is policy.balance_abs_threshold;
 # $policy_extra, when set, holds more "key: value" lines for policy.
+# $kv_events_ports, when set, holds "PUB:REPLAY" per worker (in order): that
+# worker's kv_events endpoints on 127.0.0.1 (precise_cache_aware).
 switchyard_config() {
-    local file=$1 name=$2 threads=$3 policy=$4 gate=$5 dp=$6 admin=$7 p i=0 line
+    local file=$1 name=$2 threads=$3 policy=$4 gate=$5 dp=$6 admin=$7 p i=0 line kvp
     shift 7
     {
         echo "shm:"
@@ -243,9 +245,14 @@ switchyard_config() {
             while IFS= read -r line; do echo "  $line"; done <<<"$policy_extra"
         fi
         echo "workers:"
+        read -r -a kvp <<<"${kv_events_ports:-}"
         for p in "$@"; do
             i=$((i + 1))
-            echo "  - { url: 'http://127.0.0.1:$p', id: w$i, model: mock }"
+            if [ -n "${kvp[$((i - 1))]:-}" ]; then
+                echo "  - { url: 'http://127.0.0.1:$p', id: w$i, model: mock, kv_events: { endpoint: 'tcp://127.0.0.1:${kvp[$((i - 1))]%%:*}', replay_endpoint: 'tcp://127.0.0.1:${kvp[$((i - 1))]##*:}' } }"
+            else
+                echo "  - { url: 'http://127.0.0.1:$p', id: w$i, model: mock }"
+            fi
         done
     } >"$file"
 }
@@ -284,6 +291,22 @@ switchyard_pd_config() {
     } >"$file"
 }
 
+# cp_wait_admin CONFIG PID DEADLINE_S: waits until the control plane PID
+# answers HTTP (any status) on CONFIG's controlplane.admin_listen; at once
+# when CONFIG has none. Fails when PID exits or the deadline passes.
+cp_wait_admin() {
+    local admin deadline=$(($(date +%s) + $3))
+    admin=$(awk '$1 == "admin_listen:" {print $2; exit}' "$1")
+    [ -n "$admin" ] || return 0
+    while [ "$(date +%s)" -lt "$deadline" ]; do
+        kill -0 "$2" 2>/dev/null || return 1
+        curl -s -o /dev/null --max-time 1 "http://$admin/metrics" && return 0
+        sleep 0.05
+    done
+    echo "bench: control plane not answering on $admin after deadline" >&2
+    return 1
+}
+
 # switchyard_start BUILD CONFIG DP_PORT: starts the control plane and the
 # dataplane, waits until a chat completion goes through. Pids in $cp_pid, $dp_pid.
 switchyard_start() {
@@ -292,6 +315,14 @@ switchyard_start() {
     # --fresh: a run starts with an empty registry state and prefix index.
     bench_spawn "$bench_tmp/$name-cp.log" "$build/switchyard-controlplane" --config "$config" --fresh
     cp_pid=$last_pid
+    # The data plane waits for the control plane's admin API: started at
+    # once, it could attach the previous run's segment before --fresh
+    # removes it, and --fresh then refuses a segment in use (the run would
+    # go on with the old segment and no control plane).
+    if ! cp_wait_admin "$config" "$cp_pid" 20; then
+        tail -5 "$bench_tmp/$name-cp.log" >&2
+        return 1
+    fi
     bench_spawn "$bench_tmp/$name-dp.log" "$build/switchyard-dataplane" --config "$config"
     dp_pid=$last_pid
     if ! wait_http "http://127.0.0.1:$dp/v1/chat/completions" 20 -X POST \

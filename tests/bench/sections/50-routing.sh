@@ -7,17 +7,27 @@
 # routing.csv (route_WORKLOAD_POLICY_FIGURE, the run's settings); raw:
 # routing/route-WORKLOAD-POLICY.csv, every request (the report plots TTFT
 # distributions from them).
+#
+# The mocks publish their KV-cache events (stores and evictions, over
+# ZeroMQ) in every run; only precise_cache_aware's config gives each worker
+# its kv_events, so only its control plane subscribes. Before its runs the
+# section waits until every worker's first batch has been delivered (a
+# subscriber misses what is published before it joins), and after each of
+# its runs reads the tokenize and fallback counters (data plane /metrics)
+# and the KV index's facts and event counters (control plane /metrics).
+# shared_prefix_evict is shared_prefix with three times the groups: a
+# working set larger than the fleet's caches, so the mocks evict.
 set -euo pipefail
 # shellcheck source=tests/bench/lib.sh
 . "$(dirname "$0")/../lib.sh"
 bench_section routing
 
 if [ "$mode" = quick ]; then
-    n_mocks=4 policies="round_robin least_load cache_aware"
+    n_mocks=4 policies="round_robin least_load cache_aware precise_cache_aware"
 else
-    n_mocks=8 policies="round_robin least_load consistent_hash cache_aware_fleet cache_aware"
+    n_mocks=8 policies="round_robin least_load consistent_hash cache_aware_fleet cache_aware precise_cache_aware"
 fi
-workloads="shared_prefix multi_turn hot_prefix"
+workloads="shared_prefix multi_turn hot_prefix shared_prefix_evict"
 mock_flags=(--model mock --threads 1 --kv-blocks "$kv_blocks" --block-tokens 16
     --prefill-base-us 1000 --prefill-us-per-token 200 --tpot-ms 2 --max-num-seqs 2)
 put route_n_mocks "$n_mocks"
@@ -32,24 +42,99 @@ for w in $workloads; do
 done
 
 echo "== routing quality ($n_mocks mock workers: $policies)" >&2
-read -r -a rports <<<"$(free_ports $((n_mocks + 2)))"
+read -r -a rports <<<"$(free_ports $((3 * n_mocks + 2)))"
 rdp=${rports[$n_mocks]} radm=${rports[$((n_mocks + 1))]}
-mock_args=()
+mock_args=() kv_ports=()
 for ((i = 0; i < n_mocks; i++)); do
+    pub=${rports[$((n_mocks + 2 + 2 * i))]} rep=${rports[$((n_mocks + 3 + 2 * i))]}
+    kv_ports+=("$pub:$rep")
     bench_spawn "$bench_tmp/rmock-$i.log" "$build/switchyard-mockworker" \
-        --listen "127.0.0.1:${rports[$i]}" "${mock_flags[@]}"
+        --listen "127.0.0.1:${rports[$i]}" "${mock_flags[@]}" \
+        --kv-events-endpoint "tcp://127.0.0.1:$pub" --kv-events-replay-endpoint "tcp://127.0.0.1:$rep"
     mock_args+=(--mock "http://127.0.0.1:${rports[$i]}")
 done
+
+# metric URL NAME [LABEL_MATCH]: the sum of NAME's samples on URL's
+# Prometheus page whose labels contain LABEL_MATCH (0 when none), n/a when
+# the page cannot be had (three tries).
+metric() {
+    local page="" _
+    for _ in 1 2 3; do
+        page=$(curl -fs --max-time 5 "$1") && break
+        page="" && sleep 0.2
+    done
+    [ -n "$page" ] || { echo n/a; return 0; }
+    awk -v n="$2" -v m="${3:-}" '
+        $1 !~ /^#/ { k = $1; sub(/\{.*/, "", k)
+            if (k == n && index($1, m) > 0) s += $NF }
+        END { printf "%.0f\n", s }' <<<"$page"
+}
+
+# kv_events_joined: every mock's first KV event batch has reached the
+# control plane (each is sent one small request directly until it has).
+kv_events_joined() {
+    local i deadline=$(($(date +%s) + 15)) cpm="http://127.0.0.1:$radm/metrics"
+    for ((i = 0; i < n_mocks; i++)); do
+        while [ "$(metric "$cpm" switchyard_kv_events_batches_total "worker=\"w$((i + 1))\"")" = 0 ] ||
+            [ "$(metric "$cpm" switchyard_kv_events_batches_total "worker=\"w$((i + 1))\"")" = n/a ]; do
+            if [ "$(date +%s)" -ge "$deadline" ]; then
+                echo "bench: no KV event batch of w$((i + 1)) reached the control plane" >&2
+                return 1
+            fi
+            curl -fs -o /dev/null --max-time 2 "http://127.0.0.1:${rports[$i]}/v1/completions" \
+                -H 'Content-Type: application/json' \
+                -d "{\"model\":\"mock\",\"prompt\":\"kv events probe $RANDOM $(printf '%0128d' 0)\",\"max_tokens\":1}" || true
+            sleep 0.1
+        done
+    done
+}
+
+# decision_figures PREFIX: the run's routing decisions by reason (data
+# plane), read before its router stops (cache_aware and precise runs).
+decision_figures() {
+    local d
+    for d in affinity affinity_despite_imbalance overloaded_fallback no_match; do
+        put "${1}_decisions_$d" "$(metric "http://127.0.0.1:$rdp/metrics" \
+            switchyard_routing_decisions_total "decision=\"$d\"")"
+    done
+}
+
+# precise_figures PREFIX: the precise_cache_aware run's counters, read
+# before its router stops: tokenize round trips and fallbacks (data plane),
+# the KV holder index and the events that built it (control plane).
+precise_figures() {
+    local p=$1 dpm="http://127.0.0.1:$rdp/metrics" cpm="http://127.0.0.1:$radm/metrics" r
+    put "${p}_fallbacks" "$(metric "$dpm" switchyard_precise_fallbacks_total)"
+    for r in timeout error unsupported no_index; do
+        put "${p}_fallbacks_$r" "$(metric "$dpm" switchyard_precise_fallbacks_total "reason=\"$r\"")"
+    done
+    for r in ok timeout error; do
+        put "${p}_tokenize_$r" "$(metric "$dpm" switchyard_tokenize_requests_total "result=\"$r\"")"
+    done
+    put "${p}_tokenize_cache_hits" "$(metric "$dpm" switchyard_tokenize_cache_hits_total)"
+    put "${p}_kv_index_facts" "$(metric "$cpm" switchyard_kv_index_facts)"
+    put "${p}_kv_index_capacity" "$(metric "$cpm" switchyard_kv_index_capacity)"
+    for r in stored removed cleared; do
+        put "${p}_kv_events_$r" "$(metric "$cpm" switchyard_kv_events_total "kind=\"$r\"")"
+    done
+    put "${p}_kv_events_skipped" "$(metric "$cpm" switchyard_kv_events_skipped_total)"
+    put "${p}_kv_events_gaps" "$(metric "$cpm" switchyard_kv_events_gaps_total)"
+    put "${p}_kv_events_resyncs" "$(metric "$cpm" switchyard_kv_events_resyncs_total)"
+}
 for ((i = 0; i < n_mocks; i++)); do wait_http "http://127.0.0.1:${rports[$i]}/health" 10; done
 for w in $workloads; do
     for pol in $policies; do
-        name=$pol gate=per_request
+        name=$pol gate=per_request kvp=""
         [ "$pol" = cache_aware_fleet ] && name=cache_aware gate=fleet
+        [ "$pol" = precise_cache_aware ] && kvp="${kv_ports[*]}"
         # The mocks run 2 sequences at once (vLLM: up to 256): the overload
         # threshold is scaled to that capacity, 3 x max-num-seqs instead of 32.
-        balance_abs=6 switchyard_config "$bench_tmp/route.yaml" route "$dp_threads" "$name" "$gate" \
-            "$rdp" "$radm" "${rports[@]:0:$n_mocks}"
+        balance_abs=6 kv_events_ports=$kvp switchyard_config "$bench_tmp/route.yaml" route \
+            "$dp_threads" "$name" "$gate" "$rdp" "$radm" "${rports[@]:0:$n_mocks}"
         switchyard_start "$build" "$bench_tmp/route.yaml" "$rdp"
+        if [ -n "$kvp" ]; then
+            kv_events_joined || tail -5 "$bench_tmp/route-cp.log" >&2
+        fi
         echo "-- $w / $pol" >&2
         # A failed run leaves its figures n/a in the report; the others go on.
         f=$raw/route-$w-$pol
@@ -59,6 +144,8 @@ for w in $workloads; do
             --block-tokens 16 --label "$pol" --json "$f.json" --csv "$f.csv" ||
             echo "bench: $w / $pol: the load generator failed" >&2
         while read -r k val; do put "route_${w}_${pol}_$k" "$val"; done <"$f.txt"
+        case $pol in cache_aware | precise_cache_aware) decision_figures "route_${w}_${pol}" ;; esac
+        [ -n "$kvp" ] && precise_figures "route_${w}_${pol}"
         switchyard_stop
     done
 done
