@@ -33,10 +33,13 @@
 
 #define WAIT_MS 15000
 
+/* stale_after leaves room for scrapes delayed by a loaded machine: the
+ * test asserts that a fresh report keeps every request on one worker, and
+ * a report that went stale by accident would spread them. */
 static const char reports_yaml[] = "load_reports:\n"
                                    "  interval: 100ms\n"
-                                   "  timeout: 300ms\n"
-                                   "  stale_after: 500ms\n";
+                                   "  timeout: 1s\n"
+                                   "  stale_after: 2s\n";
 
 /* A chat for model; returns the status and the worker that answered. */
 static long chat(const struct h_fleet *f, const char *model, char *worker, size_t cap, char *code,
