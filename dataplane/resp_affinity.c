@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/log.h"
 #include "common/proc.h"
 #include "dataplane/errors.h"
@@ -140,8 +141,9 @@ struct dp_resp_capture {
     /* both: the id, or for SSE the data line being gathered */
     char id[DP_RESP_ID_MAX];
     size_t id_len;
-    char *line;
-    size_t line_len;
+    /* Grows with the line (a typical response.created line is a few KiB):
+     * a fixed 256 KiB per stream was real memory per held stream. */
+    struct buf line;
     bool line_skip; /* this line is not a data line, or too long */
     bool at_line_start;
     bool found;
@@ -236,10 +238,14 @@ static void dp_resp_json_feed(struct dp_resp_capture *c, const char *p, size_t n
 /* A complete data line of the stream: the id if it is response.created. */
 static void dp_resp_sse_line(struct dp_resp_capture *c)
 {
-    if (c->line_len < 6 || memcmp(c->line, "data: ", 6) != 0 ||
-        memmem(c->line, c->line_len, "response.created", 16) == NULL)
+    const char *line = c->line.data;
+    size_t len = c->line.len;
+    if (len > 0 && line[len - 1] == '\r')
+        len--;
+    if (len < 6 || memcmp(line, "data: ", 6) != 0 ||
+        memmem(line, len, "response.created", 16) == NULL)
         return;
-    json_t *root = json_loadb(c->line + 6, c->line_len - 6, 0, NULL);
+    json_t *root = json_loadb(line + 6, len - 6, 0, NULL);
     json_t *id = json_object_get(json_object_get(root, "response"), "id");
     if (json_is_string(json_object_get(root, "type")) &&
         strcmp(json_string_value(json_object_get(root, "type")), "response.created") == 0 &&
@@ -258,32 +264,17 @@ static void dp_resp_sse_feed(struct dp_resp_capture *c, const char *p, size_t n)
         const char *nl = memchr(p + i, '\n', n - i);
         size_t end = nl != NULL ? (size_t)(nl - p) : n;
         if (c->at_line_start) {
-            c->line_len = 0;
+            buf_reset(&c->line);
             c->line_skip = false;
             c->at_line_start = false;
         }
-        size_t piece = end - i;
-        if (!c->line_skip) {
-            if (c->line_len + piece > DP_RESP_LINE_MAX) {
-                c->line_skip = true;
-            } else {
-                if (c->line == NULL)
-                    c->line = malloc(DP_RESP_LINE_MAX);
-                if (c->line == NULL)
-                    c->line_skip = true;
-                else
-                    memcpy(c->line + c->line_len, p + i, piece);
-                c->line_len += piece;
-            }
-        }
+        /* Too long for the cap (or out of memory): not looked at. */
+        if (!c->line_skip && buf_append(&c->line, p + i, end - i) != 0)
+            c->line_skip = true;
         if (nl == NULL)
             break;
-        if (!c->line_skip) {
-            size_t len = c->line_len;
-            if (len > 0 && c->line[len - 1] == '\r')
-                c->line_len--;
+        if (!c->line_skip)
             dp_resp_sse_line(c);
-        }
         c->at_line_start = true;
         i = end + 1;
     }
@@ -295,6 +286,7 @@ struct dp_resp_capture *dp_resp_capture_new(bool sse)
     if (c == NULL)
         return NULL;
     c->sse = sse;
+    buf_init(&c->line, DP_RESP_LINE_MAX);
     c->st = DP_RJ_SCAN;
     c->at_line_start = true;
     return c;
@@ -309,8 +301,7 @@ bool dp_resp_capture_feed(struct dp_resp_capture *c, const char *data, size_t le
     else
         dp_resp_json_feed(c, data, len);
     if (c->found) {
-        free(c->line);
-        c->line = NULL;
+        buf_fini(&c->line);
         c->st = DP_RJ_DONE;
     }
     return c->found;
@@ -326,7 +317,7 @@ void dp_resp_capture_free(struct dp_resp_capture *c)
 {
     if (c == NULL)
         return;
-    free(c->line);
+    buf_fini(&c->line);
     free(c);
 }
 

@@ -51,12 +51,12 @@ static void feed_sse(struct dp_resp_capture *c, const char *text, size_t chunk)
     memset(c, 0, sizeof(*c));
     c->sse = true;
     c->at_line_start = true;
+    buf_init(&c->line, DP_RESP_LINE_MAX);
     for (size_t at = 0; at < strlen(text) && !c->found; at += chunk) {
         size_t n = strlen(text) - at < chunk ? strlen(text) - at : chunk;
         dp_resp_sse_feed(c, text + at, n);
     }
-    free(c->line);
-    c->line = NULL;
+    buf_fini(&c->line);
 }
 
 static void test_sse_created_event(void **state)
@@ -81,11 +81,44 @@ static void test_sse_created_event(void **state)
     assert_false(c.found);
 }
 
+/* A data line over the cap is skipped whole (the buffer never grows past
+ * it), and the created event after it is still found; a created event
+ * itself over the cap is not looked at. */
+static void test_sse_line_over_cap(void **state)
+{
+    (void)state;
+    static const char created[] =
+        "data: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_after\"}}\n\n";
+    size_t big = DP_RESP_LINE_MAX + 4096;
+    char *text = malloc(big + sizeof(created) + 16);
+    assert_non_null(text);
+    memcpy(text, "data: ", 6);
+    memset(text + 6, 'x', big - 6);
+    text[big] = '\n';
+    memcpy(text + big + 1, created, sizeof(created));
+    struct dp_resp_capture c;
+    feed_sse(&c, text, 65536);
+    assert_true(c.found);
+    assert_int_equal(c.id_len, 10);
+    assert_memory_equal(c.id, "resp_after", 10);
+    /* The created event padded past the cap: skipped. */
+    memcpy(text, created, 6);
+    size_t at = 6 + strlen(created + 6) - 3; /* inside the JSON, before "}}\n" */
+    memcpy(text + 6, created + 6, at - 6);
+    memset(text + at, ' ', big - at);
+    memcpy(text + big, "}}\n\n", 5);
+    text[big + 5] = '\0';
+    feed_sse(&c, text, 65536);
+    assert_false(c.found);
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_top_level_id),
         cmocka_unit_test(test_sse_created_event),
+        cmocka_unit_test(test_sse_line_over_cap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
