@@ -218,6 +218,15 @@ static bool mock_runs_a(const struct h_fleet *f, size_t i)
     return shm_adapter_set_may_have(&rep.lora_running, shm_adapter_hash("a", 1));
 }
 
+/* Neither mock runs a (h_wait_until): a request's end reaches the client
+ * before the mock's own bookkeeping of it, so right after a burst of
+ * requests for a, a mock may still list it for a moment. */
+static bool no_mock_runs_a(void *arg)
+{
+    const struct h_fleet *f = arg;
+    return !mock_runs_a(f, 0) && !mock_runs_a(f, 1);
+}
+
 /* GET /workers/w2's reported.running_adapters names a (h_wait_until). */
 static bool admin_shows_w2_running_a(void *arg)
 {
@@ -253,7 +262,7 @@ static void test_running_adapter_preferred(void **state)
     int w1, w2;
     spread(&f, "a", 8, &w1, &w2);
     assert_true(w1 >= 3 && w2 >= 3);
-    assert_false(mock_runs_a(&f, 1));
+    assert_int_equal(h_wait_until(no_mock_runs_a, &f, WAIT_MS), 0);
 
     /* A long stream on a, straight to worker 2 (not through this router:
      * its own count of w2 stays 0, only the report knows). */
@@ -292,7 +301,7 @@ static void test_running_adapter_preferred(void **state)
     /* The stream ends: nobody runs a, by policy. */
     h_async_destroy(stream);
     assert_int_equal(h_wait_until(both_used, &f, WAIT_MS), 0);
-    assert_false(mock_runs_a(&f, 1));
+    assert_int_equal(h_wait_until(no_mock_runs_a, &f, WAIT_MS), 0);
     h_fleet_stop(&f);
 }
 
