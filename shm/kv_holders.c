@@ -202,11 +202,7 @@ void kvh_destroy(struct kvh_index *ix)
 
 int kvh_segment_name(const char *shm_name, char *out, size_t len)
 {
-    int n = snprintf(out, len, "%s%s", shm_name, KVH_NAME_SUFFIX);
-    /* The object is /dev/shm/<name without its '/'>: NAME_MAX applies. */
-    if (n < 0 || (size_t)n >= len || (size_t)n - 1 > NAME_MAX)
-        return -ENAMETOOLONG;
-    return 0;
+    return shm_object_suffixed_name(shm_name, KVH_NAME_SUFFIX, out, len);
 }
 
 int kvh_validate(const void *hdr_bytes, uint64_t file_size, char *err, size_t err_len)

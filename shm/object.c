@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -205,4 +206,13 @@ int shm_object_attach_checked(const char *name, const char *what, size_t header_
         shm_object_map_checked(fd, name, what, header_bytes, validate, base, size, err, err_len);
     close(fd);
     return rc;
+}
+
+int shm_object_suffixed_name(const char *shm_name, const char *suffix, char *out, size_t len)
+{
+    int n = snprintf(out, len, "%s%s", shm_name, suffix);
+    /* The object is /dev/shm/<name without its '/'>: NAME_MAX applies. */
+    if (n < 0 || (size_t)n >= len || (size_t)n - 1 > NAME_MAX)
+        return -ENAMETOOLONG;
+    return 0;
 }

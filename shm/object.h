@@ -61,6 +61,10 @@ int shm_object_lock(int fd, uint64_t off, uint64_t len);
 int shm_object_unlock(int fd, uint64_t off, uint64_t len);
 bool shm_object_locked_by_other(int fd, uint64_t off, uint64_t len);
 
+/* "<shm_name><suffix>" into out (a companion object of the registry
+ * segment): 0, or -ENAMETOOLONG when it would not fit out or NAME_MAX. */
+int shm_object_suffixed_name(const char *shm_name, const char *suffix, char *out, size_t len);
+
 /* Checks a self-describing header against the object's size: 0, or a
  * negative errno with err. hdr points at file_size readable bytes (at
  * least the header's). */

@@ -154,11 +154,7 @@ void pix_destroy(struct pix_index *ix)
 
 int pix_segment_name(const char *shm_name, char *out, size_t len)
 {
-    int n = snprintf(out, len, "%s%s", shm_name, PIX_NAME_SUFFIX);
-    /* The object is /dev/shm/<name without its '/'>: NAME_MAX applies. */
-    if (n < 0 || (size_t)n >= len || (size_t)n - 1 > NAME_MAX)
-        return -ENAMETOOLONG;
-    return 0;
+    return shm_object_suffixed_name(shm_name, PIX_NAME_SUFFIX, out, len);
 }
 
 int pix_validate(const void *hdr_bytes, uint64_t file_size, char *err, size_t err_len)
