@@ -128,18 +128,20 @@ static bool sk_fits(enum sk_fault_kind k, const struct sk_failure *fr)
  * A continued Responses request is pinned to the worker that made its
  * response, and the router refuses it (404 when that worker is gone, 503
  * when it is unhealthy or draining) rather than send it elsewhere: a
- * removal or drain of that worker at any time before the request ended
- * (a drain lasts until the removal; a removed worker's responses are lost
- * for good), or a health flap of it not long before, explains the refusal.
+ * removal of that worker at any time before the request ended (a removed
+ * worker's responses are lost for good), a drain of it (a drain lasts
+ * until the removal), or a health flap of it not long before, explains
+ * the refusal. A 404 needs a removal; a 503 any of the three (a removal
+ * drains first).
  */
 static bool sk_pinned_refusal(const struct sk_fault *f, const struct sk_failure *fr, int64_t now)
 {
     if (fr->pinned[0] == '\0' || (fr->status != 404 && fr->status != 503) || f->skipped ||
         strcmp(f->worker, fr->pinned) != 0)
         return false;
-    if (f->kind == SK_F_DRAIN || f->kind == SK_F_REMOVE)
+    if (f->kind == SK_F_REMOVE || (f->kind == SK_F_DRAIN && fr->status == 503))
         return f->t0 <= fr->t1;
-    if (f->kind != SK_F_HEALTH_FLAP)
+    if (f->kind != SK_F_HEALTH_FLAP || fr->status != 503)
         return false;
     int64_t end = (f->t1 >= 0 ? f->t1 : now) + SK_PIN_SLACK_MS;
     return fr->t0 <= end && fr->t1 >= f->t0;
@@ -148,7 +150,10 @@ static bool sk_pinned_refusal(const struct sk_fault *f, const struct sk_failure 
 bool sk_timeline_explain(const struct sk_timeline *tl, struct sk_failure *fr, int64_t now)
 {
     fr->explained_by = -1;
-    for (size_t i = 0; i < tl->n; i++)
+    /* The latest fault that explains a pinned refusal is named: a spare
+     * is removed and added back many times, and the refusal comes from
+     * the last thing done to it, not the first. */
+    for (size_t i = tl->n; i-- > 0;)
         if (sk_pinned_refusal(&tl->f[i], fr, now)) {
             fr->explained_by = (long)i;
             return true;
