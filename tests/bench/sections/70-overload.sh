@@ -150,6 +150,9 @@ for spec in $runs; do
     else
         echo "bench: overload / $run: the load generator failed" >&2
     fi
+    # The router's own account of the run (admission by tenant and reason,
+    # the queue's exits), to explain the figures.
+    curl -s --max-time 5 "http://127.0.0.1:$odp/metrics" | grep '^switchyard_admission' >"$f.metrics" || true
     put "over_${run}_rate" "$rate"
     if [ "$run" = base ] && [ -z "${OVERLOAD_MAX_WAIT_MS:-}" ]; then
         p99=$(awk -F, '$1 == "over_base_ttft_p99_ms" { print $2 }' "$data_file")
