@@ -417,6 +417,14 @@ static void queue_dispatch_model(struct dp_adm_model *m)
     }
 }
 
+void dp_adm_before_pick(struct dp_request *req)
+{
+    if (req->adm.dispatching || req->adm.queued)
+        return;
+    if (dp_adm_queue_has(req->loop, req->model))
+        dp_adm_queue_dispatch(req->loop);
+}
+
 void dp_adm_queue_dispatch(struct dp_loop *loop)
 {
     struct list_node *it, *next;

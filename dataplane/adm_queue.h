@@ -47,6 +47,15 @@ void dp_adm_leave(struct dp_request *req, enum dp_adm_left why);
 /* Hands queue heads to the forwarder while workers take them. */
 void dp_adm_queue_dispatch(struct dp_loop *loop);
 
+/* A request about to pick a worker for the first time (not one the queue
+ * hands out): when requests of its model wait in this loop, the queue goes
+ * first, so its heads take the workers free now and the arrival gets only
+ * what they leave (and waits behind them when that is nothing). A slot
+ * freed by another loop or data plane is seen by the queue at its next
+ * tick only; without this, an arrival in between would take it out of
+ * order (priority, tenant fairness, FIFO). */
+void dp_adm_before_pick(struct dp_request *req);
+
 /* Answers requests queued longer than max_wait: 429 queue_timeout. */
 void dp_adm_queue_expire(struct dp_loop *loop, uint64_t now_ms);
 
