@@ -451,7 +451,9 @@ static void queue_sweep(struct dp_loop *loop, uint64_t now_ms)
             list_foreach_safe(it, next, &m->bands[p])
             {
                 struct dp_adm_tq *tq = list_entry(it, struct dp_adm_tq, ring_link);
-                if (tq->n == 0 && now_ms - tq->seen_ms >= recent) {
+                /* seen_ms may be later than the pass's now_ms (an arrival
+                 * earlier in this pass): not idle, then. */
+                if (tq->n == 0 && tq->seen_ms <= now_ms && now_ms - tq->seen_ms >= recent) {
                     list_remove(&tq->ring_link);
                     free(tq);
                 }
@@ -467,7 +469,8 @@ void dp_adm_queue_expire(struct dp_loop *loop, uint64_t now_ms)
     while (!list_is_empty(&loop->adm.by_age)) {
         struct dp_request *req =
             list_entry(list_first(&loop->adm.by_age), struct dp_request, adm.age_link);
-        if (now_ms - req->adm.enqueued_ms < ttl)
+        /* A request queued earlier in this pass has enqueued_ms > now_ms. */
+        if (req->adm.enqueued_ms > now_ms || now_ms - req->adm.enqueued_ms < ttl)
             return;
         char msg[96];
         snprintf(msg, sizeof(msg),
