@@ -1,10 +1,16 @@
 /*
  * The admission queue (see adm_queue.h). A model's queue is a small
  * struct with one ring of tenant queues per band; a tenant queue exists
- * while it holds a request. Dequeueing takes the head of the band's first
- * tenant queue and moves that tenant to the ring's end: round robin. The
- * loop keeps every queued request on one more list in arrival order, so
- * the TTL check (one max_wait for all) only looks at the oldest.
+ * while it holds a request and for a while after its tenant last asked
+ * (DP_ADM_RECENT_MS, or max_wait if longer): a tenant between two
+ * arrivals keeps its place in the ring, its service count and its room.
+ * Dequeueing takes the head of the waiting tenant queue served least
+ * (ties: the first in the ring) and moves that tenant to the ring's end;
+ * with every tenant backlogged that is a plain round robin, and a tenant
+ * that was absent for a moment catches up by at most DP_ADM_FAIR_CREDIT
+ * requests. The loop keeps every queued request on one more list in
+ * arrival order, so the TTL check (one max_wait for all) only looks at
+ * the oldest.
  */
 #include "dataplane/adm_queue.h"
 
@@ -18,10 +24,21 @@
 #include "dataplane/loop.h"
 #include "dataplane/request.h"
 
+/* How long a tenant counts as asking after its last arrival at the queue
+ * (max_wait when longer): its share of the room is kept for it between
+ * two of its requests, so a flood cannot take the place in the gap. */
+#define DP_ADM_RECENT_MS 1000u
+/* How far behind the most served tenant of a band another may fall, in
+ * requests: what it may catch up, in a row, after an absence. Small, so a
+ * tenant that was idle for long cannot hold the others back for long. */
+#define DP_ADM_FAIR_CREDIT 4u
+
 struct dp_adm_tq {
     struct list_node ring_link; /* its band's ring in the model */
     struct list_node reqs;      /* FIFO (dp_adm_req.tq_link) */
     uint32_t n;
+    uint64_t served;  /* dispatched, floored at the band's most served - credit */
+    uint64_t seen_ms; /* its tenant's last arrival at the queue */
     struct dp_adm_model *model;
     enum dp_prio prio;
     char tenant[DP_TENANT_NAME_MAX];
@@ -30,9 +47,30 @@ struct dp_adm_tq {
 struct dp_adm_model {
     struct list_node link; /* dp_adm_loop.models */
     struct list_node bands[DP_PRIO_COUNT];
+    uint32_t band_n[DP_PRIO_COUNT]; /* requests waiting in each band */
     uint32_t depth;
     char name[CFG_MODEL_MAX];
 };
+
+static uint64_t queue_recent_ms(const struct dp_loop *loop)
+{
+    uint64_t w = loop->sh->cfg->admission.queue.max_wait_ms;
+    return w > DP_ADM_RECENT_MS ? w : DP_ADM_RECENT_MS;
+}
+
+/* The most served tenant queue's count in a band (0 when none). */
+static uint64_t queue_band_leader(const struct list_node *band)
+{
+    uint64_t top = 0;
+    const struct list_node *it;
+    list_foreach(it, band)
+    {
+        const struct dp_adm_tq *tq = list_entry(it, struct dp_adm_tq, ring_link);
+        if (tq->served > top)
+            top = tq->served;
+    }
+    return top;
+}
 
 static struct dp_adm_model *queue_model(struct dp_loop *loop, const char *name, bool create)
 {
@@ -55,6 +93,8 @@ static struct dp_adm_model *queue_model(struct dp_loop *loop, const char *name, 
     return m;
 }
 
+/* The tenant's queue in band prio of m, created (at the ring's end, with
+ * the credit of a tenant just behind) when it has none; NULL: no memory. */
 static struct dp_adm_tq *queue_tenant(struct dp_adm_model *m, enum dp_prio prio, const char *tenant)
 {
     struct list_node *it;
@@ -70,6 +110,8 @@ static struct dp_adm_tq *queue_tenant(struct dp_adm_model *m, enum dp_prio prio,
     list_init(&tq->reqs);
     tq->model = m;
     tq->prio = prio;
+    uint64_t top = queue_band_leader(&m->bands[prio]);
+    tq->served = top > DP_ADM_FAIR_CREDIT ? top - DP_ADM_FAIR_CREDIT : 0;
     snprintf(tq->tenant, sizeof(tq->tenant), "%s", tenant);
     list_push_back(&m->bands[prio], &tq->ring_link);
     return tq;
@@ -84,13 +126,12 @@ static void queue_unlink(struct dp_request *req)
     list_remove(&r->tq_link);
     list_remove(&r->age_link);
     tq->n--;
+    tq->model->band_n[tq->prio]--;
     tq->model->depth--;
     loop->adm.queued--;
     dp_adm_metrics_depth(loop->sh->adm.metrics, tq->model->name, tq->prio, -1);
-    if (tq->n == 0 && !r->dispatching) {
-        list_remove(&tq->ring_link);
-        free(tq);
-    }
+    /* An empty tenant queue stays (its tenant's place and service count)
+     * until dp_adm_queue_expire finds it idle. */
     if (!r->dispatching)
         r->tq = NULL; /* while dispatching it names the place to come back to */
     r->queued = false;
@@ -122,7 +163,7 @@ static void queue_answer(struct dp_request *req, enum dp_adm_left why, int statu
 static enum dp_prio queue_lowest_below(const struct dp_adm_model *m, enum dp_prio prio)
 {
     for (int p = DP_PRIO_COUNT - 1; p > (int)prio; p--)
-        if (!list_is_empty(&m->bands[p]))
+        if (m->band_n[p] > 0)
             return (enum dp_prio)p;
     return DP_PRIO_UNSET;
 }
@@ -145,7 +186,9 @@ static void queue_evict(struct dp_adm_model *m, enum dp_prio p, const char *why)
 }
 
 /* A tenant's place in band p of m: how many it has queued there, how many
- * tenants the band would hold with it, and the longest queue of another. */
+ * tenants share the band's room with it (those waiting and those that
+ * asked within recent_ms, itself included), and the longest queue of
+ * another. */
 struct queue_share {
     uint32_t mine;
     uint32_t tenants;
@@ -153,21 +196,23 @@ struct queue_share {
 };
 
 static struct queue_share queue_share_of(const struct dp_adm_model *m, enum dp_prio p,
-                                         const char *tenant)
+                                         const struct dp_adm_tq *own, uint64_t now_ms,
+                                         uint64_t recent_ms)
 {
-    struct queue_share sh = {0};
+    struct queue_share sh = {.tenants = 1};
+    if (own != NULL)
+        sh.mine = own->n;
     const struct list_node *it;
     list_foreach(it, &m->bands[p])
     {
         const struct dp_adm_tq *tq = list_entry(it, struct dp_adm_tq, ring_link);
-        sh.tenants++;
-        if (strcmp(tq->tenant, tenant) == 0)
-            sh.mine = tq->n;
-        else if (tq->n > sh.others_longest)
+        if (tq == own)
+            continue;
+        if (tq->n > 0 || now_ms - tq->seen_ms < recent_ms)
+            sh.tenants++;
+        if (tq->n > sh.others_longest)
             sh.others_longest = tq->n;
     }
-    if (sh.mine == 0)
-        sh.tenants++;
     return sh;
 }
 
@@ -206,6 +251,7 @@ void dp_adm_wait(struct dp_request *req)
         list_push_front(&tq->reqs, &r->tq_link);
         queue_age_insert(loop, req);
         tq->n++;
+        tq->model->band_n[tq->prio]++;
         tq->model->depth++;
         loop->adm.queued++;
         dp_adm_metrics_depth(loop->sh->adm.metrics, tq->model->name, tq->prio, +1);
@@ -228,16 +274,24 @@ void dp_adm_wait(struct dp_request *req)
                                "is 0 (no queue)");
         return;
     }
+    /* The tenant's queue, even for an arrival refused below: it is asking,
+     * so its share of the room is kept for it (NULL: no memory). */
+    uint64_t now_ms = proc_monotonic_ms();
+    struct dp_adm_tq *tq = m != NULL ? queue_tenant(m, prio, r->tenant) : NULL;
+    if (tq != NULL)
+        tq->seen_ms = now_ms;
     if (m != NULL) {
         /* Fairness over the queue's room, not only over its order: while
-         * several tenants wait in a band, each may hold its share of
-         * max_depth. A flood past its share is refused on arrival (at once,
-         * as every rejection should be), which keeps room for the others;
-         * a tenant under its share that finds the queue full takes the
+         * several tenants ask in a band (waiting, or arrived within the
+         * last DP_ADM_RECENT_MS), each may hold its share of max_depth. A
+         * flood past its share is refused on arrival (at once, as every
+         * rejection should be), which keeps room for the others, also in
+         * the moments they have nothing queued; a tenant under its share
+         * that finds the queue full (a tenant new to the band) takes the
          * place of the newest request of the longest queue, which can only
          * be over its share. Without this, a flood fills the queue and the
-         * round robin has nothing of the other tenants to alternate with. */
-        struct queue_share sh = queue_share_of(m, prio, r->tenant);
+         * dispatch has nothing of the other tenants to alternate with. */
+        struct queue_share sh = queue_share_of(m, prio, tq, now_ms, queue_recent_ms(loop));
         uint32_t share = (qc->max_depth + sh.tenants - 1) / sh.tenants;
         char msg[CFG_MODEL_MAX + 128];
         if (sh.tenants > 1 && sh.mine >= share) {
@@ -267,17 +321,17 @@ void dp_adm_wait(struct dp_request *req)
             }
         }
     }
-    struct dp_adm_tq *tq = m != NULL ? queue_tenant(m, prio, r->tenant) : NULL;
     if (tq == NULL) {
         loop->adm.ops->reply(req, 500, "out_of_memory", "the router is out of memory");
         return;
     }
     r->tq = tq;
     r->queued = true;
-    r->enqueued_ms = proc_monotonic_ms();
+    r->enqueued_ms = now_ms;
     list_push_back(&tq->reqs, &r->tq_link);
     list_push_back(&loop->adm.by_age, &r->age_link);
     tq->n++;
+    m->band_n[prio]++;
     m->depth++;
     loop->adm.queued++;
     dp_adm_metrics_depth(loop->sh->adm.metrics, m->name, prio, +1);
@@ -292,16 +346,44 @@ bool dp_adm_queue_has(struct dp_loop *loop, const char *model)
     return m != NULL && m->depth > 0;
 }
 
-/* The request the model's queue would hand out next, or NULL. */
+/* The request the model's queue would hand out next, or NULL: in the
+ * first band with any, the oldest of the waiting tenant served least (the
+ * first in the ring among equals). */
 static struct dp_request *queue_head(struct dp_adm_model *m)
 {
     for (int p = DP_PRIO_UNSET + 1; p < DP_PRIO_COUNT; p++) {
-        if (list_is_empty(&m->bands[p]))
+        if (m->band_n[p] == 0)
             continue;
-        struct dp_adm_tq *tq = list_entry(list_first(&m->bands[p]), struct dp_adm_tq, ring_link);
-        return list_entry(list_first(&tq->reqs), struct dp_request, adm.tq_link);
+        struct dp_adm_tq *best = NULL;
+        struct list_node *it;
+        list_foreach(it, &m->bands[p])
+        {
+            struct dp_adm_tq *tq = list_entry(it, struct dp_adm_tq, ring_link);
+            if (tq->n > 0 && (best == NULL || tq->served < best->served))
+                best = tq;
+        }
+        return list_entry(list_first(&best->reqs), struct dp_request, adm.tq_link);
     }
     return NULL;
+}
+
+/* tq was served one more: to the ring's end (first among equals next time
+ * is another), and no tenant of the band left further behind than the
+ * credit. */
+static void queue_served(struct dp_adm_tq *tq)
+{
+    struct list_node *band = &tq->model->bands[tq->prio];
+    tq->served++;
+    list_remove(&tq->ring_link);
+    list_push_back(band, &tq->ring_link);
+    uint64_t top = queue_band_leader(band);
+    struct list_node *it;
+    list_foreach(it, band)
+    {
+        struct dp_adm_tq *o = list_entry(it, struct dp_adm_tq, ring_link);
+        if (o->served + DP_ADM_FAIR_CREDIT < top)
+            o->served = top - DP_ADM_FAIR_CREDIT;
+    }
 }
 
 /* Hands out heads of m until one comes back (no worker free) or m is empty. */
@@ -323,23 +405,24 @@ static void queue_dispatch_model(struct dp_adm_model *m)
         if (!back)
             r->tq = NULL;
         if (back) {
-            r->requeued = false;
+            r->requeued = false; /* back at its tenant's head; the ring unchanged */
         } else {
             dp_adm_metrics_wait(loop->sh->adm.metrics, m->name, tq->prio, waited_us);
             dp_adm_metrics_left(loop->sh->adm.metrics, DP_ADM_LEFT_DISPATCHED);
+            queue_served(tq);
         }
-        /* Round robin: the tenant served goes to the end of its band. */
-        list_remove(&tq->ring_link);
-        if (tq->n == 0)
-            free(tq);
-        else if (back)
-            list_push_front(&m->bands[tq->prio], &tq->ring_link);
-        else
-            list_push_back(&m->bands[tq->prio], &tq->ring_link);
         dp_request_unref(req);
         if (back)
             return;
     }
+}
+
+void dp_adm_before_pick(struct dp_request *req)
+{
+    if (req->adm.dispatching || req->adm.queued)
+        return;
+    if (dp_adm_queue_has(req->loop, req->model))
+        dp_adm_queue_dispatch(req->loop);
 }
 
 void dp_adm_queue_dispatch(struct dp_loop *loop)
@@ -353,13 +436,41 @@ void dp_adm_queue_dispatch(struct dp_loop *loop)
     }
 }
 
+/* Frees the tenant queues that hold nothing and whose tenant has not asked
+ * for recent_ms. Never during a dispatch (a dispatching request points to
+ * its tenant queue): called from the tick only. */
+static void queue_sweep(struct dp_loop *loop, uint64_t now_ms)
+{
+    uint64_t recent = queue_recent_ms(loop);
+    struct list_node *mi;
+    list_foreach(mi, &loop->adm.models)
+    {
+        struct dp_adm_model *m = list_entry(mi, struct dp_adm_model, link);
+        for (int p = 0; p < DP_PRIO_COUNT; p++) {
+            struct list_node *it, *next;
+            list_foreach_safe(it, next, &m->bands[p])
+            {
+                struct dp_adm_tq *tq = list_entry(it, struct dp_adm_tq, ring_link);
+                /* seen_ms may be later than the pass's now_ms (an arrival
+                 * earlier in this pass): not idle, then. */
+                if (tq->n == 0 && tq->seen_ms <= now_ms && now_ms - tq->seen_ms >= recent) {
+                    list_remove(&tq->ring_link);
+                    free(tq);
+                }
+            }
+        }
+    }
+}
+
 void dp_adm_queue_expire(struct dp_loop *loop, uint64_t now_ms)
 {
+    queue_sweep(loop, now_ms);
     uint64_t ttl = loop->sh->cfg->admission.queue.max_wait_ms;
     while (!list_is_empty(&loop->adm.by_age)) {
         struct dp_request *req =
             list_entry(list_first(&loop->adm.by_age), struct dp_request, adm.age_link);
-        if (now_ms - req->adm.enqueued_ms < ttl)
+        /* A request queued earlier in this pass has enqueued_ms > now_ms. */
+        if (req->adm.enqueued_ms > now_ms || now_ms - req->adm.enqueued_ms < ttl)
             return;
         char msg[96];
         snprintf(msg, sizeof(msg),

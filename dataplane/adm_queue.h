@@ -3,18 +3,21 @@
  * worker wait here, holding no worker load, until a slot frees, their TTL
  * (admission.queue.max_wait) passes, their client leaves or the data plane
  * drains. One queue per model; in it, strict priority bands (high, then
- * normal, then low); in a band, a round robin over tenants, so one
- * tenant's flood cannot starve another; FIFO within a tenant.
+ * normal, then low); in a band, the waiting tenant served least goes
+ * next (a round robin while all are backlogged; one back from a pause
+ * catches up a few requests at most), so one tenant's flood cannot starve
+ * another; FIFO within a tenant.
  *
  * Depth: admission.queue.max_depth counts per model and per event loop (a
  * request never leaves the loop that accepted it, so neither does its
- * wait). While several tenants wait in a band, each may hold its share,
+ * wait). While several tenants ask in a band (have requests waiting, or
+ * arrived within the last second or max_wait), each may hold its share,
  * ceil(max_depth / tenants), of it: a tenant at its share is refused 429
- * queue_full on arrival. When a model's queue is full, a request of a
- * higher band than the lowest one waiting, or of a tenant under its share,
- * takes the place of the newest request of the longest tenant queue (of
- * that lower band, or of its own band), which is answered 429 queue_full;
- * otherwise the arrival is.
+ * queue_full on arrival, also while the others' places are empty. When
+ * a model's queue is full, a request of a higher band than the lowest one
+ * waiting, or of a tenant under its share, takes the place of the newest
+ * request of the longest tenant queue (of that lower band, or of its own
+ * band), which is answered 429 queue_full; otherwise the arrival is.
  *
  * The fourth accounting state: a request is queued at most once at a
  * time, never holds a guard while queued, and leaves exactly once, by one
@@ -46,6 +49,15 @@ void dp_adm_leave(struct dp_request *req, enum dp_adm_left why);
 
 /* Hands queue heads to the forwarder while workers take them. */
 void dp_adm_queue_dispatch(struct dp_loop *loop);
+
+/* A request about to pick a worker for the first time (not one the queue
+ * hands out): when requests of its model wait in this loop, the queue goes
+ * first, so its heads take the workers free now and the arrival gets only
+ * what they leave (and waits behind them when that is nothing). A slot
+ * freed by another loop or data plane is seen by the queue at its next
+ * tick only; without this, an arrival in between would take it out of
+ * order (priority, tenant fairness, FIFO). */
+void dp_adm_before_pick(struct dp_request *req);
 
 /* Answers requests queued longer than max_wait: 429 queue_timeout. */
 void dp_adm_queue_expire(struct dp_loop *loop, uint64_t now_ms);

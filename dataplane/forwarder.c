@@ -236,16 +236,12 @@ static void fwd_try(struct dp_request *req)
 {
     struct dp_loop *loop = req->loop;
     /* A new request does not overtake those already waiting for its
-     * model: a slot freed by another loop or node is seen by this loop's
-     * queue only at its next tick, and an arrival in between would take it
-     * out of order (priority, tenant round robin). The queue goes first;
-     * the arrival gets what it leaves (and waits if that is nothing). This
-     * comes before the pick's buffers (the loop's, reused by every pick)
-     * are filled, since the queue's dispatches pick too; they never come
-     * back here (they are dispatching), so it does not nest. */
-    if (req->attempts == 0 && !req->adm.dispatching && dp_adm_checks_saturation(loop) &&
-        dp_adm_queue_has(loop, req->model))
-        dp_adm_queue_dispatch(loop);
+     * model (adm_queue.h). This comes before the pick's buffers (the
+     * loop's, reused by every pick) are filled, since the queue's
+     * dispatches pick too; they never come back here (they are
+     * dispatching), so it does not nest. */
+    if (req->attempts == 0 && dp_adm_checks_saturation(loop))
+        dp_adm_before_pick(req);
     struct dp_workers *v = &loop->workers;
     dp_workers_refresh(v);
     size_t cap = v->cap ? v->cap : 1; /* v->n never exceeds it */

@@ -73,6 +73,9 @@ overload_config() {
         echo "  threads: $dp_threads"
         echo "  idle_timeout: 600s"
         echo "  api_keys_file: $bench_tmp/over-keys.yaml"
+        # The router's own clock for each answer (duration_ms from the
+        # request's headers to its response sent), beside the client's.
+        echo "  access_log: $bench_tmp/over-access.log"
         echo "policy:"
         echo "  name: least_load"
         if [ "$adm" = yes ]; then
@@ -150,6 +153,17 @@ for spec in $runs; do
     else
         echo "bench: overload / $run: the load generator failed" >&2
     fi
+    # The router's own account of the run (admission by tenant and reason,
+    # the queue's exits), to explain the figures.
+    curl -s --max-time 5 "http://127.0.0.1:$odp/metrics" | grep '^switchyard_admission' >"$f.metrics" || true
+    # Each tenant's refusals by reason, from them.
+    for t in big small; do
+        for why in queue_full queue_timeout; do
+            n=$(awk -v s="switchyard_admission_rejected_total{reason=\"$why\",tenant=\"$t\"}" \
+                '$1 == s { print $2 }' "$f.metrics")
+            put "over_${run}_${t}_${why}" "${n:-0}"
+        done
+    done
     put "over_${run}_rate" "$rate"
     if [ "$run" = base ] && [ -z "${OVERLOAD_MAX_WAIT_MS:-}" ]; then
         p99=$(awk -F, '$1 == "over_base_ttft_p99_ms" { print $2 }' "$data_file")
@@ -159,6 +173,17 @@ for spec in $runs; do
         fi
     fi
     switchyard_stop
+    # Rejections answered before 0.9 x max_wait, by the router's clock: the
+    # part of the client's figure the router spends (the rest is the
+    # client's connection, the kernel and the scheduler of a shared host).
+    if [ -s "$bench_tmp/over-access.log" ]; then
+        mv "$bench_tmp/over-access.log" "$f.access.log"
+        jq -r --argjson late "$max_wait_ms" \
+            'select((.status == 429 or .status == 503) and .duration_ms < 0.9 * $late) | .duration_ms' \
+            "$f.access.log" | sort -n | awk -v run="$run" '{ v[NR] = $1 }
+                END { if (NR) printf "over_%s_reject_early_router_p99_ms %d\n", run, v[int(0.99 * (NR - 1)) + 1] }' |
+            while read -r k val; do put "$k" "$val"; done
+    fi
     # Each run starts with full buckets and empty queues.
     rm -f "/dev/shm/sy-bench-over-$$" "/dev/shm/sy-bench-over-$$-ratelimit"
 done
