@@ -21,6 +21,10 @@
  * overloaded, the fallback walks the same ranking, skipping it. Independent
  * router nodes, each with its own index, thus send the same new prefix to
  * the same worker, and agree on where to go when they give up affinity.
+ * A match below cache_threshold still counts in the walk: its holder is
+ * taken at its own rank unless it is overloaded, so only a better-ranked
+ * worker within the bound takes the request from it (a node that placed a
+ * conversation's first turn and sees a later one keeps it where it is).
  * The worker key is its id, never a slot number. Without rendezvous both
  * go to the least-loaded worker (the behaviour before it existed).
  *
