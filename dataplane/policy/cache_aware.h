@@ -59,6 +59,8 @@ struct ca_params {
     bool rendezvous;            /* cold prefixes and fallbacks walk the ranking */
     double bounded_load_factor; /* >= 1 (the ranking's load bound) */
     bool bounded_affinity;      /* the matched worker must be within the bound too */
+    /* ... its bound's factor (>= 1; 0: bounded_load_factor) */
+    double affinity_load_factor;
 };
 
 /* One eligible worker: its registry slot, current load, and rendezvous
@@ -89,6 +91,10 @@ int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model
 
 /* True when `load` is overloaded relative to `min_load` under p. */
 bool ca_is_overloaded(const struct ca_params *p, uint64_t load, uint64_t min_load);
+
+/* With bounded_affinity (and rendezvous): true when a matched worker's
+ * `load` is over its bound, affinity_load_factor x (total / n) + 1. */
+bool ca_affinity_over_bound(const struct ca_params *p, uint64_t load, uint64_t total, size_t n);
 
 /* The pieces of the decision precise_cache_aware shares (it matches on
  * another index, then chooses the same way). */

@@ -518,6 +518,24 @@ static void test_bounded_affinity(void **state)
     assert_int_equal(ch.index, 0);
     free(text);
     pix_destroy(ix);
+
+    /* affinity_load_factor is the matched worker's bound: 5 with the
+     * others at 1 (mean 2) is over 1.25 x 2 + 1 but within 2 x 2 + 1. */
+    text = rdv_text(2048, 4, 0);
+    ix = ix_new();
+    assert_int_equal(ca_decide(ix, &rdv_params, "m", text, strlen(text), &only, 1, &ch), 0);
+    for (size_t i = 0; i < RDV_N; i++)
+        hot[i].load = 1;
+    hot[0].load = 5;
+    bounded.affinity_load_factor = 2.0;
+    assert_int_equal(ca_decide(ix, &bounded, "m", text, strlen(text), hot, RDV_N, &ch), 0);
+    assert_int_equal(ch.decision, POL_DECISION_AFFINITY);
+    assert_int_equal(ch.index, 0);
+    bounded.affinity_load_factor = 1.25;
+    assert_int_equal(ca_decide(ix, &bounded, "m", text, strlen(text), hot, RDV_N, &ch), 0);
+    assert_int_equal(ch.decision, POL_DECISION_OVERLOADED_FALLBACK);
+    free(text);
+    pix_destroy(ix);
 }
 
 /* The candidates of c in the order of key's ranking for text (the hash of

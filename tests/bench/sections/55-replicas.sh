@@ -9,7 +9,10 @@
 # Contenders, per workload: `one` (1 node), `three` (3 nodes), and the
 # ablations `one_norank` (1 node, policy.rendezvous: false) and
 # `three_ablation` (3 nodes, rendezvous: false and, where this tree has
-# worker-reported load, policy.load_signal: own). REPLICAS_FACTORS="1.5 2"
+# worker-reported load, policy.load_signal: own), and `one_unbounded` and
+# `three_unbounded` (policy.bounded_affinity: false: a matched worker gives
+# way only over the balance thresholds; `*_bounded` names it on, for trees
+# where it is off by default). REPLICAS_FACTORS="1.5 2"
 # adds `three` runs with other policy.bounded_load_factor values
 # (three_f1.5, ...); REPLICAS_CONFIGS replaces the list (one_F and three_F
 # name a factor F too), REPLICAS_WORKLOADS the workloads, and
@@ -46,7 +49,7 @@ if grep -q '"load_signal"' "$here/../../common/config_schema.c" 2>/dev/null; the
 else
     put rep_load_signal no
 fi
-configs=${REPLICAS_CONFIGS:-"one one_norank three three_ablation one_bounded three_bounded"}
+configs=${REPLICAS_CONFIGS:-"one one_norank three three_ablation one_unbounded three_unbounded"}
 for f in ${REPLICAS_FACTORS:-}; do configs+=" three_f$f"; done
 put rep_n_mocks "$n_mocks"
 put rep_configs "$configs"
@@ -62,6 +65,7 @@ config_policy() {
     one_norank) echo "rendezvous: false" ;;
     three_ablation) echo "$ablation" ;;
     *_f*) echo "bounded_load_factor: ${1#*_f}" ;;
+    *_unbounded) echo "bounded_affinity: false" ;;
     *_bounded) echo "bounded_affinity: true" ;;
     *) echo "" ;;
     esac
