@@ -226,6 +226,10 @@ struct cfg_policy {
      * (overloaded_fallback down the ranking), not only over the balance
      * thresholds. */
     bool bounded_affinity;
+    /* ... the matched worker's bound: load <= this x mean + 1 (looser than
+     * bounded_load_factor: a busy moment must not move a prefix, a hot
+     * prefix piling up must). */
+    double affinity_load_factor; /* >= 1 */
     struct cfg_precise precise_cache_aware;
 };
 

@@ -20,6 +20,18 @@ bool ca_is_overloaded(const struct ca_params *p, uint64_t load, uint64_t min_loa
            (double)load > (double)min_load * p->balance_rel_threshold;
 }
 
+/* Looser than the cold walk's bound (bounded_load_factor): a matched
+ * worker gives way only when the prefix piles up on it, not when a busy
+ * moment lifts its in-flight count past the mean (on the benchmark's
+ * shared_prefix, the cold factor 1.25 here moved groups for nothing and
+ * cost 8% of the hits; 2 costs none and still spreads a hot prefix). */
+bool ca_affinity_over_bound(const struct ca_params *p, uint64_t load, uint64_t total, size_t n)
+{
+    double factor =
+        p->affinity_load_factor >= 1.0 ? p->affinity_load_factor : p->bounded_load_factor;
+    return p->rendezvous && p->bounded_affinity && !rdv_within_bound(load, total, n, factor);
+}
+
 /*
  * The least-loaded candidate. Among equally loaded ones the better match
  * (`prefer`) wins; otherwise `spread` (a hash of the request) picks one, so
@@ -63,6 +75,7 @@ struct ca_walk {
     const struct ca_candidate *cands;
     size_t n;
     size_t skip;
+    size_t holder; /* accepted at its rank whatever the bound (n for none) */
     uint64_t total;
     double factor;
 };
@@ -71,6 +84,8 @@ static bool ca_walk_accept(const void *ctx, size_t i, uint64_t *seed)
 {
     const struct ca_walk *w = ctx;
     *seed = w->cands[i].rdv_seed;
+    if (i == w->holder)
+        return true;
     /* A worker whose fresh report says its KV cache is full is passed over
      * like one over the bound: a request sent there would queue. */
     return i != w->skip && !w->cands[i].kv_overloaded &&
@@ -82,8 +97,40 @@ static bool ca_walk_accept(const void *ctx, size_t i, uint64_t *seed)
 size_t ca_ranked(const struct ca_params *p, const struct ca_candidate *cands, size_t n,
                  uint64_t total, size_t skip, const void *key, size_t key_len, uint64_t spread)
 {
-    struct ca_walk w = {
-        .cands = cands, .n = n, .skip = skip, .total = total, .factor = p->bounded_load_factor};
+    struct ca_walk w = {.cands = cands,
+                        .n = n,
+                        .skip = skip,
+                        .holder = n,
+                        .total = total,
+                        .factor = p->bounded_load_factor};
+    long i = rdv_first(key, key_len, n, ca_walk_accept, &w);
+    return i >= 0 ? (size_t)i : ca_least_loaded(cands, n, -1, spread);
+}
+
+/*
+ * The ranking walk for a prompt whose match is below cache_threshold but
+ * not empty: `holder` (which holds the match) is accepted at its own rank
+ * when it is not overloaded, so it gives way only to a worker that ranks
+ * above it for this key and is within the bound. With several router nodes
+ * this is a node that placed a conversation's first turn and sees it again
+ * turns later, its match now short of the threshold: the placement it made
+ * is knowledge, where walking on past a holder over the bound would be a
+ * guess that splits the conversation between workers (each node then keeps
+ * sending its turns to the worker it chose).
+ */
+static size_t ca_ranked_holder(const struct ca_params *p, const struct ca_candidate *cands,
+                               size_t n, uint64_t total, size_t holder, uint64_t min_load,
+                               const void *key, size_t key_len, uint64_t spread)
+{
+    if (holder >= n || cands[holder].kv_overloaded ||
+        ca_is_overloaded(p, cands[holder].load, min_load))
+        holder = n;
+    struct ca_walk w = {.cands = cands,
+                        .n = n,
+                        .skip = n,
+                        .holder = holder,
+                        .total = total,
+                        .factor = p->bounded_load_factor};
     long i = rdv_first(key, key_len, n, ca_walk_accept, &w);
     return i >= 0 ? (size_t)i : ca_least_loaded(cands, n, -1, spread);
 }
@@ -150,13 +197,14 @@ int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model
         chosen = ca_least_loaded(cands, n, prefer, spread);
         decision = POL_DECISION_FLEET_IMBALANCED;
     } else if (!enough) {
-        chosen = p->rendezvous ? ca_ranked(p, cands, n, total, n, rdv_key, rdv_key_len, spread)
-                               : ca_least_loaded(cands, n, prefer, spread);
+        chosen = p->rendezvous
+                     ? ca_ranked_holder(p, cands, n, total, prefer >= 0 ? (size_t)prefer : n,
+                                        min_load, rdv_key, rdv_key_len, spread)
+                     : ca_least_loaded(cands, n, prefer, spread);
         decision = POL_DECISION_NO_MATCH;
     } else if (cands[matched_idx].kv_overloaded ||
                ca_is_overloaded(p, cands[matched_idx].load, min_load) ||
-               (p->rendezvous && p->bounded_affinity &&
-                !rdv_within_bound(cands[matched_idx].load, total, n, p->bounded_load_factor))) {
+               ca_affinity_over_bound(p, cands[matched_idx].load, total, n)) {
         chosen = p->rendezvous
                      ? ca_ranked(p, cands, n, total, matched_idx, rdv_key, rdv_key_len, spread)
                      : ca_least_loaded(cands, n, -1, spread);

@@ -21,6 +21,10 @@
  * overloaded, the fallback walks the same ranking, skipping it. Independent
  * router nodes, each with its own index, thus send the same new prefix to
  * the same worker, and agree on where to go when they give up affinity.
+ * A match below cache_threshold still counts in the walk: its holder is
+ * taken at its own rank unless it is overloaded, so only a better-ranked
+ * worker within the bound takes the request from it (a node that placed a
+ * conversation's first turn and sees a later one keeps it where it is).
  * The worker key is its id, never a slot number. Without rendezvous both
  * go to the least-loaded worker (the behaviour before it existed).
  *
@@ -55,6 +59,8 @@ struct ca_params {
     bool rendezvous;            /* cold prefixes and fallbacks walk the ranking */
     double bounded_load_factor; /* >= 1 (the ranking's load bound) */
     bool bounded_affinity;      /* the matched worker must be within the bound too */
+    /* ... its bound's factor (>= 1; 0: bounded_load_factor) */
+    double affinity_load_factor;
 };
 
 /* One eligible worker: its registry slot, current load, and rendezvous
@@ -85,6 +91,10 @@ int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model
 
 /* True when `load` is overloaded relative to `min_load` under p. */
 bool ca_is_overloaded(const struct ca_params *p, uint64_t load, uint64_t min_load);
+
+/* With bounded_affinity (and rendezvous): true when a matched worker's
+ * `load` is over its bound, affinity_load_factor x (total / n) + 1. */
+bool ca_affinity_over_bound(const struct ca_params *p, uint64_t load, uint64_t total, size_t n);
 
 /* The pieces of the decision precise_cache_aware shares (it matches on
  * another index, then chooses the same way). */

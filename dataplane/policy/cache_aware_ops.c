@@ -79,6 +79,7 @@ static int ca_create(const struct cfg_policy *cfg, void **state)
         .rendezvous = cfg->rendezvous,
         .bounded_load_factor = cfg->bounded_load_factor,
         .bounded_affinity = cfg->bounded_affinity,
+        .affinity_load_factor = cfg->affinity_load_factor,
     };
     *state = s;
     return 0;

@@ -518,6 +518,118 @@ static void test_bounded_affinity(void **state)
     assert_int_equal(ch.index, 0);
     free(text);
     pix_destroy(ix);
+
+    /* affinity_load_factor is the matched worker's bound: 5 with the
+     * others at 1 (mean 2) is over 1.25 x 2 + 1 but within 2 x 2 + 1. */
+    text = rdv_text(2048, 4, 0);
+    ix = ix_new();
+    assert_int_equal(ca_decide(ix, &rdv_params, "m", text, strlen(text), &only, 1, &ch), 0);
+    for (size_t i = 0; i < RDV_N; i++)
+        hot[i].load = 1;
+    hot[0].load = 5;
+    bounded.affinity_load_factor = 2.0;
+    assert_int_equal(ca_decide(ix, &bounded, "m", text, strlen(text), hot, RDV_N, &ch), 0);
+    assert_int_equal(ch.decision, POL_DECISION_AFFINITY);
+    assert_int_equal(ch.index, 0);
+    bounded.affinity_load_factor = 1.25;
+    assert_int_equal(ca_decide(ix, &bounded, "m", text, strlen(text), hot, RDV_N, &ch), 0);
+    assert_int_equal(ch.decision, POL_DECISION_OVERLOADED_FALLBACK);
+    free(text);
+    pix_destroy(ix);
+}
+
+/* The candidates of c in the order of key's ranking for text (the hash of
+ * its first CA_RDV_KEY_BLOCKS blocks, as ca_decide computes it). */
+static void rdv_order(const char *text, const struct ca_candidate *c, size_t n, size_t *order)
+{
+    uint64_t hashes[CA_RDV_KEY_BLOCKS];
+    size_t nb = pix_hash_blocks(pix_model_seed("m"), text, strlen(text), hashes, CA_RDV_KEY_BLOCKS);
+    assert_int_equal(nb, CA_RDV_KEY_BLOCKS);
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++) {
+            uint64_t si = rdv_score(&hashes[nb - 1], sizeof(hashes[0]), c[order[i]].rdv_seed);
+            uint64_t sj = rdv_score(&hashes[nb - 1], sizeof(hashes[0]), c[order[j]].rdv_seed);
+            if (sj > si) {
+                size_t t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+            }
+        }
+}
+
+/*
+ * Three router nodes behind a round-robin front: node A placed a
+ * conversation's first turn on the second worker of its ranking (the first
+ * was over the load bound then) and sees it again three turns later, when
+ * it knows only that first turn (a match below cache_threshold). The worker
+ * that holds it keeps it while no better-ranked worker is within the bound,
+ * even when it is over the bound itself (not overloaded): walking on to the
+ * third-ranked worker, as before, split the conversation between workers
+ * and the nodes then kept sending its turns to different ones. A
+ * better-ranked worker within the bound still wins (the other nodes, which
+ * never saw the first turn, send it there), and an overloaded holder is
+ * passed over.
+ */
+static void test_partial_match_holder_keeps_its_rank(void **state)
+{
+    (void)state;
+    struct ca_candidate c[RDV_N];
+    rdv_fleet(c, RDV_N, 0);
+    for (unsigned k = 0; k < 16; k++) {
+        /* Turn 0: 2.5 blocks; turn 3 repeats it and adds 7.5 more. */
+        char *turn0 = rdv_text2(600, k + 1, k + 1, 600);
+        char *turn3 = rdv_text2(2400, k + 1, k + 500, 600);
+        size_t r[RDV_N];
+        rdv_order(turn0, c, RDV_N, r);
+        struct pix_index *ix = ix_new();
+        struct ca_choice ch;
+        assert_int_equal(ca_decide(ix, &rdv_params, "m", turn0, strlen(turn0), &c[r[1]], 1, &ch),
+                         0);
+
+        /* Ranks 0 and 1 over the bound (4 > 1.25 * 2 + 1), not overloaded. */
+        struct ca_candidate busy[RDV_N];
+        memcpy(busy, c, sizeof(busy));
+        busy[r[0]].load = 4;
+        busy[r[1]].load = 4;
+        assert_int_equal(ca_decide(ix, &rdv_params, "m", turn3, strlen(turn3), busy, RDV_N, &ch),
+                         0);
+        assert_true(ch.matched_blocks > 0 && ch.matched_blocks < ch.total_blocks / 2);
+        assert_int_equal(ch.decision, POL_DECISION_NO_MATCH);
+        assert_int_equal(ch.index, r[1]);
+
+        /* Rank 0 within the bound: it wins over the holder (on an index
+         * that, again, holds only the first turn). */
+        pix_destroy(ix);
+        ix = ix_new();
+        assert_int_equal(ca_decide(ix, &rdv_params, "m", turn0, strlen(turn0), &c[r[1]], 1, &ch),
+                         0);
+        busy[r[0]].load = 0;
+        busy[r[2]].load = 4;
+        assert_int_equal(ca_decide(ix, &rdv_params, "m", turn3, strlen(turn3), busy, RDV_N, &ch),
+                         0);
+        assert_int_equal(ch.index, r[0]);
+        free(turn0);
+        free(turn3);
+        pix_destroy(ix);
+
+        /* An overloaded holder (40 > 0 + 32 and > 0 * 1.5) is passed over. */
+        ix = ix_new();
+        turn0 = rdv_text2(600, k + 1, k + 1, 600);
+        turn3 = rdv_text2(2400, k + 1, k + 500, 600);
+        assert_int_equal(ca_decide(ix, &rdv_params, "m", turn0, strlen(turn0), &c[r[1]], 1, &ch),
+                         0);
+        memcpy(busy, c, sizeof(busy));
+        busy[r[0]].load = 40;
+        busy[r[1]].load = 40;
+        assert_int_equal(ca_decide(ix, &rdv_params, "m", turn3, strlen(turn3), busy, RDV_N, &ch),
+                         0);
+        assert_int_equal(ch.index, r[2]);
+        free(turn0);
+        free(turn3);
+        pix_destroy(ix);
+    }
 }
 
 /* Adding a worker moves only the prefixes that now rank it first; removing
@@ -590,6 +702,7 @@ int main(void)
         cmocka_unit_test(test_rendezvous_skips_a_kv_full_worker),
         cmocka_unit_test(test_rendezvous_overloaded_fallback_follows_ranking),
         cmocka_unit_test(test_bounded_affinity),
+        cmocka_unit_test(test_partial_match_holder_keeps_its_rank),
         cmocka_unit_test(test_rendezvous_membership_change_moves_few),
         cmocka_unit_test(test_rendezvous_keeps_affinity_rules),
     };

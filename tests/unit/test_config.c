@@ -429,7 +429,8 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.policy.pd_fallback, CFG_PD_FALLBACK_ERROR);
     assert_false(cfg.policy.rendezvous);
     assert_true(cfg.policy.bounded_load_factor == 1.5);
-    assert_true(cfg.policy.bounded_affinity);
+    assert_false(cfg.policy.bounded_affinity);
+    assert_true(cfg.policy.affinity_load_factor == 3.0);
     assert_int_equal(cfg.policy.precise_cache_aware.block_size, 32);
     assert_string_equal(cfg.policy.precise_cache_aware.tokenizer_url,
                         "http://127.0.0.1:8100/tokenize");

@@ -20,8 +20,9 @@ echo "--url A,B,C\`), as a round-robin front would; every node starts with \`--f
 echo "node: \`one\`; three: \`three\`. Ablations: \`one_norank\` and \`three_ablation\` run"
 echo "with \`policy.rendezvous: false\` (cold prefixes and overloaded fallbacks go to the"
 echo "least-loaded worker, as before the ranking)$([ "$(v rep_load_signal)" = yes ] && echo ", and \`three_ablation\` with \`policy.load_signal: own\` (each node sees only its own in-flight requests)")."
-echo "\`one_bounded\` and \`three_bounded\` run with \`policy.bounded_affinity: true\` (a matched"
-echo "worker over the load bound gives way down the ranking too, which spreads a hot prefix)."
+echo "\`one_unbounded\` and \`three_unbounded\` run with \`policy.bounded_affinity: false\` (a matched"
+echo "worker gives way only over the balance thresholds, not over its load bound: the"
+echo "default spreads a hot prefix down its ranking)."
 echo "Of ceiling = hit rate / the workload's hit-rate ceiling (as in the routing section);"
 echo "load max/mean as there."
 echo

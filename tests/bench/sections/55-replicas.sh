@@ -9,9 +9,15 @@
 # Contenders, per workload: `one` (1 node), `three` (3 nodes), and the
 # ablations `one_norank` (1 node, policy.rendezvous: false) and
 # `three_ablation` (3 nodes, rendezvous: false and, where this tree has
-# worker-reported load, policy.load_signal: own). REPLICAS_FACTORS="1.5 2"
+# worker-reported load, policy.load_signal: own), and `one_unbounded` and
+# `three_unbounded` (policy.bounded_affinity: false: a matched worker gives
+# way only over the balance thresholds; `*_bounded` names it on, for trees
+# where it is off by default). REPLICAS_FACTORS="1.5 2"
 # adds `three` runs with other policy.bounded_load_factor values
-# (three_f1.5, ...). Then the hot restart: multi_turn through 3 nodes,
+# (three_f1.5, ...); REPLICAS_CONFIGS replaces the list (one_F and three_F
+# name a factor F too), REPLICAS_WORKLOADS the workloads, and
+# REPLICAS_ACCESS_LOG=1 keeps every node's access log (each request's
+# worker and decision) beside the raw files. Then the hot restart: multi_turn through 3 nodes,
 # stretched to outlast two windows (5 s, quick: 2 s); every node's data
 # plane is hot-restarted at the second window's start, and the mocks'
 # prefix hit rate in the window after is compared with the window before;
@@ -43,7 +49,7 @@ if grep -q '"load_signal"' "$here/../../common/config_schema.c" 2>/dev/null; the
 else
     put rep_load_signal no
 fi
-configs="one one_norank three three_ablation one_bounded three_bounded"
+configs=${REPLICAS_CONFIGS:-"one one_norank three three_ablation one_unbounded three_unbounded"}
 for f in ${REPLICAS_FACTORS:-}; do configs+=" three_f$f"; done
 put rep_n_mocks "$n_mocks"
 put rep_configs "$configs"
@@ -58,7 +64,8 @@ config_policy() {
     case $1 in
     one_norank) echo "rendezvous: false" ;;
     three_ablation) echo "$ablation" ;;
-    three_f*) echo "bounded_load_factor: ${1#three_f}" ;;
+    *_f*) echo "bounded_load_factor: ${1#*_f}" ;;
+    *_unbounded) echo "bounded_affinity: false" ;;
     *_bounded) echo "bounded_affinity: true" ;;
     *) echo "" ;;
     esac
@@ -75,6 +82,12 @@ nodes_start() {
         dp=${ports[$((2 * i))]} adm=${ports[$((2 * i + 1))]} cfg=$bench_tmp/rep$i.yaml
         policy_extra=$(config_policy "$config") balance_abs=6 switchyard_config "$cfg" "rep$i" \
             "$dp_threads" cache_aware per_request "$dp" "$adm" "${mports[@]}"
+        # REPLICAS_ACCESS_LOG=1: every node writes an access log (the
+        # worker and decision of each request), kept beside the raw files.
+        if [ -n "${REPLICAS_ACCESS_LOG:-}" ]; then
+            sed -i "s|^dataplane:\$|dataplane:\n  access_log: $bench_tmp/rep$i-access.log|" "$cfg"
+            : >"$bench_tmp/rep$i-access.log"
+        fi
         switchyard_start "$build" "$cfg" "$dp" || return 1
         node_cfgs+=("$cfg") node_dp_pids+=("$dp_pid") node_cp_pids+=("$cp_pid")
         node_urls+="${node_urls:+,}http://127.0.0.1:$dp"
@@ -132,11 +145,18 @@ for w in $workloads; do
             echo "bench: $w / $c: the load generator failed" >&2
         while read -r k val; do put "rep_${w}_${c}_$k" "$val"; done <"$f.txt"
         nodes_stop
+        if [ -n "${REPLICAS_ACCESS_LOG:-}" ]; then
+            for ((i = 0; i < $(config_nodes "$c"); i++)); do
+                cp "$bench_tmp/rep$i-access.log" "$f.access$i.log"
+            done
+        fi
     done
 done
 
 # Hot restart: multi_turn through 3 nodes at a rate that makes it last
 # 2 windows and a margin; readings at the two windows' edges.
+# REPLICAS_RESTART=0 skips it (when only the routing figures are wanted).
+[ "${REPLICAS_RESTART:-1}" = 0 ] && exit 0
 reqs=$("$build/switchyard-bench" plan --workload "$here/workloads/multi_turn.yaml" \
     "${quick_flag[@]}" | sed -n 's/^requests //p')
 rate=$(awk -v r="$reqs" -v w="$window" 'BEGIN { printf "%.2f\n", r / (2 * w + 3) }')
