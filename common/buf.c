@@ -143,6 +143,23 @@ void buf_consume(struct buf *b, size_t n)
     b->data[b->len] = '\0';
 }
 
+int buf_reserve(struct buf *b, size_t n)
+{
+    if (b->err != 0 || n > b->max - b->len)
+        return -E2BIG;
+    size_t need = b->len + n + 1;
+    if (need <= b->alloc)
+        return 0;
+    char *grown = realloc(b->data, need);
+    if (grown == NULL)
+        return -ENOMEM;
+    if (b->data == NULL)
+        grown[0] = '\0';
+    b->data = grown;
+    b->alloc = need;
+    return 0;
+}
+
 void buf_shrink(struct buf *b)
 {
     if (b->data == NULL || b->alloc <= b->len + 1)

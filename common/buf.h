@@ -88,6 +88,14 @@ char *buf_detach(struct buf *b, size_t *len);
  */
 void buf_shrink(struct buf *b);
 
+/*
+ * Makes room for n more bytes in one allocation, for a writer that knows
+ * (or bounds) the final size: appends up to it then never reallocate and
+ * copy. Returns 0, -E2BIG when n passes the cap or -ENOMEM; either way
+ * nothing changes and no error is recorded (later appends grow as usual).
+ */
+int buf_reserve(struct buf *b, size_t n);
+
 /* The sticky error, 0 when every append so far succeeded. */
 int buf_error(const struct buf *b);
 

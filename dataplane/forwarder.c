@@ -545,9 +545,11 @@ static void fwd_keep_header(struct dp_request *req, const char *line, size_t len
 
 /*
  * Relaying has begun, so no attempt will be made again: the routing text
- * goes, and so do the request's bodies (the client's and the plan's)
- * once curl has sent all of this attempt's. A held stream then costs the
- * same whatever the size of its prompt.
+ * goes, and so do the request's bodies (the client's and the plan's) and
+ * curl's upload buffer once curl has sent all of this attempt's. A held
+ * stream then costs the same whatever the size of its prompt. (The
+ * upstream header list stays: a few hundred bytes, and the trace context
+ * points into it.)
  */
 static void fwd_drop_request_copies(struct dp_request *req, struct dp_attempt *a)
 {
@@ -559,6 +561,7 @@ static void fwd_drop_request_copies(struct dp_request *req, struct dp_attempt *a
     a->body = NULL;
     a->body_len = 0;
     buf_fini(&req->body);
+    dp_up_request_sent(a);
     dp_legs_next(req, DP_LEG_EV_SENT, NULL);
 }
 

@@ -2,6 +2,7 @@
  * switchyard-dataplane: command line, then dp_run. See dataplane.h.
  */
 #include <getopt.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -42,9 +43,23 @@ static int run(struct cfg *cfg, void *arg)
     return dp_run(cfg, arg);
 }
 
+/* A large request's buffers (a 400 KB prompt: its body, its routing text,
+ * curl's 64 KiB upload buffer) are freed when it has been forwarded. By
+ * default glibc hands such memory back to the kernel at once: it unmaps a
+ * chunk over its mmap threshold, or trims an arena whose free top passes
+ * twice that, and the next request faults every page in again, zeroed.
+ * Measured with 400 KB prompts (2 loops, 4 connections): 30 to 150 page
+ * faults per request, and 1.0 to 1.5 ms of CPU per request instead of
+ * 0.65 to 0.8 ms without them. Each arena keeps up to DP_MALLOC_KEEP of
+ * free memory instead (held streams are unaffected: they allocate no
+ * large buffers), and allocations up to it come from the arenas. */
+#define DP_MALLOC_KEEP (4 << 20)
+
 int main(int argc, char **argv)
 {
     enum { OPT_SEGMENT_WAIT = 256, OPT_HOT_RESTART };
+    mallopt(M_MMAP_THRESHOLD, DP_MALLOC_KEEP);
+    mallopt(M_TRIM_THRESHOLD, DP_MALLOC_KEEP);
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
         {"segment-wait", required_argument, NULL, OPT_SEGMENT_WAIT},

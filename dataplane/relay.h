@@ -4,8 +4,10 @@
  * taken. It is bounded (DP_RELAY_CAP): when a chunk does not fit, the
  * producer pauses its transfer and resumes once the reader has made room,
  * so memory per stream is bounded and a slow client slows its worker. It
- * starts small (DP_RELAY_INIT) and grows on demand, so an idle stream costs
- * a page, not the cap.
+ * starts small (DP_RELAY_INIT) and grows on demand; a streamed relay gives
+ * its buffer back whenever the reader has taken everything and takes one
+ * again at the next append, so a stream between two tokens holds no
+ * buffer at all (thousands of held streams spend most of their life so).
  *
  * A relay opened "whole" collects an answer (not SSE) before anything is
  * sent, so it leaves in one write with a Content-Length (dp_relay_release);
@@ -27,8 +29,9 @@
 
 /* Zeroed = closed: no buffer, nothing pending. */
 struct dp_relay {
-    unsigned char *buf; /* NULL until dp_relay_open; at most DP_RELAY_CAP bytes */
+    unsigned char *buf; /* at most DP_RELAY_CAP bytes; NULL when closed or drained */
     size_t head, tail, cap;
+    bool open;
     bool whole; /* collecting a whole answer: nothing may be read yet */
 };
 
@@ -61,13 +64,14 @@ bool dp_relay_has_room(const struct dp_relay *r, size_t n);
  * pause the producer; the client's reads make room). A closed relay: -ENOSPC. */
 int dp_relay_append(struct dp_relay *r, const void *data, size_t len);
 
-/* Copies up to max pending bytes into buf and consumes them. Returns the
- * number copied (0 when nothing is pending). */
+/* Copies up to max pending bytes into buf and consumes them; a streamed
+ * relay left empty frees its buffer. Returns the number copied (0 when
+ * nothing is pending). */
 size_t dp_relay_read(struct dp_relay *r, void *buf, size_t max);
 
 /* Hands the buffer to the caller (who frees it with free()) with its
  * pending bytes at its start, *len of them; the relay is closed after it.
- * NULL when the relay is not open. */
+ * NULL when the relay is not open (or, out of memory, holds nothing). */
 unsigned char *dp_relay_release(struct dp_relay *r, size_t *len);
 
 #endif

@@ -24,6 +24,9 @@
 #include "dataplane/routes.h"
 #include "dataplane/trace.h"
 
+#define DP_BODY_RESERVE_MAX   (1u << 20) /* a body's first allocation, at most */
+#define DP_ROUTING_TEXT_SLACK 256u       /* routing text beyond the body's size, reserved */
+
 struct dp_request *dp_request_create(struct dp_loop *loop, struct MHD_Connection *conn,
                                      const char *url, const char *method, uint64_t max_body,
                                      dp_request_release_fn release)
@@ -75,8 +78,29 @@ void dp_request_unref(struct dp_request *req)
     req->release(req);
 }
 
+/* The first body bytes: the whole body in one allocation when the client
+ * said how long it is (up to DP_BODY_RESERVE_MAX, so a Content-Length
+ * alone cannot make the router reserve max_body), instead of doubling
+ * from 256 bytes: a 400 KB prompt was copied once more by the reallocations
+ * and faulted in its pages twice. */
+static void request_reserve_body(struct dp_request *req)
+{
+    const char *cl = req->conn != NULL
+                         ? MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Content-Length")
+                         : NULL;
+    if (cl == NULL)
+        return;
+    char *end = NULL;
+    unsigned long long n = strtoull(cl, &end, 10);
+    if (end == cl || *end != '\0' || n == 0)
+        return;
+    (void)buf_reserve(&req->body, n < DP_BODY_RESERVE_MAX ? (size_t)n : DP_BODY_RESERVE_MAX);
+}
+
 int dp_request_append_body(struct dp_request *req, const char *data, size_t len)
 {
+    if (req->body.data == NULL)
+        request_reserve_body(req);
     int rc = buf_append(&req->body, data, len);
     if (rc == -E2BIG) {
         req->body_too_large = true;
@@ -481,8 +505,15 @@ enum dp_parse_result dp_request_parse(struct dp_request *req)
     } else {
         strcpy(req->model, json_string_value(model));
     }
-    if (dp_text_parsers[shape] != NULL)
+    if (dp_text_parsers[shape] != NULL) {
+        /* The routing text is the body's text with a few bytes per
+         * message added: one allocation of about the body's size, not a
+         * doubling chain of copies (it grows past it as usual). */
+        size_t hint = req->body.len + DP_ROUTING_TEXT_SLACK;
+        (void)buf_reserve(&req->routing_text,
+                          hint < DP_ROUTING_TEXT_MAX ? hint : DP_ROUTING_TEXT_MAX);
         dp_text_parsers[shape](req, &skel, root);
+    }
     /* The output cap, for admission's token estimate (admission.h). */
     json_t *max_tokens = json_object_get(root, "max_completion_tokens");
     if (!json_is_integer(max_tokens))

@@ -20,7 +20,8 @@
 #include "dataplane/loop.h"
 #include "dataplane/upstream_url.h"
 
-#define DP_MAXCONNECTS 1024L
+#define DP_MAXCONNECTS      1024L
+#define DP_UP_UPLOAD_BUFFER 65536L /* curl's upload buffer: its default size */
 
 /* CURLOPT_PRIVATE of a side transfer (struct dp_up_side) carries this low
  * bit, which no attempt's pointer has (both structs are pointer-aligned). */
@@ -183,6 +184,14 @@ int dp_up_start(struct dp_attempt *a, const char *url)
     }
     a->easy = e;
     return 0;
+}
+
+void dp_up_request_sent(struct dp_attempt *a)
+{
+    /* Setting the size frees the buffer (the handle's next transfer takes
+     * a new one); the size is curl's default. */
+    if (a->easy != NULL)
+        (void)curl_easy_setopt(a->easy, CURLOPT_UPLOAD_BUFFERSIZE, DP_UP_UPLOAD_BUFFER);
 }
 
 void dp_up_detach(struct dp_attempt *a)

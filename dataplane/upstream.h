@@ -41,6 +41,11 @@ void dp_up_fini(struct dp_loop *loop);
 /* Starts a's POST of a->body (borrowed from its request) to url. 0 or -errno (nothing started). */
 int dp_up_start(struct dp_attempt *a, const char *url);
 
+/* a's request went out whole and will not be written again: frees curl's
+ * upload buffer (64 KiB, taken for a body over 64 KiB and otherwise kept
+ * until the transfer ends). */
+void dp_up_request_sent(struct dp_attempt *a);
+
 /* Removes a's transfer from the multi (closing its connection if mid-body)
  * and returns its easy handle to the pool. Idempotent. */
 void dp_up_detach(struct dp_attempt *a);

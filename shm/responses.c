@@ -81,7 +81,7 @@ static void shm_resp_bind(struct shm_resp_table *t, void *base, size_t size)
 #define SHM_RESP_LOCK_LEN 8u
 
 static int shm_resp_create(struct shm_resp_table *t, const char *name, uint64_t n_entries,
-                           char *err, size_t err_len)
+                           uint64_t registry_id, char *err, size_t err_len)
 {
     size_t size = shm_resp_size_for(n_entries);
     struct shm_object o;
@@ -97,6 +97,12 @@ static int shm_resp_create(struct shm_resp_table *t, const char *name, uint64_t 
     h->ways = SHM_RESP_WAYS;
     h->n_entries = n_entries;
     h->total_size = size;
+    /* Every entry of a new object is zero (empty): it belongs to this
+     * registry as it is. Binding it later would read every entry, and
+     * reading a page of a shared-memory object allocates it: the whole
+     * table (13 MB at the default size) in memory and in this process's
+     * RSS before a single id is stored. */
+    atomic_store_explicit(&h->registry_id, registry_id, memory_order_relaxed);
     atomic_store_explicit(&h->magic, SHM_RESP_MAGIC, memory_order_release);
     shm_object_unlock(o.fd, SHM_RESP_LOCK_OFF, SHM_RESP_LOCK_LEN);
     t->fd = o.fd;
@@ -209,10 +215,9 @@ int shm_resp_open(struct shm_resp_table *t, const char *name, uint64_t n_entries
     n_entries = (n_entries + SHM_RESP_WAYS - 1) / SHM_RESP_WAYS * SHM_RESP_WAYS;
     struct timespec pause = {.tv_nsec = 10 * 1000000L};
     for (unsigned waited = 0; waited < SHM_RESP_WAIT_MS; waited += 10) {
-        int rc = shm_resp_create(t, name, n_entries, err, err_len);
+        int rc = shm_resp_create(t, name, n_entries, registry_id, err, err_len);
         if (rc == 0) {
             *created = true;
-            *forgot = shm_resp_bind_registry(t, registry_id);
             return 0;
         }
         if (rc != -EEXIST)

@@ -489,15 +489,28 @@ static void lg_hold_done(struct lg_engine *e, struct lg_xfer *x, CURLcode rc)
 }
 
 int lg_hold(const char *base_url, size_t n, double ramp_per_s, double hold_s, double deadline_s,
-            pid_t pid, struct lg_hold_stats *st)
+            size_t prompt_bytes, pid_t pid, struct lg_hold_stats *st)
 {
-    static const char body[] =
+    static const char head[] =
         "{\"model\":\"mock\",\"messages\":[{\"role\":\"user\",\"content\":\"hold this stream "
-        "open\"}],\"max_tokens\":4,\"stream\":true}";
+        "open";
+    static const char tail[] = "\"}],\"max_tokens\":4,\"stream\":true}";
+    /* One body for every stream (curl does not copy it): the prompt padded
+     * to prompt_bytes with words. */
+    size_t body_len = sizeof(head) - 1 + prompt_bytes + sizeof(tail) - 1;
+    char *body = malloc(body_len + 1);
+    if (body == NULL)
+        return -ENOMEM;
+    memcpy(body, head, sizeof(head) - 1);
+    for (size_t i = 0; i < prompt_bytes; i++)
+        body[sizeof(head) - 1 + i] = " abc"[i % 4];
+    memcpy(body + sizeof(head) - 1 + prompt_bytes, tail, sizeof(tail));
     struct lg_engine e;
     int rc = lg_engine_init(&e);
-    if (rc != 0)
+    if (rc != 0) {
+        free(body);
         return rc;
+    }
     struct lg_hold_ctx c = {0};
     e.user = &c;
     e.on_first = lg_hold_first;
@@ -511,7 +524,7 @@ int lg_hold(const char *base_url, size_t n, double ramp_per_s, double hold_s, do
     while (c.established + c.failed < n && lg_now() - t0 < deadline_s) {
         size_t due = (size_t)((lg_now() - t0) * ramp_per_s) + 1;
         while (st->opened < n && st->opened < due) {
-            if (lg_add(&e, url, body, sizeof(body) - 1, NULL, NULL, st->opened) != 0)
+            if (lg_add(&e, url, body, body_len, NULL, NULL, st->opened) != 0)
                 c.failed++;
             st->opened++;
         }
@@ -533,6 +546,7 @@ int lg_hold(const char *base_url, size_t n, double ramp_per_s, double hold_s, do
     st->hwm_kb = lg_proc_kb(pid, "VmHWM");
     st->failed = c.failed;
     lg_engine_fini(&e);
+    free(body);
     return 0;
 }
 

@@ -51,11 +51,12 @@ struct lg_hold_stats {
 };
 
 /* Opens n streaming chat completions to base_url (at most ramp_per_s new
- * ones a second), waits (up to deadline_s) until each has its first byte,
+ * ones a second), each with a prompt of prompt_bytes more bytes than a
+ * few words, waits (up to deadline_s) until each has its first byte,
  * then reads pid's VmRSS and CPU, keeps the streams open for hold_s and
  * reads them again; then aborts every stream. */
 int lg_hold(const char *base_url, size_t n, double ramp_per_s, double hold_s, double deadline_s,
-            pid_t pid, struct lg_hold_stats *st);
+            size_t prompt_bytes, pid_t pid, struct lg_hold_stats *st);
 
 /* lg_tokens: keeps `streams` streaming chat completions of `tokens` tokens
  * running (a stream that ends is replaced at once: a fixed offered load),

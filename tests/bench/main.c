@@ -9,6 +9,7 @@
  *                        [--duration-s S]
  *   switchyard-bench hold --url http://HOST:PORT --streams N --pid PID
  *                         [--hold-s S] [--ramp N/s] [--deadline-s S]
+ *                         [--prompt-bytes N]
  *   switchyard-bench tokens --url URL[,URL...] --streams N --tokens T [--pid PID]...
  *                           [--window-s S] [--warmup-s S] [--spread-s S]
  *   switchyard-bench plan --workload FILE [--quick] [--kv-blocks N] [--block-tokens N] [--mocks N]
@@ -78,7 +79,8 @@ struct opts {
     unsigned tokens;
     double window_s, warmup_s, spread_s;
     double hold_s, ramp, deadline_s;
-    double rate; /* > 0: overrides the workload's rate */
+    size_t prompt_bytes; /* hold: padding of each stream's prompt */
+    double rate;         /* > 0: overrides the workload's rate */
     bool has_seed;
     uint64_t seed;     /* with has_seed: overrides the workload's seed */
     double duration_s; /* > 0: overrides a sequential workload's duration_s */
@@ -97,7 +99,7 @@ static void usage(void)
             "                            [--auth KEY_A[,KEY_B] [--auth-every N]]\n"
             "                            [--duration-s S]\n"
             "       switchyard-bench hold --url URL --streams N --pid PID [--hold-s S]\n"
-            "                             [--ramp N] [--deadline-s S]\n"
+            "                             [--ramp N] [--deadline-s S] [--prompt-bytes N]\n"
             "       switchyard-bench tokens --url URL[,URL...] --streams N --tokens T\n"
             "                               [--pid PID]... [--window-s S] [--warmup-s S]\n"
             "                               [--spread-s S]\n"
@@ -220,6 +222,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->ramp = strtod(v, NULL);
         else if (strcmp(a, "--deadline-s") == 0)
             o->deadline_s = strtod(v, NULL);
+        else if (strcmp(a, "--prompt-bytes") == 0)
+            o->prompt_bytes = strtoul(v, NULL, 10);
         else {
             fprintf(stderr, "switchyard-bench: unknown option %s\n", a);
             return -EINVAL;
@@ -485,7 +489,8 @@ static int cmd_hold(const struct opts *o)
         return 2;
     }
     struct lg_hold_stats st;
-    if (lg_hold(o->url, o->streams, o->ramp, o->hold_s, o->deadline_s, (pid_t)o->pid, &st) != 0)
+    if (lg_hold(o->url, o->streams, o->ramp, o->hold_s, o->deadline_s, o->prompt_bytes,
+                (pid_t)o->pid, &st) != 0)
         return 1;
     printf("streams %zu\nestablished %zu\nfailed %zu\nramp_s %.2f\n", o->streams, st.established,
            st.failed, st.ramp_s);

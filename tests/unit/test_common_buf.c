@@ -134,6 +134,30 @@ static void test_shrink(void **state)
     buf_fini(&b);
 }
 
+static void test_reserve(void **state)
+{
+    (void)state;
+    struct buf b = BUF_INIT(100);
+    assert_int_equal(buf_reserve(&b, 101), -E2BIG); /* past the cap: refused, not sticky */
+    assert_null(b.data);
+    assert_int_equal(buf_reserve(&b, 60), 0);
+    assert_int_equal(b.alloc, 61);
+    assert_int_equal(b.len, 0);
+    assert_int_equal(buf_error(&b), 0);
+    char *at = b.data;
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(buf_append(&b, "0123456789", 10), 0);
+    assert_ptr_equal(b.data, at); /* no reallocation up to the reserve */
+    assert_int_equal(b.alloc, 61);
+    assert_int_equal(buf_reserve(&b, 41), -E2BIG);
+    assert_int_equal(buf_append(&b, "abc", 3), 0); /* grows past it as usual */
+    assert_int_equal(b.len, 63);
+    assert_int_equal(buf_reserve(&b, 10), 0);
+    assert_true(b.alloc >= 74);
+    assert_string_equal(b.data + 60, "abc");
+    buf_fini(&b);
+}
+
 static void test_detach(void **state)
 {
     (void)state;
@@ -165,6 +189,7 @@ int main(void)
         cmocka_unit_test(test_consume),
         cmocka_unit_test(test_shrink),
         cmocka_unit_test(test_detach),
+        cmocka_unit_test(test_reserve),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -185,6 +186,33 @@ static void test_another_registry_forgets(void **state)
     shm_resp_close(&c);
 }
 
+/* A new table is empty as created: neither its creator nor a second
+ * opener reads its entries, so only the pages written hold memory
+ * (reading a page of a shared-memory object allocates it). */
+static void test_new_table_costs_no_memory(void **state)
+{
+    (void)state;
+    struct shm_resp_table a, b;
+    open_ok(&a, 65536, true);
+    open_ok(&b, 65536, false);
+    long page = sysconf(_SC_PAGESIZE);
+    size_t pages = (a.size + (size_t)page - 1) / (size_t)page;
+    unsigned char *vec = malloc(pages);
+    assert_non_null(vec);
+    assert_int_equal(mincore(a.base, a.size, vec), 0);
+    size_t resident = 0;
+    for (size_t i = 0; i < pages; i++)
+        resident += vec[i] & 1u;
+    free(vec);
+    assert_true(pages > 1000);
+    assert_true(resident <= 2);
+    assert_int_equal(shm_resp_put(&a, "r1", 2, 0, 1, 10), 0);
+    uint32_t slot, gen;
+    assert_int_equal(shm_resp_get(&b, "r1", 2, 11, 60000, &slot, &gen), 0);
+    shm_resp_close(&a);
+    shm_resp_close(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -193,6 +221,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lru_when_full, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refuses_foreign_and_other_layouts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_another_registry_forgets, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_new_table_costs_no_memory, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

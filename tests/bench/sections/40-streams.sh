@@ -2,8 +2,10 @@
 # Section "streams": N SSE streams held open through switchyard against 4
 # mock workers whose first token comes at once and the next one 30 s later:
 # RSS and CPU of the dataplane while every stream sits between tokens. Each
-# stream costs the dataplane two fds (client + worker). Data file:
-# streams.csv (hold_* from switchyard-bench hold, streams_*).
+# stream costs the dataplane two fds (client + worker). Then, with a fresh
+# dataplane, a fifth as many streams whose prompts are 100 KB (what an
+# agent's long context costs while its answer streams). Data file:
+# streams.csv (hold_* and hold_large_* from switchyard-bench hold, streams_*).
 set -euo pipefail
 # shellcheck source=tests/bench/lib.sh
 . "$(dirname "$0")/../lib.sh"
@@ -41,4 +43,13 @@ switchyard_start "$build" "$bench_tmp/streams.yaml" "$sdp"
 run_fg "$raw/hold.txt" "$build/switchyard-bench" hold --url "http://127.0.0.1:$sdp" \
     --streams "$streams" --pid "$dp_pid" --hold-s "$hold_s" --ramp 2000 --deadline-s 60 || true
 while read -r k val; do put "hold_$k" "$val"; done <"$raw/hold.txt"
+switchyard_stop
+large_streams=$((streams / 5)) large_prompt=100000
+put streams_large_prompt_bytes "$large_prompt"
+echo "== streams and memory ($large_streams streams, $large_prompt-byte prompts)" >&2
+switchyard_start "$build" "$bench_tmp/streams.yaml" "$sdp"
+run_fg "$raw/hold-large.txt" "$build/switchyard-bench" hold --url "http://127.0.0.1:$sdp" \
+    --streams "$large_streams" --pid "$dp_pid" --hold-s "$hold_s" --ramp 1000 --deadline-s 60 \
+    --prompt-bytes "$large_prompt" || true
+while read -r k val; do put "hold_large_$k" "$val"; done <"$raw/hold-large.txt"
 switchyard_stop
