@@ -35,6 +35,7 @@ struct lg_xfer {
     CURL *easy;
     struct curl_slist *hdrs;
     double t0, t_first;
+    double t_sent; /* curl is about to write the request (connected); 0: not yet */
     bool first;
     char tail[LG_TAIL];
     size_t tail_len;
@@ -82,6 +83,20 @@ static size_t lg_write_cb(char *data, size_t size, size_t nmemb, void *userp)
 }
 
 static void lg_xfer_free(struct lg_engine *e, struct lg_xfer *x);
+
+/* Right before curl writes the request: the end of the client's own part
+ * (its loop starting the transfer, connecting) on the engine's clock. */
+static int lg_prereq_cb(void *userp, char *primary_ip, char *local_ip, int primary_port,
+                        int local_port)
+{
+    (void)primary_ip;
+    (void)local_ip;
+    (void)primary_port;
+    (void)local_port;
+    struct lg_xfer *x = userp;
+    x->t_sent = lg_now();
+    return CURL_PREREQFUNC_OK;
+}
 
 /* A finished transfer (from cep_collect in lg_step): report it, then free it. */
 static void lg_curl_done(void *user, CURL *easy, CURLcode rc)
@@ -163,6 +178,8 @@ static int lg_add(struct lg_engine *e, const char *url, const char *body, size_t
     curl_easy_setopt(x->easy, CURLOPT_WRITEFUNCTION, lg_write_cb);
     curl_easy_setopt(x->easy, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(x->easy, CURLOPT_PRIVATE, x);
+    curl_easy_setopt(x->easy, CURLOPT_PREREQFUNCTION, lg_prereq_cb);
+    curl_easy_setopt(x->easy, CURLOPT_PREREQDATA, x);
     curl_easy_setopt(x->easy, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(x->easy, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
     curl_easy_setopt(x->easy, CURLOPT_TCP_NODELAY, 1L);
@@ -176,6 +193,17 @@ static int lg_add(struct lg_engine *e, const char *url, const char *body, size_t
     e->running++;
     list_push_front(&e->live, &x->link);
     return 0;
+}
+
+/* Starts the transfers just added. Running curl's timers may also finish
+ * transfers already under way (their answer was read there): collect them
+ * now, or they would wait out the next epoll_wait (up to the next arrival,
+ * 100 ms) and the client would count that against the server. */
+static void lg_kick(struct lg_engine *e)
+{
+    int still = 0;
+    curl_multi_socket_action(cep_multi(&e->cep), CURL_SOCKET_TIMEOUT, 0, &still);
+    cep_collect(&e->cep);
 }
 
 /* One pass: waits up to max_wait_ms for socket events or curl's timer. */
@@ -245,6 +273,20 @@ static void lg_turn_ended(struct lg_replay_ctx *c, size_t idx, double now)
     }
 }
 
+/* curl's own clock for one transfer (struct lg_result). */
+static void lg_curl_times(CURL *easy, struct lg_result *r)
+{
+    static const CURLINFO what[] = {CURLINFO_CONNECT_TIME_T, CURLINFO_TOTAL_TIME_T};
+    double *to[] = {&r->connect_s, &r->curl_total_s};
+    for (size_t i = 0; i < sizeof(what) / sizeof(what[0]); i++) {
+        curl_off_t us = -1;
+        *to[i] =
+            curl_easy_getinfo(easy, what[i], &us) == CURLE_OK && us >= 0 ? (double)us / 1e6 : -1;
+    }
+    r->new_conns = -1;
+    curl_easy_getinfo(easy, CURLINFO_NUM_CONNECTS, &r->new_conns);
+}
+
 static void lg_replay_done(struct lg_engine *e, struct lg_xfer *x, CURLcode rc)
 {
     struct lg_replay_ctx *c = e->user;
@@ -255,6 +297,8 @@ static void lg_replay_done(struct lg_engine *e, struct lg_xfer *x, CURLcode rc)
     r->e2e_s = now - x->t0;
     r->curl_rc = (int)rc;
     curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &r->status);
+    r->sent_s = x->t_sent > 0 ? x->t_sent - x->t0 : -1;
+    lg_curl_times(x->easy, r);
     r->output_tokens = lg_usage_tokens(x->tail, x->tail_len);
     r->ok = rc == CURLE_OK && r->status == 200 && lg_has_done(x->tail, x->tail_len);
     if (c->plan->sequential)
@@ -312,8 +356,7 @@ static void lg_replay_open(struct lg_engine *e, struct lg_replay_ctx *c, struct 
             next++;
         }
         /* Kick curl for the new handles; then wait for the next event or arrival. */
-        int still = 0;
-        curl_multi_socket_action(cep_multi(&e->cep), CURL_SOCKET_TIMEOUT, 0, &still);
+        lg_kick(e);
         long wait = 100;
         if (next < plan->n) {
             double dt = plan->req[next].at_s - (lg_now() - c->t_start);
@@ -375,8 +418,7 @@ static void lg_replay_sequential(struct lg_engine *e, struct lg_replay_ctx *c, s
             wait = lg_wait_ms(plan->req[started * plan->turns].at_s, now, wait);
         if (open)
             wait = lg_wait_ms(plan->stop_s, now, wait);
-        int still = 0;
-        curl_multi_socket_action(cep_multi(&e->cep), CURL_SOCKET_TIMEOUT, 0, &still);
+        lg_kick(e);
         lg_step(e, wait);
     }
 }
@@ -412,7 +454,12 @@ int lg_replay(const struct wl_plan *plan, const char *base_url, struct lg_result
     if (rc != 0)
         goto out;
     for (size_t i = 0; i < plan->n; i++)
-        results[i] = (struct lg_result){.ttft_s = -1, .e2e_s = -1};
+        results[i] = (struct lg_result){.ttft_s = -1,
+                                        .e2e_s = -1,
+                                        .sent_s = -1,
+                                        .connect_s = -1,
+                                        .curl_total_s = -1,
+                                        .new_conns = -1};
     c.t_start = lg_now();
     if (plan->sequential)
         lg_replay_sequential(&e, &c, urls);
@@ -528,8 +575,7 @@ int lg_hold(const char *base_url, size_t n, double ramp_per_s, double hold_s, do
                 c.failed++;
             st->opened++;
         }
-        int still = 0;
-        curl_multi_socket_action(cep_multi(&e.cep), CURL_SOCKET_TIMEOUT, 0, &still);
+        lg_kick(&e);
         lg_step(&e, 10);
     }
     st->ramp_s = lg_now() - t0;
@@ -724,8 +770,7 @@ int lg_tokens(const struct lg_tokens_opts *o, struct lg_tokens_stats *st)
                 cpu0 += lg_proc_cpu_s(o->pids[k]);
             st->streams_at_window = e.running;
         }
-        int still = 0;
-        curl_multi_socket_action(cep_multi(&e.cep), CURL_SOCKET_TIMEOUT, 0, &still);
+        lg_kick(&e);
         lg_step(&e, 5);
     }
     double cpu1 = 0;

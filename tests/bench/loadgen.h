@@ -33,6 +33,15 @@ struct lg_result {
     unsigned output_tokens; /* from the usage event; 0 if absent */
     bool sent;              /* a sequential plan leaves what is due after stop_s unsent */
     bool ok;                /* 200, no transport error, stream ended with [DONE] */
+    /* Where e2e_s went, seen from the client (< 0: unknown). sent_s: after
+     * start, curl was about to write the request (the client's loop and the
+     * connect are before it; ttft_s - sent_s is the server's answer plus
+     * both kernels; e2e_s - ttft_s, for a one-packet answer, the client
+     * noticing it was done). connect_s and curl_total_s: curl's own clock
+     * (CURLINFO_CONNECT_TIME_T, CURLINFO_TOTAL_TIME_T), from when curl began
+     * the transfer; new_conns: connections curl opened for it (0: reused). */
+    double sent_s, connect_s, curl_total_s;
+    long new_conns;
 };
 
 /* Sends plan to base_url (http://HOST:PORT) open-loop; results[i] is the

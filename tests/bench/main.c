@@ -308,12 +308,19 @@ static void write_csv(const char *path, const struct wl_plan *plan, const struct
         fprintf(stderr, "switchyard-bench: %s: %s\n", path, strerror(errno));
         return;
     }
-    fprintf(f, "index,group,turn,start_s,ttft_ms,e2e_ms,status,curl_rc,output_tokens,ok,sent\n");
+    /* The columns after sent are the client's breakdown (struct lg_result);
+     * late_ms: how long after its planned arrival (open-loop plans) it was
+     * handed to curl, the client's loop falling behind. */
+    fprintf(f, "index,group,turn,start_s,ttft_ms,e2e_ms,status,curl_rc,output_tokens,ok,sent,"
+               "late_ms,sent_ms,connect_ms,curl_total_ms,new_conns\n");
     for (size_t i = 0; i < plan->n; i++) {
         const struct lg_result *r = &res[i];
-        fprintf(f, "%zu,%u,%u,%.6f,%.3f,%.3f,%ld,%d,%u,%d,%d\n", i, plan->req[i].group,
-                plan->req[i].turn, r->start_s, r->ttft_s * 1e3, r->e2e_s * 1e3, r->status,
-                r->curl_rc, r->output_tokens, r->ok ? 1 : 0, r->sent ? 1 : 0);
+        bool open_loop = !plan->sequential && r->sent;
+        fprintf(f, "%zu,%u,%u,%.6f,%.3f,%.3f,%ld,%d,%u,%d,%d,%.3f,%.3f,%.3f,%.3f,%ld\n", i,
+                plan->req[i].group, plan->req[i].turn, r->start_s, r->ttft_s * 1e3, r->e2e_s * 1e3,
+                r->status, r->curl_rc, r->output_tokens, r->ok ? 1 : 0, r->sent ? 1 : 0,
+                open_loop ? (r->start_s - plan->req[i].at_s) * 1e3 : -1, r->sent_s * 1e3,
+                r->connect_s * 1e3, r->curl_total_s * 1e3, r->new_conns);
     }
     fclose(f);
 }

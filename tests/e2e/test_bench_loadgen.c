@@ -135,16 +135,28 @@ static void test_open_loop_unchanged(void **state)
     double wall = 0;
     assert_int_equal(lg_replay(&plan, m.url, res, &wall), 0);
     size_t overlapped = 0;
+    long opened = 0;
     for (size_t i = 0; i < plan.n; i++) {
         assert_true(res[i].sent);
         assert_true(res[i].ok);
         assert_true(res[i].start_s >= plan.req[i].at_s - SLACK_S);
+        /* The client's breakdown is in order: the request written, then its
+         * first byte, then done; curl's own clock is inside that. */
+        const struct lg_result *r = &res[i];
+        assert_true(r->sent_s >= 0 && r->sent_s <= r->ttft_s + SLACK_S);
+        assert_true(r->ttft_s <= r->e2e_s + SLACK_S);
+        assert_true(r->connect_s >= 0 && r->curl_total_s > 0);
+        assert_true(r->curl_total_s <= r->e2e_s + SLACK_S);
+        assert_true(r->new_conns == 0 || r->new_conns == 1);
+        opened += r->new_conns;
         if (i >= 3 && res[i].start_s < res[i - 3].start_s + res[i - 3].e2e_s)
             overlapped++;
     }
     /* At 200/s a turn is due 15 ms after the conversation's previous one,
      * which takes longer than that: the open loop does not wait. */
     assert_true(overlapped > 0);
+    /* The first request opened a connection; overlapping ones need their own. */
+    assert_true(opened >= 2 && opened <= (long)plan.n);
     free(res);
     wl_plan_fini(&plan);
 }

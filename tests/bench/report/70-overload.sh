@@ -18,8 +18,8 @@ echo "arrival to the last answer, as a share of the capacity. *Rejections at onc
 echo "answered before 0.9 × \`max_wait\` (refused on arrival, or a queued request pushed out by"
 echo "a tenant new to the queue); *after max_wait*: \`queue_timeout\`s; *router's clock*: the same"
 echo "rejections timed by the data plane itself (access log \`duration_ms\`, whole milliseconds,"
-echo "from the request's headers to its answer sent), so the rest of the client's figure is the"
-echo "client's connection, its own event loop and the host's scheduler. A tenant's *of ask* is its"
+echo "from the request's headers to its answer sent); the next table splits the client's figure."
+echo "A tenant's *of ask* is its"
 echo "goodput over what it asked for; the small tenant's *part* is its share of all goodput (with"
 echo "both tenants backlogged, a fair queue gives it about half)."
 echo
@@ -27,6 +27,21 @@ echo "| run | offered req/s | goodput / capacity | TTFT p99 of served (ms) | rej
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for run in base x3_none x3_admission x10_none x10_admission; do
     echo "| $run | $(v "over_${run}_rate") | $(v "over_${run}_goodput_ratio") | $(v "over_${run}_ttft_p99_ms") | $(v "over_${run}_rejected") | $(v "over_${run}_rejected_late") | $(v "over_${run}_reject_early_p99_ms") | $(v "over_${run}_reject_early_router_p99_ms") | $(v "over_${run}_reject_p99_ms") | $(v "over_${run}_big_good_share") | $(v "over_${run}_small_good_share") | $(v "over_${run}_small_goodput_part") |"
+done
+echo
+echo "Where a rejection's time went (rejections at once; p99 of each part on its own, so"
+echo "they do not add up): *client before sending*: the load generator's loop and the connect,"
+echo "until curl writes the request; *answer*: from then to the answer's first byte (the router,"
+echo "both kernels, and the scheduler waking either process); *client noticing*: from the first"
+echo "byte to the transfer reported done; *new connections*: rejections for which the client had"
+echo "to open a connection (the rest reused one). *Run-queue wait*: the data plane's threads'"
+echo "mean wait for a core per time slice over the run (\`/proc/PID/task/*/schedstat\`): on a"
+echo "busy host that, not the router, is the tail of *answer* beyond the router's own clock."
+echo
+echo "| run | rejection p99, at once (ms) | client before sending p99 (ms) | answer p99 (ms) | router's clock p99 (ms) | client noticing p99 (ms) | new connections | data plane run-queue wait (µs) |"
+echo "|---|---|---|---|---|---|---|---|"
+for run in x3_none x3_admission x10_none x10_admission; do
+    echo "| $run | $(v "over_${run}_reject_early_p99_ms") | $(v "over_${run}_reject_early_client_p99_ms") | $(v "over_${run}_reject_early_answer_p99_ms") | $(v "over_${run}_reject_early_router_p99_ms") | $(v "over_${run}_reject_early_notice_p99_ms") | $(v "over_${run}_reject_early_new_conns") | $(v "over_${run}_dp_runq_wait_us") |"
 done
 echo
 echo "Where each tenant's requests went with admission (the data plane's"

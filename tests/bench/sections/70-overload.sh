@@ -8,8 +8,11 @@
 # TTFT p99. Figures per run from the per-request CSV: goodput (200s whose
 # TTFT is within the 2 s objective, per second from the first arrival to
 # the last answer, as a share of the fleet's capacity), TTFT p99 of the requests served, p99 of
-# the time to a rejection (429/503), and each tenant's goodput against
-# what it asked for. Data file: overload.csv (over_RUN_FIGURE); raw:
+# the time to a rejection (429/503) and, for those answered at once,
+# where the client's time went (its own loop and connect, the answer,
+# noticing it), and each tenant's goodput against what it asked for; the
+# router's own clock (access log) and the data plane's run-queue wait
+# beside them. Data file: overload.csv (over_RUN_FIGURE); raw:
 # overload/over-RUN.csv.
 set -euo pipefail
 # shellcheck source=tests/bench/lib.sh
@@ -121,7 +124,17 @@ overload_figures() {
             if ($7 == 200 && $10 == 1) { nt++; tt[nt] = $5; if ($5 <= slo) { good++; g[small]++ } }
             else if ($7 == 429 || $7 == 503) {
                 nr++; rj[nr] = $6
-                if ($6 >= 0.9 * maxwait) nlate++; else { ne++; re[ne] = $6 }
+                if ($6 >= 0.9 * maxwait) nlate++
+                else {
+                    ne++; re[ne] = $6
+                    # The breakdown the client saw (switchyard-bench run --csv): its
+                    # loop and connect before the request is written; then
+                    # the answer (router, both kernels, both schedulers);
+                    # then the client noticing it was done.
+                    first = $5 >= 0 ? $5 : $6
+                    cs[ne] = $13; wire[ne] = first - $13; seen[ne] = $6 - first
+                    if ($16 > 0) nconn++
+                }
             }
         }
         END {
@@ -131,11 +144,21 @@ overload_figures() {
             printf "over_%s_rejected %d\n", run, nr
             printf "over_%s_reject_p99_ms %.2f\n", run, nr ? p99(rj, nr) : -1
             printf "over_%s_reject_early_p99_ms %.2f\n", run, ne ? p99(re, ne) : -1
+            printf "over_%s_reject_early_client_p99_ms %.2f\n", run, ne ? p99(cs, ne) : -1
+            printf "over_%s_reject_early_answer_p99_ms %.2f\n", run, ne ? p99(wire, ne) : -1
+            printf "over_%s_reject_early_notice_p99_ms %.2f\n", run, ne ? p99(seen, ne) : -1
+            printf "over_%s_reject_early_new_conns %d\n", run, nconn
             printf "over_%s_rejected_late %d\n", run, nlate
             printf "over_%s_small_goodput_part %.3f\n", run, good ? g[1] / good : 0
             printf "over_%s_small_good_share %.3f\n", run, asked[1] ? g[1] / asked[1] : 0
             printf "over_%s_big_good_share %.3f\n", run, asked[0] ? g[0] / asked[0] : 0
         }' "$csv"
+}
+
+# runq_wait PID: nanoseconds PID's threads waited on a run queue, and their
+# time slices, so far (/proc/PID/task/*/schedstat; "0 0" if unreadable).
+runq_wait() {
+    cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ w += $2; n += $3 } END { printf "%d %d\n", w, n }'
 }
 
 runs="${OVERLOAD_RUNS:-base:0.5:no x3_none:3:no x3_admission:3:yes x10_none:10:no x10_admission:10:yes}"
@@ -146,6 +169,7 @@ for spec in $runs; do
     overload_start
     echo "-- $run: $rate requests/s, admission $adm" >&2
     f=$raw/over-$run
+    runq0=$(runq_wait "$dp_pid")
     if run_fg "$f.txt" "$build/switchyard-bench" run --workload "$here/workloads/overload.yaml" \
         "${quick_flag[@]}" --url "http://127.0.0.1:$odp" "${mock_args[@]}" --rate "$rate" \
         --auth "$key_big,$key_small" --auth-every 5 --label "$run" --csv "$f.csv"; then
@@ -153,6 +177,12 @@ for spec in $runs; do
     else
         echo "bench: overload / $run: the load generator failed" >&2
     fi
+    # The data plane's threads waiting for a core (run queue) per time
+    # slice, over the run: what the host's scheduler adds to each answer.
+    read -r w0 n0 <<<"$runq0"
+    read -r w1 n1 <<<"$(runq_wait "$dp_pid")"
+    put "over_${run}_dp_runq_wait_us" "$(awk -v w="$((w1 - w0))" -v n="$((n1 - n0))" \
+        'BEGIN { printf "%.0f", (n > 0 ? w / n / 1e3 : -1) }')"
     # The router's own account of the run (admission by tenant and reason,
     # the queue's exits), to explain the figures.
     curl -s --max-time 5 "http://127.0.0.1:$odp/metrics" | grep '^switchyard_admission' >"$f.metrics" || true
