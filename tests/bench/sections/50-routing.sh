@@ -17,6 +17,9 @@
 # and the KV index's facts and event counters (control plane /metrics).
 # shared_prefix_evict is shared_prefix with three times the groups: a
 # working set larger than the fleet's caches, so the mocks evict.
+# shared_prefix_bypass sends a third of its requests straight to the mocks
+# (bypass_share): its hit_rate and hit_ceiling are the routed requests'
+# (the generator's bypassed and fleet_hit_rate give the rest).
 set -euo pipefail
 # shellcheck source=tests/bench/lib.sh
 . "$(dirname "$0")/../lib.sh"
@@ -27,7 +30,13 @@ if [ "$mode" = quick ]; then
 else
     n_mocks=8 policies="round_robin least_load consistent_hash cache_aware_fleet cache_aware precise_cache_aware"
 fi
-workloads="shared_prefix multi_turn hot_prefix shared_prefix_evict"
+workloads="shared_prefix multi_turn hot_prefix shared_prefix_evict shared_prefix_bypass"
+# Knobs for a partial run (e.g. ROUTE_MOCKS=8 ROUTE_POLICIES="cache_aware
+# precise_cache_aware" in quick mode): the fleet size, the policies and the
+# workloads. The report's ratios against round_robin and its ceiling
+# column need round_robin among the policies; without it they read n/a.
+n_mocks=${ROUTE_MOCKS:-$n_mocks} policies=${ROUTE_POLICIES:-$policies}
+workloads=${ROUTE_WORKLOADS:-$workloads}
 mock_flags=(--model mock --threads 1 --kv-blocks "$kv_blocks" --block-tokens 16
     --prefill-base-us 1000 --prefill-us-per-token 200 --tpot-ms 2 --max-num-seqs 2)
 put route_n_mocks "$n_mocks"
