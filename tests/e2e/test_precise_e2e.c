@@ -463,6 +463,16 @@ static void test_chain_routes_to_the_holder(void **state)
     wait_held(&f, xi, longer);
     assert_int_equal(cp_metric(&f, "switchyard_kv_events_skipped_total{reason=\"unknown_parent\"}"),
                      0);
+    /* Every tokenize round trip is timed, and every applied batch's lag
+     * (on loopback, well under 10 s). */
+    long long trips = dp_metric(&f, "switchyard_tokenize_requests_total{result=\"ok\"}") +
+                      dp_metric(&f, "switchyard_tokenize_requests_total{result=\"timeout\"}") +
+                      dp_metric(&f, "switchyard_tokenize_requests_total{result=\"error\"}");
+    assert_true(trips >= 2);
+    assert_int_equal(dp_metric(&f, "switchyard_tokenize_duration_seconds_count"), trips);
+    long long lagged = cp_metric(&f, "switchyard_kv_events_lag_seconds_count");
+    assert_true(lagged >= 2);
+    assert_int_equal(cp_metric(&f, "switchyard_kv_events_lag_seconds_bucket{le=\"10\"}"), lagged);
     free(tail);
     free(longer);
     free(content);

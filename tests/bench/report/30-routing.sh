@@ -143,7 +143,11 @@ for w in $workloads; do
         echo "unsupported $(v "${p}_fallbacks_unsupported"), no_index $(v "${p}_fallbacks_no_index")); KV index facts $(v "${p}_kv_index_facts") (of"
         echo "$(v "${p}_kv_index_capacity"); the fleet's caches hold at most $n_mocks × $(v route_kv_blocks) blocks); events stored /"
         echo "removed / cleared $(v "${p}_kv_events_stored") / $(v "${p}_kv_events_removed") / $(v "${p}_kv_events_cleared"), skipped $(v "${p}_kv_events_skipped"), gaps $(v "${p}_kv_events_gaps"),"
-        echo "resyncs $(v "${p}_kv_events_resyncs")."
+        echo "resyncs $(v "${p}_kv_events_resyncs"). Tokenize round trip p99 $(v "${p}_tokenize_p99_ms") ms"
+        echo "(\\`switchyard_tokenize_duration_seconds\\`), event lag p99 $(v "${p}_kv_lag_p99_ms") ms (batch \\`ts\\` to"
+        echo "index updated, \\`switchyard_kv_events_lag_seconds\\`); control-plane CPU $(v "${p}_cp_cpu_s") s over"
+        echo "the run for $(v "${p}_kv_events_run") events: $(v "${p}_cp_cpu_ms_per_10k_events") ms per 10k events (everything the"
+        echo "control plane did meanwhile, its health probes included: an upper bound)."
         echo
     fi
     if [ "$(v "route_${w}_cache_aware_decisions_no_match")" != n/a ]; then
@@ -175,6 +179,18 @@ if [[ " $policies " == *" precise_cache_aware "* ]]; then
         c=$(v "route_${w}_precise_cache_aware_hit_ceiling")
         a=$(v "route_${w}_cache_aware_hit_rate") b=$(v "route_${w}_precise_cache_aware_hit_rate")
         echo "| $w | $(ratio "$a" "$(v "route_${w}_cache_aware_hit_ceiling")") | $(ratio "$b" "$c") | $(points "$b" "$a" "$c") |"
+    done
+    echo
+    echo "precise_cache_aware's costs, per workload: tokenize round trip p99, event lag p99"
+    echo "(a batch's \\`ts\\` to its events applied to the index), control-plane CPU per 10k"
+    echo "events applied (utime + stime of the control plane over the run, everything"
+    echo "included)."
+    echo
+    echo "| workload | tokenize p99 | event lag p99 | events applied | CP CPU per 10k events |"
+    echo "|---|---|---|---|---|"
+    for w in $workloads; do
+        p="route_${w}_precise_cache_aware"
+        echo "| $w | $(v "${p}_tokenize_p99_ms") ms | $(v "${p}_kv_lag_p99_ms") ms | $(v "${p}_kv_events_run") | $(v "${p}_cp_cpu_ms_per_10k_events") ms |"
     done
     echo
 fi
