@@ -426,6 +426,15 @@ static int pca_pick(void *state, const struct pol_request *req, const struct pol
         free(cc);
     if (rc != 0)
         return rc;
+    /* The approximate index learns where the prompt went: a later request
+     * whose tokenizing times out (a busy tokenizer, a burst) then follows
+     * it by text instead of landing wherever cache_aware's own ranking
+     * of the text points, a second copy of the prefix there. cache_aware
+     * given the one chosen candidate records the text's blocks on it. */
+    if (req->text != NULL && req->text_len > 0) {
+        enum pol_decision ignored;
+        (void)pol_cache_aware_ops.pick(s->approx, req, &cands[choice.index], 1, &ignored);
+    }
     *decision = choice.decision;
     return (int)choice.index;
 }

@@ -277,18 +277,26 @@ static void test_policy_falls_back_without_tokens(void **state)
     int i = pol_pick(&p, &r, pc, N, &d);
     assert_int_equal(w[i].slot, 13);
     assert_int_equal(d, POL_DECISION_AFFINITY);
-    /* Tokenizing failed: cache_aware decides, on the text. Its first
-     * request is a no_match; the second follows the first (its guess),
-     * whatever the exact index says. */
+    /* Tokenizing failed: cache_aware decides, on the text, and follows
+     * where the precise decision sent that text (its index learned it),
+     * although that worker is not the least loaded. */
     r.tokens = POL_TOKENS_FAILED;
     r.kv_chain = NULL;
     r.kv_chain_len = 0;
     pc[3].load = 1; /* the exact holder is not the least loaded */
+    i = pol_pick(&p, &r, pc, N, &d);
+    assert_int_equal(w[i].slot, 13);
+    assert_int_equal(d, POL_DECISION_AFFINITY);
+    /* A text never routed precisely: a no_match, then followed. */
+    char other[2000];
+    memset(other, 'b', sizeof(other));
+    r.text = other;
     int first = pol_pick(&p, &r, pc, N, &d);
     assert_int_equal(d, POL_DECISION_NO_MATCH);
     int again = pol_pick(&p, &r, pc, N, &d);
     assert_int_equal(again, first);
     assert_int_equal(d, POL_DECISION_AFFINITY);
+    r.text = text;
     pol_destroy(&p);
     /* No index at all: every request falls back, counted as no_index. */
     pol_precise_use_index(NULL);

@@ -93,10 +93,10 @@ echo "\`/tokenize\` (policy defaults: \`tokenize_timeout\` 50 ms, \`speculative_
 echo "its runs start once every worker's first event batch has reached the control plane."
 echo "shared_prefix_evict is shared_prefix with three times the groups: a working set"
 echo "larger than the fleet's caches, so the workers evict. shared_prefix_bypass sends a"
-echo "third of its requests (\\`bypass_share: 0.33\\`) straight to the workers, one worker per"
+echo "third of its requests (\`bypass_share: 0.33\`) straight to the workers, one worker per"
 echo "group as a client with its own routing would: the workers hold prefixes the router"
 echo "never routed. Its hit rate and ceiling are those of the **routed requests only** (each"
-echo "response's \\`usage.prompt_tokens_details.cached_tokens\\` over its \\`prompt_tokens\\`; the"
+echo "response's \`usage.prompt_tokens_details.cached_tokens\` over its \`prompt_tokens\`; the"
 echo "ceiling's cache is fed every request and counts the routed ones); the whole fleet's"
 echo "hit rate is given below its table."
 echo
@@ -130,7 +130,7 @@ for w in $workloads; do
     for pol in $policies; do [ "$(v "route_${w}_${pol}_bypassed")" = n/a ] || b=$pol; done
     if [ -n "$b" ]; then
         echo "Bypassing the router: $(v "route_${w}_${b}_bypassed") of $(v "route_${w}_${b}_requests") requests. Hit rate of every request,"
-        echo "routed or not (the mocks' \\`/mock/stats\\`):"
+        echo "routed or not (the mocks' \`/mock/stats\`):"
         for pol in $policies; do echo -n " $pol $(v "route_${w}_${pol}_fleet_hit_rate");"; done
         echo
         echo
@@ -144,8 +144,8 @@ for w in $workloads; do
         echo "$(v "${p}_kv_index_capacity"); the fleet's caches hold at most $n_mocks × $(v route_kv_blocks) blocks); events stored /"
         echo "removed / cleared $(v "${p}_kv_events_stored") / $(v "${p}_kv_events_removed") / $(v "${p}_kv_events_cleared"), skipped $(v "${p}_kv_events_skipped"), gaps $(v "${p}_kv_events_gaps"),"
         echo "resyncs $(v "${p}_kv_events_resyncs"). Tokenize round trip p99 $(v "${p}_tokenize_p99_ms") ms"
-        echo "(\\`switchyard_tokenize_duration_seconds\\`), event lag p99 $(v "${p}_kv_lag_p99_ms") ms (batch \\`ts\\` to"
-        echo "index updated, \\`switchyard_kv_events_lag_seconds\\`); control-plane CPU $(v "${p}_cp_cpu_s") s over"
+        echo "(\`switchyard_tokenize_duration_seconds\`), event lag p99 $(v "${p}_kv_lag_p99_ms") ms (batch \`ts\` to"
+        echo "index updated, \`switchyard_kv_events_lag_seconds\`); control-plane CPU $(v "${p}_cp_cpu_s") s over"
         echo "the run for $(v "${p}_kv_events_run") events: $(v "${p}_cp_cpu_ms_per_10k_events") ms per 10k events (everything the"
         echo "control plane did meanwhile, its health probes included: an upper bound)."
         echo
@@ -182,7 +182,7 @@ if [[ " $policies " == *" precise_cache_aware "* ]]; then
     done
     echo
     echo "precise_cache_aware's costs, per workload: tokenize round trip p99, event lag p99"
-    echo "(a batch's \\`ts\\` to its events applied to the index), control-plane CPU per 10k"
+    echo "(a batch's \`ts\` to its events applied to the index), control-plane CPU per 10k"
     echo "events applied (utime + stime of the control plane over the run, everything"
     echo "included)."
     echo
