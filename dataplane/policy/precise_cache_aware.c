@@ -144,48 +144,6 @@ static size_t pca_by_load(const struct ca_params *p, const struct ca_candidate *
     return ca_least_loaded(cands, n, -1, spread);
 }
 
-/* Among several holders of the longest match, the first of the prefix's
- * rendezvous ranking within the balance gate (least_loaded, the least
- * loaded holder, when none is). A group whose prompts reached two workers
- * (a fallback under load, another router node) then keeps going to one of
- * them while it is not overloaded, instead of alternating between them by
- * the load of the moment: alternating makes both keep the prefix warm,
- * and under KV pressure every copy is cache another prefix loses. */
-struct pca_holder_walk {
-    struct pca_walk w;
-    const uint32_t *holders;
-    size_t nh;
-};
-
-static bool pca_holder_accept(const void *ctx, size_t i, uint64_t *seed)
-{
-    const struct pca_holder_walk *hw = ctx;
-    if (!pca_walk_accept(&hw->w, i, seed))
-        return false;
-    for (size_t h = 0; h < hw->nh; h++)
-        if (hw->holders[h] == hw->w.cands[i].slot)
-            return true;
-    return false;
-}
-
-static size_t pca_ranked_holder(const struct ca_params *p, const struct ca_candidate *cands,
-                                size_t n, uint64_t min_load, const uint32_t *holders, size_t nh,
-                                const uint64_t *chain, size_t n_chain, size_t least_loaded)
-{
-    size_t k = n_chain < PCA_RDV_KEY_BLOCKS ? n_chain : PCA_RDV_KEY_BLOCKS;
-    struct pca_holder_walk hw = {
-        .w = {.p = p, .cands = cands, .n = n, .skip = n, .min_load = min_load, .total = 0},
-        .holders = holders,
-        .nh = nh,
-    };
-    /* The load bound is not part of this walk (total 0 would fail it). */
-    struct ca_params q = *p;
-    q.bounded_affinity = false;
-    hw.w.p = &q;
-    long i = rdv_first(&chain[k - 1], sizeof(chain[0]), n, pca_holder_accept, &hw);
-    return i >= 0 ? (size_t)i : least_loaded;
-}
-
 int pca_decide(const struct kvh_index *exact, struct pca_spec *spec, const struct ca_params *p,
                const uint64_t *chain, size_t n_chain, const struct ca_candidate *cands, size_t n,
                uint64_t now_ms, struct ca_choice *out)
@@ -235,9 +193,6 @@ int pca_decide(const struct kvh_index *exact, struct pca_spec *spec, const struc
         }
     if (matched_idx == n)
         matched = 0;
-    else if (nh > 1 && p->rendezvous)
-        matched_idx = pca_ranked_holder(p, cands, n_slots, min_load, holders, nh, chain, n_chain,
-                                        matched_idx);
     size_t chosen;
     enum pol_decision decision;
     if (p->balance_gate == CFG_BALANCE_GATE_FLEET && ca_is_overloaded(p, max_load, min_load)) {

@@ -6,9 +6,7 @@
  * The rule, per request: the eligible workers whose KV-cache events say
  * they hold the longest prefix of the request's blocks (kv_holders.h), or
  * to which this data plane just sent that prefix (a speculative entry), are
- * the holders; the holder chosen is the first of the chain head's
- * rendezvous ranking within the balance gate (with policy.rendezvous; else,
- * or when none is, the least loaded holder), when it is not overloaded
+ * the holders; the least loaded holder is chosen when it is not overloaded
  * under cache_aware's per-request balance gate (its load exceeds the least
  * loaded candidate's by balance_abs_threshold and by the factor
  * balance_rel_threshold) and its fresh report does not say its KV cache is

@@ -193,39 +193,6 @@ static void test_not_held_follows_ranking_within_gate(void **state)
     kvh_destroy(ix);
 }
 
-/* Several holders of the longest match: the first of the ranking within
- * the gate, not the least loaded of the moment (alternating between
- * holders keeps the prefix warm twice). */
-static void test_holders_follow_ranking_within_gate(void **state)
-{
-    (void)state;
-    struct kvh_index *ix = kvh_create(1 << 14);
-    struct ca_params rp = params;
-    rp.rendezvous = true;
-    rp.balance_abs_threshold = 6;
-    struct ca_candidate c[N];
-    cands_init(c);
-    uint64_t chain[20];
-    chain_of(7, chain, 20);
-    struct ca_choice ch;
-    /* Where the ranking puts it when nobody holds it. */
-    assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
-    size_t top = ch.index, other = (top + 1) % N;
-    hold(ix, chain, 20, c[top].slot);
-    hold(ix, chain, 20, c[other].slot);
-    c[top].load = 5;
-    c[other].load = 0;
-    assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
-    assert_int_equal(ch.index, top);
-    assert_int_equal(ch.decision, POL_DECISION_AFFINITY);
-    /* The ranked holder past the gate: the other holder, still affinity. */
-    c[top].load = 7;
-    assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
-    assert_int_equal(ch.index, other);
-    assert_int_equal(ch.decision, POL_DECISION_AFFINITY);
-    kvh_destroy(ix);
-}
-
 /* ---- through the policy interface ---- */
 
 static const char *no_headers(void *ctx, const char *name)
@@ -382,7 +349,6 @@ int main(void)
         cmocka_unit_test(test_balance_gate_and_full_kv),
         cmocka_unit_test(test_speculative_entry_holds_a_burst),
         cmocka_unit_test(test_not_held_follows_ranking_within_gate),
-        cmocka_unit_test(test_holders_follow_ranking_within_gate),
         cmocka_unit_test(test_policy_falls_back_without_tokens),
         cmocka_unit_test(test_speculative_entries_shared_by_loops),
     };
