@@ -462,6 +462,10 @@ static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
         prom_sample_u64(&w, NULL, failed, 2, ls[i].failed);
     }
     free(ls);
+    prom_family(&w, "switchyard_kv_block_size_mismatches_total", PROM_COUNTER,
+                "Workers found reporting a vllm:cache_config_info block_size other than "
+                "policy.precise_cache_aware.block_size.");
+    prom_sample_u64(&w, NULL, NULL, 0, lr_block_size_mismatches(ctx->lr));
     struct shm_segment_stats seg_stats;
     shm_segment_stats(ctx->seg, &seg_stats);
     prom_family(&w, "switchyard_dataplanes", PROM_GAUGE, "Dataplanes holding an active lease.");

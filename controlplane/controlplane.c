@@ -445,6 +445,13 @@ static int cp_start_parts(struct cp_daemon *d)
         rc = lr_create(&d->seg, &d->cfg->controlplane.load_reports, &d->ctx.lr);
     if (rc == 0)
         lr_set_upstream_tls(d->ctx.lr, &d->cfg->dataplane.upstream_tls);
+    /* Under precise_cache_aware, each worker's block size must be the one
+     * requests are hashed with: its /metrics page says which it uses. */
+    const struct cfg_policy *pol = &d->cfg->policy;
+    if (rc == 0 && (pol->name == CFG_POLICY_PRECISE_CACHE_AWARE ||
+                    pol->prefill.name == CFG_POLICY_PRECISE_CACHE_AWARE ||
+                    pol->decode.name == CFG_POLICY_PRECISE_CACHE_AWARE))
+        lr_expect_block_size(d->ctx.lr, pol->precise_cache_aware.block_size);
     if (rc == 0)
         rc = adm_chan_create(d->cfg->controlplane.admin_socket, &d->seg, cp_reset_on_reply,
                              d->ctx.reset, &d->ctx.chan);

@@ -18,6 +18,7 @@
  */
 #include "controlplane/kv_subscriber.h"
 
+#include "common/histogram.h"
 #include "common/log.h"
 #include "common/prom.h"
 #include "controlplane/kv_event_decode.h"
@@ -84,7 +85,13 @@ struct kv_subscriber {
     struct kvs_stats st;
     struct kvs_worker **workers; /* membership under lock; written by the thread only */
     size_t n_workers;
+    struct histogram lag; /* a batch's ts to its events applied (lock-free) */
 };
+
+/* Event lag: from a fraction of a millisecond (same host, idle) to seconds
+ * (a replay, a busy control plane, clocks apart). */
+static const double kvs_lag_bounds_s[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                          0.1,    0.25,  0.5,    1,     2.5,  5,     10};
 
 /* ---- endpoints --------------------------------------------------------------- */
 
@@ -316,6 +323,14 @@ static void deliver(struct kv_subscriber *s, struct kvs_pub *p, uint64_t seq, co
     }
     b.seq = seq;
     s->sink.on_batch(s->sink.ctx, w->spec.slot, w->spec.id, &b);
+    /* The lag: the batch's ts (the worker's wall clock when it made the
+     * batch, time.time() in vLLM) to now, its events applied. Across hosts
+     * it includes their clock offset; a negative one counts as 0. */
+    if (b.ts > 0) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        histogram_observe(&s->lag, (double)now.tv_sec + (double)now.tv_nsec / 1e9 - b.ts);
+    }
 }
 
 /*
@@ -627,6 +642,8 @@ int kvs_create(const struct kv_event_sink *sink, const struct kvs_options *opts,
         return rc;
     }
     atomic_init(&s->stopping, false);
+    histogram_init(&s->lag, kvs_lag_bounds_s,
+                   sizeof(kvs_lag_bounds_s) / sizeof(kvs_lag_bounds_s[0]));
     s->dec = kvd_create(NULL);
     s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     s->zctx = zmq_ctx_new();
@@ -768,5 +785,9 @@ void kvs_metrics(struct kv_subscriber *s, struct prom_writer *w)
     const struct prom_label sf[] = {{"what", "field"}}, se[] = {{"what", "event"}};
     prom_sample_u64(w, NULL, sf, 1, st.unknown_fields);
     prom_sample_u64(w, NULL, se, 1, st.unknown_events);
+    prom_family(w, "switchyard_kv_events_lag_seconds", PROM_HISTOGRAM,
+                "From a KV-event batch's timestamp (the worker's clock) to its events applied "
+                "to the index, in seconds.");
+    histogram_write(&s->lag, w, NULL, 0);
     free(ws);
 }

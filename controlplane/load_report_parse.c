@@ -21,6 +21,7 @@ enum lrp_metric {
     LRP_WAITING,
     LRP_KV,
     LRP_LORA,
+    LRP_CACHE_CONFIG,
 };
 
 /* What lrp_labels captures of a vllm:lora_requests_info sample. */
@@ -88,6 +89,8 @@ static enum lrp_metric lrp_metric_of(const char *name, size_t len)
         return LRP_KV;
     if (lrp_name_is(name, len, "vllm:lora_requests_info"))
         return LRP_LORA;
+    if (lrp_name_is(name, len, "vllm:cache_config_info"))
+        return LRP_CACHE_CONFIG;
     return LRP_OTHER;
 }
 
@@ -139,7 +142,7 @@ static size_t lrp_whole_names(const char *list, size_t len, bool fits)
  * captures the running adapters and the engine. False when malformed.
  */
 static bool lrp_labels(struct lrp_cursor *c, const char *model, bool *model_ok,
-                       struct lrp_lora_labels *lora)
+                       struct lrp_lora_labels *lora, uint32_t *block_size)
 {
     *model_ok = true;
     if (c->p >= c->end || *c->p != '{')
@@ -171,6 +174,10 @@ static bool lrp_labels(struct lrp_cursor *c, const char *model, bool *model_ok,
         } else if (lora != NULL && lrp_name_is(name, nlen, "engine")) {
             /* Low bit set: an engine label never reads as none (0). */
             lora->engine = shm_adapter_hash(value, strlen(value)) | 1u;
+        } else if (block_size != NULL && lrp_name_is(name, nlen, "block_size")) {
+            char *endp = NULL;
+            unsigned long bs = strtoul(value, &endp, 10);
+            *block_size = endp != value && *endp == '\0' && bs <= UINT32_MAX ? (uint32_t)bs : 0;
         }
         if (model != NULL && model[0] != '\0' && lrp_name_is(name, nlen, "model_name"))
             *model_ok = fits && strcmp(value, model) == 0;
@@ -265,7 +272,9 @@ int lrp_parse(const char *text, size_t len, const char *model, struct lrp_report
             lora.running_len = 0;
             lora.engine = 0;
         }
-        if (!lrp_labels(&line, model, &model_ok, m == LRP_LORA ? &lora : NULL) ||
+        uint32_t block_size = 0;
+        if (!lrp_labels(&line, model, &model_ok, m == LRP_LORA ? &lora : NULL,
+                        m == LRP_CACHE_CONFIG ? &block_size : NULL) ||
             !lrp_value(&line, &v)) {
             out->bad_lines++;
             continue;
@@ -289,6 +298,10 @@ int lrp_parse(const char *text, size_t len, const char *model, struct lrp_report
         case LRP_LORA:
             lrp_lora_sample(engines, &lora, v);
             out->has_lora = true;
+            break;
+        case LRP_CACHE_CONFIG:
+            if (out->block_size == 0) /* the first engine's; they share the config */
+                out->block_size = block_size;
             break;
         case LRP_OTHER:
             break;

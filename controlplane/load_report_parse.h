@@ -23,6 +23,11 @@
  * of those wins). The running names land in a Bloom set
  * (shm/adapter_set.h), the form the report is published in.
  *
+ * Cache config: `vllm:cache_config_info` is an info gauge (value 1) whose
+ * labels are the engine's cache config; its `block_size` (tokens per KV
+ * block) is read, so that the control plane can check it against the
+ * block size precise_cache_aware hashes with.
+ *
  * The page comes from a worker, not from us: the parser accepts any bytes
  * (garbage, NUL, lines of any length, other metrics, comments, escaped
  * label values, timestamps) and never reads past len; it looks at no more
@@ -56,8 +61,9 @@ struct lrp_report {
     bool has_kv;
     bool has_lora;                       /* a vllm:lora_requests_info sample was read */
     struct shm_adapter_set lora_running; /* its running_lora_adapters (see above) */
-    uint32_t engines;                    /* distinct series of num_requests_running seen */
-    uint32_t bad_lines;                  /* sample lines that did not parse (for logs) */
+    uint32_t block_size; /* vllm:cache_config_info's block_size label; 0 when absent */
+    uint32_t engines;    /* distinct series of num_requests_running seen */
+    uint32_t bad_lines;  /* sample lines that did not parse (for logs) */
 };
 
 /*

@@ -10,6 +10,7 @@
 #include "controlplane/load_reports.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ struct lr_state {
     bool failing; /* the last scrape failed (log the first failure only) */
     uint64_t started_unix_ms;
     uint64_t own_at_start; /* this node's in-flight to the worker when the scrape began */
+    uint32_t block_size;   /* the last vllm:cache_config_info block_size read; 0 none */
 };
 
 /* Owned by the control plane loop; dies with lr_destroy. */
@@ -35,6 +37,8 @@ struct lr_scraper {
     struct shm_segment *seg;            /* borrowed */
     const struct cfg_load_reports *cfg; /* borrowed */
     struct wp_poller *poller;           /* holds a struct lr_state per slot */
+    uint32_t block_size;                /* lr_expect_block_size; 0: no check */
+    _Atomic uint64_t block_size_mismatches;
 };
 
 static uint64_t lr_own_inflight(const struct lr_scraper *s, const struct wp_target *t)
@@ -64,6 +68,28 @@ static enum wp_outcome lr_failed(const struct wp_target *t, struct lr_state *st,
                  t->url, why);
     st->failing = true;
     return WP_FAILED;
+}
+
+/* The worker's KV block size against the one precise_cache_aware hashes
+ * with: a worker of another size stores blocks the router can never match
+ * (the control plane skips their events). Logged and counted when a worker
+ * starts to differ (a page without the gauge changes nothing). */
+static void lr_check_block_size(struct lr_scraper *s, const struct wp_target *t,
+                                struct lr_state *st, uint32_t reported)
+{
+    if (s->block_size == 0 || reported == 0 || reported == st->block_size)
+        return;
+    if (reported != s->block_size) {
+        atomic_fetch_add_explicit(&s->block_size_mismatches, 1, memory_order_relaxed);
+        log_warn("worker %s (%s): vllm:cache_config_info says block_size %u, but "
+                 "policy.precise_cache_aware.block_size is %u: its KV-cache events cannot be "
+                 "matched to requests",
+                 t->id, t->url, reported, s->block_size);
+    } else if (st->block_size != 0) {
+        log_info("worker %s (%s): block_size %u now matches policy.precise_cache_aware.block_size",
+                 t->id, t->url, reported);
+    }
+    st->block_size = reported;
 }
 
 /* A finished scrape. */
@@ -103,6 +129,7 @@ static enum wp_outcome lr_on_done(void *user, const struct wp_target *t, unsigne
     };
     if (shm_load_report_write(s->seg, t->slot, t->generation, &r) != 0)
         return WP_UNCOUNTED; /* the worker was replaced while it was scraped */
+    lr_check_block_size(s, t, st, page.block_size);
     if (st->failing)
         log_info("worker %s (%s): load reports are back", t->id, t->url);
     st->failing = false;
@@ -166,4 +193,15 @@ int lr_timeout_ms(const struct lr_scraper *s, uint64_t now_ms)
 size_t lr_stats(const struct lr_scraper *s, struct wp_worker_stats *out, size_t cap)
 {
     return wp_stats(s->poller, out, cap);
+}
+
+void lr_expect_block_size(struct lr_scraper *s, uint32_t block_size)
+{
+    if (s != NULL)
+        s->block_size = block_size;
+}
+
+uint64_t lr_block_size_mismatches(const struct lr_scraper *s)
+{
+    return s != NULL ? atomic_load_explicit(&s->block_size_mismatches, memory_order_relaxed) : 0;
 }

@@ -61,4 +61,13 @@ void lr_run(struct lr_scraper *s, uint64_t now_ms);
 /* Copies per-worker scrape counters (up to cap); returns how many. */
 size_t lr_stats(const struct lr_scraper *s, struct wp_worker_stats *out, size_t cap);
 
+/* Checks every scraped page's vllm:cache_config_info block_size against
+ * block_size (precise_cache_aware's; 0: no check, the default): a worker
+ * that starts to differ is logged and counted. Call before the first
+ * lr_run. */
+void lr_expect_block_size(struct lr_scraper *s, uint32_t block_size);
+/* Workers found differing so far (switchyard_kv_block_size_mismatches_total);
+ * any thread. */
+uint64_t lr_block_size_mismatches(const struct lr_scraper *s);
+
 #endif

@@ -318,6 +318,9 @@ static void tok_on_done(struct dp_up_side *side, CURLcode result)
     struct dp_request *req = t->req;
     long status = 0;
     curl_easy_getinfo(side->easy, CURLINFO_RESPONSE_CODE, &status);
+    curl_off_t total_us = 0;
+    if (curl_easy_getinfo(side->easy, CURLINFO_TOTAL_TIME_T, &total_us) == CURLE_OK)
+        dp_tok_observe_duration((double)total_us / 1e6);
     if (result == CURLE_OK && status == 200 && tok_parse_answer(req, t) == 0) {
         dp_tok_count_result(DP_TOK_RES_OK);
         tok_cache_put(req->loop->tok, t->key, t->chain, t->n_chain);

@@ -30,9 +30,12 @@ enum dp_tok_result {
 void dp_tok_count_fallback(enum dp_tok_fallback why);
 void dp_tok_count_result(enum dp_tok_result r);
 void dp_tok_count_cache_hit(void);
+/* One POST /tokenize round trip took seconds (ok, timed out or failed). */
+void dp_tok_observe_duration(double seconds);
 
 /* switchyard_precise_fallbacks_total{reason}, switchyard_tokenize_requests_total
- * {result}, switchyard_tokenize_cache_hits_total. */
+ * {result}, switchyard_tokenize_cache_hits_total,
+ * switchyard_tokenize_duration_seconds. */
 void dp_tok_metrics_write(struct prom_writer *w);
 
 #endif

@@ -30,6 +30,7 @@
 /* ---- speculative entries ---- */
 
 struct pca_spec {
+    pthread_mutex_t lock;     /* the loops of a data plane share one */
     struct kvh_index *gen[2]; /* [cur] takes new entries; both are read */
     unsigned cur;
     uint64_t half_ttl_ms;
@@ -43,6 +44,7 @@ struct pca_spec *pca_spec_create(uint64_t ttl_ms)
     struct pca_spec *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return NULL;
+    pthread_mutex_init(&s->lock, NULL);
     s->gen[0] = kvh_create(PCA_SPEC_FACTS);
     s->gen[1] = kvh_create(PCA_SPEC_FACTS);
     s->half_ttl_ms = ttl_ms / 2 > 0 ? ttl_ms / 2 : 1;
@@ -59,6 +61,7 @@ void pca_spec_destroy(struct pca_spec *s)
         return;
     kvh_destroy(s->gen[0]);
     kvh_destroy(s->gen[1]);
+    pthread_mutex_destroy(&s->lock);
     free(s);
 }
 
@@ -94,15 +97,49 @@ static void pca_match(const struct kvh_index *ix, const uint64_t *chain, size_t 
         holders[(*nh)++] = found[i];
 }
 
-/* By load: the ranking of the chain's head within the bound (skipping
- * `skip`), or the least-loaded worker. */
+/* A walk of the rendezvous ranking for a prompt no eligible worker holds:
+ * the candidates within the balance gate (not overloaded against the least
+ * loaded one) and not KV-full, except `skip`. */
+struct pca_walk {
+    const struct ca_params *p;
+    const struct ca_candidate *cands;
+    size_t n, skip;
+    uint64_t min_load, total;
+};
+
+static bool pca_walk_accept(const void *ctx, size_t i, uint64_t *seed)
+{
+    const struct pca_walk *w = ctx;
+    const struct ca_candidate *c = &w->cands[i];
+    *seed = c->rdv_seed;
+    return i != w->skip && !c->kv_overloaded && !ca_is_overloaded(w->p, c->load, w->min_load) &&
+           (!w->p->bounded_affinity ||
+            rdv_within_bound(c->load, w->total, w->n, w->p->bounded_load_factor));
+}
+
+/* By load: the first worker of the chain head's rendezvous ranking that is
+ * within the balance gate (skipping `skip`), or the least-loaded worker.
+ * The gate, not the rendezvous load bound: at the small in-flight counts
+ * of a worker running a few sequences the bound (a factor over the mean)
+ * turns away the ranking's first worker at every passing burst, and a
+ * prefix whose blocks were evicted would land on a different worker each
+ * time it comes back: its group spreads over the fleet and every copy
+ * costs cache. Within the gate a prefix nobody holds goes back to the same
+ * worker as long as that worker is not overloaded, which is what
+ * cache_aware's remembered holder gives it, and the events still decide
+ * whenever some worker does hold it. */
 static size_t pca_by_load(const struct ca_params *p, const struct ca_candidate *cands, size_t n,
-                          uint64_t total, size_t skip, const uint64_t *chain, size_t n_chain)
+                          uint64_t min_load, uint64_t total, size_t skip, const uint64_t *chain,
+                          size_t n_chain)
 {
     uint64_t spread = n_chain > 0 ? chain[0] : 0;
     if (p->rendezvous && n_chain > 0) {
         size_t k = n_chain < PCA_RDV_KEY_BLOCKS ? n_chain : PCA_RDV_KEY_BLOCKS;
-        return ca_ranked(p, cands, n, total, skip, &chain[k - 1], sizeof(chain[0]), spread);
+        struct pca_walk w = {
+            .p = p, .cands = cands, .n = n, .skip = skip, .min_load = min_load, .total = total};
+        long i = rdv_first(&chain[k - 1], sizeof(chain[0]), n, pca_walk_accept, &w);
+        if (i >= 0)
+            return (size_t)i;
     }
     return ca_least_loaded(cands, n, -1, spread);
 }
@@ -135,6 +172,8 @@ int pca_decide(const struct kvh_index *exact, struct pca_spec *spec, const struc
         pca_match(exact, chain, n_chain, &set, &matched, holders, &nh);
         exact_matched = matched;
     }
+    if (spec != NULL)
+        pthread_mutex_lock(&spec->lock);
     if (spec != NULL && n_chain > 0) {
         pca_spec_age(spec, now_ms);
         pca_match(spec->gen[0], chain, n_chain, &set, &matched, holders, &nh);
@@ -161,13 +200,13 @@ int pca_decide(const struct kvh_index *exact, struct pca_spec *spec, const struc
                                  n_chain > 0 ? chain[0] : 0);
         decision = POL_DECISION_FLEET_IMBALANCED;
     } else if (matched == 0) {
-        chosen = pca_by_load(p, cands, n, total, n, chain, n_chain);
+        chosen = pca_by_load(p, cands, n, min_load, total, n, chain, n_chain);
         decision = POL_DECISION_NO_MATCH;
     } else if (cands[matched_idx].kv_overloaded ||
                ca_is_overloaded(p, cands[matched_idx].load, min_load) ||
                (p->rendezvous && p->bounded_affinity &&
                 !rdv_within_bound(cands[matched_idx].load, total, n, p->bounded_load_factor))) {
-        chosen = pca_by_load(p, cands, n, total, matched_idx, chain, n_chain);
+        chosen = pca_by_load(p, cands, n, min_load, total, matched_idx, chain, n_chain);
         decision = POL_DECISION_OVERLOADED_FALLBACK;
     } else {
         chosen = matched_idx;
@@ -182,6 +221,8 @@ int pca_decide(const struct kvh_index *exact, struct pca_spec *spec, const struc
         for (size_t i = from; i < n_chain; i++)
             kvh_add(spec->gen[spec->cur], chain[i], cands[chosen].slot);
     }
+    if (spec != NULL)
+        pthread_mutex_unlock(&spec->lock);
     out->index = chosen;
     out->decision = decision;
     out->matched_blocks = matched;
@@ -209,10 +250,65 @@ static struct kvh_index *pca_shared_index(void)
     return ix;
 }
 
+/* The speculative entries every loop of this data plane shares: a burst of
+ * one new prefix is spread over the loops by the listener, and a loop that
+ * cannot see where another one just sent the prefix scatters it. One per
+ * TTL in use (every policy of a config normally has the same). */
+#define PCA_SHARED_SPECS 4u
+
+static struct {
+    struct pca_spec *spec;
+    uint64_t ttl_ms;
+    unsigned refs;
+} pca_shared[PCA_SHARED_SPECS];
+
+static struct pca_spec *pca_spec_get(uint64_t ttl_ms)
+{
+    if (ttl_ms == 0)
+        return NULL;
+    struct pca_spec *out = NULL;
+    pthread_mutex_lock(&pca_index_lock);
+    for (size_t i = 0; i < PCA_SHARED_SPECS && out == NULL; i++)
+        if (pca_shared[i].refs > 0 && pca_shared[i].ttl_ms == ttl_ms) {
+            pca_shared[i].refs++;
+            out = pca_shared[i].spec;
+        }
+    for (size_t i = 0; i < PCA_SHARED_SPECS && out == NULL; i++)
+        if (pca_shared[i].refs == 0) {
+            out = pca_spec_create(ttl_ms);
+            if (out != NULL) {
+                pca_shared[i].spec = out;
+                pca_shared[i].ttl_ms = ttl_ms;
+                pca_shared[i].refs = 1;
+            }
+            break;
+        }
+    pthread_mutex_unlock(&pca_index_lock);
+    /* More TTLs than shared entries: a private one. */
+    return out != NULL ? out : pca_spec_create(ttl_ms);
+}
+
+static void pca_spec_put(struct pca_spec *spec)
+{
+    if (spec == NULL)
+        return;
+    pthread_mutex_lock(&pca_index_lock);
+    for (size_t i = 0; i < PCA_SHARED_SPECS; i++)
+        if (pca_shared[i].refs > 0 && pca_shared[i].spec == spec) {
+            if (--pca_shared[i].refs == 0)
+                pca_shared[i].spec = NULL;
+            else
+                spec = NULL;
+            break;
+        }
+    pthread_mutex_unlock(&pca_index_lock);
+    pca_spec_destroy(spec);
+}
+
 /* One loop's instance. */
 struct pca_state {
     struct kvh_index *exact; /* the node's, borrowed; NULL: approximate only */
-    struct pca_spec *spec;   /* owned; NULL when speculative_ttl is 0 */
+    struct pca_spec *spec;   /* shared (pca_spec_get); NULL when speculative_ttl is 0 */
     struct ca_params params;
     void *approx; /* a cache_aware instance's state, for requests without tokens */
 };
@@ -222,7 +318,7 @@ static void pca_destroy(void *state)
     struct pca_state *s = state;
     if (s == NULL)
         return;
-    pca_spec_destroy(s->spec);
+    pca_spec_put(s->spec);
     if (s->approx != NULL)
         pol_cache_aware_ops.destroy(s->approx);
     free(s);
@@ -239,7 +335,7 @@ static int pca_create(const struct cfg_policy *cfg, void **state)
         return rc;
     }
     s->exact = pca_shared_index();
-    s->spec = pca_spec_create(cfg->precise_cache_aware.speculative_ttl_ms);
+    s->spec = pca_spec_get(cfg->precise_cache_aware.speculative_ttl_ms);
     s->params = (struct ca_params){
         .cache_threshold = cfg->cache_threshold,
         .balance_abs_threshold = cfg->balance_abs_threshold,
@@ -285,6 +381,15 @@ static int pca_pick(void *state, const struct pol_request *req, const struct pol
         free(cc);
     if (rc != 0)
         return rc;
+    /* The approximate index learns where the prompt went: a later request
+     * whose tokenizing times out (a busy tokenizer, a burst) then follows
+     * it by text instead of landing wherever cache_aware's own ranking
+     * of the text points, a second copy of the prefix there. cache_aware
+     * given the one chosen candidate records the text's blocks on it. */
+    if (req->text != NULL && req->text_len > 0) {
+        enum pol_decision ignored;
+        (void)pol_cache_aware_ops.pick(s->approx, req, &cands[choice.index], 1, &ignored);
+    }
     *decision = choice.decision;
     return (int)choice.index;
 }

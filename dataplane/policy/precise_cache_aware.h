@@ -5,8 +5,8 @@
  *
  * The rule, per request: the eligible workers whose KV-cache events say
  * they hold the longest prefix of the request's blocks (kv_holders.h), or
- * to which this loop just sent that prefix (a speculative entry), are the
- * holders; the least loaded holder is chosen when it is not overloaded
+ * to which this data plane just sent that prefix (a speculative entry), are
+ * the holders; the least loaded holder is chosen when it is not overloaded
  * under cache_aware's per-request balance gate (its load exceeds the least
  * loaded candidate's by balance_abs_threshold and by the factor
  * balance_rel_threshold) and its fresh report does not say its KV cache is
@@ -14,11 +14,14 @@
  * would have moved it). Any exact match counts: a held block saves its
  * prefill, so cache_threshold (a guard against cache_aware's guesses) does
  * not apply. Otherwise the request goes by load: down the rendezvous
- * ranking of the chain's head (policy.rendezvous, within the load bound) or
- * to the least-loaded worker (decisions no_match, overloaded_fallback).
+ * ranking of the chain's head (policy.rendezvous) to the first worker
+ * within the balance gate, or to the least-loaded worker (decisions
+ * no_match, overloaded_fallback). The gate, not the load bound: an evicted
+ * prefix then comes back to the same worker while it is not overloaded.
  *
  * Speculative entries: after each decision the chosen worker is recorded as
- * holding the request's blocks in a private, per-loop index for
+ * holding the request's blocks in a private index, shared by the loops of
+ * the data plane (under a lock), for
  * speculative_ttl (two generations swapped every ttl / 2, so an entry lives
  * between half the TTL and the TTL), so that a burst of one new prefix,
  * arriving before the worker's first BlockStored event, does not scatter

@@ -166,6 +166,10 @@ static int lg_add(struct lg_engine *e, const char *url, const char *body, size_t
         snprintf(hdr, sizeof(hdr), "X-Session-Id: %s", session);
         x->hdrs = curl_slist_append(x->hdrs, hdr);
     }
+    /* The router's access log then names the plan's request (the index
+     * column of `run --csv`): where each request went can be joined. */
+    snprintf(hdr, sizeof(hdr), "X-Request-Id: bench-%zu", idx);
+    x->hdrs = curl_slist_append(x->hdrs, hdr);
     if (auth != NULL) {
         char line[300];
         snprintf(line, sizeof(line), "Authorization: Bearer %s", auth);
@@ -235,13 +239,14 @@ struct lg_replay_ctx {
     size_t active;
 };
 
-static unsigned lg_usage_tokens(const char *tail, size_t len)
+/* The last `"key":N` of the tail (the usage event's), 0 when absent. */
+static unsigned lg_usage_field(const char *tail, size_t len, const char *key)
 {
-    static const char key[] = "\"completion_tokens\":";
+    size_t klen = strlen(key);
     unsigned v = 0;
     for (size_t i = len; i-- > 0;) {
-        if (i + sizeof(key) - 1 <= len && memcmp(tail + i, key, sizeof(key) - 1) == 0) {
-            for (size_t j = i + sizeof(key) - 1; j < len && tail[j] >= '0' && tail[j] <= '9'; j++)
+        if (i + klen <= len && memcmp(tail + i, key, klen) == 0) {
+            for (size_t j = i + klen; j < len && tail[j] >= '0' && tail[j] <= '9'; j++)
                 v = v * 10 + (unsigned)(tail[j] - '0');
             break;
         }
@@ -299,7 +304,9 @@ static void lg_replay_done(struct lg_engine *e, struct lg_xfer *x, CURLcode rc)
     curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &r->status);
     r->sent_s = x->t_sent > 0 ? x->t_sent - x->t0 : -1;
     lg_curl_times(x->easy, r);
-    r->output_tokens = lg_usage_tokens(x->tail, x->tail_len);
+    r->output_tokens = lg_usage_field(x->tail, x->tail_len, "\"completion_tokens\":");
+    r->prompt_tokens = lg_usage_field(x->tail, x->tail_len, "\"prompt_tokens\":");
+    r->cached_tokens = lg_usage_field(x->tail, x->tail_len, "\"cached_tokens\":");
     r->ok = rc == CURLE_OK && r->status == 200 && lg_has_done(x->tail, x->tail_len);
     if (c->plan->sequential)
         lg_turn_ended(c, x->idx, now - c->t_start);
@@ -333,6 +340,11 @@ static int lg_urls_parse(struct lg_urls *u, const char *base_urls)
     return u->n > 0 ? 0 : -EINVAL;
 }
 
+/* The URL of request r: a bypassing one's worker (direct, when given),
+ * else the next router URL, round robin. */
+static const char *lg_urls_for(struct lg_urls *u, const struct lg_urls *direct,
+                               const struct wl_request *r);
+
 /* The URL of the next request sent (chat or completions), round robin. */
 static const char *lg_urls_take(struct lg_urls *u, bool chat)
 {
@@ -340,8 +352,19 @@ static const char *lg_urls_take(struct lg_urls *u, bool chat)
     return chat ? u->chat[i] : u->cmpl[i];
 }
 
+static const char *lg_urls_for(struct lg_urls *u, const struct lg_urls *direct,
+                               const struct wl_request *r)
+{
+    if (r->bypass && direct != NULL && direct->n > 0) {
+        size_t i = r->bypass_key % direct->n;
+        return r->chat ? direct->chat[i] : direct->cmpl[i];
+    }
+    return lg_urls_take(u, r->chat);
+}
+
 /* Sends every request of an open-loop plan at its arrival time. */
-static void lg_replay_open(struct lg_engine *e, struct lg_replay_ctx *c, struct lg_urls *urls)
+static void lg_replay_open(struct lg_engine *e, struct lg_replay_ctx *c, struct lg_urls *urls,
+                           const struct lg_urls *direct)
 {
     const struct wl_plan *plan = c->plan;
     size_t next = 0;
@@ -350,7 +373,7 @@ static void lg_replay_open(struct lg_engine *e, struct lg_replay_ctx *c, struct 
         while (next < plan->n && plan->req[next].at_s <= now) {
             const struct wl_request *r = &plan->req[next];
             c->res[next].sent = true;
-            if (lg_add(e, lg_urls_take(urls, r->chat), r->body, r->body_len, r->session, r->auth,
+            if (lg_add(e, lg_urls_for(urls, direct, r), r->body, r->body_len, r->session, r->auth,
                        next) != 0)
                 c->res[next].curl_rc = -1;
             next++;
@@ -379,7 +402,8 @@ static long lg_wait_ms(double at, double now, long cap)
 
 /* Runs a sequential plan: conversations start open-loop (at most
  * max_concurrency at once), each turn after the previous one ended. */
-static void lg_replay_sequential(struct lg_engine *e, struct lg_replay_ctx *c, struct lg_urls *urls)
+static void lg_replay_sequential(struct lg_engine *e, struct lg_replay_ctx *c, struct lg_urls *urls,
+                                 const struct lg_urls *direct)
 {
     const struct wl_plan *plan = c->plan;
     size_t n_conv = plan->n / plan->turns, started = 0;
@@ -403,7 +427,7 @@ static void lg_replay_sequential(struct lg_engine *e, struct lg_replay_ctx *c, s
             const struct wl_request *r = &plan->req[idx];
             c->ready_at[conv] = -1;
             c->res[idx].sent = true;
-            if (lg_add(e, lg_urls_take(urls, true), r->body, r->body_len, r->session, r->auth,
+            if (lg_add(e, lg_urls_for(urls, direct, r), r->body, r->body_len, r->session, r->auth,
                        idx) != 0) {
                 c->res[idx].curl_rc = -1;
                 lg_turn_ended(c, idx, now);
@@ -423,8 +447,8 @@ static void lg_replay_sequential(struct lg_engine *e, struct lg_replay_ctx *c, s
     }
 }
 
-int lg_replay(const struct wl_plan *plan, const char *base_url, struct lg_result *results,
-              double *wall_s)
+int lg_replay(const struct wl_plan *plan, const char *base_url, const char *direct_urls,
+              struct lg_result *results, double *wall_s)
 {
     struct lg_engine e;
     int rc = lg_engine_init(&e);
@@ -445,12 +469,16 @@ int lg_replay(const struct wl_plan *plan, const char *base_url, struct lg_result
     }
     e.user = &c;
     e.on_done = lg_replay_done;
-    urls = malloc(sizeof(*urls));
+    urls = malloc(2 * sizeof(*urls));
     if (urls == NULL) {
         rc = -ENOMEM;
         goto out;
     }
     rc = lg_urls_parse(urls, base_url);
+    if (rc == 0 && direct_urls != NULL && direct_urls[0] != '\0')
+        rc = lg_urls_parse(&urls[1], direct_urls);
+    else
+        urls[1].n = urls[1].next = 0;
     if (rc != 0)
         goto out;
     for (size_t i = 0; i < plan->n; i++)
@@ -462,9 +490,9 @@ int lg_replay(const struct wl_plan *plan, const char *base_url, struct lg_result
                                         .new_conns = -1};
     c.t_start = lg_now();
     if (plan->sequential)
-        lg_replay_sequential(&e, &c, urls);
+        lg_replay_sequential(&e, &c, urls, &urls[1]);
     else
-        lg_replay_open(&e, &c, urls);
+        lg_replay_open(&e, &c, urls, &urls[1]);
     *wall_s = lg_now() - c.t_start;
 out:
     free(urls);

@@ -31,6 +31,8 @@ struct lg_result {
     long status;    /* HTTP status, 0 if none */
     int curl_rc;
     unsigned output_tokens; /* from the usage event; 0 if absent */
+    unsigned prompt_tokens; /* from the usage event; 0 if absent */
+    unsigned cached_tokens; /* usage.prompt_tokens_details.cached_tokens; 0 if absent */
     bool sent;              /* a sequential plan leaves what is due after stop_s unsent */
     bool ok;                /* 200, no transport error, stream ended with [DONE] */
     /* Where e2e_s went, seen from the client (< 0: unknown). sent_s: after
@@ -47,9 +49,12 @@ struct lg_result {
 /* Sends plan to base_url (http://HOST:PORT) open-loop; results[i] is the
  * outcome of plan->req[i]. base_url may list up to 8 comma-separated URLs
  * (independent router nodes): requests go to them round robin in the order
- * they are sent. Returns 0 or -errno (setup failure, -EINVAL: a bad list). */
-int lg_replay(const struct wl_plan *plan, const char *base_url, struct lg_result *results,
-              double *wall_s);
+ * they are sent. direct_urls (NULL or "": none; else up to 8, the workers)
+ * takes the plan's bypassing requests: request r goes to the
+ * (r.bypass_key % n)-th. Returns 0 or -errno (setup failure, -EINVAL: a
+ * bad list). */
+int lg_replay(const struct wl_plan *plan, const char *base_url, const char *direct_urls,
+              struct lg_result *results, double *wall_s);
 
 struct lg_hold_stats {
     size_t opened, established, failed;

@@ -48,6 +48,15 @@
  * nodes, at most 8): requests go to them round robin, as behind a
  * round-robin front.
  *
+ * A workload with bypass_share (workload.h) sends its bypassing requests
+ * straight to the --mock workers (1 to 8), each group's to one of them;
+ * hit_rate and hit_ceiling are then the routed requests' (from each
+ * response's usage.prompt_tokens_details.cached_tokens), and the run also
+ * prints `bypassed` (their count) and `fleet_hit_rate` (every request's,
+ * from /mock/stats). The per-request CSV has each response's prompt_tokens
+ * and cached_tokens; every request carries X-Request-Id bench-INDEX, so a
+ * router's access log can be joined with it.
+ *
  * Results go to stdout as "name value" lines (the format of the micro
  * benches), plus a JSON summary and a per-request CSV on request.
  */
@@ -310,17 +319,19 @@ static void write_csv(const char *path, const struct wl_plan *plan, const struct
     }
     /* The columns after sent are the client's breakdown (struct lg_result);
      * late_ms: how long after its planned arrival (open-loop plans) it was
-     * handed to curl, the client's loop falling behind. */
+     * handed to curl, the client's loop falling behind. prompt_tokens and
+     * cached_tokens are the response's usage (0 when it had none). */
     fprintf(f, "index,group,turn,start_s,ttft_ms,e2e_ms,status,curl_rc,output_tokens,ok,sent,"
-               "late_ms,sent_ms,connect_ms,curl_total_ms,new_conns\n");
+               "late_ms,sent_ms,connect_ms,curl_total_ms,new_conns,prompt_tokens,cached_tokens\n");
     for (size_t i = 0; i < plan->n; i++) {
         const struct lg_result *r = &res[i];
         bool open_loop = !plan->sequential && r->sent;
-        fprintf(f, "%zu,%u,%u,%.6f,%.3f,%.3f,%ld,%d,%u,%d,%d,%.3f,%.3f,%.3f,%.3f,%ld\n", i,
+        fprintf(f, "%zu,%u,%u,%.6f,%.3f,%.3f,%ld,%d,%u,%d,%d,%.3f,%.3f,%.3f,%.3f,%ld,%u,%u\n", i,
                 plan->req[i].group, plan->req[i].turn, r->start_s, r->ttft_s * 1e3, r->e2e_s * 1e3,
                 r->status, r->curl_rc, r->output_tokens, r->ok ? 1 : 0, r->sent ? 1 : 0,
                 open_loop ? (r->start_s - plan->req[i].at_s) * 1e3 : -1, r->sent_s * 1e3,
-                r->connect_s * 1e3, r->curl_total_s * 1e3, r->new_conns);
+                r->connect_s * 1e3, r->curl_total_s * 1e3, r->new_conns, r->prompt_tokens,
+                r->cached_tokens);
     }
     fclose(f);
 }
@@ -349,6 +360,23 @@ static int cmd_run(const struct opts *o)
     for (size_t i = 0; i < o->n_mocks; i++)
         snprintf(fleet->mock[i].url, sizeof(fleet->mock[i].url), "%s", o->mocks[i]);
     fleet->n = o->n_mocks;
+    /* The workers, for the plan's bypassing requests (bypass_share). */
+    size_t n_bypass = 0;
+    for (size_t i = 0; i < plan.n; i++)
+        n_bypass += plan.req[i].bypass;
+    char direct[8 * 256] = "";
+    for (size_t i = 0, len = 0; n_bypass > 0 && i < o->n_mocks; i++) {
+        int m = snprintf(direct + len, sizeof(direct) - len, "%s%s", i > 0 ? "," : "", o->mocks[i]);
+        if (m < 0 || (size_t)m >= sizeof(direct) - len) {
+            fprintf(stderr, "switchyard-bench: bypass_share: too many --mock URLs (at most 8)\n");
+            goto out;
+        }
+        len += (size_t)m;
+    }
+    if (n_bypass > 0 && (o->n_mocks == 0 || o->n_mocks > 8)) {
+        fprintf(stderr, "switchyard-bench: bypass_share needs 1 to 8 workers (--mock)\n");
+        goto out;
+    }
     if (ms_reset(fleet) != 0) {
         fprintf(stderr, "switchyard-bench: cannot reset the mock workers\n");
         goto out;
@@ -356,7 +384,7 @@ static int cmd_run(const struct opts *o)
     if (fleet->n > 0 && ms_start(fleet, 100) != 0)
         goto out;
     double wall = 0;
-    int rc = lg_replay(&plan, o->url, res, &wall);
+    int rc = lg_replay(&plan, o->url, direct, res, &wall);
     int ms_rc = ms_stop(fleet);
     if (rc != 0 || ms_rc != 0) {
         fprintf(stderr, "switchyard-bench: run failed (%s)\n", strerror(rc != 0 ? -rc : EIO));
@@ -423,8 +451,23 @@ static int cmd_run(const struct opts *o)
     }
     double load_mean = fleet->n ? load_sum / (double)fleet->n : 0;
     double hit_rate = query > 0 ? (double)hit / (double)query : 0;
+    double fleet_hit_rate = hit_rate;
     double ceiling =
         wl_hit_ceiling(&plan, order, sent, o->block_tokens, (size_t)o->kv_blocks * fleet->n);
+    /* With bypassing requests, hit rate and ceiling are those of the routed
+     * ones (what the router decided), from each response's usage
+     * (prompt_tokens_details.cached_tokens, as vLLM reports it). */
+    unsigned long long r_hit = 0, r_query = 0;
+    if (n_bypass > 0) {
+        for (size_t i = 0; i < plan.n; i++)
+            if (res[i].ok && !plan.req[i].bypass) {
+                r_hit += res[i].cached_tokens;
+                r_query += res[i].prompt_tokens;
+            }
+        hit_rate = r_query > 0 ? (double)r_hit / (double)r_query : 0;
+        ceiling = wl_hit_ceiling_routed(&plan, order, sent, o->block_tokens,
+                                        (size_t)o->kv_blocks * fleet->n);
+    }
     free(order);
     double window = w1 - w0;
     double tok_s = window > 0 ? (double)out_tokens / window : 0;
@@ -441,6 +484,8 @@ static int cmd_run(const struct opts *o)
     put_ms("e2e_p99_ms", pl_rank(e2e, measured, 99));
     printf("output_tok_s %.1f\nhit_rate %.4f\nhit_ceiling %.4f\nload_max_mean %.2f\n", tok_s,
            hit_rate, ceiling, load_mean > 0 ? load_max / load_mean : 0);
+    if (n_bypass > 0)
+        printf("bypassed %zu\nfleet_hit_rate %.4f\n", n_bypass, fleet_hit_rate);
     for (size_t i = 0; i < fleet->n; i++)
         printf("worker%zu_requests %lld\n", i + 1, fleet->mock[i].requests);
 

@@ -101,6 +101,10 @@ void wl_spec_format(const struct wl_spec *s, char *buf, size_t len)
         int m = snprintf(buf + n, len - (size_t)n, "private_head_share=%g ", s->private_head_share);
         n = m < 0 ? -1 : n + m;
     }
+    if (n >= 0 && (size_t)n < len && s->bypass_share > 0) {
+        int m = snprintf(buf + n, len - (size_t)n, "bypass_share=%g ", s->bypass_share);
+        n = m < 0 ? -1 : n + m;
+    }
     if (n < 0 || (size_t)n >= len)
         n = 0;
     snprintf(buf + n, len - (size_t)n,
@@ -173,6 +177,7 @@ struct wl_dkey {
 static const struct wl_dkey wl_dkeys[] = {
     WL_D(hot_share, 0.0, 1.0, "expected a number in 0..1"),
     WL_D(private_head_share, 0.0, 1.0, "expected a number in 0..1"),
+    WL_D(bypass_share, 0.0, 1.0, "expected a number in 0..1"),
     WL_D(rate, 0.001, 1e6, "expected requests/s in 0.001..1e6"),
     WL_D(think_ms, 0.0, 3600000.0, "expected milliseconds in 0..3600000"),
     WL_D(duration_s, 0.1, 86400.0, "expected seconds in 0.1..86400"),
@@ -561,6 +566,22 @@ static double *wl_conversation_starts(const struct wl_spec *sp, struct rng *rng,
     return at;
 }
 
+/* bypass_share: which requests skip the router (a draw per request from
+ * its own generator, so the rest of the plan is what it is without the
+ * key), and the worker each group's bypassing client uses (a hash of the
+ * seed and the group: one client with its own routing, not a balancer). */
+static void wl_mark_bypass(const struct wl_spec *sp, struct wl_plan *plan)
+{
+    if (sp->bypass_share <= 0)
+        return;
+    struct rng draw = wl_rng3(sp->seed, 0xb1a5, 0);
+    for (size_t i = 0; i < plan->n; i++) {
+        struct wl_request *r = &plan->req[i];
+        r->bypass = rng_unit(&draw) < sp->bypass_share;
+        r->bypass_key = (uint32_t)(wl_seed3(sp->seed, 0xb1a5, r->group) >> 32);
+    }
+}
+
 static int wl_plan_sequential(const struct wl_spec *sp, struct wl_plan *plan, struct rng *rng)
 {
     size_t conversations = 0;
@@ -590,6 +611,8 @@ static int wl_plan_sequential(const struct wl_spec *sp, struct wl_plan *plan, st
             r->think_s = t > 0 ? -log(u) * sp->think_ms / 1000.0 : 0;
         }
     }
+    if (rc == 0)
+        wl_mark_bypass(sp, plan);
 out:
     free(start);
     return rc;
@@ -654,6 +677,8 @@ int wl_plan_build(const struct wl_spec *sp, struct wl_plan *plan)
     }
     if (rc != 0)
         goto out;
+
+    wl_mark_bypass(sp, plan);
 
     /* Open loop: exponential inter-arrival times, first arrival at 0. */
     double at = 0;
@@ -731,8 +756,23 @@ static void wl_lru_touch(struct wl_lru *c, uint64_t h, uint64_t now)
     c->used++;
 }
 
+static double wl_ceiling(const struct wl_plan *plan, const size_t *order, size_t n,
+                         unsigned block_tokens, size_t capacity_blocks, bool routed_only);
+
 double wl_hit_ceiling(const struct wl_plan *plan, const size_t *order, size_t n,
                       unsigned block_tokens, size_t capacity_blocks)
+{
+    return wl_ceiling(plan, order, n, block_tokens, capacity_blocks, false);
+}
+
+double wl_hit_ceiling_routed(const struct wl_plan *plan, const size_t *order, size_t n,
+                             unsigned block_tokens, size_t capacity_blocks)
+{
+    return wl_ceiling(plan, order, n, block_tokens, capacity_blocks, true);
+}
+
+static double wl_ceiling(const struct wl_plan *plan, const size_t *order, size_t n,
+                         unsigned block_tokens, size_t capacity_blocks, bool routed_only)
 {
     if (order == NULL)
         n = plan->n;
@@ -764,8 +804,10 @@ double wl_hit_ceiling(const struct wl_plan *plan, const size_t *order, size_t n,
         while (hit < nb && c.key[wl_lru_find(&c, h[hit])] == h[hit])
             hit++;
         size_t hit_tokens = hit * block_tokens;
-        hits += (double)(hit_tokens < tokens ? hit_tokens : tokens);
-        queries += (double)tokens;
+        if (!routed_only || !r->bypass) {
+            hits += (double)(hit_tokens < tokens ? hit_tokens : tokens);
+            queries += (double)tokens;
+        }
         for (size_t b = nb; b-- > 0;)
             wl_lru_touch(&c, h[b], ++now);
     }

@@ -25,6 +25,13 @@
  * `private_head_share: f` about a share f of the conversations (chosen by
  * a hash of the seed and the conversation) get a head of the same length
  * of their own instead: one popular framework among agents of their own.
+ *
+ * `bypass_share: f` (any kind) sends a share f of the requests (drawn per
+ * request from the seed) straight to the workers instead of through the
+ * router, as clients or another router would: each group's (conversation's)
+ * bypassing requests go to one worker chosen by a hash of the seed and the
+ * group, so the workers compute prefixes the router never saw. The run's
+ * hit rate and ceiling then count the routed requests only.
  */
 #ifndef SY_TESTS_BENCH_WORKLOAD_H
 #define SY_TESTS_BENCH_WORKLOAD_H
@@ -63,6 +70,7 @@ struct wl_spec {
     unsigned max_concurrency; /* sequential: conversations at once; 0 = unlimited */
     double duration_s;        /* sequential: conversations start (and requests go) until then */
     double warmup_s;          /* sequential: measurement window starts then */
+    double bypass_share;      /* share of requests sent straight to a worker (0..1) */
 };
 
 /* One planned request. */
@@ -79,6 +87,8 @@ struct wl_request {
     unsigned output_tokens;
     bool chat;        /* /v1/chat/completions, else /v1/completions */
     const char *auth; /* "Authorization: Bearer" key (borrowed; set by the caller), NULL = none */
+    bool bypass;      /* bypass_share: sent straight to a worker, not through the router */
+    uint32_t bypass_key; /* that worker: the bypass_key % n_workers-th --mock */
 };
 
 /* Sequential plans hold conversation-major requests: conversation c's turn
@@ -113,6 +123,10 @@ void wl_plan_fini(struct wl_plan *plan);
  * request in plan order. */
 double wl_hit_ceiling(const struct wl_plan *plan, const size_t *order, size_t n,
                       unsigned block_tokens, size_t capacity_blocks);
+/* The same cache fed every request, counting the routed ones only (those
+ * without `bypass`): the ceiling of a run that bypasses the router. */
+double wl_hit_ceiling_routed(const struct wl_plan *plan, const size_t *order, size_t n,
+                             unsigned block_tokens, size_t capacity_blocks);
 
 const char *wl_kind_name(enum wl_kind kind);
 

@@ -63,7 +63,7 @@ static void test_sequential_turns(void **state)
     struct lg_result *res = calloc(plan.n, sizeof(*res));
     assert_non_null(res);
     double wall = 0;
-    assert_int_equal(lg_replay(&plan, m.url, res, &wall), 0);
+    assert_int_equal(lg_replay(&plan, m.url, NULL, res, &wall), 0);
 
     size_t sent = 0, held = 0;
     double *from = calloc(n_conv, sizeof(*from)), *to = calloc(n_conv, sizeof(*to));
@@ -133,7 +133,7 @@ static void test_open_loop_unchanged(void **state)
     struct lg_result *res = calloc(plan.n, sizeof(*res));
     assert_non_null(res);
     double wall = 0;
-    assert_int_equal(lg_replay(&plan, m.url, res, &wall), 0);
+    assert_int_equal(lg_replay(&plan, m.url, NULL, res, &wall), 0);
     size_t overlapped = 0;
     long opened = 0;
     for (size_t i = 0; i < plan.n; i++) {
@@ -178,7 +178,7 @@ static void test_urls_round_robin(void **state)
     char urls[256];
     snprintf(urls, sizeof(urls), "%s,%s,%s", m[0].url, m[1].url, m[2].url);
     double wall = 0;
-    assert_int_equal(lg_replay(&plan, urls, res, &wall), 0);
+    assert_int_equal(lg_replay(&plan, urls, NULL, res, &wall), 0);
     for (size_t i = 0; i < plan.n; i++)
         assert_true(res[i].ok);
     for (int i = 0; i < 3; i++) {
@@ -186,9 +186,9 @@ static void test_urls_round_robin(void **state)
         assert_int_equal(h_mock_stat_int(m[i].url, "requests_total", &n), 0);
         assert_int_equal(n, (long long)plan.n / 3);
     }
-    assert_int_equal(lg_replay(&plan, "", res, &wall), -EINVAL);
+    assert_int_equal(lg_replay(&plan, "", NULL, res, &wall), -EINVAL);
     snprintf(urls, sizeof(urls), "%s,,%s", m[0].url, m[1].url);
-    assert_int_equal(lg_replay(&plan, urls, res, &wall), -EINVAL);
+    assert_int_equal(lg_replay(&plan, urls, NULL, res, &wall), -EINVAL);
     free(res);
     wl_plan_fini(&plan);
 }

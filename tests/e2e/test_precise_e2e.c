@@ -463,6 +463,17 @@ static void test_chain_routes_to_the_holder(void **state)
     wait_held(&f, xi, longer);
     assert_int_equal(cp_metric(&f, "switchyard_kv_events_skipped_total{reason=\"unknown_parent\"}"),
                      0);
+    /* Every tokenize round trip is timed, and every applied batch's lag
+     * (on loopback, well under 10 s). */
+    long long trips = dp_metric(&f, "switchyard_tokenize_requests_total{result=\"ok\"}") +
+                      dp_metric(&f, "switchyard_tokenize_requests_total{result=\"timeout\"}") +
+                      dp_metric(&f, "switchyard_tokenize_requests_total{result=\"error\"}");
+    assert_true(trips >= 2);
+    assert_int_equal(dp_metric(&f, "switchyard_tokenize_duration_seconds_count"), trips);
+    assert_int_equal(cp_metric(&f, "switchyard_kv_block_size_mismatches_total"), 0);
+    long long lagged = cp_metric(&f, "switchyard_kv_events_lag_seconds_count");
+    assert_true(lagged >= 2);
+    assert_int_equal(cp_metric(&f, "switchyard_kv_events_lag_seconds_bucket{le=\"10\"}"), lagged);
     free(tail);
     free(longer);
     free(content);
@@ -709,12 +720,42 @@ static void test_tokenizer_slow_falls_back(void **state)
     close(fd);
 }
 
+/* ---- 6. the workers' block size against the policy's ----------------------- */
+
+/* The mocks say block_size 16 in vllm:cache_config_info (as vLLM does);
+ * a policy hashing 32-token blocks could never match their events: each
+ * worker is logged and counted once, not at every scrape. */
+static bool cp_logged_block_size(void *arg)
+{
+    return h_proc_log_contains(arg, "vllm:cache_config_info says block_size 16");
+}
+
+static void test_block_size_mismatch_reported(void **state)
+{
+    (void)state;
+    struct kfx f;
+    kfx_start(&f, &(struct kfx_opts){.n = 2, .policy_extra = "  block_size: 32\n"});
+    wait_cp_metric_ge(&f, "switchyard_kv_block_size_mismatches_total", 2);
+    assert_int_equal(h_wait_until(cp_logged_block_size, f.cp, WAIT_MS), 0);
+    /* More scrapes of both workers: still counted once each. */
+    char sample[160];
+    snprintf(sample, sizeof(sample),
+             "switchyard_load_report_scrapes_total{worker=\"%s\",result=\"success\"}", f.w[1].id);
+    wait_cp_metric_ge(&f, sample, cp_metric(&f, sample) + 3);
+    assert_int_equal(cp_metric(&f, "switchyard_kv_block_size_mismatches_total"), 2);
+    kfx_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        H_TEST(test_chain_routes_to_the_holder), H_TEST(test_bypassed_prefix_matched),
-        H_TEST(test_evicted_prefix_not_matched), H_TEST(test_dropped_batches_replayed_or_resynced),
-        H_TEST(test_tokenizer_down_falls_back),  H_TEST(test_tokenizer_slow_falls_back),
+        H_TEST(test_chain_routes_to_the_holder),
+        H_TEST(test_bypassed_prefix_matched),
+        H_TEST(test_evicted_prefix_not_matched),
+        H_TEST(test_dropped_batches_replayed_or_resynced),
+        H_TEST(test_block_size_mismatch_reported),
+        H_TEST(test_tokenizer_down_falls_back),
+        H_TEST(test_tokenizer_slow_falls_back),
     };
     return cmocka_run_group_tests_name("precise_e2e", tests, NULL, NULL);
 }

@@ -566,6 +566,67 @@ static void test_plans_without_shared_head_unchanged(void **state)
     wl_plan_fini(&p);
 }
 
+/* bypass_share: about that share of the requests is marked, the same ones
+ * for the same seed, every request of a group with the same worker key;
+ * bodies and arrivals are the plan's without the key; the routed ceiling
+ * counts only the requests left to the router. */
+static void test_bypass_share(void **state)
+{
+    (void)state;
+    char yaml[600], err[256];
+    struct wl_spec s0, s;
+    struct wl_plan p0, p;
+    snprintf(yaml, sizeof(yaml), "%s", shared_yaml);
+    assert_int_equal(parse(yaml, false, &s0, err, sizeof(err)), 0);
+    snprintf(yaml, sizeof(yaml), "%sbypass_share: 0.33\n", shared_yaml);
+    assert_int_equal(parse(yaml, false, &s, err, sizeof(err)), 0);
+    assert_true(s.bypass_share > 0.32 && s.bypass_share < 0.34);
+    s0.groups = s.groups = 40;
+    s0.prompts_per_group = s.prompts_per_group = 30;
+    assert_int_equal(wl_plan_build(&s0, &p0), 0);
+    assert_int_equal(wl_plan_build(&s, &p), 0);
+    assert_int_equal(p.n, p0.n);
+    size_t marked = 0;
+    uint32_t key_of[40] = {0};
+    bool seen[40] = {false};
+    for (size_t i = 0; i < p.n; i++) {
+        assert_false(p0.req[i].bypass);
+        assert_true(p.req[i].at_s == p0.req[i].at_s);
+        assert_memory_equal(p.req[i].body, p0.req[i].body, p.req[i].body_len);
+        marked += p.req[i].bypass;
+        unsigned g = p.req[i].group;
+        if (seen[g])
+            assert_int_equal(p.req[i].bypass_key, key_of[g]);
+        seen[g] = true;
+        key_of[g] = p.req[i].bypass_key;
+    }
+    assert_true(marked > p.n / 4 && marked < p.n * 5 / 12);
+    /* Groups go to different workers (not all to one). */
+    bool differ = false;
+    for (unsigned g = 1; g < 40; g++)
+        differ |= key_of[g] % 4 != key_of[0] % 4;
+    assert_true(differ);
+    /* The same seed marks the same requests. */
+    struct wl_plan again;
+    assert_int_equal(wl_plan_build(&s, &again), 0);
+    for (size_t i = 0; i < p.n; i++)
+        assert_int_equal(again.req[i].bypass, p.req[i].bypass);
+    wl_plan_fini(&again);
+    /* Routed-only ceiling: unchanged without bypassing requests, differs with. */
+    double all = wl_hit_ceiling(&p, NULL, 0, 16, 1 << 16);
+    assert_true(wl_hit_ceiling_routed(&p0, NULL, 0, 16, 1 << 16) ==
+                wl_hit_ceiling(&p0, NULL, 0, 16, 1 << 16));
+    assert_true(wl_hit_ceiling_routed(&p, NULL, 0, 16, 1 << 16) != all);
+    char spec[512];
+    wl_spec_format(&s, spec, sizeof(spec));
+    assert_non_null(strstr(spec, "bypass_share=0.33"));
+    wl_plan_fini(&p0);
+    wl_plan_fini(&p);
+    snprintf(yaml, sizeof(yaml), "%sbypass_share: 1.5\n", shared_yaml);
+    assert_int_equal(parse(yaml, false, &s, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "bypass_share"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -582,6 +643,7 @@ int main(void)
         cmocka_unit_test(test_shared_system_plan),
         cmocka_unit_test(test_plans_without_shared_head_unchanged),
         cmocka_unit_test(test_private_heads),
+        cmocka_unit_test(test_bypass_share),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

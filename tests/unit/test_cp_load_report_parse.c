@@ -297,6 +297,31 @@ static void test_lora_long_list(void **state)
     assert_int_equal(r.bad_lines, 0);
 }
 
+/* vllm:cache_config_info: the block_size label of its (info, value 1)
+ * series, as vLLM writes it; absent or unreadable, 0. */
+static void test_cache_config_block_size(void **state)
+{
+    (void)state;
+    static const char page[] =
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+        "# TYPE vllm:cache_config_info gauge\n"
+        "vllm:cache_config_info{block_size=\"32\",cache_dtype=\"auto\",enable_prefix_caching="
+        "\"True\",num_gpu_blocks=\"2048\",num_cpu_blocks=\"None\",engine=\"0\"} 1.0\n"
+        "vllm:cache_config_info{block_size=\"32\",engine=\"1\"} 1.0\n"
+        "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 2.0\n";
+    struct lrp_report r;
+    assert_int_equal(lrp_parse(page, strlen(page), NULL, &r), 0);
+    assert_int_equal(r.block_size, 32);
+    assert_int_equal(r.running, 2);
+    assert_int_equal(r.bad_lines, 0);
+    assert_int_equal(lrp_parse(vllm_page, strlen(vllm_page), NULL, &r), 0);
+    assert_int_equal(r.block_size, 0);
+    static const char bad[] = "vllm:cache_config_info{block_size=\"16x\"} 1.0\n"
+                              "vllm:num_requests_running 1\n";
+    assert_int_equal(lrp_parse(bad, strlen(bad), NULL, &r), 0);
+    assert_int_equal(r.block_size, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -310,6 +335,7 @@ int main(void)
         cmocka_unit_test(test_lora_empty_labels),
         cmocka_unit_test(test_lora_multi_engine),
         cmocka_unit_test(test_lora_long_list),
+        cmocka_unit_test(test_cache_config_block_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

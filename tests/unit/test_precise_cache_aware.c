@@ -159,6 +159,40 @@ static void test_speculative_entry_holds_a_burst(void **state)
     kvh_destroy(ix);
 }
 
+/* With rendezvous, the rule of a prompt nobody holds (an evicted one): the
+ * first worker of its head's ranking within the balance gate, whatever the
+ * load bound (a factor over the mean) says, so the prompt comes back to the
+ * same worker while that worker is not overloaded; past the gate, another. */
+static void test_not_held_follows_ranking_within_gate(void **state)
+{
+    (void)state;
+    struct kvh_index *ix = kvh_create(1 << 14); /* knows nothing */
+    struct ca_params rp = params;
+    rp.rendezvous = true;
+    rp.balance_abs_threshold = 6;
+    struct ca_candidate c[N];
+    cands_init(c);
+    uint64_t chain[20];
+    chain_of(6, chain, 20);
+    struct ca_choice ch;
+    assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
+    assert_int_equal(ch.decision, POL_DECISION_NO_MATCH);
+    size_t top = ch.index;
+    /* Up to 6 against 0: over 1.25 x the mean, within the gate. */
+    for (uint64_t load = 1; load <= 6; load++) {
+        c[top].load = load;
+        assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
+        assert_int_equal(ch.index, top);
+        assert_int_equal(ch.decision, POL_DECISION_NO_MATCH);
+    }
+    /* Past the gate (> 0 + 6 and > 1.5 x 0): the ranking's next. */
+    c[top].load = 7;
+    assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
+    assert_true(ch.index != top);
+    assert_int_equal(ch.decision, POL_DECISION_NO_MATCH);
+    kvh_destroy(ix);
+}
+
 /* ---- through the policy interface ---- */
 
 static const char *no_headers(void *ctx, const char *name)
@@ -210,18 +244,26 @@ static void test_policy_falls_back_without_tokens(void **state)
     int i = pol_pick(&p, &r, pc, N, &d);
     assert_int_equal(w[i].slot, 13);
     assert_int_equal(d, POL_DECISION_AFFINITY);
-    /* Tokenizing failed: cache_aware decides, on the text. Its first
-     * request is a no_match; the second follows the first (its guess),
-     * whatever the exact index says. */
+    /* Tokenizing failed: cache_aware decides, on the text, and follows
+     * where the precise decision sent that text (its index learned it),
+     * although that worker is not the least loaded. */
     r.tokens = POL_TOKENS_FAILED;
     r.kv_chain = NULL;
     r.kv_chain_len = 0;
     pc[3].load = 1; /* the exact holder is not the least loaded */
+    i = pol_pick(&p, &r, pc, N, &d);
+    assert_int_equal(w[i].slot, 13);
+    assert_int_equal(d, POL_DECISION_AFFINITY);
+    /* A text never routed precisely: a no_match, then followed. */
+    char other[2000];
+    memset(other, 'b', sizeof(other));
+    r.text = other;
     int first = pol_pick(&p, &r, pc, N, &d);
     assert_int_equal(d, POL_DECISION_NO_MATCH);
     int again = pol_pick(&p, &r, pc, N, &d);
     assert_int_equal(again, first);
     assert_int_equal(d, POL_DECISION_AFFINITY);
+    r.text = text;
     pol_destroy(&p);
     /* No index at all: every request falls back, counted as no_index. */
     pol_precise_use_index(NULL);
@@ -245,13 +287,70 @@ static void test_policy_falls_back_without_tokens(void **state)
     kvh_destroy(ix);
 }
 
+/* The loops of a data plane share their speculative entries: where one
+ * loop's instance just sent a new prefix, another loop's instance sends it
+ * too (a burst split over the loops does not scatter). */
+static void test_speculative_entries_shared_by_loops(void **state)
+{
+    (void)state;
+    struct kvh_index *ix = kvh_create(1 << 14); /* knows nothing */
+    struct shm_worker_info w[N];
+    struct pol_candidate pc[N];
+    memset(w, 0, sizeof(w));
+    for (unsigned i = 0; i < N; i++) {
+        w[i].slot = 10 + i;
+        snprintf(w[i].id, sizeof(w[i].id), "w%u", i);
+        pc[i] = (struct pol_candidate){.worker = &w[i], .load = 0};
+    }
+    pol_precise_use_index(ix);
+    struct cfg_policy cfg = {
+        .name = CFG_POLICY_PRECISE_CACHE_AWARE,
+        .cache_threshold = 0.5,
+        .balance_abs_threshold = 32,
+        .balance_rel_threshold = 1.5,
+        .balance_gate = CFG_BALANCE_GATE_PER_REQUEST,
+        .bounded_load_factor = 1.25,
+        .precise_cache_aware = {.block_size = 16, .speculative_ttl_ms = 60000},
+    };
+    struct pol_policy a, b;
+    assert_int_equal(pol_create(&cfg, &a), 0);
+    assert_int_equal(pol_create(&cfg, &b), 0);
+    for (unsigned k = 0; k < 8; k++) {
+        uint64_t chain[12];
+        chain_of(40 + k, chain, 12);
+        struct pol_request r = {.path = "/v1/completions",
+                                .model = "m",
+                                .text = "x",
+                                .text_len = 1,
+                                .user = "",
+                                .header = no_headers,
+                                .tokens = POL_TOKENS_OK,
+                                .kv_chain = chain,
+                                .kv_chain_len = 12};
+        enum pol_decision d;
+        int first = pol_pick(&a, &r, pc, N, &d);
+        assert_int_equal(d, POL_DECISION_NO_MATCH);
+        pc[first].load = 1; /* by load alone, the next would go elsewhere */
+        int second = pol_pick(&b, &r, pc, N, &d);
+        assert_int_equal(second, first);
+        assert_int_equal(d, POL_DECISION_AFFINITY);
+        pc[first].load = 0;
+    }
+    pol_destroy(&a);
+    pol_destroy(&b);
+    pol_precise_use_index(NULL);
+    kvh_destroy(ix);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_longest_exact_match_wins),
         cmocka_unit_test(test_balance_gate_and_full_kv),
         cmocka_unit_test(test_speculative_entry_holds_a_burst),
+        cmocka_unit_test(test_not_held_follows_ranking_within_gate),
         cmocka_unit_test(test_policy_falls_back_without_tokens),
+        cmocka_unit_test(test_speculative_entries_shared_by_loops),
     };
     return cmocka_run_group_tests_name("precise_cache_aware", tests, NULL, NULL);
 }

@@ -14,9 +14,15 @@
 # section waits until every worker's first batch has been delivered (a
 # subscriber misses what is published before it joins), and after each of
 # its runs reads the tokenize and fallback counters (data plane /metrics)
-# and the KV index's facts and event counters (control plane /metrics).
+# and the KV index's facts and event counters (control plane /metrics),
+# the p99 of the tokenize round trip and of the event lag (their
+# histograms, over the router's life: the readiness probes included), and
+# the control plane's CPU (utime + stime) over the run per 10k events.
 # shared_prefix_evict is shared_prefix with three times the groups: a
 # working set larger than the fleet's caches, so the mocks evict.
+# shared_prefix_bypass sends a third of its requests straight to the mocks
+# (bypass_share): its hit_rate and hit_ceiling are the routed requests'
+# (the generator's bypassed and fleet_hit_rate give the rest).
 set -euo pipefail
 # shellcheck source=tests/bench/lib.sh
 . "$(dirname "$0")/../lib.sh"
@@ -27,7 +33,13 @@ if [ "$mode" = quick ]; then
 else
     n_mocks=8 policies="round_robin least_load consistent_hash cache_aware_fleet cache_aware precise_cache_aware"
 fi
-workloads="shared_prefix multi_turn hot_prefix shared_prefix_evict"
+workloads="shared_prefix multi_turn hot_prefix shared_prefix_evict shared_prefix_bypass"
+# Knobs for a partial run (e.g. ROUTE_MOCKS=8 ROUTE_POLICIES="cache_aware
+# precise_cache_aware" in quick mode): the fleet size, the policies and the
+# workloads. The report's ratios against round_robin and its ceiling
+# column need round_robin among the policies; without it they read n/a.
+n_mocks=${ROUTE_MOCKS:-$n_mocks} policies=${ROUTE_POLICIES:-$policies}
+workloads=${ROUTE_WORKLOADS:-$workloads}
 mock_flags=(--model mock --threads 1 --kv-blocks "$kv_blocks" --block-tokens 16
     --prefill-base-us 1000 --prefill-us-per-token 200 --tpot-ms 2 --max-num-seqs 2)
 put route_n_mocks "$n_mocks"
@@ -121,6 +133,27 @@ precise_figures() {
     put "${p}_kv_events_gaps" "$(metric "$cpm" switchyard_kv_events_gaps_total)"
     put "${p}_kv_events_resyncs" "$(metric "$cpm" switchyard_kv_events_resyncs_total)"
 }
+# hist_p99_ms URL FAMILY: the 99th percentile of histogram FAMILY on URL's
+# page in ms, interpolated within its bucket as Prometheus's
+# histogram_quantile does; ">B" when it lies above the last bound B; n/a
+# without samples or without the page.
+hist_p99_ms() {
+    local page
+    page=$(curl -fs --max-time 5 "$1") || { echo n/a; return 0; }
+    awk -v n="$2_bucket" '
+        index($1, n "{") == 1 {
+            le = $1; sub(/.*le="/, "", le); sub(/".*/, "", le)
+            k++; b[k] = le; c[k] = $NF }
+        END {
+            if (k == 0 || c[k] == 0) { print "n/a"; exit }
+            r = 0.99 * c[k]
+            for (i = 1; i <= k; i++) if (c[i] >= r) break
+            if (b[i] == "+Inf") { printf ">%g\n", b[i - 1] * 1000; exit }
+            lo = i > 1 ? b[i - 1] : 0; clo = i > 1 ? c[i - 1] : 0
+            v = c[i] > clo ? lo + (b[i] - lo) * (r - clo) / (c[i] - clo) : b[i]
+            printf "%.3f\n", v * 1000 }' <<<"$page"
+}
+
 for ((i = 0; i < n_mocks; i++)); do wait_http "http://127.0.0.1:${rports[$i]}/health" 10; done
 for w in $workloads; do
     for pol in $policies; do
@@ -138,6 +171,10 @@ for w in $workloads; do
         echo "-- $w / $pol" >&2
         # A failed run leaves its figures n/a in the report; the others go on.
         f=$raw/route-$w-$pol
+        if [ -n "$kvp" ]; then
+            cpu0=$(proc_cpu_s "$cp_pid")
+            ev0=$(metric "http://127.0.0.1:$radm/metrics" switchyard_kv_events_total)
+        fi
         run_fg "$f.txt" "$build/switchyard-bench" run \
             --workload "$here/workloads/$w.yaml" "${quick_flag[@]}" \
             --url "http://127.0.0.1:$rdp" "${mock_args[@]}" --kv-blocks "$kv_blocks" \
@@ -145,7 +182,23 @@ for w in $workloads; do
             echo "bench: $w / $pol: the load generator failed" >&2
         while read -r k val; do put "route_${w}_${pol}_$k" "$val"; done <"$f.txt"
         case $pol in cache_aware | precise_cache_aware) decision_figures "route_${w}_${pol}" ;; esac
-        [ -n "$kvp" ] && precise_figures "route_${w}_${pol}"
+        if [ -n "$kvp" ]; then
+            precise_figures "route_${w}_${pol}"
+            # The control plane's CPU over the run (everything it did: its
+            # health probes and load reports too) per 10k events applied.
+            cpu1=$(proc_cpu_s "$cp_pid")
+            ev1=$(metric "http://127.0.0.1:$radm/metrics" switchyard_kv_events_total)
+            put "route_${w}_${pol}_cp_cpu_s" "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN {printf "%.2f", b - a}')"
+            put "route_${w}_${pol}_kv_events_run" "$(awk -v a="$ev0" -v b="$ev1" 'BEGIN {
+                if (a == "n/a" || b == "n/a") print "n/a"; else printf "%.0f", b - a }')"
+            put "route_${w}_${pol}_cp_cpu_ms_per_10k_events" "$(awk -v a="$cpu0" -v b="$cpu1" -v x="$ev0" -v y="$ev1" 'BEGIN {
+                if (x == "n/a" || y == "n/a" || y - x <= 0) print "n/a"
+                else printf "%.1f", (b - a) * 1000 * 10000 / (y - x) }')"
+            put "route_${w}_${pol}_tokenize_p99_ms" \
+                "$(hist_p99_ms "http://127.0.0.1:$rdp/metrics" switchyard_tokenize_duration_seconds)"
+            put "route_${w}_${pol}_kv_lag_p99_ms" \
+                "$(hist_p99_ms "http://127.0.0.1:$radm/metrics" switchyard_kv_events_lag_seconds)"
+        fi
         switchyard_stop
     done
 done
