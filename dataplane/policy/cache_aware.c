@@ -25,6 +25,20 @@ bool ca_is_overloaded(const struct ca_params *p, uint64_t load, uint64_t min_loa
  * moment lifts its in-flight count past the mean (on the benchmark's
  * shared_prefix, the cold factor 1.25 here moved groups for nothing and
  * cost 8% of the hits; 2 costs none and still spreads a hot prefix). */
+struct ca_params ca_params_from_cfg(const struct cfg_policy *cfg)
+{
+    return (struct ca_params){
+        .cache_threshold = cfg->cache_threshold,
+        .balance_abs_threshold = cfg->balance_abs_threshold,
+        .balance_rel_threshold = cfg->balance_rel_threshold,
+        .balance_gate = cfg->balance_gate,
+        .rendezvous = cfg->rendezvous,
+        .bounded_load_factor = cfg->bounded_load_factor,
+        .bounded_affinity = cfg->bounded_affinity,
+        .affinity_load_factor = cfg->affinity_load_factor,
+    };
+}
+
 bool ca_affinity_over_bound(const struct ca_params *p, uint64_t load, uint64_t total, size_t n)
 {
     double factor =

@@ -89,6 +89,10 @@ struct ca_choice {
 int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model, const char *text,
               size_t len, const struct ca_candidate *cands, size_t n, struct ca_choice *out);
 
+/* The policy's parameters as the config gives them (cache_aware and
+ * precise_cache_aware read the same keys). */
+struct ca_params ca_params_from_cfg(const struct cfg_policy *cfg);
+
 /* True when `load` is overloaded relative to `min_load` under p. */
 bool ca_is_overloaded(const struct ca_params *p, uint64_t load, uint64_t min_load);
 

@@ -71,16 +71,7 @@ static int ca_create(const struct cfg_policy *cfg, void **state)
         free(s);
         return -ENOMEM;
     }
-    s->params = (struct ca_params){
-        .cache_threshold = cfg->cache_threshold,
-        .balance_abs_threshold = cfg->balance_abs_threshold,
-        .balance_rel_threshold = cfg->balance_rel_threshold,
-        .balance_gate = cfg->balance_gate,
-        .rendezvous = cfg->rendezvous,
-        .bounded_load_factor = cfg->bounded_load_factor,
-        .bounded_affinity = cfg->bounded_affinity,
-        .affinity_load_factor = cfg->affinity_load_factor,
-    };
+    s->params = ca_params_from_cfg(cfg);
     *state = s;
     return 0;
 }

@@ -204,8 +204,7 @@ int pca_decide(const struct kvh_index *exact, struct pca_spec *spec, const struc
         decision = POL_DECISION_NO_MATCH;
     } else if (cands[matched_idx].kv_overloaded ||
                ca_is_overloaded(p, cands[matched_idx].load, min_load) ||
-               (p->rendezvous && p->bounded_affinity &&
-                !rdv_within_bound(cands[matched_idx].load, total, n, p->bounded_load_factor))) {
+               ca_affinity_over_bound(p, cands[matched_idx].load, total, n)) {
         chosen = pca_by_load(p, cands, n, min_load, total, matched_idx, chain, n_chain);
         decision = POL_DECISION_OVERLOADED_FALLBACK;
     } else {
@@ -336,15 +335,7 @@ static int pca_create(const struct cfg_policy *cfg, void **state)
     }
     s->exact = pca_shared_index();
     s->spec = pca_spec_get(cfg->precise_cache_aware.speculative_ttl_ms);
-    s->params = (struct ca_params){
-        .cache_threshold = cfg->cache_threshold,
-        .balance_abs_threshold = cfg->balance_abs_threshold,
-        .balance_rel_threshold = cfg->balance_rel_threshold,
-        .balance_gate = cfg->balance_gate,
-        .rendezvous = cfg->rendezvous,
-        .bounded_load_factor = cfg->bounded_load_factor,
-        .bounded_affinity = cfg->bounded_affinity,
-    };
+    s->params = ca_params_from_cfg(cfg);
     *state = s;
     return 0;
 }

@@ -159,6 +159,46 @@ static void test_speculative_entry_holds_a_burst(void **state)
     kvh_destroy(ix);
 }
 
+/* bounded_affinity: a holder over the ranking's bound (bounded_load_factor)
+ * but within its own, looser affinity bound (affinity_load_factor) keeps
+ * the request, as under cache_aware; over that bound too, the request goes
+ * by load. */
+static void test_bounded_affinity_uses_its_own_factor(void **state)
+{
+    (void)state;
+    struct kvh_index *ix = kvh_create(1 << 14);
+    struct ca_candidate c[N];
+    cands_init(c);
+    uint64_t chain[20];
+    chain_of(9, chain, 20);
+    hold(ix, chain, 20, 11);
+    /* Mean 3: the ranking's bound is 1.25 x 3 + 1 = 4.75, the affinity
+     * bound 2 x 3 + 1 = 7; slot 11 at 6 is within the balance gate. */
+    c[0].load = 2;
+    c[1].load = 6;
+    c[2].load = 2;
+    c[3].load = 2;
+    struct ca_params bounded = params;
+    bounded.rendezvous = true;
+    bounded.bounded_affinity = true;
+    bounded.affinity_load_factor = 2.0;
+    struct ca_choice ch;
+    assert_int_equal(pca_decide(ix, NULL, &bounded, chain, 20, c, N, 0, &ch), 0);
+    assert_int_equal(c[ch.index].slot, 11);
+    assert_int_equal(ch.decision, POL_DECISION_AFFINITY);
+    /* Without a factor of its own, the ranking's bound applies. */
+    bounded.affinity_load_factor = 0;
+    assert_int_equal(pca_decide(ix, NULL, &bounded, chain, 20, c, N, 0, &ch), 0);
+    assert_int_equal(ch.decision, POL_DECISION_OVERLOADED_FALLBACK);
+    assert_true(c[ch.index].slot != 11);
+    /* Over the affinity bound: by load. */
+    bounded.affinity_load_factor = 2.0;
+    c[1].load = 9; /* mean 3.75: bound 8.5 */
+    assert_int_equal(pca_decide(ix, NULL, &bounded, chain, 20, c, N, 0, &ch), 0);
+    assert_int_equal(ch.decision, POL_DECISION_OVERLOADED_FALLBACK);
+    kvh_destroy(ix);
+}
+
 /* With rendezvous, the rule of a prompt nobody holds (an evicted one): the
  * first worker of its head's ranking within the balance gate, whatever the
  * load bound (a factor over the mean) says, so the prompt comes back to the
@@ -348,6 +388,7 @@ int main(void)
         cmocka_unit_test(test_longest_exact_match_wins),
         cmocka_unit_test(test_balance_gate_and_full_kv),
         cmocka_unit_test(test_speculative_entry_holds_a_burst),
+        cmocka_unit_test(test_bounded_affinity_uses_its_own_factor),
         cmocka_unit_test(test_not_held_follows_ranking_within_gate),
         cmocka_unit_test(test_policy_falls_back_without_tokens),
         cmocka_unit_test(test_speculative_entries_shared_by_loops),
