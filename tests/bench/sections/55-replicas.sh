@@ -17,7 +17,8 @@
 # mock's KV-cache events, so all nodes route on the same exact holders;
 # before each such run the section waits until every node has every mock's
 # first event batch, and after it sums the nodes' tokenize fallbacks and
-# decisions). REPLICAS_FACTORS="1.5 2"
+# decisions; REPLICAS_PRECISE_POLICY adds policy lines to them, e.g.
+# "precise_cache_aware: { speculative_ttl: 5s }"). REPLICAS_FACTORS="1.5 2"
 # adds `three` runs with other policy.bounded_load_factor values
 # (three_f1.5, ...); REPLICAS_CONFIGS replaces the list (one_F and three_F
 # name a factor F too), REPLICAS_WORKLOADS the workloads, and
@@ -29,7 +30,8 @@
 # a control run without the restart measures how much the rate drifts
 # between the same windows anyway.
 #
-# Data file: replicas.csv (rep_WORKLOAD_CONFIG_FIGURE, rep_restart_*);
+# Data file: replicas.csv (rep_WORKLOAD_CONFIG_FIGURE, precise runs also
+# _decisions_*, _fallbacks*, _tokenize_*, _kv_events_*; rep_restart_*);
 # raw: replicas/rep-WORKLOAD-CONFIG.{txt,csv,json}.
 set -euo pipefail
 # shellcheck source=tests/bench/lib.sh
@@ -54,7 +56,7 @@ if grep -q '"load_signal"' "$here/../../common/config_schema.c" 2>/dev/null; the
 else
     put rep_load_signal no
 fi
-configs=${REPLICAS_CONFIGS:-"one one_norank three three_ablation one_unbounded three_unbounded"}
+configs=${REPLICAS_CONFIGS:-"one one_norank three three_ablation one_unbounded three_unbounded one_precise three_precise"}
 for f in ${REPLICAS_FACTORS:-}; do configs+=" three_f$f"; done
 put rep_n_mocks "$n_mocks"
 put rep_configs "$configs"
