@@ -23,6 +23,12 @@ echo "least-loaded worker, as before the ranking)$([ "$(v rep_load_signal)" = ye
 echo "\`one_unbounded\` and \`three_unbounded\` run with \`policy.bounded_affinity: false\` (a matched"
 echo "worker gives way only over the balance thresholds, not over its load bound: the"
 echo "default spreads a hot prefix down its ranking)."
+case " $configs " in *_precise" "*)
+    echo "\`one_precise\` and \`three_precise\` route by \`precise_cache_aware\`: every node's control"
+    echo "plane subscribes to every mock's KV-cache events, so all nodes route on the same"
+    echo "exact holders (each run starts once every node has every mock's first event batch)."
+    ;;
+esac
 echo "Of ceiling = hit rate / the workload's hit-rate ceiling (as in the routing section);"
 echo "load max/mean as there."
 echo
@@ -42,6 +48,26 @@ for w in $workloads; do
     done
     echo
 done
+# The precise comparison, when the run had both precise configs.
+has_config() { case " $configs " in *" $1 "*) return 0 ;; esac; return 1; }
+if has_config one_precise && has_config three_precise; then
+    echo "### Exact holdings: three_precise against one node"
+    echo
+    echo "Of ceiling and load max/mean of \`three_precise\` over \`one_precise\` (the same"
+    echo "policy on one node) and over \`one\` (cache_aware on one node); the precise runs'"
+    echo "routing decisions and tokenize fallbacks, summed over their nodes."
+    echo
+    echo "| workload | three_precise / one_precise (of ceiling) | three_precise / one (of ceiling) | load max/mean vs one_precise | load max/mean vs one | three_precise: affinity / no_match / overloaded_fallback | fallbacks (timeout, error) |"
+    echo "|---|---|---|---|---|---|---|"
+    for w in $workloads; do
+        t="rep_${w}_three_precise" op="rep_${w}_one_precise" o="rep_${w}_one"
+        t_of=$(ratio "$(v "${t}_hit_rate")" "$(v "${t}_hit_ceiling")" 4)
+        op_of=$(ratio "$(v "${op}_hit_rate")" "$(v "${op}_hit_ceiling")" 4)
+        o_of=$(ratio "$(v "${o}_hit_rate")" "$(v "${o}_hit_ceiling")" 4)
+        echo "| $w | $(ratio "$t_of" "$op_of")× | $(ratio "$t_of" "$o_of")× | $(ratio "$(v "${t}_load_max_mean")" "$(v "${op}_load_max_mean")")× | $(ratio "$(v "${t}_load_max_mean")" "$(v "${o}_load_max_mean")")× | $(v "${t}_decisions_affinity") / $(v "${t}_decisions_no_match") / $(v "${t}_decisions_overloaded_fallback") | $(v "${t}_fallbacks") ($(v "${t}_fallbacks_timeout"), $(v "${t}_fallbacks_error")) |"
+    done
+    echo
+fi
 echo "Goals (issue): three nodes reach ≥ 0.95× one node's hit rate of ceiling with load"
 echo "max/mean within +10% of it; the ablation shows what the ranking (and the combined"
 echo "load) bring."

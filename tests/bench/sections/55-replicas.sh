@@ -12,7 +12,13 @@
 # worker-reported load, policy.load_signal: own), and `one_unbounded` and
 # `three_unbounded` (policy.bounded_affinity: false: a matched worker gives
 # way only over the balance thresholds; `*_bounded` names it on, for trees
-# where it is off by default). REPLICAS_FACTORS="1.5 2"
+# where it is off by default), and `one_precise` and `three_precise`
+# (precise_cache_aware: every node's control plane subscribes to every
+# mock's KV-cache events, so all nodes route on the same exact holders;
+# before each such run the section waits until every node has every mock's
+# first event batch, and after it sums the nodes' tokenize fallbacks and
+# decisions; REPLICAS_PRECISE_POLICY adds policy lines to them, e.g.
+# "precise_cache_aware: { speculative_ttl: 5s }"). REPLICAS_FACTORS="1.5 2"
 # adds `three` runs with other policy.bounded_load_factor values
 # (three_f1.5, ...); REPLICAS_CONFIGS replaces the list (one_F and three_F
 # name a factor F too), REPLICAS_WORKLOADS the workloads, and
@@ -24,7 +30,8 @@
 # a control run without the restart measures how much the rate drifts
 # between the same windows anyway.
 #
-# Data file: replicas.csv (rep_WORKLOAD_CONFIG_FIGURE, rep_restart_*);
+# Data file: replicas.csv (rep_WORKLOAD_CONFIG_FIGURE, precise runs also
+# _decisions_*, _fallbacks*, _tokenize_*, _kv_events_*; rep_restart_*);
 # raw: replicas/rep-WORKLOAD-CONFIG.{txt,csv,json}.
 set -euo pipefail
 # shellcheck source=tests/bench/lib.sh
@@ -49,7 +56,7 @@ if grep -q '"load_signal"' "$here/../../common/config_schema.c" 2>/dev/null; the
 else
     put rep_load_signal no
 fi
-configs=${REPLICAS_CONFIGS:-"one one_norank three three_ablation one_unbounded three_unbounded"}
+configs=${REPLICAS_CONFIGS:-"one one_norank three three_ablation one_unbounded three_unbounded one_precise three_precise"}
 for f in ${REPLICAS_FACTORS:-}; do configs+=" three_f$f"; done
 put rep_n_mocks "$n_mocks"
 put rep_configs "$configs"
@@ -58,10 +65,13 @@ put rep_window_s "$window"
 put rep_mock_flags "${mock_flags[*]}"
 put rep_dp_threads "$dp_threads"
 
-# config_nodes CONFIG / config_policy CONFIG: its node count and policy lines.
+# config_nodes CONFIG / config_name CONFIG / config_policy CONFIG: its node
+# count, its policy and that policy's extra lines.
 config_nodes() { case $1 in one*) echo 1 ;; *) echo 3 ;; esac; }
+config_name() { case $1 in *_precise) echo precise_cache_aware ;; *) echo cache_aware ;; esac; }
 config_policy() {
     case $1 in
+    *_precise) echo "${REPLICAS_PRECISE_POLICY:-}" ;;
     one_norank) echo "rendezvous: false" ;;
     three_ablation) echo "$ablation" ;;
     *_f*) echo "bounded_load_factor: ${1#*_f}" ;;
@@ -72,16 +82,20 @@ config_policy() {
 }
 
 # nodes_start N CONFIG: N router nodes over the mocks (each started with
-# --fresh: empty index, empty registry state). Sets node_urls (comma
-# separated), node_cfgs, node_dp_pids and node_cp_pids.
+# --fresh: empty index, empty registry state; with a precise policy each
+# subscribed to every mock's KV events). Sets node_urls (comma separated),
+# node_cfgs, node_dp_ports, node_adm_ports, node_dp_pids and node_cp_pids.
 nodes_start() {
-    local n=$1 config=$2 i dp adm cfg ports
-    node_urls="" node_cfgs=() node_dp_pids=() node_cp_pids=()
+    local n=$1 config=$2 i dp adm cfg ports kvp=""
+    node_urls="" node_cfgs=() node_dp_ports=() node_adm_ports=() node_dp_pids=() node_cp_pids=()
     read -r -a ports <<<"$(free_ports $((2 * n)))"
+    [ "$(config_name "$config")" = precise_cache_aware ] && kvp="${kv_ports[*]}"
     for ((i = 0; i < n; i++)); do
         dp=${ports[$((2 * i))]} adm=${ports[$((2 * i + 1))]} cfg=$bench_tmp/rep$i.yaml
-        policy_extra=$(config_policy "$config") balance_abs=6 switchyard_config "$cfg" "rep$i" \
-            "$dp_threads" cache_aware per_request "$dp" "$adm" "${mports[@]}"
+        policy_extra=$(config_policy "$config") balance_abs=6 kv_events_ports=$kvp \
+            switchyard_config "$cfg" "rep$i" "$dp_threads" "$(config_name "$config")" \
+            per_request "$dp" "$adm" "${mports[@]}"
+        node_dp_ports+=("$dp") node_adm_ports+=("$adm")
         # REPLICAS_ACCESS_LOG=1: every node writes an access log (the
         # worker and decision of each request), kept beside the raw files.
         if [ -n "${REPLICAS_ACCESS_LOG:-}" ]; then
@@ -92,6 +106,82 @@ nodes_start() {
         node_cfgs+=("$cfg") node_dp_pids+=("$dp_pid") node_cp_pids+=("$cp_pid")
         node_urls+="${node_urls:+,}http://127.0.0.1:$dp"
     done
+}
+
+# metric URL NAME [LABEL_MATCH]: the sum of NAME's samples on URL's
+# Prometheus page whose labels contain LABEL_MATCH (0 when none), n/a when
+# the page cannot be had (three tries). As in the routing section.
+metric() {
+    local page="" _
+    for _ in 1 2 3; do
+        page=$(curl -fs --max-time 5 "$1") && break
+        page="" && sleep 0.2
+    done
+    [ -n "$page" ] || { echo n/a; return 0; }
+    awk -v n="$2" -v m="${3:-}" '
+        $1 !~ /^#/ { k = $1; sub(/\{.*/, "", k)
+            if (k == n && index($1, m) > 0) s += $NF }
+        END { printf "%.0f\n", s }' <<<"$page"
+}
+
+# nodes_metric PORTS_ARRAY NAME [LABEL_MATCH]: metric summed over the
+# running nodes' pages (data planes: node_dp_ports; control planes:
+# node_adm_ports), n/a when one cannot be read.
+nodes_metric() {
+    local -n ports_ref=$1
+    local p s=0 x
+    for p in "${ports_ref[@]}"; do
+        x=$(metric "http://127.0.0.1:$p/metrics" "$2" "${3:-}")
+        [ "$x" = n/a ] && { echo n/a; return 0; }
+        s=$((s + x))
+    done
+    echo "$s"
+}
+
+# kv_events_joined: every node's control plane has every mock's first KV
+# event batch (a subscriber misses what is published before it joins; each
+# mock is sent one small request directly until every node has one).
+kv_events_joined() {
+    local i p deadline=$(($(date +%s) + 15)) b
+    for ((i = 0; i < n_mocks; i++)); do
+        for p in "${node_adm_ports[@]}"; do
+            while :; do
+                b=$(metric "http://127.0.0.1:$p/metrics" switchyard_kv_events_batches_total \
+                    "worker=\"w$((i + 1))\"")
+                [ "$b" != 0 ] && [ "$b" != n/a ] && break
+                if [ "$(date +%s)" -ge "$deadline" ]; then
+                    echo "bench: no KV event batch of w$((i + 1)) reached the control plane on :$p" >&2
+                    return 1
+                fi
+                curl -fs -o /dev/null --max-time 2 "${mock_urls[$i]}/v1/completions" \
+                    -H 'Content-Type: application/json' \
+                    -d "{\"model\":\"mock\",\"prompt\":\"kv events probe $RANDOM $(printf '%0128d' 0)\",\"max_tokens\":1}" || true
+                sleep 0.1
+            done
+        done
+    done
+}
+
+# precise_figures PREFIX: a precise run's counters summed over its nodes,
+# read before they stop: routing decisions by reason and tokenize
+# fallbacks by reason (data planes), KV events applied and skipped
+# (control planes).
+precise_figures() {
+    local p=$1 r
+    for r in affinity affinity_despite_imbalance overloaded_fallback no_match; do
+        put "${p}_decisions_$r" "$(nodes_metric node_dp_ports switchyard_routing_decisions_total "decision=\"$r\"")"
+    done
+    put "${p}_fallbacks" "$(nodes_metric node_dp_ports switchyard_precise_fallbacks_total)"
+    for r in timeout error unsupported no_index; do
+        put "${p}_fallbacks_$r" "$(nodes_metric node_dp_ports switchyard_precise_fallbacks_total "reason=\"$r\"")"
+    done
+    for r in ok timeout error; do
+        put "${p}_tokenize_$r" "$(nodes_metric node_dp_ports switchyard_tokenize_requests_total "result=\"$r\"")"
+    done
+    put "${p}_tokenize_cache_hits" "$(nodes_metric node_dp_ports switchyard_tokenize_cache_hits_total)"
+    put "${p}_kv_events_stored" "$(nodes_metric node_adm_ports switchyard_kv_events_total 'kind="stored"')"
+    put "${p}_kv_events_skipped" "$(nodes_metric node_adm_ports switchyard_kv_events_skipped_total)"
+    put "${p}_kv_events_gaps" "$(nodes_metric node_adm_ports switchyard_kv_events_gaps_total)"
 }
 
 nodes_stop() {
@@ -122,11 +212,17 @@ hit_between() {
 }
 
 echo "== router replicas ($n_mocks mock workers: $configs)" >&2
-read -r -a mports <<<"$(free_ports "$n_mocks")"
-mock_args=() mock_urls=()
+# Each mock's HTTP port, then its KV events' PUB and replay ports: the
+# mocks always publish; only the precise configs subscribe.
+read -r -a ports <<<"$(free_ports $((3 * n_mocks)))"
+mports=("${ports[@]:0:$n_mocks}")
+mock_args=() mock_urls=() kv_ports=()
 for ((i = 0; i < n_mocks; i++)); do
+    pub=${ports[$((n_mocks + 2 * i))]} rep=${ports[$((n_mocks + 2 * i + 1))]}
+    kv_ports+=("$pub:$rep")
     bench_spawn "$bench_tmp/repmock-$i.log" "$build/switchyard-mockworker" \
-        --listen "127.0.0.1:${mports[$i]}" "${mock_flags[@]}"
+        --listen "127.0.0.1:${mports[$i]}" "${mock_flags[@]}" \
+        --kv-events-endpoint "tcp://127.0.0.1:$pub" --kv-events-replay-endpoint "tcp://127.0.0.1:$rep"
     mock_args+=(--mock "http://127.0.0.1:${mports[$i]}")
     mock_urls+=("http://127.0.0.1:${mports[$i]}")
 done
@@ -136,6 +232,11 @@ for w in $workloads; do
     for c in $configs; do
         echo "-- $w / $c" >&2
         nodes_start "$(config_nodes "$c")" "$c"
+        precise=""
+        [ "$(config_name "$c")" = precise_cache_aware ] && precise=yes
+        if [ -n "$precise" ]; then
+            kv_events_joined || tail -5 "$bench_tmp/rep0-cp.log" >&2
+        fi
         f=$raw/rep-$w-$c
         # A failed run leaves its figures n/a in the report; the others go on.
         run_fg "$f.txt" "$build/switchyard-bench" run \
@@ -144,6 +245,7 @@ for w in $workloads; do
             --block-tokens 16 --label "$c" --json "$f.json" --csv "$f.csv" ||
             echo "bench: $w / $c: the load generator failed" >&2
         while read -r k val; do put "rep_${w}_${c}_$k" "$val"; done <"$f.txt"
+        [ -n "$precise" ] && precise_figures "rep_${w}_${c}"
         nodes_stop
         if [ -n "${REPLICAS_ACCESS_LOG:-}" ]; then
             for ((i = 0; i < $(config_nodes "$c"); i++)); do
