@@ -101,6 +101,22 @@ wait_http() {
     return 1
 }
 
+# metric URL NAME [LABEL_MATCH]: the sum of NAME's samples on URL's
+# Prometheus page whose labels contain LABEL_MATCH (0 when none), n/a when
+# the page cannot be had (three tries).
+metric() {
+    local page="" _
+    for _ in 1 2 3; do
+        page=$(curl -fs --max-time 5 "$1") && break
+        page="" && sleep 0.2
+    done
+    [ -n "$page" ] || { echo n/a; return 0; }
+    awk -v n="$2" -v m="${3:-}" '
+        $1 !~ /^#/ { k = $1; sub(/\{.*/, "", k)
+            if (k == n && index($1, m) > 0) s += $NF }
+        END { printf "%.0f\n", s }' <<<"$page"
+}
+
 # CPU time (utime + stime) of a process in clock ticks.
 proc_cpu_ticks() {
     awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"

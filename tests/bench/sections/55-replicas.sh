@@ -108,22 +108,6 @@ nodes_start() {
     done
 }
 
-# metric URL NAME [LABEL_MATCH]: the sum of NAME's samples on URL's
-# Prometheus page whose labels contain LABEL_MATCH (0 when none), n/a when
-# the page cannot be had (three tries). As in the routing section.
-metric() {
-    local page="" _
-    for _ in 1 2 3; do
-        page=$(curl -fs --max-time 5 "$1") && break
-        page="" && sleep 0.2
-    done
-    [ -n "$page" ] || { echo n/a; return 0; }
-    awk -v n="$2" -v m="${3:-}" '
-        $1 !~ /^#/ { k = $1; sub(/\{.*/, "", k)
-            if (k == n && index($1, m) > 0) s += $NF }
-        END { printf "%.0f\n", s }' <<<"$page"
-}
-
 # nodes_metric PORTS_ARRAY NAME [LABEL_MATCH]: metric summed over the
 # running nodes' pages (data planes: node_dp_ports; control planes:
 # node_adm_ports), n/a when one cannot be read.
