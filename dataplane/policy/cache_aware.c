@@ -108,17 +108,24 @@ static bool ca_walk_accept(const void *ctx, size_t i, uint64_t *seed)
 
 /* The first worker of the ranking for key within bounds (skipping `skip`);
  * the least-loaded one if none is (only possible when skipping). */
-size_t ca_ranked(const struct ca_params *p, const struct ca_candidate *cands, size_t n,
-                 uint64_t total, size_t skip, const void *key, size_t key_len, uint64_t spread)
+static size_t ca_walk_first(const struct ca_params *p, const struct ca_candidate *cands, size_t n,
+                            uint64_t total, size_t skip, size_t holder, const void *key,
+                            size_t key_len, uint64_t spread)
 {
     struct ca_walk w = {.cands = cands,
                         .n = n,
                         .skip = skip,
-                        .holder = n,
+                        .holder = holder,
                         .total = total,
                         .factor = p->bounded_load_factor};
     long i = rdv_first(key, key_len, n, ca_walk_accept, &w);
     return i >= 0 ? (size_t)i : ca_least_loaded(cands, n, -1, spread);
+}
+
+size_t ca_ranked(const struct ca_params *p, const struct ca_candidate *cands, size_t n,
+                 uint64_t total, size_t skip, const void *key, size_t key_len, uint64_t spread)
+{
+    return ca_walk_first(p, cands, n, total, skip, n, key, key_len, spread);
 }
 
 /*
@@ -139,14 +146,7 @@ static size_t ca_ranked_holder(const struct ca_params *p, const struct ca_candid
     if (holder >= n || cands[holder].kv_overloaded ||
         ca_is_overloaded(p, cands[holder].load, min_load))
         holder = n;
-    struct ca_walk w = {.cands = cands,
-                        .n = n,
-                        .skip = n,
-                        .holder = holder,
-                        .total = total,
-                        .factor = p->bounded_load_factor};
-    long i = rdv_first(key, key_len, n, ca_walk_accept, &w);
-    return i >= 0 ? (size_t)i : ca_least_loaded(cands, n, -1, spread);
+    return ca_walk_first(p, cands, n, total, n, holder, key, key_len, spread);
 }
 
 int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model, const char *text,
