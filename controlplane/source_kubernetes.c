@@ -115,6 +115,9 @@ struct cp_kube {
 
     uint64_t events[KUBE_EV_COUNT];
     uint64_t relists, errors, watches;
+
+    void (*tap)(void *user, const json_t *event); /* cp_kube_set_event_tap */
+    void *tap_user;
 };
 
 static void kube_on_event(void *user, const json_t *ev);
@@ -378,6 +381,8 @@ static void kube_gone(struct cp_kube *k, struct kube_entry *e, uint64_t now_ms)
 static void kube_on_event(void *user, const json_t *ev)
 {
     struct cp_kube *k = user;
+    if (k->tap != NULL)
+        k->tap(k->tap_user, ev);
     const char *type = json_string_value(json_object_get(ev, "type"));
     const json_t *obj = json_object_get(ev, "object");
     int t = -1;
@@ -1000,10 +1005,49 @@ void cp_kube_metrics(const struct cp_kube *k, struct prom_writer *w)
 
 /* ---- fuzzing ---------------------------------------------------------------- */
 
+void cp_kube_reset(struct cp_kube *k)
+{
+    kube_api_cancel(k->api);
+    /* Everything is cleared but what cp_kube_create made: a field added
+     * later starts over too unless it is named here, as in a new source. */
+    const struct cp_kube was = *k;
+    const struct cp_kube *keep = &was;
+    memset(k, 0, sizeof(*k));
+    k->seg = keep->seg;
+    k->cfg = keep->cfg;
+    k->kc = keep->kc;
+    k->api = keep->api;
+    memcpy(k->base, keep->base, sizeof(k->base));
+    memcpy(k->ns, keep->ns, sizeof(k->ns));
+    k->selector_q = keep->selector_q;
+    memcpy(k->token, keep->token, sizeof(k->token));
+    k->token_read_ms = keep->token_read_ms;
+    k->rng = keep->rng;
+    k->entries = keep->entries; /* the table's storage, emptied */
+    k->cap = keep->cap;
+    k->snap = keep->snap;
+    k->snap_ix = keep->snap_ix;
+    k->proposal = keep->proposal;
+    k->proposal_cap = keep->proposal_cap;
+    k->drain = keep->drain;
+    k->tap = keep->tap;
+    k->tap_user = keep->tap_user;
+    k->state = KUBE_IDLE;
+    k->stale = true;
+    k->stale_since_ms = proc_monotonic_ms();
+}
+
 bool cp_kube_feed_watch(struct cp_kube *k, const char *bytes, size_t len, uint64_t now_ms)
 {
     bool ok = kube_api_feed_watch(k->api, bytes, len);
     if (k->dirty)
         kube_sync(k, now_ms);
     return ok;
+}
+
+void cp_kube_set_event_tap(struct cp_kube *k, void (*fn)(void *user, const json_t *event),
+                           void *user)
+{
+    k->tap = fn;
+    k->tap_user = user;
 }

@@ -102,4 +102,20 @@ void cp_kube_metrics(const struct cp_kube *k, struct prom_writer *w);
  */
 bool cp_kube_feed_watch(struct cp_kube *k, const char *bytes, size_t len, uint64_t now_ms);
 
+/*
+ * Makes k what cp_kube_create made: no pods, no resource version, no
+ * counters, no transfer, stale until a first list; it keeps its memory,
+ * curl handle, token and api server. For the fuzz target, which runs
+ * every input through one source (a new one costs a curl handle and an
+ * epoll set). The registry is left as it is: emptying it of the source's
+ * workers is the caller's part.
+ */
+void cp_kube_reset(struct cp_kube *k);
+
+/* For the fuzz target: fn(user, event) sees every event the watch's line
+ * splitter hands up, before the source acts on it (the event is borrowed
+ * for the call). NULL: none, as in the control plane. Kept by a reset. */
+void cp_kube_set_event_tap(struct cp_kube *k, void (*fn)(void *user, const json_t *event),
+                           void *user);
+
 #endif

@@ -36,6 +36,7 @@ struct kube_api {
     bool failed_line; /* the write callback refused a line */
     char *data;       /* list: the body; watch: the unfinished line */
     size_t len, cap;
+    size_t scanned; /* watch: data[0..scanned) holds no newline (searched already) */
     bool done;
     CURLcode done_res;
 };
@@ -68,13 +69,20 @@ int kube_api_create(const struct kube_api_opts *opts, struct kube_api **out)
     return 0;
 }
 
+/* Empties the body or unfinished line (the buffer is kept for the next). */
+static void kube_clear_data(struct kube_api *a)
+{
+    a->len = 0;
+    a->scanned = 0;
+}
+
 void kube_api_cancel(struct kube_api *a)
 {
     if (a->kind != KUBE_XFER_NONE && !a->done)
         cep_remove(&a->cep, a->easy);
     a->kind = KUBE_XFER_NONE;
     a->done = false;
-    a->len = 0;
+    kube_clear_data(a);
 }
 
 void kube_api_destroy(struct kube_api *a)
@@ -122,12 +130,20 @@ static int kube_reserve(struct kube_api *a, size_t more, size_t max)
     return 0;
 }
 
-/* Hands every complete line of a watch up; keeps the unfinished rest. */
+/*
+ * Hands every complete line of a watch up; keeps the unfinished rest.
+ * Linear in the bytes received however they are cut into reads: the
+ * search for a newline resumes where the last one gave up (a line of a
+ * megabyte arriving a byte at a time is not searched a million times),
+ * and only what follows the last newline of this read is moved down,
+ * which is at most this read's bytes.
+ */
 static bool kube_take_lines(struct kube_api *a)
 {
     size_t start = 0;
     for (;;) {
-        char *nl = memchr(a->data + start, '\n', a->len - start);
+        size_t from = start > a->scanned ? start : a->scanned;
+        char *nl = memchr(a->data + from, '\n', a->len - from);
         if (nl == NULL)
             break;
         size_t end = (size_t)(nl - a->data);
@@ -146,8 +162,10 @@ static bool kube_take_lines(struct kube_api *a)
         }
         start = end + 1;
     }
-    memmove(a->data, a->data + start, a->len - start);
+    if (start > 0)
+        memmove(a->data, a->data + start, a->len - start);
     a->len -= start;
+    a->scanned = a->len;
     return true;
 }
 
@@ -179,13 +197,13 @@ static size_t kube_write(char *ptr, size_t size, size_t n, void *arg)
 bool kube_api_feed_watch(struct kube_api *a, const char *bytes, size_t len)
 {
     if (kube_reserve(a, len, KUBE_LINE_MAX) != 0) {
-        a->len = 0;
+        kube_clear_data(a);
         return false;
     }
     memcpy(a->data + a->len, bytes, len);
     a->len += len;
     if (!kube_take_lines(a)) {
-        a->len = 0;
+        kube_clear_data(a);
         return false;
     }
     return true;
@@ -234,7 +252,7 @@ int kube_api_start(struct kube_api *a, enum kube_xfer kind, const char *url, con
     a->got_body = false;
     a->failed_line = false;
     a->done = false;
-    a->len = 0;
+    kube_clear_data(a);
     if (cep_add(&a->cep, e) != 0) {
         a->kind = KUBE_XFER_NONE;
         return -EIO;
@@ -263,7 +281,7 @@ static void kube_report(struct kube_api *a, bool silent)
         snprintf(r.why, sizeof(r.why), "HTTP %ld", r.http_status);
     a->kind = KUBE_XFER_NONE;
     a->done = false;
-    a->len = 0;
+    kube_clear_data(a);
     a->opts.on_done(a->opts.user, &r);
     json_decref(body);
 }
