@@ -96,7 +96,9 @@ if [ "$(v partial)" = no ] || [ ! -f "$page" ] || [ "$fresh" = yes ]; then
     } >"$tmp/page.md"
 else
     # Some sections: each fragment replaces the blocks of the page under
-    # its "## " headings, where the first of them was.
+    # its "## " headings, where the first of them was. A section the page
+    # has no part of yet (one added since the last whole run) goes before
+    # "## Reproducing"; the next whole run puts it in its place.
     cp "$page" "$tmp/page.md"
     for frag in "${fragments[@]}"; do
         awk -v sec="$frag" '
@@ -104,7 +106,12 @@ else
             /^## / { skip = 0; if ($0 in h) { if (!done) printf "%s", body; done = skip = 1; next } }
             !skip { print }
             END { if (!done) exit 1 }' "$tmp/page.md" >"$tmp/spliced.md" ||
-            { echo "bench report: $page has no part with the headings of $frag: run the whole benchmark" >&2; exit 1; }
+            awk -v sec="$frag" '
+                BEGIN { while ((getline l < sec) > 0) body = body l "\n" }
+                $0 == "## Reproducing" && !done { printf "%s", body; done = 1 }
+                { print }
+                END { if (!done) exit 1 }' "$tmp/page.md" >"$tmp/spliced.md" ||
+            { echo "bench report: $page has neither a part with the headings of $frag nor a Reproducing part: run the whole benchmark" >&2; exit 1; }
         mv "$tmp/spliced.md" "$tmp/page.md"
     done
 fi
