@@ -103,7 +103,7 @@ static void pca_match(const struct kvh_index *ix, const uint64_t *chain, size_t 
 struct pca_walk {
     const struct ca_params *p;
     const struct ca_candidate *cands;
-    size_t n, skip;
+    size_t n, skip, skip2;
     uint64_t min_load, total;
 };
 
@@ -112,7 +112,8 @@ static bool pca_walk_accept(const void *ctx, size_t i, uint64_t *seed)
     const struct pca_walk *w = ctx;
     const struct ca_candidate *c = &w->cands[i];
     *seed = c->rdv_seed;
-    return i != w->skip && !c->kv_overloaded && !ca_is_overloaded(w->p, c->load, w->min_load) &&
+    return i != w->skip && i != w->skip2 && !c->kv_overloaded &&
+           !ca_is_overloaded(w->p, c->load, w->min_load) &&
            (!w->p->bounded_affinity ||
             rdv_within_bound(c->load, w->total, w->n, w->p->bounded_load_factor));
 }
@@ -127,17 +128,40 @@ static bool pca_walk_accept(const void *ctx, size_t i, uint64_t *seed)
  * costs cache. Within the gate a prefix nobody holds goes back to the same
  * worker as long as that worker is not overloaded, which is what
  * cache_aware's remembered holder gives it, and the events still decide
- * whenever some worker does hold it. */
-static size_t pca_by_load(const struct ca_params *p, const struct ca_candidate *cands, size_t n,
-                          uint64_t min_load, uint64_t total, size_t skip, const uint64_t *chain,
-                          size_t n_chain)
+ * whenever some worker does hold it.
+ *
+ * Two choices by held blocks: the ranking's second worker within the gate
+ * takes the prompt instead when the first holds more than a prompt's worth
+ * of blocks more than it (the exact index's count per worker). A hash
+ * ranking alone deals new prefixes unevenly (47 conversations over 8
+ * workers: from 2 to 9 each), and a worker dealt more prefixes than its
+ * cache holds evicts them while others have room; a conversation placed
+ * once stays, so the uneven deal costs hits for the rest of the run. With
+ * full caches every worker holds about its capacity and the ranking's
+ * first keeps the prompt, so a prefix that comes back still lands where
+ * it was. */
+static size_t pca_by_load(const struct kvh_index *exact, const struct ca_params *p,
+                          const struct ca_candidate *cands, size_t n, uint64_t min_load,
+                          uint64_t total, size_t skip, const uint64_t *chain, size_t n_chain)
 {
     uint64_t spread = n_chain > 0 ? chain[0] : 0;
     if (p->rendezvous && n_chain > 0) {
         size_t k = n_chain < PCA_RDV_KEY_BLOCKS ? n_chain : PCA_RDV_KEY_BLOCKS;
-        struct pca_walk w = {
-            .p = p, .cands = cands, .n = n, .skip = skip, .min_load = min_load, .total = total};
+        struct pca_walk w = {.p = p,
+                             .cands = cands,
+                             .n = n,
+                             .skip = skip,
+                             .skip2 = n,
+                             .min_load = min_load,
+                             .total = total};
         long i = rdv_first(&chain[k - 1], sizeof(chain[0]), n, pca_walk_accept, &w);
+        if (i >= 0 && exact != NULL) {
+            w.skip2 = (size_t)i;
+            long j = rdv_first(&chain[k - 1], sizeof(chain[0]), n, pca_walk_accept, &w);
+            if (j >= 0 && kvh_slot_count(exact, cands[i].slot) >
+                              kvh_slot_count(exact, cands[j].slot) + n_chain)
+                i = j;
+        }
         if (i >= 0)
             return (size_t)i;
     }
@@ -200,12 +224,12 @@ int pca_decide(const struct kvh_index *exact, struct pca_spec *spec, const struc
                                  n_chain > 0 ? chain[0] : 0);
         decision = POL_DECISION_FLEET_IMBALANCED;
     } else if (matched == 0) {
-        chosen = pca_by_load(p, cands, n, min_load, total, n, chain, n_chain);
+        chosen = pca_by_load(exact, p, cands, n, min_load, total, n, chain, n_chain);
         decision = POL_DECISION_NO_MATCH;
     } else if (cands[matched_idx].kv_overloaded ||
                ca_is_overloaded(p, cands[matched_idx].load, min_load) ||
                ca_affinity_over_bound(p, cands[matched_idx].load, total, n)) {
-        chosen = pca_by_load(p, cands, n, min_load, total, matched_idx, chain, n_chain);
+        chosen = pca_by_load(exact, p, cands, n, min_load, total, matched_idx, chain, n_chain);
         decision = POL_DECISION_OVERLOADED_FALLBACK;
     } else {
         chosen = matched_idx;

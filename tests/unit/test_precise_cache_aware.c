@@ -233,6 +233,51 @@ static void test_not_held_follows_ranking_within_gate(void **state)
     kvh_destroy(ix);
 }
 
+/* Two choices by held blocks: a new prompt goes to its ranking's second
+ * worker (within the gate) when the first holds more than a prompt's worth
+ * of blocks more than it, and stays with the first otherwise (a margin of
+ * a prompt or less; equal, full caches). */
+static void test_not_held_second_choice_by_held_blocks(void **state)
+{
+    (void)state;
+    struct kvh_index *ix = kvh_create(1 << 14);
+    struct ca_params rp = params;
+    rp.rendezvous = true;
+    rp.balance_abs_threshold = 6;
+    struct ca_candidate c[N];
+    cands_init(c);
+    uint64_t chain[20];
+    chain_of(7, chain, 20);
+    struct ca_choice ch;
+    assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
+    size_t first = ch.index;
+    /* The second: the first past the gate. */
+    c[first].load = 7;
+    assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
+    size_t second = ch.index;
+    assert_true(second != first);
+    c[first].load = 0;
+    /* The first holds a prompt's worth (20 blocks) more: it keeps it. */
+    uint64_t other[64];
+    chain_of(8, other, 64);
+    hold(ix, other, 20, c[first].slot);
+    assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
+    assert_int_equal(ch.index, first);
+    assert_int_equal(ch.decision, POL_DECISION_NO_MATCH);
+    /* 21 more: the second takes it. */
+    hold(ix, other, 21, c[first].slot);
+    assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
+    assert_int_equal(ch.index, second);
+    assert_int_equal(ch.decision, POL_DECISION_NO_MATCH);
+    /* The second fills up to within a prompt of it: the first again. */
+    uint64_t more[64];
+    chain_of(9, more, 64);
+    hold(ix, more, 21, c[second].slot);
+    assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
+    assert_int_equal(ch.index, first);
+    kvh_destroy(ix);
+}
+
 /* ---- through the policy interface ---- */
 
 static const char *no_headers(void *ctx, const char *name)
@@ -390,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_speculative_entry_holds_a_burst),
         cmocka_unit_test(test_bounded_affinity_uses_its_own_factor),
         cmocka_unit_test(test_not_held_follows_ranking_within_gate),
+        cmocka_unit_test(test_not_held_second_choice_by_held_blocks),
         cmocka_unit_test(test_policy_falls_back_without_tokens),
         cmocka_unit_test(test_speculative_entries_shared_by_loops),
     };
