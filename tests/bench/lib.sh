@@ -117,6 +117,25 @@ metric() {
         END { printf "%.0f\n", s }' <<<"$page"
 }
 
+# kv_batch_wait ADMIN_PORT WORKER_ID MOCK_URL DEADLINE: waits until the
+# control plane on ADMIN_PORT has a KV event batch of WORKER_ID (a
+# subscriber misses what is published before it joins), sending the mock
+# one small request directly until it has; 1 past DEADLINE (date +%s).
+kv_batch_wait() {
+    local b
+    while :; do
+        b=$(metric "http://127.0.0.1:$1/metrics" switchyard_kv_events_batches_total "worker=\"$2\"")
+        [ "$b" != 0 ] && [ "$b" != n/a ] && return 0
+        if [ "$(date +%s)" -ge "$4" ]; then
+            echo "bench: no KV event batch of $2 reached the control plane on :$1" >&2
+            return 1
+        fi
+        curl -fs -o /dev/null --max-time 2 "$3/v1/completions" -H 'Content-Type: application/json' \
+            -d "{\"model\":\"mock\",\"prompt\":\"kv events probe $RANDOM $(printf '%0128d' 0)\",\"max_tokens\":1}" || true
+        sleep 0.1
+    done
+}
+
 # CPU time (utime + stime) of a process in clock ticks.
 proc_cpu_ticks() {
     awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"

@@ -69,19 +69,9 @@ done
 # kv_events_joined: every mock's first KV event batch has reached the
 # control plane (each is sent one small request directly until it has).
 kv_events_joined() {
-    local i deadline=$(($(date +%s) + 15)) cpm="http://127.0.0.1:$radm/metrics"
+    local i deadline=$(($(date +%s) + 15))
     for ((i = 0; i < n_mocks; i++)); do
-        while [ "$(metric "$cpm" switchyard_kv_events_batches_total "worker=\"w$((i + 1))\"")" = 0 ] ||
-            [ "$(metric "$cpm" switchyard_kv_events_batches_total "worker=\"w$((i + 1))\"")" = n/a ]; do
-            if [ "$(date +%s)" -ge "$deadline" ]; then
-                echo "bench: no KV event batch of w$((i + 1)) reached the control plane" >&2
-                return 1
-            fi
-            curl -fs -o /dev/null --max-time 2 "http://127.0.0.1:${rports[$i]}/v1/completions" \
-                -H 'Content-Type: application/json' \
-                -d "{\"model\":\"mock\",\"prompt\":\"kv events probe $RANDOM $(printf '%0128d' 0)\",\"max_tokens\":1}" || true
-            sleep 0.1
-        done
+        kv_batch_wait "$radm" "w$((i + 1))" "http://127.0.0.1:${rports[$i]}" "$deadline" || return 1
     done
 }
 

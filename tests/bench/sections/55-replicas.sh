@@ -126,22 +126,10 @@ nodes_metric() {
 # event batch (a subscriber misses what is published before it joins; each
 # mock is sent one small request directly until every node has one).
 kv_events_joined() {
-    local i p deadline=$(($(date +%s) + 15)) b
+    local i p deadline=$(($(date +%s) + 15))
     for ((i = 0; i < n_mocks; i++)); do
         for p in "${node_adm_ports[@]}"; do
-            while :; do
-                b=$(metric "http://127.0.0.1:$p/metrics" switchyard_kv_events_batches_total \
-                    "worker=\"w$((i + 1))\"")
-                [ "$b" != 0 ] && [ "$b" != n/a ] && break
-                if [ "$(date +%s)" -ge "$deadline" ]; then
-                    echo "bench: no KV event batch of w$((i + 1)) reached the control plane on :$p" >&2
-                    return 1
-                fi
-                curl -fs -o /dev/null --max-time 2 "${mock_urls[$i]}/v1/completions" \
-                    -H 'Content-Type: application/json' \
-                    -d "{\"model\":\"mock\",\"prompt\":\"kv events probe $RANDOM $(printf '%0128d' 0)\",\"max_tokens\":1}" || true
-                sleep 0.1
-            done
+            kv_batch_wait "$p" "w$((i + 1))" "${mock_urls[$i]}" "$deadline" || return 1
         done
     done
 }
