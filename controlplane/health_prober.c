@@ -34,6 +34,11 @@ struct hc_state {
     bool unknown;      /* added at run time, not routed, no probe answered yet */
     uint32_t ok_run;   /* consecutive successes */
     uint32_t fail_run; /* consecutive failures */
+    /* Bumped when the admin API changes the worker's names; a /v1/models
+     * answer whose request left before the change may predate it (an
+     * adapter just loaded missing from the list) and is dropped. */
+    uint32_t names_epoch;
+    uint32_t models_probe_epoch; /* names_epoch when the last lookup left */
 };
 
 /* Owned by the control plane loop; dies with hc_destroy. */
@@ -94,11 +99,24 @@ static void hc_on_seen(void *user, const struct wp_target *t, const struct shm_w
     st->has_model = w->model[0] != '\0';
 }
 
+/* A /v1/models lookup leaves: what it answers is as new as this. */
+static void hc_models_lookup_started(struct hc_state *st)
+{
+    st->models_probe_epoch = st->names_epoch;
+}
+
+/* The names changed outside the prober: a lookup already under way is stale. */
+static void hc_names_changed(struct hc_state *st)
+{
+    st->names_epoch++;
+}
+
 static uint64_t hc_on_start(void *user, const struct wp_target *t, unsigned job, uint64_t now_ms)
 {
     struct hc_prober *p = user;
     if (job == HC_JOB_HEALTH)
         return now_ms + hc_jittered_interval(p);
+    hc_models_lookup_started(hc_state_of(p, t->slot));
     /* Every worker's names are read again each models_interval (LoRA
      * adapters come and go); one without a model retries sooner. */
     return now_ms + (hc_state_of(p, t->slot)->has_model ? p->health->models_interval_ms
@@ -171,7 +189,8 @@ static bool hc_name_is_usable(const char *model)
 static void hc_apply_models(struct hc_prober *p, const struct wp_target *t, struct hc_state *st,
                             bool ok, const char *body, size_t body_len)
 {
-    if (!ok)
+    /* Stale: the lookup hc_refresh_models scheduled reads the names again. */
+    if (!ok || st->models_probe_epoch != st->names_epoch)
         return;
     json_error_t jerr;
     json_t *root = json_loadb(body != NULL ? body : "", body_len, 0, &jerr);
@@ -330,6 +349,8 @@ size_t hc_stats(const struct hc_prober *p, struct wp_worker_stats *out, size_t c
 void hc_refresh_models(struct hc_prober *p, uint32_t slot)
 {
     const struct wp_target *t = wp_target(p->poller, slot);
-    if (t != NULL && t->active)
+    if (t != NULL && t->active) {
+        hc_names_changed(hc_state_of(p, slot));
         wp_schedule(p->poller, slot, HC_JOB_MODELS, 0);
+    }
 }

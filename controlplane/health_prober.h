@@ -70,7 +70,8 @@ void hc_run(struct hc_prober *p, uint64_t now_ms);
 bool hc_is_unknown(const struct hc_prober *p, uint32_t slot, uint32_t generation);
 
 /* Reads the names of the worker in slot again at the next pass (after a
- * LoRA adapter was loaded or unloaded there). */
+ * LoRA adapter was loaded or unloaded there). A lookup already under way
+ * left before the change: its answer is dropped, not applied over it. */
 void hc_refresh_models(struct hc_prober *p, uint32_t slot);
 
 /* Copies per-worker health-probe counters (up to cap); returns how many. */

@@ -87,11 +87,56 @@ static void test_thresholds(void **state)
     shm_segment_close(&seg);
 }
 
+/* A /v1/models answer to a lookup that left before the admin API changed
+ * the worker's names (an adapter loaded) is dropped: applied, it would take
+ * the new adapter away until the next lookup. */
+static void test_stale_models_answer_dropped(void **state)
+{
+    (void)state;
+    char name[64], err[256];
+    snprintf(name, sizeof(name), "/sy-unit-hcm-%d", (int)getpid());
+    struct shm_segment seg;
+    enum shm_open_outcome oc;
+    assert_int_equal(shm_segment_open_owner(&seg, name, 4, 2, &oc, err, sizeof(err)), 0);
+    shm_segment_unlink(name);
+    struct shm_worker_info in = {.role = CFG_ROLE_REGULAR, .healthy = true}, w;
+    snprintf(in.id, sizeof(in.id), "w1");
+    snprintf(in.url, sizeof(in.url), "http://127.0.0.1:1");
+    snprintf(in.model, sizeof(in.model), "m");
+    assert_int_equal(shm_registry_add(&seg, &in, &w), 0);
+    struct cfg_health h = {.interval_ms = 1000};
+    struct hc_prober p = {.seg = &seg, .health = &h};
+    struct wp_target t = {.active = true, .slot = w.slot, .generation = w.generation};
+    struct hc_state st;
+    hc_state_reset(&st, &w, false);
+    static const char without_a[] = "{\"data\":[{\"id\":\"m\"}]}";
+    static const char with_a[] = "{\"data\":[{\"id\":\"m\"},{\"id\":\"a\"}]}";
+
+    /* A lookup leaves; meanwhile a is loaded and named in the registry. */
+    hc_models_lookup_started(&st);
+    assert_int_equal(shm_registry_set_names(&seg, w.slot, "m", "a"), 0);
+    hc_names_changed(&st);
+    hc_apply_models(&p, &t, &st, true, without_a, sizeof(without_a) - 1);
+    assert_int_equal(shm_registry_find(&seg, "w1", &w), 0);
+    assert_string_equal(w.aliases, "a");
+    /* The lookup that leaves after the change is applied, whatever it says. */
+    hc_models_lookup_started(&st);
+    hc_apply_models(&p, &t, &st, true, with_a, sizeof(with_a) - 1);
+    assert_int_equal(shm_registry_find(&seg, "w1", &w), 0);
+    assert_string_equal(w.aliases, "a");
+    hc_models_lookup_started(&st);
+    hc_apply_models(&p, &t, &st, true, without_a, sizeof(without_a) - 1);
+    assert_int_equal(shm_registry_find(&seg, "w1", &w), 0);
+    assert_string_equal(w.aliases, "");
+    shm_segment_close(&seg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jitter_bounds),
         cmocka_unit_test(test_thresholds),
+        cmocka_unit_test(test_stale_models_answer_dropped),
     };
     return cmocka_run_group_tests_name("cp_health_prober", tests, NULL, NULL);
 }
