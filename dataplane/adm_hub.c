@@ -74,8 +74,8 @@ void dp_adm_hub_destroy(struct dp_adm_hub *hub)
             list_entry(list_pop_front(&hub->models), struct dp_adm_hub_model, link);
         for (int p = 0; p < DP_PRIO_COUNT; p++)
             while (!list_is_empty(&hm->bands[p]))
-                free(list_entry(list_pop_front(&hm->bands[p]), struct dp_adm_hub_tenant,
-                                ring_link));
+                free(
+                    list_entry(list_pop_front(&hm->bands[p]), struct dp_adm_hub_tenant, ring_link));
         free(hm);
     }
     pthread_mutex_destroy(&hub->mu);
@@ -150,9 +150,8 @@ static uint64_t hub_band_leader(const struct list_node *band)
     return top;
 }
 
-struct dp_adm_hub_tenant *dp_adm_hub_tenant_get(struct dp_adm_hub *hub,
-                                                struct dp_adm_hub_model *hm, enum dp_prio prio,
-                                                const char *tenant)
+struct dp_adm_hub_tenant *dp_adm_hub_tenant_get(struct dp_adm_hub *hub, struct dp_adm_hub_model *hm,
+                                                enum dp_prio prio, const char *tenant)
 {
     struct dp_adm_hub_tenant *found = NULL;
     pthread_mutex_lock(&hub->mu);

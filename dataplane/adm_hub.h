@@ -63,9 +63,8 @@ void dp_adm_hub_model_put(struct dp_adm_hub *hub, struct dp_adm_hub_model *hm);
 
 /* The tenant's entry in band prio of hm, referenced (created at the ring's
  * end with the credit of a tenant just behind); NULL: no memory. */
-struct dp_adm_hub_tenant *dp_adm_hub_tenant_get(struct dp_adm_hub *hub,
-                                                struct dp_adm_hub_model *hm, enum dp_prio prio,
-                                                const char *tenant);
+struct dp_adm_hub_tenant *dp_adm_hub_tenant_get(struct dp_adm_hub *hub, struct dp_adm_hub_model *hm,
+                                                enum dp_prio prio, const char *tenant);
 void dp_adm_hub_tenant_put(struct dp_adm_hub *hub, struct dp_adm_hub_tenant *ht);
 
 /* One request of ht more (+1) or less (-1) waiting on loop `index`. */
