@@ -30,6 +30,7 @@ struct dp_adm_hub_tenant {
     uint32_t waiting; /* on every loop */
     uint64_t served;  /* handed out, floored at the band's most served - credit */
     uint32_t on_loop[DP_ADM_HUB_LOOPS];
+    uint64_t head_ms[DP_ADM_HUB_LOOPS]; /* its oldest's enqueue time there (on_loop > 0) */
     char tenant[DP_TENANT_NAME_MAX];
 };
 
@@ -46,6 +47,7 @@ struct dp_adm_hub {
     pthread_mutex_t mu;
     struct list_node models;
     _Atomic uint32_t waiting; /* every model */
+    unsigned n_loops;         /* highest index attached + 1: what next() scans */
     struct dp_loop *loops[DP_ADM_HUB_LOOPS];
 };
 
@@ -84,8 +86,13 @@ void dp_adm_hub_destroy(struct dp_adm_hub *hub)
 
 void dp_adm_hub_attach(struct dp_adm_hub *hub, unsigned index, struct dp_loop *loop)
 {
-    if (index < DP_ADM_HUB_LOOPS)
-        hub->loops[index] = loop;
+    if (index >= DP_ADM_HUB_LOOPS)
+        return;
+    pthread_mutex_lock(&hub->mu);
+    hub->loops[index] = loop;
+    if (loop != NULL && index >= hub->n_loops)
+        hub->n_loops = index + 1;
+    pthread_mutex_unlock(&hub->mu);
 }
 
 struct dp_loop *dp_adm_hub_loop(const struct dp_adm_hub *hub, unsigned index)
@@ -196,7 +203,7 @@ void dp_adm_hub_tenant_put(struct dp_adm_hub *hub, struct dp_adm_hub_tenant *ht)
 }
 
 void dp_adm_hub_waiting(struct dp_adm_hub *hub, struct dp_adm_hub_tenant *ht, unsigned index,
-                        int delta)
+                        int delta, uint64_t head_ms)
 {
     if (index >= DP_ADM_HUB_LOOPS)
         return;
@@ -215,6 +222,9 @@ void dp_adm_hub_waiting(struct dp_adm_hub *hub, struct dp_adm_hub_tenant *ht, un
         atomic_fetch_sub_explicit(&hm->waiting, 1, memory_order_relaxed);
         atomic_fetch_sub_explicit(&hub->waiting, 1, memory_order_relaxed);
     }
+    ht->head_ms[index] = head_ms;
+    if (index >= hub->n_loops)
+        hub->n_loops = index + 1; /* a loop not attached (tests): still scanned */
     pthread_mutex_unlock(&hub->mu);
 }
 
@@ -235,17 +245,21 @@ struct dp_adm_hub_tenant *dp_adm_hub_next(struct dp_adm_hub *hub, struct dp_adm_
         }
     }
     if (best != NULL) {
-        /* The asking loop when it holds one (no wake-up needed), else the
-         * next loop after it that does, so no loop is always asked last. */
-        *where = me;
-        if (me >= DP_ADM_HUB_LOOPS || best->on_loop[me] == 0)
-            for (unsigned i = 1; i <= DP_ADM_HUB_LOOPS; i++) {
-                unsigned k = (me + i) % DP_ADM_HUB_LOOPS;
-                if (best->on_loop[k] > 0) {
-                    *where = k;
-                    break;
-                }
+        /* The loop holding the tenant's oldest: FIFO within a tenant over
+         * the loops, so its requests on a loop that frees few slots do not
+         * time out behind younger ones elsewhere. Among equals the asking
+         * loop (no wake-up needed). */
+        bool found = false;
+        uint64_t oldest = 0;
+        for (unsigned k = 0; k < hub->n_loops; k++) {
+            if (best->on_loop[k] == 0)
+                continue;
+            if (!found || best->head_ms[k] < oldest || (best->head_ms[k] == oldest && k == me)) {
+                found = true;
+                oldest = best->head_ms[k];
+                *where = k;
             }
+        }
     }
     pthread_mutex_unlock(&hub->mu);
     return best;

@@ -16,7 +16,8 @@
  * served moves to the ring's end); a tenant new to the band, or back after
  * its entry was freed, starts DP_ADM_HUB_CREDIT behind the most served,
  * and nobody falls further behind than that. Among the loops where the
- * chosen tenant waits, the asking loop first, then the next ones after it.
+ * chosen tenant waits, the one holding its oldest request (FIFO within a
+ * tenant over all loops; the asking loop among equals).
  *
  * Entries: a hub model per model, referenced by each loop's queue of that
  * model; a hub tenant per (model, band, tenant), referenced by each loop's
@@ -67,13 +68,14 @@ struct dp_adm_hub_tenant *dp_adm_hub_tenant_get(struct dp_adm_hub *hub, struct d
                                                 enum dp_prio prio, const char *tenant);
 void dp_adm_hub_tenant_put(struct dp_adm_hub *hub, struct dp_adm_hub_tenant *ht);
 
-/* One request of ht more (+1) or less (-1) waiting on loop `index`. */
+/* One request of ht more (+1) or less (-1) waiting on loop `index`;
+ * head_ms: when the oldest of ht's requests still waiting there was
+ * queued (ignored when none is left). */
 void dp_adm_hub_waiting(struct dp_adm_hub *hub, struct dp_adm_hub_tenant *ht, unsigned index,
-                        int delta);
+                        int delta, uint64_t head_ms);
 
 /* Who is next for hm's workers: the tenant entry (NULL when nothing
- * waits), and in *where the loop whose queue holds its request (`me`
- * whenever it holds one). */
+ * waits), and in *where the loop whose queue holds its oldest request. */
 struct dp_adm_hub_tenant *dp_adm_hub_next(struct dp_adm_hub *hub, struct dp_adm_hub_model *hm,
                                           unsigned me, unsigned *where);
 

@@ -121,6 +121,14 @@ static struct dp_adm_tq *queue_tenant(struct dp_loop *loop, struct dp_adm_model 
     return tq;
 }
 
+/* When the oldest request of tq was queued (0 when it holds none). */
+static uint64_t queue_head_ms(const struct dp_adm_tq *tq)
+{
+    if (tq->n == 0)
+        return 0;
+    return list_entry(list_first(&tq->reqs), struct dp_request, adm.tq_link)->adm.enqueued_ms;
+}
+
 /* Unlinks req from its tenant queue (freed when empty) and the age list. */
 static void queue_unlink(struct dp_request *req)
 {
@@ -133,7 +141,7 @@ static void queue_unlink(struct dp_request *req)
     tq->model->band_n[tq->prio]--;
     tq->model->depth--;
     loop->adm.queued--;
-    dp_adm_hub_waiting(loop->sh->adm.hub, tq->ht, loop->index, -1);
+    dp_adm_hub_waiting(loop->sh->adm.hub, tq->ht, loop->index, -1, queue_head_ms(tq));
     dp_adm_metrics_depth(loop->sh->adm.metrics, tq->model->name, tq->prio, -1);
     /* An empty tenant queue stays (its tenant's place and service count)
      * until dp_adm_queue_expire finds it idle. */
@@ -259,7 +267,7 @@ void dp_adm_wait(struct dp_request *req)
         tq->model->band_n[tq->prio]++;
         tq->model->depth++;
         loop->adm.queued++;
-        dp_adm_hub_waiting(loop->sh->adm.hub, tq->ht, loop->index, +1);
+        dp_adm_hub_waiting(loop->sh->adm.hub, tq->ht, loop->index, +1, queue_head_ms(tq));
         dp_adm_metrics_depth(loop->sh->adm.metrics, tq->model->name, tq->prio, +1);
         return;
     }
@@ -340,7 +348,7 @@ void dp_adm_wait(struct dp_request *req)
     m->band_n[prio]++;
     m->depth++;
     loop->adm.queued++;
-    dp_adm_hub_waiting(loop->sh->adm.hub, tq->ht, loop->index, +1);
+    dp_adm_hub_waiting(loop->sh->adm.hub, tq->ht, loop->index, +1, queue_head_ms(tq));
     dp_adm_metrics_depth(loop->sh->adm.metrics, m->name, prio, +1);
     dp_adm_metrics_enqueued(loop->sh->adm.metrics);
 }

@@ -30,6 +30,7 @@
 
 #include <cmocka.h>
 
+#include "common/proc.h"
 #include "dataplane/adm_hub.h"
 #include "dataplane/adm_metrics.h"
 #include "dataplane/adm_queue.h"
@@ -396,6 +397,33 @@ static void test_cross_loop_gone_leaves_the_hub(void **state)
     assert_false(dp_adm_hub_any_waiting(fx->sh.adm.hub));
 }
 
+/* Until the monotonic clock has moved on by a millisecond (the queue's
+ * unit), so that two arrivals have different ages. */
+static void next_ms(void)
+{
+    uint64_t t0 = proc_monotonic_ms();
+    for (int i = 0; i < 100000000 && proc_monotonic_ms() == t0; i++)
+        ;
+    assert_true(proc_monotonic_ms() > t0);
+}
+
+static void test_cross_loop_fifo_within_tenant(void **state)
+{
+    (void)state;
+    /* One tenant, its older request on loop 1, a younger one on loop 0. */
+    struct dp_request *old = arrive_on(&fx->loop2, "team", DP_PRIO_NORMAL);
+    next_ms();
+    struct dp_request *young = arrive_on(&fx->loop, "team", DP_PRIO_NORMAL);
+    fx->free_slots++;
+    dp_adm_queue_dispatch(&fx->loop); /* loop 0 sees the slot... */
+    run_wakes();                      /* ...and loop 1's older request takes it */
+    assert_int_equal(fx->n_served, 1);
+    assert_ptr_equal(fx->served[0], old);
+    fx->free_slots++;
+    dp_adm_queue_dispatch(&fx->loop);
+    assert_ptr_equal(fx->served[1], young);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -408,6 +436,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cross_loop_priority_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cross_loop_arrival_waits_behind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cross_loop_gone_leaves_the_hub, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_loop_fifo_within_tenant, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
