@@ -6,10 +6,10 @@
  * normal, then low); in a band, the waiting tenant served least goes
  * next (a round robin while all are backlogged; one back from a pause
  * catches up a few requests at most), so one tenant's flood cannot starve
- * another; FIFO within a tenant on a loop. That order is the data plane's,
- * over all its loops (adm_hub.h): a slot seen free by one loop goes to
- * the request next by it even when that request waits on another loop,
- * which is woken to take it.
+ * another; FIFO within a tenant. That order is the data plane's, over all
+ * its loops (adm_hub.h): a slot seen free by one loop goes to the request
+ * next by it even when that request waits on another loop, which is woken
+ * to take it.
  *
  * Depth: admission.queue.max_depth counts per model and per event loop (a
  * request never leaves the loop that accepted it, so neither does its
