@@ -3,14 +3,18 @@
  * struct with one ring of tenant queues per band; a tenant queue exists
  * while it holds a request and for a while after its tenant last asked
  * (DP_ADM_RECENT_MS, or max_wait if longer): a tenant between two
- * arrivals keeps its place in the ring, its service count and its room.
- * Dequeueing takes the head of the waiting tenant queue served least
- * (ties: the first in the ring) and moves that tenant to the ring's end;
- * with every tenant backlogged that is a plain round robin, and a tenant
- * that was absent for a moment catches up by at most DP_ADM_FAIR_CREDIT
- * requests. The loop keeps every queued request on one more list in
- * arrival order, so the TTL check (one max_wait for all) only looks at
- * the oldest.
+ * arrivals keeps its place, its service count and its room.
+ *
+ * Who goes next is the process's choice, not the loop's: each model and
+ * tenant queue holds a reference to its entry in the hub (adm_hub.h),
+ * which counts what waits on every loop and what was served, and answers
+ * "next": the head of the waiting tenant served least over all loops
+ * (with every tenant backlogged a plain round robin; a tenant that was
+ * absent for a moment catches up by a few requests at most). When that
+ * tenant waits here, this loop hands its head out; when it waits only on
+ * another loop, this loop wakes that one and stops, leaving the free slot
+ * to it. The loop keeps every queued request on one more list in arrival
+ * order, so the TTL check (one max_wait for all) only looks at the oldest.
  */
 #include "dataplane/adm_queue.h"
 
@@ -20,6 +24,7 @@
 
 #include "common/log.h"
 #include "common/proc.h"
+#include "dataplane/adm_hub.h"
 #include "dataplane/adm_metrics.h"
 #include "dataplane/loop.h"
 #include "dataplane/request.h"
@@ -28,17 +33,13 @@
  * (max_wait when longer): its share of the room is kept for it between
  * two of its requests, so a flood cannot take the place in the gap. */
 #define DP_ADM_RECENT_MS 1000u
-/* How far behind the most served tenant of a band another may fall, in
- * requests: what it may catch up, in a row, after an absence. Small, so a
- * tenant that was idle for long cannot hold the others back for long. */
-#define DP_ADM_FAIR_CREDIT 4u
 
 struct dp_adm_tq {
-    struct list_node ring_link; /* its band's ring in the model */
+    struct list_node ring_link; /* its band's list in the model */
     struct list_node reqs;      /* FIFO (dp_adm_req.tq_link) */
     uint32_t n;
-    uint64_t served;  /* dispatched, floored at the band's most served - credit */
-    uint64_t seen_ms; /* its tenant's last arrival at the queue */
+    uint64_t seen_ms;             /* its tenant's last arrival at the queue */
+    struct dp_adm_hub_tenant *ht; /* its entry in the hub (a reference) */
     struct dp_adm_model *model;
     enum dp_prio prio;
     char tenant[DP_TENANT_NAME_MAX];
@@ -49,27 +50,21 @@ struct dp_adm_model {
     struct list_node bands[DP_PRIO_COUNT];
     uint32_t band_n[DP_PRIO_COUNT]; /* requests waiting in each band */
     uint32_t depth;
+    struct dp_adm_hub_model *hm; /* its entry in the hub (a reference) */
     char name[CFG_MODEL_MAX];
+};
+
+/* Why a model's dispatch stopped. */
+enum queue_stop {
+    QUEUE_STOP_EMPTY = 1, /* nothing of the model waits on any loop */
+    QUEUE_STOP_NO_SLOT,   /* a head came back: no worker takes one now */
+    QUEUE_STOP_ELSEWHERE, /* the next waits on another loop, woken for it */
 };
 
 static uint64_t queue_recent_ms(const struct dp_loop *loop)
 {
     uint64_t w = loop->sh->cfg->admission.queue.max_wait_ms;
     return w > DP_ADM_RECENT_MS ? w : DP_ADM_RECENT_MS;
-}
-
-/* The most served tenant queue's count in a band (0 when none). */
-static uint64_t queue_band_leader(const struct list_node *band)
-{
-    uint64_t top = 0;
-    const struct list_node *it;
-    list_foreach(it, band)
-    {
-        const struct dp_adm_tq *tq = list_entry(it, struct dp_adm_tq, ring_link);
-        if (tq->served > top)
-            top = tq->served;
-    }
-    return top;
 }
 
 static struct dp_adm_model *queue_model(struct dp_loop *loop, const char *name, bool create)
@@ -86,6 +81,11 @@ static struct dp_adm_model *queue_model(struct dp_loop *loop, const char *name, 
     struct dp_adm_model *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return NULL;
+    m->hm = dp_adm_hub_model_get(loop->sh->adm.hub, name);
+    if (m->hm == NULL) {
+        free(m);
+        return NULL;
+    }
     snprintf(m->name, sizeof(m->name), "%s", name);
     for (int p = 0; p < DP_PRIO_COUNT; p++)
         list_init(&m->bands[p]);
@@ -93,9 +93,10 @@ static struct dp_adm_model *queue_model(struct dp_loop *loop, const char *name, 
     return m;
 }
 
-/* The tenant's queue in band prio of m, created (at the ring's end, with
- * the credit of a tenant just behind) when it has none; NULL: no memory. */
-static struct dp_adm_tq *queue_tenant(struct dp_adm_model *m, enum dp_prio prio, const char *tenant)
+/* The tenant's queue in band prio of m, created (with its hub entry) when
+ * it has none; NULL: no memory. */
+static struct dp_adm_tq *queue_tenant(struct dp_loop *loop, struct dp_adm_model *m,
+                                      enum dp_prio prio, const char *tenant)
 {
     struct list_node *it;
     list_foreach(it, &m->bands[prio])
@@ -107,14 +108,25 @@ static struct dp_adm_tq *queue_tenant(struct dp_adm_model *m, enum dp_prio prio,
     struct dp_adm_tq *tq = calloc(1, sizeof(*tq));
     if (tq == NULL)
         return NULL;
+    tq->ht = dp_adm_hub_tenant_get(loop->sh->adm.hub, m->hm, prio, tenant);
+    if (tq->ht == NULL) {
+        free(tq);
+        return NULL;
+    }
     list_init(&tq->reqs);
     tq->model = m;
     tq->prio = prio;
-    uint64_t top = queue_band_leader(&m->bands[prio]);
-    tq->served = top > DP_ADM_FAIR_CREDIT ? top - DP_ADM_FAIR_CREDIT : 0;
     snprintf(tq->tenant, sizeof(tq->tenant), "%s", tenant);
     list_push_back(&m->bands[prio], &tq->ring_link);
     return tq;
+}
+
+/* When the oldest request of tq was queued (0 when it holds none). */
+static uint64_t queue_head_ms(const struct dp_adm_tq *tq)
+{
+    if (tq->n == 0)
+        return 0;
+    return list_entry(list_first(&tq->reqs), struct dp_request, adm.tq_link)->adm.enqueued_ms;
 }
 
 /* Unlinks req from its tenant queue (freed when empty) and the age list. */
@@ -129,6 +141,7 @@ static void queue_unlink(struct dp_request *req)
     tq->model->band_n[tq->prio]--;
     tq->model->depth--;
     loop->adm.queued--;
+    dp_adm_hub_waiting(loop->sh->adm.hub, tq->ht, loop->index, -1, queue_head_ms(tq));
     dp_adm_metrics_depth(loop->sh->adm.metrics, tq->model->name, tq->prio, -1);
     /* An empty tenant queue stays (its tenant's place and service count)
      * until dp_adm_queue_expire finds it idle. */
@@ -254,6 +267,7 @@ void dp_adm_wait(struct dp_request *req)
         tq->model->band_n[tq->prio]++;
         tq->model->depth++;
         loop->adm.queued++;
+        dp_adm_hub_waiting(loop->sh->adm.hub, tq->ht, loop->index, +1, queue_head_ms(tq));
         dp_adm_metrics_depth(loop->sh->adm.metrics, tq->model->name, tq->prio, +1);
         return;
     }
@@ -277,7 +291,7 @@ void dp_adm_wait(struct dp_request *req)
     /* The tenant's queue, even for an arrival refused below: it is asking,
      * so its share of the room is kept for it (NULL: no memory). */
     uint64_t now_ms = proc_monotonic_ms();
-    struct dp_adm_tq *tq = m != NULL ? queue_tenant(m, prio, r->tenant) : NULL;
+    struct dp_adm_tq *tq = m != NULL ? queue_tenant(loop, m, prio, r->tenant) : NULL;
     if (tq != NULL)
         tq->seen_ms = now_ms;
     if (m != NULL) {
@@ -334,6 +348,7 @@ void dp_adm_wait(struct dp_request *req)
     m->band_n[prio]++;
     m->depth++;
     loop->adm.queued++;
+    dp_adm_hub_waiting(loop->sh->adm.hub, tq->ht, loop->index, +1, queue_head_ms(tq));
     dp_adm_metrics_depth(loop->sh->adm.metrics, m->name, prio, +1);
     dp_adm_metrics_enqueued(loop->sh->adm.metrics);
 }
@@ -346,54 +361,53 @@ bool dp_adm_queue_has(struct dp_loop *loop, const char *model)
     return m != NULL && m->depth > 0;
 }
 
-/* The request the model's queue would hand out next, or NULL: in the
- * first band with any, the oldest of the waiting tenant served least (the
- * first in the ring among equals). */
-static struct dp_request *queue_head(struct dp_adm_model *m)
+/* This loop's queue of the tenant entry ht, or NULL. */
+static struct dp_adm_tq *queue_local(struct dp_adm_model *m, const struct dp_adm_hub_tenant *ht)
 {
     for (int p = DP_PRIO_UNSET + 1; p < DP_PRIO_COUNT; p++) {
-        if (m->band_n[p] == 0)
-            continue;
-        struct dp_adm_tq *best = NULL;
         struct list_node *it;
         list_foreach(it, &m->bands[p])
         {
             struct dp_adm_tq *tq = list_entry(it, struct dp_adm_tq, ring_link);
-            if (tq->n > 0 && (best == NULL || tq->served < best->served))
-                best = tq;
+            if (tq->ht == ht)
+                return tq;
         }
-        return list_entry(list_first(&best->reqs), struct dp_request, adm.tq_link);
     }
     return NULL;
 }
 
-/* tq was served one more: to the ring's end (first among equals next time
- * is another), and no tenant of the band left further behind than the
- * credit. */
-static void queue_served(struct dp_adm_tq *tq)
+static void queue_wake(struct dp_loop *loop, unsigned where)
 {
-    struct list_node *band = &tq->model->bands[tq->prio];
-    tq->served++;
-    list_remove(&tq->ring_link);
-    list_push_back(band, &tq->ring_link);
-    uint64_t top = queue_band_leader(band);
-    struct list_node *it;
-    list_foreach(it, band)
-    {
-        struct dp_adm_tq *o = list_entry(it, struct dp_adm_tq, ring_link);
-        if (o->served + DP_ADM_FAIR_CREDIT < top)
-            o->served = top - DP_ADM_FAIR_CREDIT;
-    }
+    struct dp_loop *o = dp_adm_hub_loop(loop->sh->adm.hub, where);
+    if (o != NULL && o->adm.wake != NULL)
+        o->adm.wake(o);
 }
 
-/* Hands out heads of m until one comes back (no worker free) or m is empty. */
-static void queue_dispatch_model(struct dp_adm_model *m)
+/* Hands out the requests the hub names next, while they wait here and a
+ * worker takes them. */
+static enum queue_stop queue_dispatch_model(struct dp_loop *loop, struct dp_adm_model *m)
 {
-    struct dp_request *req;
-    while ((req = queue_head(m)) != NULL) {
+    struct dp_adm_hub *hub = loop->sh->adm.hub;
+    for (;;) {
+        unsigned where = loop->index;
+        struct dp_adm_hub_tenant *ht = dp_adm_hub_next(hub, m->hm, loop->index, &where);
+        if (ht == NULL)
+            return QUEUE_STOP_EMPTY;
+        if (where != loop->index) {
+            /* The slot is that loop's to take: a dispatch of our own here
+             * would serve a tenant ahead of one served less. */
+            queue_wake(loop, where);
+            return QUEUE_STOP_ELSEWHERE;
+        }
+        struct dp_adm_tq *tq = queue_local(m, ht);
+        if (tq == NULL || tq->n == 0) {
+            /* The hub counts exactly what the loops hold: cannot be. */
+            log_error("admission: the hub names a request of '%s' this loop does not hold",
+                      m->name);
+            return QUEUE_STOP_EMPTY;
+        }
+        struct dp_request *req = list_entry(list_first(&tq->reqs), struct dp_request, adm.tq_link);
         struct dp_adm_req *r = &req->adm;
-        struct dp_adm_tq *tq = r->tq;
-        struct dp_loop *loop = req->loop;
         uint64_t waited_us = (proc_monotonic_ms() - r->enqueued_ms) * 1000;
         r->dispatching = true;
         r->requeued = false;
@@ -405,34 +419,51 @@ static void queue_dispatch_model(struct dp_adm_model *m)
         if (!back)
             r->tq = NULL;
         if (back) {
-            r->requeued = false; /* back at its tenant's head; the ring unchanged */
+            r->requeued = false; /* back at its tenant's head; the order unchanged */
         } else {
             dp_adm_metrics_wait(loop->sh->adm.metrics, m->name, tq->prio, waited_us);
             dp_adm_metrics_left(loop->sh->adm.metrics, DP_ADM_LEFT_DISPATCHED);
-            queue_served(tq);
+            dp_adm_hub_served(hub, ht);
         }
         dp_request_unref(req);
         if (back)
-            return;
+            return QUEUE_STOP_NO_SLOT;
     }
 }
 
-void dp_adm_before_pick(struct dp_request *req)
+bool dp_adm_before_pick(struct dp_request *req)
 {
-    if (req->adm.dispatching || req->adm.queued)
-        return;
-    if (dp_adm_queue_has(req->loop, req->model))
-        dp_adm_queue_dispatch(req->loop);
+    struct dp_loop *loop = req->loop;
+    if (req->adm.dispatching || req->adm.queued || loop->draining || loop->cutting)
+        return false;
+    if (!dp_adm_hub_any_waiting(loop->sh->adm.hub))
+        return false; /* the common case: nothing waits anywhere */
+    struct dp_adm_model *m = queue_model(loop, req->model, true);
+    if (m == NULL || dp_adm_hub_model_waiting(m->hm) == 0)
+        return false;
+    /* The waiting go first: they take what is free now. */
+    enum queue_stop why = queue_dispatch_model(loop, m);
+    if (why == QUEUE_STOP_EMPTY)
+        return false; /* all of them went, and a worker may be left for this one */
+    /* Workers are busy, or the next slot is another loop's request's: this
+     * one waits behind, in the same order as everyone. It may itself be
+     * next (its tenant served least): one more look. */
+    dp_adm_wait(req);
+    if (why == QUEUE_STOP_ELSEWHERE && req->adm.queued)
+        (void)queue_dispatch_model(loop, m);
+    return true;
 }
 
 void dp_adm_queue_dispatch(struct dp_loop *loop)
 {
+    if (!dp_adm_hub_any_waiting(loop->sh->adm.hub))
+        return;
     struct list_node *it, *next;
     list_foreach_safe(it, next, &loop->adm.models)
     {
         struct dp_adm_model *m = list_entry(it, struct dp_adm_model, link);
-        if (m->depth > 0)
-            queue_dispatch_model(m);
+        if (dp_adm_hub_model_waiting(m->hm) > 0)
+            (void)queue_dispatch_model(loop, m);
     }
 }
 
@@ -455,6 +486,7 @@ static void queue_sweep(struct dp_loop *loop, uint64_t now_ms)
                  * earlier in this pass): not idle, then. */
                 if (tq->n == 0 && tq->seen_ms <= now_ms && now_ms - tq->seen_ms >= recent) {
                     list_remove(&tq->ring_link);
+                    dp_adm_hub_tenant_put(loop->sh->adm.hub, tq->ht);
                     free(tq);
                 }
             }
@@ -498,8 +530,13 @@ void dp_adm_queue_fini(struct dp_loop *loop)
         struct dp_adm_model *m =
             list_entry(list_pop_front(&loop->adm.models), struct dp_adm_model, link);
         for (int p = 0; p < DP_PRIO_COUNT; p++)
-            while (!list_is_empty(&m->bands[p]))
-                free(list_entry(list_pop_front(&m->bands[p]), struct dp_adm_tq, ring_link));
+            while (!list_is_empty(&m->bands[p])) {
+                struct dp_adm_tq *tq =
+                    list_entry(list_pop_front(&m->bands[p]), struct dp_adm_tq, ring_link);
+                dp_adm_hub_tenant_put(loop->sh->adm.hub, tq->ht);
+                free(tq);
+            }
+        dp_adm_hub_model_put(loop->sh->adm.hub, m->hm);
         free(m);
     }
 }

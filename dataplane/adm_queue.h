@@ -6,7 +6,10 @@
  * normal, then low); in a band, the waiting tenant served least goes
  * next (a round robin while all are backlogged; one back from a pause
  * catches up a few requests at most), so one tenant's flood cannot starve
- * another; FIFO within a tenant.
+ * another; FIFO within a tenant. That order is the data plane's, over all
+ * its loops (adm_hub.h): a slot seen free by one loop goes to the request
+ * next by it even when that request waits on another loop, which is woken
+ * to take it.
  *
  * Depth: admission.queue.max_depth counts per model and per event loop (a
  * request never leaves the loop that accepted it, so neither does its
@@ -41,23 +44,25 @@ struct dp_request;
  * it (429 queue_full, 503 shutting_down while draining). */
 void dp_adm_wait(struct dp_request *req);
 
-/* Whether requests of `model` wait in this loop's queue. */
-bool dp_adm_queue_has(struct dp_loop *loop, const char *model);
-
 /* req leaves the queue if it is in it (a no-op otherwise), for why. */
 void dp_adm_leave(struct dp_request *req, enum dp_adm_left why);
 
-/* Hands queue heads to the forwarder while workers take them. */
+/* Hands the requests next by the process's order to the forwarder while
+ * they wait on this loop and workers take them; wakes the loop that holds
+ * the next one when that is another. */
 void dp_adm_queue_dispatch(struct dp_loop *loop);
 
 /* A request about to pick a worker for the first time (not one the queue
- * hands out): when requests of its model wait in this loop, the queue goes
- * first, so its heads take the workers free now and the arrival gets only
- * what they leave (and waits behind them when that is nothing). A slot
- * freed by another loop or data plane is seen by the queue at its next
- * tick only; without this, an arrival in between would take it out of
- * order (priority, tenant fairness, FIFO). */
-void dp_adm_before_pick(struct dp_request *req);
+ * hands out): when requests of its model wait on any loop, the queue goes
+ * first, so the waiting take the workers free now and the arrival gets
+ * only what they leave. When they leave nothing, or the next slot belongs
+ * to a request waiting on another loop, the arrival joins the queue (or
+ * is refused by it) in the same order as everyone: true, and the caller
+ * stops there (the request is queued, dispatched or answered). False: the
+ * caller picks a worker as usual. A slot freed by another data plane is
+ * seen by the queue at its next tick only; without this, an arrival in
+ * between would take it out of order (priority, tenant fairness, FIFO). */
+bool dp_adm_before_pick(struct dp_request *req);
 
 /* Answers requests queued longer than max_wait: 429 queue_timeout. */
 void dp_adm_queue_expire(struct dp_loop *loop, uint64_t now_ms);

@@ -27,6 +27,7 @@
 
 #include "common/log.h"
 #include "common/proc.h"
+#include "dataplane/adm_hub.h"
 #include "dataplane/adm_metrics.h"
 #include "dataplane/adm_queue.h"
 #include "dataplane/loop.h"
@@ -43,7 +44,8 @@ int dp_adm_shared_init(struct dp_adm_shared *s, const struct cfg *cfg, uint32_t 
     atomic_init(&s->reload_gen, 0);
     s->buckets_ok = false;
     s->metrics = dp_adm_metrics_create();
-    if (s->metrics == NULL)
+    s->hub = dp_adm_hub_create();
+    if (s->metrics == NULL || s->hub == NULL)
         return -ENOMEM;
     const struct cfg_admission *a = &cfg->admission;
     if (cfg->dataplane.api_keys_file[0] == '\0' && a->max_inflight_per_worker == 0 &&
@@ -74,6 +76,8 @@ void dp_adm_shared_fini(struct dp_adm_shared *s)
     s->buckets_ok = false;
     dp_adm_metrics_destroy(s->metrics);
     s->metrics = NULL;
+    dp_adm_hub_destroy(s->hub);
+    s->hub = NULL;
 }
 
 void dp_adm_request_reload(struct dp_adm_shared *s)
@@ -180,6 +184,8 @@ int dp_adm_loop_init(struct dp_loop *loop, const struct dp_adm_ops *ops)
     a->ops = ops;
     list_init(&a->models);
     list_init(&a->by_age);
+    if (loop->sh->adm.hub != NULL)
+        dp_adm_hub_attach(loop->sh->adm.hub, loop->index, loop);
     a->reload_seen = atomic_load_explicit(&loop->sh->adm.reload_gen, memory_order_acquire);
     a->next_check_ms = proc_monotonic_ms() + DP_ADM_CHECK_EVERY_MS;
     const struct cfg_dataplane *dc = &loop->sh->cfg->dataplane;
@@ -194,6 +200,8 @@ int dp_adm_loop_init(struct dp_loop *loop, const struct dp_adm_ops *ops)
 void dp_adm_loop_fini(struct dp_loop *loop)
 {
     dp_adm_queue_fini(loop);
+    if (loop->sh->adm.hub != NULL)
+        dp_adm_hub_attach(loop->sh->adm.hub, loop->index, NULL);
     dp_keys_fini(&loop->adm.keys);
     explicit_bzero(loop->adm.upstream_key, sizeof(loop->adm.upstream_key));
 }
@@ -209,14 +217,17 @@ void dp_adm_tick(struct dp_loop *loop, uint64_t now_ms)
         a->next_check_ms = now_ms + DP_ADM_CHECK_EVERY_MS;
         adm_check_files(loop, false);
     }
-    if (a->queued == 0)
-        return;
     if (loop->draining) {
-        dp_adm_queue_flush(loop);
+        if (a->queued > 0)
+            dp_adm_queue_flush(loop);
         return;
     }
-    dp_adm_queue_expire(loop, now_ms);
-    /* Slots freed by other loops and data planes are seen here. */
+    /* Also with nothing queued here: idle tenant queues are let go (and
+     * with them their hold on the hub's entries). */
+    if (!list_is_empty(&a->models))
+        dp_adm_queue_expire(loop, now_ms);
+    /* Slots freed by other data planes (and any wake-up missed) are seen
+     * here; it returns at once while nothing waits on any loop. */
     dp_adm_queue_dispatch(loop);
 }
 
@@ -225,11 +236,18 @@ void dp_adm_after_pass(struct dp_loop *loop)
     if (!loop->adm.kick)
         return;
     loop->adm.kick = false;
-    if (loop->adm.queued > 0 && !loop->draining)
+    /* Requests queued on other loops count too: the slot freed here may be
+     * one of theirs to take (the dispatch wakes that loop then). */
+    if (!loop->draining)
         dp_adm_queue_dispatch(loop);
 }
 
 void dp_adm_slot_freed(struct dp_loop *loop)
+{
+    loop->adm.kick = true;
+}
+
+void dp_adm_woken(struct dp_loop *loop)
 {
     loop->adm.kick = true;
 }

@@ -62,6 +62,11 @@ void dp_adm_after_pass(struct dp_loop *loop);
 /* A guard was released on this loop. */
 void dp_adm_slot_freed(struct dp_loop *loop);
 
+/* The loop's eventfd was written: another loop may have left a free slot
+ * to a request queued here (adm_hub.h); the queue is tried at the end of
+ * the pass. */
+void dp_adm_woken(struct dp_loop *loop);
+
 /* Before parsing: the client's key. False when answered (401). */
 bool dp_adm_authenticate(struct dp_request *req);
 

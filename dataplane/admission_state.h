@@ -21,6 +21,8 @@
 
 struct dp_request;
 struct dp_adm_metrics;
+struct dp_adm_hub;
+struct dp_loop;
 
 /* Why a request was refused or left the queue; the label of the metrics. */
 enum dp_adm_reason {
@@ -58,6 +60,7 @@ struct dp_adm_shared {
     bool buckets_ok;
     _Atomic unsigned reload_gen;    /* +1 on SIGHUP; each loop re-reads its files */
     struct dp_adm_metrics *metrics; /* owned (adm_metrics.h) */
+    struct dp_adm_hub *hub;         /* owned: the queue's order over every loop (adm_hub.h) */
 };
 
 /* A watched file's identity: a change of any of these means re-read. */
@@ -84,6 +87,10 @@ struct dp_adm_loop {
     struct list_node by_age; /* every queued request, oldest first (dp_adm_req.age_link) */
     uint32_t queued;
     bool kick; /* a guard was released: try the queue at the end of the pass */
+    /* Wakes this loop from another thread (its eventfd; set by the loop's
+     * driver before the loops start): the hub chose a request queued here
+     * for a slot another loop saw free. */
+    void (*wake)(struct dp_loop *loop);
 };
 
 /* A request's admission state. */

@@ -238,10 +238,12 @@ static void fwd_try(struct dp_request *req)
     /* A new request does not overtake those already waiting for its
      * model (adm_queue.h). This comes before the pick's buffers (the
      * loop's, reused by every pick) are filled, since the queue's
-     * dispatches pick too; they never come back here (they are
-     * dispatching), so it does not nest. */
-    if (req->attempts == 0 && dp_adm_checks_saturation(loop))
-        dp_adm_before_pick(req);
+     * dispatches pick too; those come back here dispatching, which
+     * before_pick lets through at once, so it nests one level at most
+     * (the arrival itself among them, when the queue keeps it and it is
+     * next: the inner call is then its whole pick). */
+    if (req->attempts == 0 && dp_adm_checks_saturation(loop) && dp_adm_before_pick(req))
+        return; /* queued behind the waiting, or answered */
     struct dp_workers *v = &loop->workers;
     dp_workers_refresh(v);
     size_t cap = v->cap ? v->cap : 1; /* v->n never exceeds it */

@@ -7,8 +7,11 @@
  * loop that accepted it, so nothing per request is locked.
  *
  * Cross-thread messages are few: the main thread asks a loop to drain or to
- * stop by setting loop->cmd and writing its eventfd. Everything else in a
- * struct dp_loop belongs to its thread.
+ * stop by setting loop->cmd and writing its eventfd, and a loop wakes
+ * another through the same eventfd when admission's order gives a free
+ * slot to a request queued there (adm_hub.h; the hub is the one structure
+ * the loops share, under a mutex). Everything else in a struct dp_loop
+ * belongs to its thread.
  *
  * epoll tags: small integers name the loop's own fds, DP_TAG_CURL | fd a
  * curl socket (no pointer, so a socket curl dropped mid-batch is harmless),

@@ -1,7 +1,8 @@
 /*
  * The driver of one thread's event loop (see loop_run.h): one epoll_wait
  * over the MHD daemon's epoll fd, curl's sockets, watched client fds, an
- * eventfd for the main thread's commands and a DP_TICK_MS timerfd for
+ * eventfd for the main thread's commands and other loops' wake-ups (a slot
+ * left to a request queued here, adm_hub.h) and a DP_TICK_MS timerfd for
  * retries and timeouts. The epoll timeout is the earlier of curl's timer and MHD's.
  *
  * Shutdown: DRAIN quiesces the daemon (no new connections) and lets
@@ -31,6 +32,16 @@
 #include "dataplane/workers.h"
 
 #define DP_EVENTS 128
+
+/* Another loop's admission queue left a free slot to a request queued on
+ * this one (adm_hub.h): the same eventfd as the main thread's commands,
+ * with the command unchanged. Any thread. */
+static void loop_wake(struct dp_loop *loop)
+{
+    uint64_t one = 1;
+    if (write(loop->evfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        log_warn("loop %u: eventfd write: %s", loop->index, strerror(errno));
+}
 
 static int loop_add_fd(struct dp_loop *loop, int fd, uint64_t tag)
 {
@@ -70,6 +81,7 @@ int dp_loop_init(struct dp_loop *loop, struct dp_shared *sh, unsigned index)
     rc = loop_add_fd(loop, loop->evfd, DP_TAG_EVFD);
     if (rc == 0)
         rc = loop_add_fd(loop, loop->tickfd, DP_TAG_TICK);
+    loop->adm.wake = loop_wake;
     if (rc == 0)
         rc = dp_up_init(loop, &dp_fwd_up_handlers);
     if (rc == 0)
@@ -127,6 +139,9 @@ static bool loop_handle_cmd(struct dp_loop *loop)
     uint64_t v;
     if (read(loop->evfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         log_warn("loop %u: eventfd read: %s", loop->index, strerror(errno));
+    /* Woken by another loop, or by a command: either way the queue is
+     * tried at the end of this pass (a no-op when nothing waits). */
+    dp_adm_woken(loop);
     int cmd = atomic_load_explicit(&loop->cmd, memory_order_acquire);
     if (cmd == DP_CMD_STOP)
         return false;

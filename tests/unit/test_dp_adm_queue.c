@@ -12,6 +12,13 @@
  * tenant that asked recently is kept for it between its requests (a flood
  * is refused on arrival, not let in and pushed out later); and an arrival
  * never overtakes the requests already waiting when a slot frees.
+ *
+ * Across event loops (adm_hub.c): a second loop shares the data plane's
+ * hub and the fake fleet; a loop's wake-up is recorded and run as its
+ * event loop would (its queue tried). The order above holds over both:
+ * a slot seen free by one loop goes to the tenant served least even when
+ * that tenant's requests wait on the other loop, an arrival does not take
+ * such a slot, and what leaves a loop's queue leaves the hub's count.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +30,8 @@
 
 #include <cmocka.h>
 
+#include "common/proc.h"
+#include "dataplane/adm_hub.h"
 #include "dataplane/adm_metrics.h"
 #include "dataplane/adm_queue.h"
 #include "dataplane/loop.h"
@@ -34,6 +43,9 @@ struct fx {
     struct cfg cfg;
     struct dp_shared sh;
     struct dp_loop loop;
+    struct dp_loop loop2; /* another event loop of the same data plane */
+    bool woken[2];        /* a wake-up not yet run, per loop index */
+    unsigned wakes;
     unsigned free_slots;
     struct dp_request *reqs[MAX_REQS];
     size_t n_reqs;
@@ -72,6 +84,39 @@ static void fake_reply(struct dp_request *req, int status, const char *code, con
 
 static const struct dp_adm_ops fake_ops = {.dispatch = fake_dispatch, .reply = fake_reply};
 
+/* The eventfd write of loop_run.c: the loop runs later, as its thread would. */
+static void fake_wake(struct dp_loop *loop)
+{
+    fx->woken[loop->index] = true;
+    fx->wakes++;
+}
+
+/* Each woken loop's pass: its queue is tried (dp_adm_woken, then the end
+ * of the pass), until no loop is woken. */
+static void run_wakes(void)
+{
+    for (bool any = true; any;) {
+        any = false;
+        for (unsigned i = 0; i < 2; i++)
+            if (fx->woken[i]) {
+                fx->woken[i] = false;
+                any = true;
+                dp_adm_queue_dispatch(i == 0 ? &fx->loop : &fx->loop2);
+            }
+    }
+}
+
+static void loop_setup(struct dp_loop *loop, unsigned index)
+{
+    loop->sh = &fx->sh;
+    loop->index = index;
+    loop->adm.ops = &fake_ops;
+    loop->adm.wake = fake_wake;
+    list_init(&loop->adm.models);
+    list_init(&loop->adm.by_age);
+    dp_adm_hub_attach(fx->sh.adm.hub, index, loop);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -83,10 +128,10 @@ static int setup(void **state)
     fx->sh.cfg = &fx->cfg;
     fx->sh.adm.metrics = dp_adm_metrics_create();
     assert_non_null(fx->sh.adm.metrics);
-    fx->loop.sh = &fx->sh;
-    fx->loop.adm.ops = &fake_ops;
-    list_init(&fx->loop.adm.models);
-    list_init(&fx->loop.adm.by_age);
+    fx->sh.adm.hub = dp_adm_hub_create();
+    assert_non_null(fx->sh.adm.hub);
+    loop_setup(&fx->loop, 0);
+    loop_setup(&fx->loop2, 1);
     return 0;
 }
 
@@ -94,7 +139,12 @@ static int teardown(void **state)
 {
     (void)state;
     dp_adm_queue_flush(&fx->loop); /* answers what is left (counted as refused) */
+    dp_adm_queue_flush(&fx->loop2);
+    /* What left the loops' queues left the hub's count. */
+    assert_false(dp_adm_hub_any_waiting(fx->sh.adm.hub));
     dp_adm_queue_fini(&fx->loop);
+    dp_adm_queue_fini(&fx->loop2);
+    dp_adm_hub_destroy(fx->sh.adm.hub);
     dp_adm_metrics_destroy(fx->sh.adm.metrics);
     for (size_t i = 0; i < fx->n_reqs; i++)
         free(fx->reqs[i]);
@@ -103,12 +153,12 @@ static int teardown(void **state)
     return 0;
 }
 
-static struct dp_request *req_new(const char *tenant, enum dp_prio prio)
+static struct dp_request *req_new_on(struct dp_loop *loop, const char *tenant, enum dp_prio prio)
 {
     assert_true(fx->n_reqs < MAX_REQS);
     struct dp_request *req = calloc(1, sizeof(*req));
     assert_non_null(req);
-    req->loop = &fx->loop;
+    req->loop = loop;
     req->refs = 1; /* the test's: the queue's ref/unref around a dispatch never frees it */
     snprintf(req->model, sizeof(req->model), "%s", "m");
     snprintf(req->adm.tenant, sizeof(req->adm.tenant), "%s", tenant);
@@ -117,17 +167,23 @@ static struct dp_request *req_new(const char *tenant, enum dp_prio prio)
     return req;
 }
 
-/* A new request, as the forwarder handles it: the queue first, then a
- * free slot if one is left, else it waits. */
-static struct dp_request *arrive(const char *tenant, enum dp_prio prio)
+/* A new request on loop, as the forwarder handles it: the queue first
+ * (which may keep it), then a free slot if one is left, else it waits. */
+static struct dp_request *arrive_on(struct dp_loop *loop, const char *tenant, enum dp_prio prio)
 {
-    struct dp_request *req = req_new(tenant, prio);
-    dp_adm_before_pick(req);
+    struct dp_request *req = req_new_on(loop, tenant, prio);
+    if (dp_adm_before_pick(req))
+        return req;
     if (fx->free_slots > 0)
         fake_take(req);
     else
         dp_adm_wait(req);
     return req;
+}
+
+static struct dp_request *arrive(const char *tenant, enum dp_prio prio)
+{
+    return arrive_on(&fx->loop, tenant, prio);
 }
 
 /* n slots free up at once (another loop's or data plane's, seen at a tick). */
@@ -255,6 +311,119 @@ static void test_arrival_does_not_overtake(void **state)
     assert_ptr_equal(fx->served[4], y);
 }
 
+static void test_cross_loop_least_served_first(void **state)
+{
+    (void)state;
+    /* The flood waits on loop 0, the small tenant on loop 1. */
+    struct dp_request *a[6], *b[2];
+    for (int i = 0; i < 6; i++)
+        a[i] = arrive_on(&fx->loop, "flood", DP_PRIO_NORMAL);
+    for (int i = 0; i < 2; i++)
+        b[i] = arrive_on(&fx->loop2, "small", DP_PRIO_NORMAL);
+    assert_int_equal(fx->loop.adm.queued, 6);
+    assert_int_equal(fx->loop2.adm.queued, 2);
+    /* Slots free on loop 0 only (its guards released), one at a time. */
+    for (int i = 0; i < 8; i++) {
+        fx->free_slots++;
+        dp_adm_queue_dispatch(&fx->loop);
+        run_wakes();
+    }
+    /* Interleaved as on one loop: the small tenant's went on loop 1, woken
+     * for them, although loop 0 had its own waiting. */
+    struct dp_request *const want[] = {a[0], b[0], a[1], b[1], a[2], a[3], a[4], a[5]};
+    assert_served(0, want, 8);
+    assert_true(fx->wakes >= 2);
+    assert_int_equal(fx->loop.adm.queued, 0);
+    assert_int_equal(fx->loop2.adm.queued, 0);
+    assert_int_equal(fx->n_refused, 0);
+}
+
+static void test_cross_loop_priority_first(void **state)
+{
+    (void)state;
+    struct dp_request *low = arrive_on(&fx->loop, "bulk", DP_PRIO_LOW);
+    struct dp_request *high = arrive_on(&fx->loop2, "urgent", DP_PRIO_HIGH);
+    fx->free_slots++;
+    dp_adm_queue_dispatch(&fx->loop);
+    run_wakes();
+    assert_int_equal(fx->n_served, 1);
+    assert_ptr_equal(fx->served[0], high);
+    fx->free_slots++;
+    dp_adm_queue_dispatch(&fx->loop);
+    assert_ptr_equal(fx->served[1], low);
+}
+
+static void test_cross_loop_arrival_waits_behind(void **state)
+{
+    (void)state;
+    struct dp_request *b0 = arrive_on(&fx->loop2, "small", DP_PRIO_NORMAL);
+    /* A slot frees where no loop has looked yet; the flood's request
+     * arrives on loop 0 first. */
+    fx->free_slots = 1;
+    struct dp_request *a0 = arrive_on(&fx->loop, "flood", DP_PRIO_NORMAL);
+    assert_int_equal(fx->n_served, 0);
+    assert_int_equal(fx->loop.adm.queued, 1); /* it waits... */
+    run_wakes();                              /* ...and loop 1 takes the slot */
+    assert_int_equal(fx->n_served, 1);
+    assert_ptr_equal(fx->served[0], b0);
+    fx->free_slots++;
+    dp_adm_queue_dispatch(&fx->loop2); /* a slot seen by loop 1: loop 0's */
+    run_wakes();
+    assert_ptr_equal(fx->served[1], a0);
+    assert_false(dp_adm_hub_any_waiting(fx->sh.adm.hub));
+}
+
+static void test_cross_loop_gone_leaves_the_hub(void **state)
+{
+    (void)state;
+    struct dp_request *a0 = arrive_on(&fx->loop, "flood", DP_PRIO_NORMAL);
+    struct dp_request *b0 = arrive_on(&fx->loop2, "small", DP_PRIO_NORMAL);
+    fx->free_slots++;
+    dp_adm_queue_dispatch(&fx->loop);
+    run_wakes();
+    assert_ptr_equal(fx->served[0], a0); /* first in the ring among equals */
+    /* Queued behind b0 (loop 1 is woken for the small tenant, served less). */
+    struct dp_request *a1 = arrive_on(&fx->loop, "flood", DP_PRIO_NORMAL);
+    assert_int_equal(fx->loop.adm.queued, 1);
+    /* The small tenant's client leaves: nothing of it waits any more, so
+     * the next slot is loop 0's own, with no wake-up for nothing. */
+    dp_adm_leave(b0, DP_ADM_LEFT_GONE);
+    unsigned wakes = fx->wakes;
+    fx->free_slots++;
+    dp_adm_queue_dispatch(&fx->loop);
+    assert_int_equal(fx->wakes, wakes);
+    assert_int_equal(fx->n_served, 2);
+    assert_ptr_equal(fx->served[1], a1);
+    assert_false(dp_adm_hub_any_waiting(fx->sh.adm.hub));
+}
+
+/* Until the monotonic clock has moved on by a millisecond (the queue's
+ * unit), so that two arrivals have different ages. */
+static void next_ms(void)
+{
+    uint64_t t0 = proc_monotonic_ms();
+    for (int i = 0; i < 100000000 && proc_monotonic_ms() == t0; i++)
+        ;
+    assert_true(proc_monotonic_ms() > t0);
+}
+
+static void test_cross_loop_fifo_within_tenant(void **state)
+{
+    (void)state;
+    /* One tenant, its older request on loop 1, a younger one on loop 0. */
+    struct dp_request *old = arrive_on(&fx->loop2, "team", DP_PRIO_NORMAL);
+    next_ms();
+    struct dp_request *young = arrive_on(&fx->loop, "team", DP_PRIO_NORMAL);
+    fx->free_slots++;
+    dp_adm_queue_dispatch(&fx->loop); /* loop 0 sees the slot... */
+    run_wakes();                      /* ...and loop 1's older request takes it */
+    assert_int_equal(fx->n_served, 1);
+    assert_ptr_equal(fx->served[0], old);
+    fx->free_slots++;
+    dp_adm_queue_dispatch(&fx->loop);
+    assert_ptr_equal(fx->served[1], young);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -263,6 +432,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_absent_tenant_catches_up_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_room_kept_for_a_recent_tenant, setup, teardown),
         cmocka_unit_test_setup_teardown(test_arrival_does_not_overtake, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_loop_least_served_first, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_loop_priority_first, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_loop_arrival_waits_behind, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_loop_gone_leaves_the_hub, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_loop_fifo_within_tenant, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -62,6 +62,7 @@ echo "for about 1.2 × its half at 3×: a queue that dispatches the tenant serve
 echo "each asking tenant's room between its requests gives it close to half, less what its"
 echo "Poisson bursts lose to its one or two places per event loop (\`queue_full\` above) and"
 echo "what the other tenant takes while it has nothing waiting (the queue never leaves a"
-echo "worker idle to wait for it). Fairness is per event loop: each loop's queue first gets the"
-echo "slots its own requests free."
+echo "worker idle to wait for it). The order spans the data plane's event loops: a slot freed"
+echo "on one goes to the waiting tenant served least on any of them; the room (\`max_depth\`"
+echo "and each tenant's share of it) stays per loop."
 echo
