@@ -125,10 +125,16 @@ static void test_adapter_routing(void **state)
 {
     (void)state;
     struct h_fleet f;
+    /* Load reports off: this test is about the names each worker serves.
+     * With them on, a scrape that catches one of the test's requests for a
+     * on worker 1 rightly prefers it as the worker running a
+     * (test_running_adapter_preferred), and a would not spread. */
     h_fleet_start(&f, &(struct h_fleet_opts){.n = 2,
                                              .policy = "round_robin",
                                              .dataplane_extra = "debug_headers: true\n",
-                                             .health_extra = "models_interval: 200ms\n"});
+                                             .health_extra = "models_interval: 200ms\n",
+                                             .controlplane_extra = "load_reports:\n"
+                                                                   "  interval: 0\n"});
     /* Worker 1 has adapter a (loaded on it directly, as if started with it). */
     char url[128];
     snprintf(url, sizeof(url), "%s/v1/load_lora_adapter", f.mock[0].url);
