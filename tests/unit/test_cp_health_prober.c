@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "controlplane/health_prober.c"
+#include "tests/unit/unit_shm.h"
 
 static void test_jitter_bounds(void **state)
 {
@@ -36,16 +37,9 @@ static void test_jitter_bounds(void **state)
 static void test_thresholds(void **state)
 {
     (void)state;
-    char name[64], err[256];
-    snprintf(name, sizeof(name), "/sy-unit-hc-%d", (int)getpid());
     struct shm_segment seg;
-    enum shm_open_outcome oc;
-    assert_int_equal(shm_segment_open_owner(&seg, name, 4, 2, &oc, err, sizeof(err)), 0);
-    shm_segment_unlink(name);
-    struct shm_worker_info in = {.role = CFG_ROLE_REGULAR, .healthy = true}, w;
-    snprintf(in.id, sizeof(in.id), "w1");
-    snprintf(in.url, sizeof(in.url), "http://127.0.0.1:1");
-    assert_int_equal(shm_registry_add(&seg, &in, &w), 0);
+    struct shm_worker_info w;
+    unit_segment_with_worker(&seg, "hc", "", &w);
     struct cfg_health h = {.interval_ms = 1000, .failure_threshold = 3, .success_threshold = 2};
     struct hc_prober p = {.seg = &seg, .health = &h};
     struct wp_target t = {.active = true, .slot = w.slot, .generation = w.generation};
@@ -77,8 +71,10 @@ static void test_thresholds(void **state)
     assert_true(w.healthy);
 
     /* A result for a previous occupant of the slot is dropped. */
+    struct shm_worker_info again = w;
+    again.healthy = true;
     shm_registry_remove(&seg, w.slot);
-    assert_int_equal(shm_registry_add(&seg, &in, &w), 0);
+    assert_int_equal(shm_registry_add(&seg, &again, &w), 0);
     assert_int_not_equal(w.generation, t.generation);
     for (int i = 0; i < 5; i++)
         assert_int_equal(hc_apply_probe(&p, &t, &st, false, "x"), WP_UNCOUNTED);
@@ -93,17 +89,9 @@ static void test_thresholds(void **state)
 static void test_stale_models_answer_dropped(void **state)
 {
     (void)state;
-    char name[64], err[256];
-    snprintf(name, sizeof(name), "/sy-unit-hcm-%d", (int)getpid());
     struct shm_segment seg;
-    enum shm_open_outcome oc;
-    assert_int_equal(shm_segment_open_owner(&seg, name, 4, 2, &oc, err, sizeof(err)), 0);
-    shm_segment_unlink(name);
-    struct shm_worker_info in = {.role = CFG_ROLE_REGULAR, .healthy = true}, w;
-    snprintf(in.id, sizeof(in.id), "w1");
-    snprintf(in.url, sizeof(in.url), "http://127.0.0.1:1");
-    snprintf(in.model, sizeof(in.model), "m");
-    assert_int_equal(shm_registry_add(&seg, &in, &w), 0);
+    struct shm_worker_info w;
+    unit_segment_with_worker(&seg, "hcm", "m", &w);
     struct cfg_health h = {.interval_ms = 1000};
     struct hc_prober p = {.seg = &seg, .health = &h};
     struct wp_target t = {.active = true, .slot = w.slot, .generation = w.generation};

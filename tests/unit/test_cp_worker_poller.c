@@ -21,6 +21,7 @@
 #include "common/proc.h"
 #include "controlplane/worker_poller.h"
 #include "shm/registry.h"
+#include "tests/unit/unit_shm.h"
 
 struct calls {
     int seen, fresh, started, done;
@@ -80,16 +81,9 @@ static void run_until(struct wp_poller *p, const int *counter, int want)
 static void test_poller(void **state)
 {
     (void)state;
-    char name[64], err[256];
-    snprintf(name, sizeof(name), "/sy-unit-wp-%d", (int)getpid());
     struct shm_segment seg;
-    enum shm_open_outcome oc;
-    assert_int_equal(shm_segment_open_owner(&seg, name, 4, 2, &oc, err, sizeof(err)), 0);
-    shm_segment_unlink(name);
-    struct shm_worker_info in = {.role = CFG_ROLE_REGULAR, .healthy = true}, w;
-    snprintf(in.id, sizeof(in.id), "w1");
-    snprintf(in.url, sizeof(in.url), "http://127.0.0.1:1");
-    assert_int_equal(shm_registry_add(&seg, &in, &w), 0);
+    struct shm_worker_info w;
+    unit_segment_with_worker(&seg, "wp", "", &w);
 
     struct calls c = {.next_in = 60000};
     const struct wp_ops ops = {.user = &c,
@@ -133,8 +127,8 @@ static void test_poller(void **state)
     wp_run(p, proc_monotonic_ms());
     assert_false(wp_target(p, w.slot)->active);
     assert_int_equal(wp_stats(p, st, 4), 0);
+    struct shm_worker_info in = w, w2;
     snprintf(in.id, sizeof(in.id), "w2");
-    struct shm_worker_info w2;
     assert_int_equal(shm_registry_add(&seg, &in, &w2), 0);
     assert_int_equal(w2.slot, w.slot);
     run_until(p, &c.done, 3);
