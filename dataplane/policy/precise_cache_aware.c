@@ -103,43 +103,61 @@ static void pca_match(const struct kvh_index *ix, const uint64_t *chain, size_t 
 struct pca_walk {
     const struct ca_params *p;
     const struct ca_candidate *cands;
-    size_t n, skip, skip2;
+    size_t n, skip;
+    /* With exact: only workers holding at most held_max blocks. */
+    const struct kvh_index *exact;
+    size_t held_max;
     uint64_t min_load, total;
 };
 
-static bool pca_walk_accept(const void *ctx, size_t i, uint64_t *seed)
+static bool pca_walk_within_gate(const struct pca_walk *w, size_t i)
 {
-    const struct pca_walk *w = ctx;
     const struct ca_candidate *c = &w->cands[i];
-    *seed = c->rdv_seed;
-    return i != w->skip && i != w->skip2 && !c->kv_overloaded &&
-           !ca_is_overloaded(w->p, c->load, w->min_load) &&
+    return i != w->skip && !c->kv_overloaded && !ca_is_overloaded(w->p, c->load, w->min_load) &&
            (!w->p->bounded_affinity ||
             rdv_within_bound(c->load, w->total, w->n, w->p->bounded_load_factor));
 }
 
+static bool pca_walk_accept(const void *ctx, size_t i, uint64_t *seed)
+{
+    const struct pca_walk *w = ctx;
+    *seed = w->cands[i].rdv_seed;
+    return pca_walk_within_gate(w, i) &&
+           (w->exact == NULL || kvh_slot_count(w->exact, w->cands[i].slot) <= w->held_max);
+}
+
 /* By load: the first worker of the chain head's rendezvous ranking that is
- * within the balance gate (skipping `skip`), or the least-loaded worker.
- * The gate, not the rendezvous load bound: at the small in-flight counts
- * of a worker running a few sequences the bound (a factor over the mean)
- * turns away the ranking's first worker at every passing burst, and a
- * prefix whose blocks were evicted would land on a different worker each
- * time it comes back: its group spreads over the fleet and every copy
- * costs cache. Within the gate a prefix nobody holds goes back to the same
- * worker as long as that worker is not overloaded, which is what
- * cache_aware's remembered holder gives it, and the events still decide
- * whenever some worker does hold it.
+ * within the balance gate (skipping `skip`) and does not hold more than
+ * its share, or the least-loaded worker. The gate, not the rendezvous load
+ * bound: at the small in-flight counts of a worker running a few sequences
+ * the bound (a factor over the mean) turns away the ranking's first worker
+ * at every passing burst, and a prefix whose blocks were evicted would
+ * land on a different worker each time it comes back: its group spreads
+ * over the fleet and every copy costs cache. Within the gate a prefix
+ * nobody holds goes back to the same worker as long as that worker is not
+ * overloaded, which is what cache_aware's remembered holder gives it, and
+ * the events still decide whenever some worker does hold it.
  *
- * Two choices by held blocks: the ranking's second worker within the gate
- * takes the prompt instead when the first holds more than a prompt's worth
- * of blocks more than it (the exact index's count per worker). A hash
+ * Its share: a worker takes part when it holds no more than the mean of
+ * the blocks the workers within the gate hold (the exact index's count
+ * per worker), give or take an eighth of the prompt's blocks. A hash
  * ranking alone deals new prefixes unevenly (47 conversations over 8
- * workers: from 2 to 9 each), and a worker dealt more prefixes than its
- * cache holds evicts them while others have room; a conversation placed
- * once stays, so the uneven deal costs hits for the rest of the run. With
- * full caches every worker holds about its capacity and the ranking's
- * first keeps the prompt, so a prefix that comes back still lands where
- * it was. */
+ * workers: from 2 to 9 each), and a conversation stays where its first
+ * turn went, so an uneven deal costs balance (and, once the busiest
+ * caches evict what others would have room for, hits) for the rest of
+ * the run: one worker dealt 7 where the others have 6 is the busiest by a
+ * third. The counts come from the workers' own events, which every router
+ * node applies within milliseconds of the worker scheduling a prompt, so
+ * independent nodes see each other's placements there (a load report
+ * shows them a scrape interval later, after a short request has ended)
+ * and deal alike. The mean, not the least: about half the fleet takes
+ * part, so new prefixes that arrive before their events (a worker that
+ * queues a prompt stores nothing yet) still spread over the ranking
+ * instead of piling on the one least holding worker, and one count moving
+ * seldom changes the set, so a burst of one new prefix through several
+ * nodes mostly still goes to one worker. The eighth of a prompt lets
+ * counts that are level but for a few blocks (full caches) all take part:
+ * the ranking's first keeps the prompt. */
 static size_t pca_by_load(const struct kvh_index *exact, const struct ca_params *p,
                           const struct ca_candidate *cands, size_t n, uint64_t min_load,
                           uint64_t total, size_t skip, const uint64_t *chain, size_t n_chain)
@@ -151,17 +169,22 @@ static size_t pca_by_load(const struct kvh_index *exact, const struct ca_params 
                              .cands = cands,
                              .n = n,
                              .skip = skip,
-                             .skip2 = n,
+                             .exact = NULL,
                              .min_load = min_load,
                              .total = total};
-        long i = rdv_first(&chain[k - 1], sizeof(chain[0]), n, pca_walk_accept, &w);
-        if (i >= 0 && exact != NULL) {
-            w.skip2 = (size_t)i;
-            long j = rdv_first(&chain[k - 1], sizeof(chain[0]), n, pca_walk_accept, &w);
-            if (j >= 0 && kvh_slot_count(exact, cands[i].slot) >
-                              kvh_slot_count(exact, cands[j].slot) + n_chain)
-                i = j;
+        if (exact != NULL) {
+            uint64_t held = 0, within = 0;
+            for (size_t i = 0; i < n; i++)
+                if (pca_walk_within_gate(&w, i)) {
+                    held += kvh_slot_count(exact, cands[i].slot);
+                    within++;
+                }
+            if (within > 0) {
+                w.exact = exact;
+                w.held_max = (size_t)(held / within) + n_chain / 8;
+            }
         }
+        long i = rdv_first(&chain[k - 1], sizeof(chain[0]), n, pca_walk_accept, &w);
         if (i >= 0)
             return (size_t)i;
     }

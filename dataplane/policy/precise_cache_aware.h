@@ -18,11 +18,12 @@
  * within the balance gate, or to the least-loaded worker (decisions
  * no_match, overloaded_fallback). The gate, not the load bound: an evicted
  * prefix then comes back to the same worker while it is not overloaded.
- * Two choices by held blocks: the ranking's second worker within the gate
- * takes the prompt instead when the first holds more than the prompt's
- * length in blocks more than it (the holder index's count per worker), so
- * new prefixes are dealt evenly while caches fill; with full caches the
- * counts are level and the first keeps it.
+ * Its share: of the workers within the gate, only those holding no more
+ * than the mean of their blocks (the holder index's count per worker),
+ * give or take an eighth of the prompt's, are walked, so new prefixes are dealt evenly while caches
+ * fill, and independent router nodes, which all learn these counts from
+ * the workers' events within milliseconds, deal them alike; with full
+ * caches the counts are level and the ranking's first keeps it.
  *
  * Speculative entries: after each decision the chosen worker is recorded as
  * holding the request's blocks in a private index, shared by the loops of

@@ -2,7 +2,9 @@
  * Unit tests of precise_cache_aware (dataplane/policy/precise_cache_aware.c)
  * over a private holder index: the longest exact match wins, the least
  * loaded of its holders; the per-request balance gate and a full KV cache
- * move a request off its holder; a speculative entry keeps a burst of one
+ * move a request off its holder; a prompt nobody holds goes down its
+ * ranking to a worker that holds no more than its share of blocks; a
+ * speculative entry keeps a burst of one
  * new prefix on one worker and expires with its TTL; and through the
  * policy interface, a request whose tokenizing failed (or any request
  * without an index) is decided by cache_aware's approximate match.
@@ -233,11 +235,27 @@ static void test_not_held_follows_ranking_within_gate(void **state)
     kvh_destroy(ix);
 }
 
-/* Two choices by held blocks: a new prompt goes to its ranking's second
- * worker (within the gate) when the first holds more than a prompt's worth
- * of blocks more than it, and stays with the first otherwise (a margin of
- * a prompt or less; equal, full caches). */
-static void test_not_held_second_choice_by_held_blocks(void **state)
+/* The rank of each candidate in chain's ranking (rank[0] first): found by
+ * pushing the ones found so far past the balance gate (against the
+ * least loaded, still at 0). */
+static void ranking_of(const struct ca_params *rp, const uint64_t *chain, size_t n_chain,
+                       size_t *rank)
+{
+    struct ca_candidate c[N];
+    cands_init(c);
+    struct ca_choice ch;
+    for (size_t r = 0; r < N; r++) {
+        assert_int_equal(pca_decide(NULL, NULL, rp, chain, n_chain, c, N, 0, &ch), 0);
+        rank[r] = ch.index;
+        c[ch.index].load = 100;
+    }
+}
+
+/* Its share: a new prompt goes down its ranking to the first worker
+ * within the gate that holds no more than the mean of the blocks the
+ * workers within the gate hold, plus an eighth of the prompt's blocks
+ * (here 2); level counts (full caches) leave it with the ranking's first. */
+static void test_not_held_goes_to_a_worker_within_its_share(void **state)
 {
     (void)state;
     struct kvh_index *ix = kvh_create(1 << 14);
@@ -248,33 +266,47 @@ static void test_not_held_second_choice_by_held_blocks(void **state)
     cands_init(c);
     uint64_t chain[20];
     chain_of(7, chain, 20);
+    size_t rank[N];
+    ranking_of(&rp, chain, 20, rank);
     struct ca_choice ch;
+    uint64_t other[N][64];
+    for (unsigned k = 0; k < N; k++)
+        chain_of(20 + k, other[k], 64);
+    /* Nobody holds anything: the ranking's first. */
     assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
-    size_t first = ch.index;
-    /* The second: the first past the gate. */
-    c[first].load = 7;
-    assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
-    size_t second = ch.index;
-    assert_true(second != first);
-    c[first].load = 0;
-    /* The first holds a prompt's worth (20 blocks) more: it keeps it. */
-    uint64_t other[64];
-    chain_of(8, other, 64);
-    hold(ix, other, 20, c[first].slot);
-    assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
-    assert_int_equal(ch.index, first);
+    assert_int_equal(ch.index, rank[0]);
     assert_int_equal(ch.decision, POL_DECISION_NO_MATCH);
-    /* 21 more: the second takes it. */
-    hold(ix, other, 21, c[first].slot);
+    /* Level (40 each): the first. */
+    for (unsigned r = 0; r < N; r++)
+        hold(ix, other[r], 40, c[rank[r]].slot);
     assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
-    assert_int_equal(ch.index, second);
+    assert_int_equal(ch.index, rank[0]);
+    /* The first at 42 (the mean 40.5, 40 + 2): still it. */
+    hold(ix, other[0], 42, c[rank[0]].slot);
+    assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
+    assert_int_equal(ch.index, rank[0]);
+    /* At 46 (the mean 41.5, 41 + 2): the ranking's next. */
+    hold(ix, other[0], 46, c[rank[0]].slot);
+    assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
+    assert_int_equal(ch.index, rank[1]);
     assert_int_equal(ch.decision, POL_DECISION_NO_MATCH);
-    /* The second fills up to within a prompt of it: the first again. */
-    uint64_t more[64];
-    chain_of(9, more, 64);
-    hold(ix, more, 21, c[second].slot);
+    kvh_forget_all(ix);
+    /* The first two hold alike, the last two nothing: past both (two
+     * choices by held blocks would have left it with the first). */
+    hold(ix, other[0], 40, c[rank[0]].slot);
+    hold(ix, other[1], 40, c[rank[1]].slot);
     assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
-    assert_int_equal(ch.index, first);
+    assert_int_equal(ch.index, rank[2]);
+    kvh_forget_all(ix);
+    /* Only the workers within the gate share: 40, 25, (past the gate) 0,
+     * 10. Their mean 25 keeps the second in; with the one past the gate
+     * counted (18.75) only the last would be. */
+    hold(ix, other[0], 40, c[rank[0]].slot);
+    hold(ix, other[1], 25, c[rank[1]].slot);
+    hold(ix, other[3], 10, c[rank[3]].slot);
+    c[rank[2]].load = 7;
+    assert_int_equal(pca_decide(ix, NULL, &rp, chain, 20, c, N, 0, &ch), 0);
+    assert_int_equal(ch.index, rank[1]);
     kvh_destroy(ix);
 }
 
@@ -435,7 +467,7 @@ int main(void)
         cmocka_unit_test(test_speculative_entry_holds_a_burst),
         cmocka_unit_test(test_bounded_affinity_uses_its_own_factor),
         cmocka_unit_test(test_not_held_follows_ranking_within_gate),
-        cmocka_unit_test(test_not_held_second_choice_by_held_blocks),
+        cmocka_unit_test(test_not_held_goes_to_a_worker_within_its_share),
         cmocka_unit_test(test_policy_falls_back_without_tokens),
         cmocka_unit_test(test_speculative_entries_shared_by_loops),
     };
