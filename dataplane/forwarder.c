@@ -26,6 +26,7 @@
 
 #include "common/log.h"
 #include "common/proc.h"
+#include "common/str.h"
 #include "shm/effective_load.h"
 #include "common/tls_client.h"
 #include "dataplane/errors.h"
@@ -376,8 +377,8 @@ pick_again:;
     a->req = req;
     a->slot = w->slot;
     a->generation = w->generation;
-    snprintf(a->worker_id, sizeof(a->worker_id), "%s", w->id);
-    snprintf(req->worker_id, sizeof(req->worker_id), "%s", w->id);
+    str_copy(a->worker_id, sizeof(a->worker_id), w->id);
+    str_copy(req->worker_id, sizeof(req->worker_id), w->id);
     a->state = DP_ATT_WAITING;
     a->leg = req->leg;
     req->leg->body(req, &a->body, &a->body_len);
@@ -409,8 +410,10 @@ pick_again:;
     char url[CFG_URL_MAX + DP_RESP_ID_MAX + 512]; /* + id and query of an id route */
     if (dp_route_row(req->route)->id_suffix != NULL)
         rc = dp_id_route_url(req, w->url, url, sizeof(url));
-    else
-        snprintf(url, sizeof(url), "%s%s", w->url, dp_route_row(req->route)->upstream_path);
+    else {
+        size_t at = str_copy(url, sizeof(url), w->url);
+        str_copy(url + at, sizeof(url) - at, dp_route_row(req->route)->upstream_path);
+    }
     if (rc != 0) {
         dp_guard_release(&loop->sh->guards, &a->guard);
         free(a);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/str.h"
 #include "dataplane/legs.h"
 #include "dataplane/loop.h"
 #include "dataplane/routes.h"
@@ -63,7 +64,7 @@ struct dp_journal *dp_journal_create(const struct dp_loop *loop, enum dp_route r
         return NULL;
     j->cap_steps = cap;
     j->start_ns = dp_journal_now_ns();
-    snprintf(j->method, sizeof(j->method), "%s", method != NULL ? method : "");
+    str_copy(j->method, sizeof(j->method), method != NULL ? method : "");
     return j;
 }
 

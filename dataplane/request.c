@@ -16,6 +16,7 @@
 #include <xxhash.h>
 
 #include "common/proc.h"
+#include "common/str.h"
 #include "dataplane/header_rules.h"
 #include "dataplane/journal.h"
 #include "dataplane/json_arena.h"
@@ -650,7 +651,9 @@ int dp_request_prepare_upstream(struct dp_request *req)
     if (!c.failed && c.replace_trace && dp_journal_trace_header(req, &c.list) != 0)
         c.failed = true;
     char line[DP_REQUEST_ID_MAX + 32];
-    snprintf(line, sizeof(line), "X-Request-Id: %s", req->request_id);
+    static const char id_name[] = "X-Request-Id: ";
+    memcpy(line, id_name, sizeof(id_name) - 1);
+    str_copy(line + sizeof(id_name) - 1, sizeof(line) - (sizeof(id_name) - 1), req->request_id);
     struct curl_slist *nl = c.failed ? NULL : curl_slist_append(c.list, line);
     if (nl != NULL) {
         c.list = nl;
