@@ -10,6 +10,7 @@
 
 #include <xxhash.h>
 
+#include "dataplane/policy/hash_memo.h"
 #include "dataplane/policy/rendezvous.h"
 
 #define CA_MAX_CANDIDATES 1024u
@@ -155,7 +156,8 @@ int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model
     if (n == 0)
         return -EINVAL;
     uint64_t hashes[PIX_MAX_BLOCKS];
-    size_t n_blocks = pix_hash_blocks(pix_model_seed(model), text, len, hashes, PIX_MAX_BLOCKS);
+    /* The same hashes as pix_hash_blocks; a head seen recently is not hashed again. */
+    size_t n_blocks = hm_hash_blocks(pix_model_seed(model), text, len, hashes, PIX_MAX_BLOCKS);
 
     /* Per thread, all zero between calls: every slot added is cleared below. */
     static _Thread_local struct pix_slot_set candidates;
