@@ -393,24 +393,6 @@ bool pix_has(struct pix_index *ix, uint64_t h, uint32_t slot)
     return pix_lookup(ix, h, &meta) && pix_meta_position(meta, slot) >= 0;
 }
 
-void pix_slots_add(struct pix_slot_set *set, uint32_t slot)
-{
-    if (slot < PIX_SLOT_LIMIT)
-        set->bits[slot / 64] |= 1ull << (slot % 64);
-}
-
-bool pix_slots_has(const struct pix_slot_set *set, uint32_t slot)
-{
-    return slot < PIX_SLOT_LIMIT && (set->bits[slot / 64] >> (slot % 64)) & 1u;
-}
-
-void pix_slots_clear(struct pix_slot_set *set, const uint32_t *slots, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (slots[i] < PIX_SLOT_LIMIT)
-            set->bits[slots[i] / 64] = 0;
-}
-
 /* The most recent candidate ref in meta, as slot + 1; 0 if none. */
 static uint32_t pix_best_candidate(uint64_t meta, const struct pix_slot_set *candidates)
 {

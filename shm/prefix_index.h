@@ -143,11 +143,28 @@ struct pix_slot_set {
     uint64_t bits[PIX_SLOT_WORDS];
 };
 
+/* Inline: a decision adds and clears every candidate (256 calls of each
+ * were a fifth of an 8K-token cache_aware decision's instructions). */
+
 /* Adds slot (ignored at or above PIX_SLOT_LIMIT: such slots are never recorded). */
-void pix_slots_add(struct pix_slot_set *set, uint32_t slot);
-bool pix_slots_has(const struct pix_slot_set *set, uint32_t slot);
+static inline void pix_slots_add(struct pix_slot_set *set, uint32_t slot)
+{
+    if (slot < PIX_SLOT_LIMIT)
+        set->bits[slot / 64] |= 1ull << (slot % 64);
+}
+
+static inline bool pix_slots_has(const struct pix_slot_set *set, uint32_t slot)
+{
+    return slot < PIX_SLOT_LIMIT && (set->bits[slot / 64] >> (slot % 64)) & 1u;
+}
+
 /* Removes the n slots listed (those added): cheaper than clearing 8 KiB. */
-void pix_slots_clear(struct pix_slot_set *set, const uint32_t *slots, size_t n);
+static inline void pix_slots_clear(struct pix_slot_set *set, const uint32_t *slots, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (slots[i] < PIX_SLOT_LIMIT)
+            set->bits[slots[i] / 64] = 0;
+}
 
 /*
  * Longest matched prefix over the candidate slots: the largest m such that
