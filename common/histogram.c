@@ -26,6 +26,14 @@ void histogram_observe(struct histogram *h, double value)
                               memory_order_relaxed);
 }
 
+uint64_t histogram_count(const struct histogram *h)
+{
+    uint64_t n = 0;
+    for (size_t b = 0; b <= h->n_bounds; b++)
+        n += atomic_load_explicit(&h->counts[b], memory_order_relaxed);
+    return n;
+}
+
 int histogram_write(const struct histogram *h, struct prom_writer *w,
                     const struct prom_label *labels, size_t n_labels)
 {

@@ -35,6 +35,9 @@ void histogram_init(struct histogram *h, const double *bounds, size_t n_bounds);
  * first bound it does not exceed (le semantics), else the last bucket. */
 void histogram_observe(struct histogram *h, double value);
 
+/* How many values h counted (the sum of its buckets). */
+uint64_t histogram_count(const struct histogram *h);
+
 /* Writes h as one series of the open histogram family (prom_family with
  * PROM_HISTOGRAM first). Returns as prom_histogram. */
 int histogram_write(const struct histogram *h, struct prom_writer *w,

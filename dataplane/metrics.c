@@ -40,22 +40,14 @@ static const char *const dp_phase_names[DP_PHASE_COUNT] = {
     [DP_PHASE_STREAM] = "streaming",
 };
 
-static void hist_init(struct dp_histogram *h)
+static void hist_init(struct histogram *h)
 {
-    for (int i = 0; i <= DP_HIST_BUCKETS; i++)
-        atomic_init(&h->bucket[i], 0);
-    atomic_init(&h->sum_us, 0);
-    atomic_init(&h->count, 0);
+    histogram_init(h, dp_buckets_s, DP_HIST_BUCKETS);
 }
 
-static void hist_observe(struct dp_histogram *h, uint64_t us)
+static void hist_observe(struct histogram *h, uint64_t us)
 {
-    int i = 0;
-    while (i < DP_HIST_BUCKETS && (double)us > dp_buckets_s[i] * 1e6)
-        i++;
-    atomic_fetch_add_explicit(&h->bucket[i], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->sum_us, us, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+    histogram_observe(h, (double)us / 1e6);
 }
 
 int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers)
@@ -261,18 +253,6 @@ void dp_metrics_disconnect(struct dp_metrics *m, enum dp_phase phase)
     atomic_fetch_add_explicit(&m->disconnects[phase], 1, memory_order_relaxed);
 }
 
-/* One histogram series: the bucket counts (per bucket, the last above every
- * bound) and the sum, read once each, in the open family. */
-static void render_hist_series(struct prom_writer *w, const struct prom_label *labels,
-                               size_t n_labels, const struct dp_histogram *h)
-{
-    uint64_t counts[DP_HIST_BUCKETS + 1];
-    for (int i = 0; i <= DP_HIST_BUCKETS; i++)
-        counts[i] = atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
-    double sum = (double)atomic_load_explicit(&h->sum_us, memory_order_relaxed) / 1e6;
-    prom_histogram(w, labels, n_labels, dp_buckets_s, counts, DP_HIST_BUCKETS, sum);
-}
-
 /* One latency family: a series per (route, model) that observed anything;
  * ttfb selects which histogram of each model. */
 static void render_latency(struct prom_writer *w, const struct dp_metrics *m, const char *name,
@@ -285,14 +265,14 @@ static void render_latency(struct prom_writer *w, const struct dp_metrics *m, co
             if (i >= n && i != DP_MODEL_SERIES)
                 continue;
             const struct dp_model_latency *l = &m->latency[i];
-            const struct dp_histogram *h = ttfb ? &l->ttfb[r] : &l->duration[r];
-            if (atomic_load_explicit(&h->count, memory_order_relaxed) == 0)
+            const struct histogram *h = ttfb ? &l->ttfb[r] : &l->duration[r];
+            if (histogram_count(h) == 0)
                 continue;
             const struct prom_label labels[] = {
                 {"route", dp_route_row((enum dp_route)r)->label},
                 {"model", l->model},
             };
-            render_hist_series(w, labels, 2, h);
+            histogram_write(h, w, labels, 2);
         }
 }
 
@@ -344,7 +324,7 @@ static void render_pd(struct prom_writer *w, const struct dp_metrics *m,
     prom_family(w, "switchyard_pd_phase_duration_seconds", PROM_HISTOGRAM,
                 "Duration of completed prefill and decode phases.");
     for (int p = DP_PD_PREFILL; p <= DP_PD_DECODE; p++)
-        render_hist_series(w, &(struct prom_label){"phase", phases[p]}, 1, &m->pd_phase[p]);
+        histogram_write(&m->pd_phase[p], w, &(struct prom_label){"phase", phases[p]}, 1);
 }
 
 /* The workers' own reports (only workers that have one), the load routing

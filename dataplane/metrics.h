@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/histogram.h"
 #include "shm/effective_load.h"
 #include "dataplane/guard.h"
 #include "dataplane/policy.h"
@@ -32,17 +33,11 @@
 #define DP_STATUS_MAX   600
 #define DP_MODEL_SERIES 64 /* models with latency series of their own; the rest are "other" */
 
-struct dp_histogram {
-    _Atomic uint64_t bucket[DP_HIST_BUCKETS + 1]; /* last = +Inf */
-    _Atomic uint64_t sum_us;
-    _Atomic uint64_t count;
-};
-
 /* The latency histograms of one model, by route. */
 struct dp_model_latency {
     char model[CFG_MODEL_MAX]; /* written once, before the slot is published */
-    struct dp_histogram duration[DP_ROUTE_COUNT];
-    struct dp_histogram ttfb[DP_ROUTE_COUNT];
+    struct histogram duration[DP_ROUTE_COUNT];
+    struct histogram ttfb[DP_ROUTE_COUNT];
 };
 
 /* Process-wide; dp_metrics_init / dp_metrics_fini. */
@@ -69,7 +64,7 @@ struct dp_metrics {
     _Atomic uint64_t pd_outcomes[DP_PD_OUT_COUNT];
     const char *pd_policy[DP_PD_DECODE + 1]; /* policy.prefill/decode names, by phase */
     _Atomic uint64_t pd_decisions[DP_PD_DECODE + 1][POL_DECISION_COUNT];
-    struct dp_histogram pd_phase[DP_PD_DECODE + 1]; /* by enum dp_pd_phase */
+    struct histogram pd_phase[DP_PD_DECODE + 1]; /* by enum dp_pd_phase */
     /* Observability (access_log.h, trace_export.h): bumped by the loops and
      * by the access-log writer and span exporter threads. */
     _Atomic uint64_t access_log_dropped;

@@ -38,6 +38,7 @@ static void test_buckets_sum_count(void **state)
     histogram_observe(&h, 0.05);   /* <= 0.1 */
     histogram_observe(&h, 2.0);    /* +Inf */
     histogram_observe(&h, -1.0);   /* counted as 0 */
+    assert_int_equal(histogram_count(&h), 5);
     struct buf page = BUF_INIT(1 << 12);
     page_of(&h, &page);
     const char *p = page.data;
@@ -73,6 +74,7 @@ static void test_concurrent_observers(void **state)
     page_of(&shared, &page);
     assert_non_null(strstr(page.data, "t_seconds_bucket{le=\"0.01\"} 200000\n"));
     assert_non_null(strstr(page.data, "t_seconds_count 400000\n"));
+    assert_int_equal(histogram_count(&shared), 400000);
     assert_non_null(strstr(page.data, "t_seconds_sum 101000.000000\n"));
     buf_fini(&page);
 }

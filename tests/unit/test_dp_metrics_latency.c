@@ -15,11 +15,6 @@
 
 #include "dataplane/metrics.c"
 
-static uint64_t count(const struct dp_histogram *h)
-{
-    return atomic_load_explicit(&h->count, memory_order_relaxed);
-}
-
 static void test_only_inference_routes_and_no_404(void **state)
 {
     (void)state;
@@ -37,12 +32,12 @@ static void test_only_inference_routes_and_no_404(void **state)
     assert_int_equal(atomic_load(&m.n_models), 1);
     struct dp_model_latency *l = &m.latency[0];
     assert_string_equal(l->model, "llama");
-    assert_int_equal(count(&l->duration[DP_ROUTE_CHAT]), 2);
-    assert_int_equal(count(&l->ttfb[DP_ROUTE_EMBEDDINGS]), 1);
+    assert_int_equal(histogram_count(&l->duration[DP_ROUTE_CHAT]), 2);
+    assert_int_equal(histogram_count(&l->ttfb[DP_ROUTE_EMBEDDINGS]), 1);
     for (int r = 0; r < DP_ROUTE_COUNT; r++) {
         if (r != DP_ROUTE_CHAT)
-            assert_int_equal(count(&l->duration[r]), 0);
-        assert_int_equal(count(&m.latency[DP_MODEL_SERIES].duration[r]), 0);
+            assert_int_equal(histogram_count(&l->duration[r]), 0);
+        assert_int_equal(histogram_count(&m.latency[DP_MODEL_SERIES].duration[r]), 0);
     }
     /* Every request is still counted by route and status. */
     assert_int_equal(atomic_load(&m.requests[DP_ROUTE_HEALTH][200]), 1);
@@ -65,10 +60,10 @@ static void test_models_are_bounded(void **state)
     for (int i = 0; i < DP_MODEL_SERIES; i++) {
         snprintf(name, sizeof(name), "model-%d", i);
         assert_string_equal(m.latency[i].model, name);
-        assert_int_equal(count(&m.latency[i].duration[DP_ROUTE_CHAT]), 2);
+        assert_int_equal(histogram_count(&m.latency[i].duration[DP_ROUTE_CHAT]), 2);
     }
     assert_string_equal(m.latency[DP_MODEL_SERIES].model, "other");
-    assert_int_equal(count(&m.latency[DP_MODEL_SERIES].duration[DP_ROUTE_CHAT]), 20);
+    assert_int_equal(histogram_count(&m.latency[DP_MODEL_SERIES].duration[DP_ROUTE_CHAT]), 20);
     dp_metrics_fini(&m);
 }
 
