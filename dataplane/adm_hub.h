@@ -1,6 +1,7 @@
 /*
- * The admission queue's process-wide part: which tenant goes next, over
- * every event loop of the data plane. Each loop keeps its own queued
+ * The admission queue's process-wide part: which tenant goes next, and
+ * whether an arrival may wait at all, over every event loop of the data
+ * plane. Each loop keeps its own queued
  * requests (a request never leaves the loop that accepted it: its client
  * connection lives in that loop's HTTP daemon), but the order in which
  * they get workers is one order for the process: for each model, band and
