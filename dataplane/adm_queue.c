@@ -13,8 +13,12 @@
  * absent for a moment catches up by a few requests at most). When that
  * tenant waits here, this loop hands its head out; when it waits only on
  * another loop, this loop wakes that one and stops, leaving the free slot
- * to it. The loop keeps every queued request on one more list in arrival
- * order, so the TTL check (one max_wait for all) only looks at the oldest.
+ * to it. The room is the hub's too: an arrival is admitted there, and when
+ * it takes the place of a request held by another loop, that loop is woken
+ * to answer it (queue_reap; the loop's own requests are touched by its
+ * thread only). The loop keeps every queued request on one more list in
+ * arrival order, so the TTL check (one max_wait for all) only looks at the
+ * oldest.
  */
 #include "dataplane/adm_queue.h"
 
@@ -48,8 +52,7 @@ struct dp_adm_tq {
 struct dp_adm_model {
     struct list_node link; /* dp_adm_loop.models */
     struct list_node bands[DP_PRIO_COUNT];
-    uint32_t band_n[DP_PRIO_COUNT]; /* requests waiting in each band */
-    uint32_t depth;
+    uint32_t depth;              /* requests this loop holds (the doomed included) */
     struct dp_adm_hub_model *hm; /* its entry in the hub (a reference) */
     char name[CFG_MODEL_MAX];
 };
@@ -121,7 +124,7 @@ static struct dp_adm_tq *queue_tenant(struct dp_loop *loop, struct dp_adm_model 
     return tq;
 }
 
-/* When the oldest request of tq was queued (0 when it holds none). */
+/* When the oldest / newest request of tq was queued (0 when it holds none). */
 static uint64_t queue_head_ms(const struct dp_adm_tq *tq)
 {
     if (tq->n == 0)
@@ -129,19 +132,50 @@ static uint64_t queue_head_ms(const struct dp_adm_tq *tq)
     return list_entry(list_first(&tq->reqs), struct dp_request, adm.tq_link)->adm.enqueued_ms;
 }
 
-/* Unlinks req from its tenant queue (freed when empty) and the age list. */
+static uint64_t queue_tail_ms(const struct dp_adm_tq *tq)
+{
+    if (tq->n == 0)
+        return 0;
+    return list_entry(list_last(&tq->reqs), struct dp_request, adm.tq_link)->adm.enqueued_ms;
+}
+
+/* req's place from the newest of its tenant queue (0: the newest) when it
+ * is among the first `owed` (the most this loop has doomed), else
+ * UINT32_MAX: the hub's doomed are the newest of a tenant's requests. */
+static uint32_t queue_from_newest(const struct dp_request *req, uint32_t owed)
+{
+    const struct list_node *head = &req->adm.tq->reqs;
+    uint32_t k = 0;
+    for (const struct list_node *it = head->prev; it != head && k < owed; it = it->prev, k++)
+        if (it == &req->adm.tq_link)
+            return k;
+    return UINT32_MAX;
+}
+
+/* Unlinks req from its tenant queue (freed when empty) and the age list.
+ * The hub is told, except for a request being handed to a worker: it
+ * keeps its place there until it has one (dp_adm_hub_served), or is back
+ * in the queue, so that no other loop can take the place meanwhile and
+ * leave it none to come back to. */
 static void queue_unlink(struct dp_request *req)
 {
     struct dp_adm_req *r = &req->adm;
     struct dp_adm_tq *tq = r->tq;
     struct dp_loop *loop = req->loop;
+    uint32_t from_newest = UINT32_MAX;
+    if (!r->dispatching) {
+        uint32_t owed = dp_adm_hub_owed(loop->sh->adm.hub, loop->index);
+        if (owed > 0)
+            from_newest = queue_from_newest(req, owed);
+    }
     list_remove(&r->tq_link);
     list_remove(&r->age_link);
     tq->n--;
-    tq->model->band_n[tq->prio]--;
     tq->model->depth--;
     loop->adm.queued--;
-    dp_adm_hub_waiting(loop->sh->adm.hub, tq->ht, loop->index, -1, queue_head_ms(tq));
+    if (!r->dispatching)
+        dp_adm_hub_left(loop->sh->adm.hub, tq->ht, loop->index, from_newest, queue_head_ms(tq),
+                        queue_tail_ms(tq));
     dp_adm_metrics_depth(loop->sh->adm.metrics, tq->model->name, tq->prio, -1);
     /* An empty tenant queue stays (its tenant's place and service count)
      * until dp_adm_queue_expire finds it idle. */
@@ -150,11 +184,10 @@ static void queue_unlink(struct dp_request *req)
     r->queued = false;
 }
 
-void dp_adm_leave(struct dp_request *req, enum dp_adm_left why)
+/* req leaves the queue (it is in it), for why. */
+static void queue_leave(struct dp_request *req, enum dp_adm_left why)
 {
     struct dp_adm_req *r = &req->adm;
-    if (!r->queued)
-        return;
     struct dp_adm_metrics *mx = req->loop->sh->adm.metrics;
     uint64_t waited_us = (proc_monotonic_ms() - r->enqueued_ms) * 1000;
     dp_adm_metrics_wait(mx, r->tq->model->name, r->tq->prio, waited_us);
@@ -162,71 +195,62 @@ void dp_adm_leave(struct dp_request *req, enum dp_adm_left why)
     queue_unlink(req);
 }
 
+void dp_adm_leave(struct dp_request *req, enum dp_adm_left why)
+{
+    if (req->adm.queued)
+        queue_leave(req, why);
+}
+
+/* Answers a queued request. */
 static void queue_answer(struct dp_request *req, enum dp_adm_left why, int status,
                          enum dp_adm_reason reason, uint32_t retry_after_s, const char *msg)
 {
-    dp_adm_leave(req, why);
+    if (req->adm.queued)
+        queue_leave(req, why);
     req->adm.rejected = dp_adm_reason_name(reason);
     req->retry_after_s = retry_after_s;
     dp_adm_metrics_rejected(req->loop->sh->adm.metrics, req->adm.tenant, reason);
     req->loop->adm.ops->reply(req, status, dp_adm_reason_name(reason), msg);
 }
 
-/* The lowest band holding a request below prio, or DP_PRIO_UNSET. */
-static enum dp_prio queue_lowest_below(const struct dp_adm_model *m, enum dp_prio prio)
+/* Answers the doomed requests of tq (adm_hub.h: another's arrival took
+ * their places), newest first: 429 queue_full. */
+static void queue_evict(struct dp_loop *loop, struct dp_adm_tq *tq)
 {
-    for (int p = DP_PRIO_COUNT - 1; p > (int)prio; p--)
-        if (m->band_n[p] > 0)
-            return (enum dp_prio)p;
-    return DP_PRIO_UNSET;
+    enum dp_adm_hub_evict why = DP_ADM_HUB_EVICT_NONE;
+    uint32_t n = dp_adm_hub_doomed(loop->sh->adm.hub, tq->ht, loop->index, &why);
+    const char *msg = why == DP_ADM_HUB_EVICT_HIGHER
+                          ? "the queue of this model is full (a request of a higher priority took "
+                            "the place)"
+                          : "the queue of this model is full (another tenant under its share took "
+                            "the place)";
+    for (; n > 0 && tq->n > 0; n--) {
+        struct dp_request *victim =
+            list_entry(list_last(&tq->reqs), struct dp_request, adm.tq_link);
+        queue_answer(victim, DP_ADM_LEFT_FULL, 429, DP_ADM_REASON_QUEUE_FULL, 1, msg);
+    }
 }
 
-/* Makes room in band p: the newest request of its longest tenant queue
- * goes (the one that waited least), answered 429 queue_full with why. */
-static void queue_evict(struct dp_adm_model *m, enum dp_prio p, const char *why)
+/* Answers every request of this loop the hub doomed (a no-op while it
+ * owes none, the common case). Never during a dispatch of this loop's. */
+static void queue_reap(struct dp_loop *loop)
 {
-    struct dp_adm_tq *longest = NULL;
-    struct list_node *it;
-    list_foreach(it, &m->bands[p])
+    if (dp_adm_hub_owed(loop->sh->adm.hub, loop->index) == 0)
+        return;
+    struct list_node *mi;
+    list_foreach(mi, &loop->adm.models)
     {
-        struct dp_adm_tq *tq = list_entry(it, struct dp_adm_tq, ring_link);
-        if (longest == NULL || tq->n > longest->n)
-            longest = tq;
+        struct dp_adm_model *m = list_entry(mi, struct dp_adm_model, link);
+        for (int p = 0; p < DP_PRIO_COUNT; p++) {
+            struct list_node *it;
+            list_foreach(it, &m->bands[p])
+            {
+                struct dp_adm_tq *tq = list_entry(it, struct dp_adm_tq, ring_link);
+                if (tq->n > 0)
+                    queue_evict(loop, tq);
+            }
+        }
     }
-    struct dp_request *victim =
-        list_entry(list_last(&longest->reqs), struct dp_request, adm.tq_link);
-    queue_answer(victim, DP_ADM_LEFT_FULL, 429, DP_ADM_REASON_QUEUE_FULL, 1, why);
-}
-
-/* A tenant's place in band p of m: how many it has queued there, how many
- * tenants share the band's room with it (those waiting and those that
- * asked within recent_ms, itself included), and the longest queue of
- * another. */
-struct queue_share {
-    uint32_t mine;
-    uint32_t tenants;
-    uint32_t others_longest;
-};
-
-static struct queue_share queue_share_of(const struct dp_adm_model *m, enum dp_prio p,
-                                         const struct dp_adm_tq *own, uint64_t now_ms,
-                                         uint64_t recent_ms)
-{
-    struct queue_share sh = {.tenants = 1};
-    if (own != NULL)
-        sh.mine = own->n;
-    const struct list_node *it;
-    list_foreach(it, &m->bands[p])
-    {
-        const struct dp_adm_tq *tq = list_entry(it, struct dp_adm_tq, ring_link);
-        if (tq == own)
-            continue;
-        if (tq->n > 0 || now_ms - tq->seen_ms < recent_ms)
-            sh.tenants++;
-        if (tq->n > sh.others_longest)
-            sh.others_longest = tq->n;
-    }
-    return sh;
 }
 
 static void queue_refuse_full(struct dp_request *req, const char *msg)
@@ -251,23 +275,29 @@ static void queue_age_insert(struct dp_loop *loop, struct dp_request *req)
     list_insert_before(it, &req->adm.age_link);
 }
 
+static void queue_wake(struct dp_loop *loop, unsigned where)
+{
+    struct dp_loop *o = dp_adm_hub_loop(loop->sh->adm.hub, where);
+    if (o != NULL && o->adm.wake != NULL)
+        o->adm.wake(o);
+}
+
 void dp_adm_wait(struct dp_request *req)
 {
     struct dp_loop *loop = req->loop;
     struct dp_adm_req *r = &req->adm;
     const struct cfg_admission_queue *qc = &loop->sh->cfg->admission.queue;
     if (r->dispatching) {
-        /* Handed over by the queue and still no worker: back to its place. */
+        /* Handed over by the queue and still no worker: back to its place,
+         * which the hub kept for it (queue_unlink). */
         struct dp_adm_tq *tq = r->tq;
         r->requeued = true;
         r->queued = true;
         list_push_front(&tq->reqs, &r->tq_link);
         queue_age_insert(loop, req);
         tq->n++;
-        tq->model->band_n[tq->prio]++;
         tq->model->depth++;
         loop->adm.queued++;
-        dp_adm_hub_waiting(loop->sh->adm.hub, tq->ht, loop->index, +1, queue_head_ms(tq));
         dp_adm_metrics_depth(loop->sh->adm.metrics, tq->model->name, tq->prio, +1);
         return;
     }
@@ -292,51 +322,36 @@ void dp_adm_wait(struct dp_request *req)
      * so its share of the room is kept for it (NULL: no memory). */
     uint64_t now_ms = proc_monotonic_ms();
     struct dp_adm_tq *tq = m != NULL ? queue_tenant(loop, m, prio, r->tenant) : NULL;
-    if (tq != NULL)
-        tq->seen_ms = now_ms;
-    if (m != NULL) {
-        /* Fairness over the queue's room, not only over its order: while
-         * several tenants ask in a band (waiting, or arrived within the
-         * last DP_ADM_RECENT_MS), each may hold its share of max_depth. A
-         * flood past its share is refused on arrival (at once, as every
-         * rejection should be), which keeps room for the others, also in
-         * the moments they have nothing queued; a tenant under its share
-         * that finds the queue full (a tenant new to the band) takes the
-         * place of the newest request of the longest queue, which can only
-         * be over its share. Without this, a flood fills the queue and the
-         * dispatch has nothing of the other tenants to alternate with. */
-        struct queue_share sh = queue_share_of(m, prio, tq, now_ms, queue_recent_ms(loop));
-        uint32_t share = (qc->max_depth + sh.tenants - 1) / sh.tenants;
-        char msg[CFG_MODEL_MAX + 128];
-        if (sh.tenants > 1 && sh.mine >= share) {
-            snprintf(msg, sizeof(msg),
-                     "every worker of model '%s' is busy and this tenant holds its share of the "
-                     "queue (%u of %u waiting)",
-                     req->model, sh.mine, m->depth);
-            queue_refuse_full(req, msg);
-            return;
-        }
-        if (m->depth >= qc->max_depth) {
-            enum dp_prio low = queue_lowest_below(m, prio);
-            if (low != DP_PRIO_UNSET) {
-                queue_evict(m, low,
-                            "the queue of this model is full (a request of a higher priority took "
-                            "the place)");
-            } else if (sh.others_longest > share) {
-                queue_evict(m, prio,
-                            "the queue of this model is full (another tenant under its share "
-                            "took the place)");
-            } else {
-                snprintf(msg, sizeof(msg),
-                         "every worker of model '%s' is busy and its queue is full (%u waiting)",
-                         req->model, m->depth);
-                queue_refuse_full(req, msg);
-                return;
-            }
-        }
-    }
     if (tq == NULL) {
         loop->adm.ops->reply(req, 500, "out_of_memory", "the router is out of memory");
+        return;
+    }
+    tq->seen_ms = now_ms;
+    /* The room is the data plane's: max_depth places per model over all
+     * its loops, and while several tenants ask in a band, each may hold
+     * its share of them (adm_hub.h). A flood past its share is refused on
+     * arrival (at once, as every rejection should be), which keeps room
+     * for the others, also in the moments they have nothing queued; a
+     * tenant under its share that finds the queue full (a tenant new to
+     * the band) takes the place of the newest request of the longest
+     * queue, which can only be over its share, and a higher band that of
+     * a lower one. Without the shares, a flood fills the queue and the
+     * dispatch has nothing of the other tenants to alternate with. */
+    struct dp_adm_hub_admission adm;
+    dp_adm_hub_admit(loop->sh->adm.hub, tq->ht, loop->index, qc->max_depth, now_ms,
+                     queue_recent_ms(loop), tq->n > 0 ? queue_head_ms(tq) : now_ms, now_ms, &adm);
+    if (adm.verdict != DP_ADM_HUB_ADMITTED) {
+        char msg[CFG_MODEL_MAX + 160];
+        if (adm.verdict == DP_ADM_HUB_OVER_SHARE)
+            snprintf(msg, sizeof(msg),
+                     "every worker of model '%s' is busy and this tenant holds its share of the "
+                     "queue (%u of %u waiting; %u tenants share %u places)",
+                     req->model, adm.mine, adm.depth, adm.tenants, qc->max_depth);
+        else
+            snprintf(msg, sizeof(msg),
+                     "every worker of model '%s' is busy and its queue is full (%u waiting)",
+                     req->model, adm.depth);
+        queue_refuse_full(req, msg);
         return;
     }
     r->tq = tq;
@@ -345,12 +360,18 @@ void dp_adm_wait(struct dp_request *req)
     list_push_back(&tq->reqs, &r->tq_link);
     list_push_back(&loop->adm.by_age, &r->age_link);
     tq->n++;
-    m->band_n[prio]++;
     m->depth++;
     loop->adm.queued++;
-    dp_adm_hub_waiting(loop->sh->adm.hub, tq->ht, loop->index, +1, queue_head_ms(tq));
     dp_adm_metrics_depth(loop->sh->adm.metrics, m->name, prio, +1);
     dp_adm_metrics_enqueued(loop->sh->adm.metrics);
+    if (adm.evicted != DP_ADM_HUB_EVICT_NONE) {
+        /* The request whose place it took: answered here at once when this
+         * loop holds it, else by its loop, woken for it. */
+        if (adm.victim_loop == loop->index)
+            queue_reap(loop);
+        else
+            queue_wake(loop, adm.victim_loop);
+    }
 }
 
 bool dp_adm_queue_has(struct dp_loop *loop, const char *model)
@@ -374,13 +395,6 @@ static struct dp_adm_tq *queue_local(struct dp_adm_model *m, const struct dp_adm
         }
     }
     return NULL;
-}
-
-static void queue_wake(struct dp_loop *loop, unsigned where)
-{
-    struct dp_loop *o = dp_adm_hub_loop(loop->sh->adm.hub, where);
-    if (o != NULL && o->adm.wake != NULL)
-        o->adm.wake(o);
 }
 
 /* Hands out the requests the hub names next, while they wait here and a
@@ -423,7 +437,7 @@ static enum queue_stop queue_dispatch_model(struct dp_loop *loop, struct dp_adm_
         } else {
             dp_adm_metrics_wait(loop->sh->adm.metrics, m->name, tq->prio, waited_us);
             dp_adm_metrics_left(loop->sh->adm.metrics, DP_ADM_LEFT_DISPATCHED);
-            dp_adm_hub_served(hub, ht);
+            dp_adm_hub_served(hub, ht, loop->index, queue_head_ms(tq), queue_tail_ms(tq));
         }
         dp_request_unref(req);
         if (back)
@@ -456,6 +470,9 @@ bool dp_adm_before_pick(struct dp_request *req)
 
 void dp_adm_queue_dispatch(struct dp_loop *loop)
 {
+    /* Evictions another loop's arrival asked of this one first: their
+     * places are already another's. */
+    queue_reap(loop);
     if (!dp_adm_hub_any_waiting(loop->sh->adm.hub))
         return;
     struct list_node *it, *next;

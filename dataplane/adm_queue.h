@@ -11,16 +11,18 @@
  * next by it even when that request waits on another loop, which is woken
  * to take it.
  *
- * Depth: admission.queue.max_depth counts per model and per event loop (a
- * request never leaves the loop that accepted it, so neither does its
- * wait). While several tenants ask in a band (have requests waiting, or
- * arrived within the last second or max_wait), each may hold its share,
+ * Depth: admission.queue.max_depth counts per model over all the data
+ * plane's loops (a request never leaves the loop that accepted it, but its
+ * place is counted in the hub, which admits under one lock). While several
+ * tenants ask in a band (have requests waiting, or arrived within the last
+ * second or max_wait, on any loop), each may hold its share,
  * ceil(max_depth / tenants), of it: a tenant at its share is refused 429
- * queue_full on arrival, also while the others' places are empty. When
- * a model's queue is full, a request of a higher band than the lowest one
+ * queue_full on arrival, also while the others' places are empty. When a
+ * model's queue is full, a request of a higher band than the lowest one
  * waiting, or of a tenant under its share, takes the place of the newest
  * request of the longest tenant queue (of that lower band, or of its own
- * band), which is answered 429 queue_full; otherwise the arrival is.
+ * band), which is answered 429 queue_full, by its own loop (woken for it
+ * when that is another); otherwise the arrival is.
  *
  * The fourth accounting state: a request is queued at most once at a
  * time, never holds a guard while queued, and leaves exactly once, by one

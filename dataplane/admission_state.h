@@ -89,7 +89,8 @@ struct dp_adm_loop {
     bool kick; /* a guard was released: try the queue at the end of the pass */
     /* Wakes this loop from another thread (its eventfd; set by the loop's
      * driver before the loops start): the hub chose a request queued here
-     * for a slot another loop saw free. */
+     * for a slot another loop saw free, or gave the place of one queued
+     * here to another loop's arrival (this loop answers it). */
     void (*wake)(struct dp_loop *loop);
 };
 

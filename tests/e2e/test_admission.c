@@ -5,7 +5,9 @@
  * saturated fleet (admission.max_inflight_per_worker): served when a worker
  * frees, 429 queue_full at once, 429 queue_timeout, a client leaving while
  * queued, strict priority, round robin between tenants, and a soak with
- * aborts during which no worker ever holds more than the limit. Each test
+ * aborts during which no worker ever holds more than the limit; with two
+ * event loops, the queue's room (max_depth) and the priority rule hold
+ * over both, not per loop. Each test
  * ends by checking the fourth accounting state's invariant on /metrics:
  * every request that entered the queue left it exactly once, or is still
  * in it.
@@ -695,6 +697,137 @@ static void test_queue_share_pushes_out_a_flood(void **state)
     h_fleet_stop(&f);
 }
 
+/* ---- the room over several event loops ------------------------------------------------- */
+
+struct settle_cond {
+    const char *base;
+    const char *band;
+    long long depth;
+    struct h_async *a;
+};
+
+/* The request a was answered, or the band's depth reached `depth`. */
+static bool settled(void *arg)
+{
+    struct settle_cond *c = arg;
+    struct h_async_state s;
+    h_async_get_state(c->a, &s);
+    return s.done || queue_depth(c->base, c->band) == c->depth;
+}
+
+#define ROOM_DEPTH 3
+#define ROOM_SENT  10
+
+/* max_depth is the data plane's, not each loop's: with two event loops
+ * (each connection lands on one of them), one model's queue still holds
+ * ROOM_DEPTH at most. Counted per loop, ROOM_SENT requests spread over
+ * both loops would find up to twice that. */
+static void test_queue_depth_over_loops(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1,
+                                             .dataplane_extra = "threads: 2\n",
+                                             .extra_yaml = "admission:\n"
+                                                           "  max_inflight_per_worker: 1\n"
+                                                           "  queue:\n"
+                                                           "    max_depth: 3\n"});
+    stall_all(&f, 3000);
+    struct h_async *first = post_async(f.base, chat_body, NULL, H_ABORT_NEVER, 0);
+    wait_inflight(&f, 0, 1);
+    struct h_async *q[ROOM_SENT];
+    int queued = 0, refused = 0;
+    for (int i = 0; i < ROOM_SENT; i++) {
+        /* One at a time, each on a new connection: admitted (the depth
+         * grows) or refused at once. */
+        q[i] = post_async(f.base, chat_body, NULL, H_ABORT_NEVER, 0);
+        struct settle_cond c = {f.base, "normal", queued + 1, q[i]};
+        assert_int_equal(h_wait_until(settled, &c, 5000), 0);
+        struct h_async_state s;
+        h_async_get_state(q[i], &s);
+        if (s.done) {
+            assert_int_equal(s.status, 429);
+            assert_true(s.done_ms < 500);
+            refused++;
+        } else {
+            queued++;
+        }
+        assert_true(queue_depth(f.base, "normal") <= ROOM_DEPTH);
+    }
+    assert_int_equal(queued, ROOM_DEPTH);
+    assert_int_equal(refused, ROOM_SENT - ROOM_DEPTH);
+    assert_int_equal(dp_metric(f.base, "switchyard_admission_rejected_total{reason=\"queue_full\","
+                                       "tenant=\"anonymous\"}"),
+                     ROOM_SENT - ROOM_DEPTH);
+    stall_all(&f, 20);
+    assert_int_equal(h_async_wait(first, 10000), 0);
+    for (int i = 0; i < ROOM_SENT; i++) {
+        assert_int_equal(h_async_wait(q[i], 10000), 0);
+        h_async_destroy(q[i]);
+    }
+    assert_int_equal(left_total(f.base, "dispatched"), ROOM_DEPTH);
+    assert_int_equal(h_wait_until(loads_zero, &f, 5000), 0);
+    assert_queue_invariant(f.base);
+    h_async_destroy(first);
+    h_fleet_stop(&f);
+}
+
+/* With two event loops, high requests take the places of low ones
+ * wherever those wait: the low request whose place went is answered
+ * 429 queue_full at once by its own loop (woken for it when the high one
+ * arrived on the other), the queue never holds more than max_depth, and
+ * the high ones are served. */
+static void test_priority_over_loops(void **state)
+{
+    (void)state;
+    char keys[H_PATH_MAX], dp_extra[H_PATH_MAX + 64];
+    const char *const tenants[] = {"bulk",     "key-low", "low", "",  "urgent",
+                                   "key-high", "high",    "",    NULL};
+    write_keys("keys.yaml", tenants, keys, sizeof(keys));
+    snprintf(dp_extra, sizeof(dp_extra), "threads: 2\napi_keys_file: %s\n", keys);
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1,
+                                             .dataplane_extra = dp_extra,
+                                             .extra_yaml = "admission:\n"
+                                                           "  max_inflight_per_worker: 1\n"
+                                                           "  queue:\n"
+                                                           "    max_depth: 3\n"});
+    stall_all(&f, 1500);
+    struct h_async *first = post_async(f.base, CHAT("first"), "key-low", H_ABORT_NEVER, 0);
+    wait_inflight(&f, 0, 1);
+    struct h_async *low[3], *high[3];
+    for (int i = 0; i < 3; i++) {
+        low[i] = post_async(f.base, CHAT("low"), "key-low", H_ABORT_NEVER, 0);
+        wait_depth(f.base, "low", i + 1);
+    }
+    for (int i = 0; i < 3; i++) {
+        high[i] = post_async(f.base, CHAT("high"), "key-high", H_ABORT_NEVER, 0);
+        wait_depth(f.base, "high", i + 1);
+        /* Each took a low one's place, answered without waiting. */
+        wait_depth(f.base, "low", 2 - i);
+        assert_true(queue_depth(f.base, "high") + queue_depth(f.base, "low") <= 3);
+    }
+    for (int i = 0; i < 3; i++) {
+        struct h_async_state s;
+        assert_int_equal(h_async_wait(low[i], 1000), 0);
+        h_async_get_state(low[i], &s);
+        assert_int_equal(s.status, 429);
+        assert_true(s.done_ms < 1000); /* pushed out, not served after the stall */
+    }
+    stall_all(&f, 20);
+    for (int i = 0; i < 3; i++) {
+        struct h_async_state s;
+        assert_int_equal(h_async_wait(high[i], 10000), 0);
+        h_async_get_state(high[i], &s);
+        assert_int_equal(s.status, 200);
+    }
+    assert_int_equal(h_async_wait(first, 10000), 0);
+    assert_int_equal(left_total(f.base, "evicted"), 3);
+    assert_int_equal(h_wait_until(loads_zero, &f, 5000), 0);
+    assert_queue_invariant(f.base);
+    h_fleet_stop(&f);
+}
+
 /* ---- the soak --------------------------------------------------------------------------- */
 
 #define SOAK_CLIENTS 24
@@ -852,6 +985,8 @@ int main(void)
         H_TEST(test_fairness_across_loops),
         H_TEST(test_queue_share_refuses_a_flood),
         H_TEST(test_queue_share_pushes_out_a_flood),
+        H_TEST(test_queue_depth_over_loops),
+        H_TEST(test_priority_over_loops),
         H_TEST(test_soak_never_exceeds_limit),
         H_TEST(test_overload_statuses),
         H_TEST(test_shutdown_answers_queued),

@@ -18,7 +18,12 @@
  * event loop would (its queue tried). The order above holds over both:
  * a slot seen free by one loop goes to the tenant served least even when
  * that tenant's requests wait on the other loop, an arrival does not take
- * such a slot, and what leaves a loop's queue leaves the hub's count.
+ * such a slot, and what leaves a loop's queue leaves the hub's count. The
+ * room is the data plane's too: max_depth and each tenant's share of it
+ * count over both loops, and an arrival that takes the place of a request
+ * waiting on the other loop gets that place at once, while the request is
+ * answered 429 queue_full by its own loop when that loop runs (never handed
+ * a worker meanwhile).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -54,6 +59,7 @@ struct fx {
     struct dp_request *refused[MAX_REQS];
     const char *refused_code[MAX_REQS];
     size_t n_refused;
+    void (*during_dispatch)(void); /* another loop's thread, meanwhile */
 };
 
 static struct fx *fx;
@@ -67,6 +73,11 @@ static void fake_take(struct dp_request *req)
 /* The forwarder's dispatch of a queued request: a free slot, or back. */
 static void fake_dispatch(struct dp_request *req)
 {
+    if (fx->during_dispatch != NULL) {
+        void (*f)(void) = fx->during_dispatch;
+        fx->during_dispatch = NULL;
+        f();
+    }
     if (fx->free_slots == 0) {
         dp_adm_wait(req);
         return;
@@ -140,8 +151,11 @@ static int teardown(void **state)
     (void)state;
     dp_adm_queue_flush(&fx->loop); /* answers what is left (counted as refused) */
     dp_adm_queue_flush(&fx->loop2);
-    /* What left the loops' queues left the hub's count. */
+    /* What left the loops' queues left the hub's count, and nothing is
+     * owed: every doomed request left. */
     assert_false(dp_adm_hub_any_waiting(fx->sh.adm.hub));
+    assert_int_equal(dp_adm_hub_owed(fx->sh.adm.hub, 0), 0);
+    assert_int_equal(dp_adm_hub_owed(fx->sh.adm.hub, 1), 0);
     dp_adm_queue_fini(&fx->loop);
     dp_adm_queue_fini(&fx->loop2);
     dp_adm_hub_destroy(fx->sh.adm.hub);
@@ -424,6 +438,214 @@ static void test_cross_loop_fifo_within_tenant(void **state)
     assert_ptr_equal(fx->served[1], young);
 }
 
+/* Requests of a tenant waiting on both loops (the hub's count). */
+static void assert_queued(unsigned on0, unsigned on1)
+{
+    assert_int_equal(fx->loop.adm.queued, on0);
+    assert_int_equal(fx->loop2.adm.queued, on1);
+}
+
+static void test_cross_loop_depth_bound(void **state)
+{
+    (void)state;
+    fx->cfg.admission.queue.max_depth = 3;
+    struct dp_request *a0 = arrive_on(&fx->loop, "team", DP_PRIO_NORMAL);
+    struct dp_request *a1 = arrive_on(&fx->loop2, "team", DP_PRIO_NORMAL);
+    struct dp_request *a2 = arrive_on(&fx->loop, "team", DP_PRIO_NORMAL);
+    assert_queued(2, 1);
+    /* Loop 1 holds one of 3 places, but the model's 3 are taken: refused,
+     * although each loop alone would have room. */
+    struct dp_request *a3 = arrive_on(&fx->loop2, "team", DP_PRIO_NORMAL);
+    assert_int_equal(fx->n_refused, 1);
+    assert_ptr_equal(fx->refused[0], a3);
+    assert_string_equal(fx->refused_code[0], "queue_full");
+    assert_queued(2, 1);
+    /* A place freed on one loop is a place for an arrival on the other. */
+    fx->free_slots++;
+    dp_adm_queue_dispatch(&fx->loop);
+    run_wakes();
+    assert_ptr_equal(fx->served[0], a0);
+    struct dp_request *a4 = arrive_on(&fx->loop2, "team", DP_PRIO_NORMAL);
+    assert_int_equal(fx->n_refused, 1);
+    assert_queued(1, 2);
+    fx->free_slots += 3;
+    dp_adm_queue_dispatch(&fx->loop);
+    run_wakes();
+    assert_int_equal(fx->n_served, 4); /* a0, then a1, a2 and a4 */
+    assert_int_equal(fx->n_refused, 1);
+    (void)a1;
+    (void)a2;
+    (void)a4;
+    assert_false(dp_adm_hub_any_waiting(fx->sh.adm.hub));
+}
+
+static void test_cross_loop_shares(void **state)
+{
+    (void)state;
+    fx->cfg.admission.queue.max_depth = 4;
+    /* Both tenants ask (the small one's request waits on loop 1), so each
+     * may hold 2 of the 4 places over both loops. */
+    struct dp_request *b0 = arrive_on(&fx->loop2, "small", DP_PRIO_NORMAL);
+    struct dp_request *a0 = arrive_on(&fx->loop, "flood", DP_PRIO_NORMAL);
+    struct dp_request *a1 = arrive_on(&fx->loop2, "flood", DP_PRIO_NORMAL);
+    assert_queued(1, 2);
+    /* The flood's third, on loop 0 where it holds one: over its share. */
+    struct dp_request *a2 = arrive_on(&fx->loop, "flood", DP_PRIO_NORMAL);
+    assert_int_equal(fx->n_refused, 1);
+    assert_ptr_equal(fx->refused[0], a2);
+    assert_string_equal(fx->refused_code[0], "queue_full");
+    /* The small tenant's second, on loop 0, has its place. */
+    struct dp_request *b1 = arrive_on(&fx->loop, "small", DP_PRIO_NORMAL);
+    assert_int_equal(fx->n_refused, 1);
+    assert_queued(2, 2);
+    fx->free_slots += 4;
+    dp_adm_queue_dispatch(&fx->loop);
+    run_wakes();
+    assert_int_equal(fx->n_served, 4);
+    (void)a0;
+    (void)a1;
+    (void)b0;
+    (void)b1;
+}
+
+static void test_cross_loop_higher_band_takes_a_place(void **state)
+{
+    (void)state;
+    fx->cfg.admission.queue.max_depth = 2;
+    struct dp_request *old = arrive_on(&fx->loop, "bulk", DP_PRIO_LOW);
+    next_ms();
+    struct dp_request *young = arrive_on(&fx->loop2, "bulk", DP_PRIO_LOW);
+    /* A high request on loop 0: the place of the newest low one, held by
+     * loop 1, is its own at once (loop 1 is woken to answer that one). */
+    struct dp_request *high = arrive_on(&fx->loop, "urgent", DP_PRIO_HIGH);
+    assert_int_equal(fx->n_refused, 0); /* loop 1 has not run yet... */
+    assert_true(fx->woken[1]);
+    assert_queued(2, 1);
+    /* ...and the full queue holds 2 places: another low one is refused. */
+    struct dp_request *late = arrive_on(&fx->loop, "bulk", DP_PRIO_LOW);
+    assert_int_equal(fx->n_refused, 1);
+    assert_ptr_equal(fx->refused[0], late);
+    /* Slots seen by loop 0 before loop 1 ran: the doomed request gets none. */
+    fx->free_slots += 2;
+    dp_adm_queue_dispatch(&fx->loop);
+    struct dp_request *const want[] = {high, old};
+    assert_served(0, want, 2);
+    assert_int_equal(fx->n_served, 2);
+    /* Loop 1 runs: the newest low request is answered 429 queue_full. */
+    run_wakes();
+    assert_int_equal(fx->n_refused, 2);
+    assert_ptr_equal(fx->refused[1], young);
+    assert_string_equal(fx->refused_code[1], "queue_full");
+    assert_queued(0, 0);
+    assert_int_equal(dp_adm_hub_owed(fx->sh.adm.hub, 1), 0);
+    assert_int_equal(fx->n_served, 2);
+}
+
+static void test_cross_loop_under_share_takes_a_place(void **state)
+{
+    (void)state;
+    fx->cfg.admission.queue.max_depth = 2;
+    /* The flood alone fills the model's 2 places, its newest on loop 1. */
+    struct dp_request *a0 = arrive_on(&fx->loop, "flood", DP_PRIO_NORMAL);
+    next_ms();
+    struct dp_request *a1 = arrive_on(&fx->loop2, "flood", DP_PRIO_NORMAL);
+    /* The small tenant arrives on loop 0, under its share (1 of 2): it
+     * takes the flood's newest place, on loop 1. */
+    struct dp_request *b0 = arrive_on(&fx->loop, "small", DP_PRIO_NORMAL);
+    assert_queued(2, 1);
+    run_wakes();
+    assert_int_equal(fx->n_refused, 1);
+    assert_ptr_equal(fx->refused[0], a1);
+    assert_string_equal(fx->refused_code[0], "queue_full");
+    assert_queued(2, 0);
+    /* Each at its share now: the flood is refused on loop 1 too. */
+    struct dp_request *a2 = arrive_on(&fx->loop2, "flood", DP_PRIO_NORMAL);
+    assert_int_equal(fx->n_refused, 2);
+    assert_ptr_equal(fx->refused[1], a2);
+    fx->free_slots += 2;
+    dp_adm_queue_dispatch(&fx->loop2);
+    run_wakes();
+    struct dp_request *const want[] = {a0, b0};
+    assert_served(0, want, 2);
+}
+
+/* The doomed request's client leaves before its loop runs: that leave is
+ * its eviction (nothing more is owed), and the older request of the same
+ * tenant keeps its place. */
+static void test_cross_loop_doomed_gone_first(void **state)
+{
+    (void)state;
+    fx->cfg.admission.queue.max_depth = 2;
+    struct dp_request *old = arrive_on(&fx->loop2, "bulk", DP_PRIO_LOW);
+    next_ms();
+    struct dp_request *young = arrive_on(&fx->loop2, "bulk", DP_PRIO_LOW);
+    struct dp_request *high = arrive_on(&fx->loop, "urgent", DP_PRIO_HIGH);
+    assert_int_equal(dp_adm_hub_owed(fx->sh.adm.hub, 1), 1);
+    dp_adm_leave(young, DP_ADM_LEFT_GONE);
+    assert_int_equal(dp_adm_hub_owed(fx->sh.adm.hub, 1), 0);
+    run_wakes();
+    assert_int_equal(fx->n_refused, 0);
+    assert_queued(1, 1);
+    fx->free_slots += 2;
+    dp_adm_queue_dispatch(&fx->loop);
+    run_wakes();
+    struct dp_request *const want[] = {high, old};
+    assert_served(0, want, 2);
+}
+
+/* A doomed request is never handed a worker, nor does it hold up one: a
+ * slot seen by loop 0 goes to a request of the same tenant with a place,
+ * although the doomed one on loop 1 is older. */
+static void test_cross_loop_doomed_never_dispatched(void **state)
+{
+    (void)state;
+    fx->cfg.admission.queue.max_depth = 2;
+    struct dp_request *b1 = arrive_on(&fx->loop2, "bulk", DP_PRIO_LOW);
+    struct dp_request *h1 = arrive_on(&fx->loop, "urgent", DP_PRIO_HIGH);
+    struct dp_request *h2 = arrive_on(&fx->loop, "urgent", DP_PRIO_HIGH);
+    assert_int_equal(dp_adm_hub_owed(fx->sh.adm.hub, 1), 1); /* b1's place is h2's */
+    fx->free_slots++;
+    dp_adm_queue_dispatch(&fx->loop);
+    next_ms();
+    struct dp_request *b2 = arrive_on(&fx->loop, "bulk", DP_PRIO_LOW);
+    assert_int_equal(fx->n_refused, 0);
+    fx->free_slots += 2;
+    dp_adm_queue_dispatch(&fx->loop); /* loop 1 has not run yet */
+    struct dp_request *const want[] = {h1, h2, b2};
+    assert_served(0, want, 3);
+    run_wakes();
+    assert_int_equal(fx->n_refused, 1);
+    assert_ptr_equal(fx->refused[0], b1);
+    assert_int_equal(fx->n_served, 3);
+}
+
+static struct dp_request *meanwhile_req;
+
+static void arrive_on_loop1(void)
+{
+    meanwhile_req = arrive_on(&fx->loop2, "team", DP_PRIO_NORMAL);
+}
+
+/* A request being handed to a worker keeps its place until it has one: an
+ * arrival on another loop meanwhile finds the queue full, and the request,
+ * back for want of a worker, finds its place. */
+static void test_cross_loop_place_kept_while_dispatching(void **state)
+{
+    (void)state;
+    fx->cfg.admission.queue.max_depth = 1;
+    struct dp_request *a0 = arrive_on(&fx->loop, "team", DP_PRIO_NORMAL);
+    fx->during_dispatch = arrive_on_loop1;
+    dp_adm_queue_dispatch(&fx->loop); /* no slot: a0 comes back */
+    assert_non_null(meanwhile_req);
+    assert_int_equal(fx->n_refused, 1);
+    assert_ptr_equal(fx->refused[0], meanwhile_req);
+    assert_queued(1, 0);
+    fx->free_slots++;
+    dp_adm_queue_dispatch(&fx->loop);
+    assert_ptr_equal(fx->served[0], a0);
+    meanwhile_req = NULL;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -437,6 +659,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cross_loop_arrival_waits_behind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cross_loop_gone_leaves_the_hub, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cross_loop_fifo_within_tenant, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_loop_depth_bound, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_loop_shares, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_loop_higher_band_takes_a_place, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_loop_under_share_takes_a_place, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_loop_doomed_gone_first, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_loop_doomed_never_dispatched, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_loop_place_kept_while_dispatching, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

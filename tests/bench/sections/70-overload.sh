@@ -29,14 +29,18 @@ capacity=$(awk -v n=$n_mocks -v s=$seqs -v p=$prefill_us -v t=$tpot_ms -v o=$out
 # The queue's max_wait is the latency the router may add to an admitted
 # request: sized from the uncongested run's TTFT p99 (measured first, below),
 # so that an admitted request's TTFT stays within about twice it; max_depth is
-# what the fleet drains within max_wait (per event loop). Until base has run,
-# a placeholder; OVERLOAD_MAX_WAIT_MS fixes it instead.
+# 3/4 of what the fleet drains within max_wait (the data plane's, over all its
+# event loops). Until base has run, a placeholder; OVERLOAD_MAX_WAIT_MS fixes
+# it instead, and OVERLOAD_MAX_DEPTH fixes max_depth.
 max_wait_ms=${OVERLOAD_MAX_WAIT_MS:-$((slo_ms * 3 / 4))}
 size_queue() {
-    # At least one place per tenant: with fewer, whoever arrives first
-    # holds the only place and no queue can be fair.
-    depth=$(awk -v c="$capacity" -v w="$max_wait_ms" -v t="$dp_threads" -v k=2 \
-        'BEGIN { d = int(0.75 * c * w / 1000 / t); print (d > k ? d : k) }')
+    # At least two places per tenant (k for the two): with fewer than one,
+    # whoever arrives first holds the only place and no queue can be fair;
+    # with one, a tenant whose request was just dispatched has nothing
+    # waiting until its next arrival, and the other takes the slots that
+    # free meanwhile (the queue never leaves a worker idle for it).
+    depth=${OVERLOAD_MAX_DEPTH:-$(awk -v c="$capacity" -v w="$max_wait_ms" -v k=4 \
+        'BEGIN { d = int(0.75 * c * w / 1000); print (d > k ? d : k) }')}
 }
 size_queue
 put over_capacity_rps "$capacity"
@@ -84,9 +88,9 @@ overload_config() {
         if [ "$adm" = yes ]; then
             echo "admission:"
             echo "  max_inflight_per_worker: $seqs"
-            # A queue the fleet drains within max_wait (max_depth counts per
-            # event loop): past it a request is refused at once, not after
-            # waiting max_wait for nothing.
+            # A queue the fleet drains within max_wait (max_depth counts
+            # over the data plane's event loops): past it a request is
+            # refused at once, not after waiting max_wait for nothing.
             echo "  queue: { max_depth: $depth, max_wait: ${max_wait_ms}ms }"
         fi
         echo "workers:"
