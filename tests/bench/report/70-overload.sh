@@ -66,10 +66,5 @@ echo "worker idle to wait for it). At 10× most of the small tenant's \`queue_fu
 echo "what it asks beyond half the fleet, which no room would serve. The order and the room"
 echo "span the data plane's event loops: a slot freed on one goes to the waiting tenant served"
 echo "least on any of them, and \`max_depth\` and each tenant's share of it count over all of"
-echo "them. Indicative (shortened runs of 1,200 requests, \`max_wait\` 137 ms, on a shared"
-echo "2-core machine, 2 event loops), when the room stopped being per loop: with the same 4"
-echo "places in all (2 per loop before, \`max_depth\` 4 after), the small tenant's part of"
-echo "goodput went from 0.462–0.488 to 0.485–0.489 at 10× and from 0.469–0.489 to 0.492–0.496"
-echo "at 3×, its \`queue_full\` refusals from 168–173 to 162–168 at 10× and from 34–47 to 21–25"
-echo "at 3×."
+echo "them."
 echo
