@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "common/config.h"
+#include "common/histogram.h"
 
 #define DP_ADM_WAIT_BUCKETS 8
 
@@ -32,8 +33,7 @@ struct adm_model_row {
     char name[CFG_MODEL_MAX];
     _Atomic int shm_row; /* its depth row in the buckets object plus 1; 0 = not yet */
     _Atomic int64_t depth[DP_PRIO_COUNT];
-    _Atomic uint64_t wait_count[DP_PRIO_COUNT][DP_ADM_WAIT_BUCKETS + 1]; /* last: +Inf */
-    _Atomic uint64_t wait_sum_us[DP_PRIO_COUNT];
+    struct histogram wait[DP_PRIO_COUNT]; /* time in the queue, by band */
 };
 
 struct dp_adm_metrics {
@@ -79,6 +79,9 @@ struct dp_adm_metrics *dp_adm_metrics_create(void)
     if (m == NULL)
         return NULL;
     pthread_mutex_init(&m->lock, NULL);
+    for (size_t i = 0; i < DP_ADM_METRICS_ROWS; i++)
+        for (int p = 0; p < DP_PRIO_COUNT; p++)
+            histogram_init(&m->models[i].wait[p], adm_wait_bounds_s, DP_ADM_WAIT_BUCKETS);
     return m;
 }
 
@@ -195,12 +198,7 @@ void dp_adm_metrics_wait(struct dp_adm_metrics *m, const char *model, enum dp_pr
 {
     if (m == NULL || band <= DP_PRIO_UNSET || band >= DP_PRIO_COUNT)
         return;
-    struct adm_model_row *r = adm_model(m, model);
-    size_t b = 0;
-    while (b < DP_ADM_WAIT_BUCKETS && (double)us / 1e6 > adm_wait_bounds_s[b])
-        b++;
-    atomic_fetch_add_explicit(&r->wait_count[band][b], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&r->wait_sum_us[band], us, memory_order_relaxed);
+    histogram_observe(&adm_model(m, model)->wait[band], (double)us / 1e6);
 }
 
 void dp_adm_metrics_enqueued(struct dp_adm_metrics *m)
@@ -289,22 +287,14 @@ void dp_adm_metrics_render(const struct dp_adm_metrics *cm, struct prom_writer *
                 "Time requests waited in the queue, by model and band (counted when they leave).");
     for (size_t i = 0; i < nm; i++)
         for (int p = DP_PRIO_UNSET + 1; p < DP_PRIO_COUNT; p++) {
-            uint64_t counts[DP_ADM_WAIT_BUCKETS + 1], total = 0;
-            for (int b = 0; b <= DP_ADM_WAIT_BUCKETS; b++) {
-                counts[b] =
-                    atomic_load_explicit(&m->models[i].wait_count[p][b], memory_order_relaxed);
-                total += counts[b];
-            }
-            if (total == 0)
+            const struct histogram *h = &m->models[i].wait[p];
+            if (histogram_count(h) == 0)
                 continue;
             const struct prom_label labels[] = {
                 {"model", m->models[i].name},
                 {"band", dp_prio_name((enum dp_prio)p)},
             };
-            prom_histogram(
-                w, labels, 2, adm_wait_bounds_s, counts, DP_ADM_WAIT_BUCKETS,
-                (double)atomic_load_explicit(&m->models[i].wait_sum_us[p], memory_order_relaxed) /
-                    1e6);
+            histogram_write(h, w, labels, 2);
         }
     prom_family(w, "switchyard_admission_queued_total", PROM_COUNTER,
                 "Requests that entered the queue.");
