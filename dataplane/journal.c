@@ -209,6 +209,12 @@ int dp_journal_trace_header(struct dp_request *req, struct curl_slist **list)
     return dp_trace_add_header(&req->journal->trace, list);
 }
 
+void dp_journal_trace_header_gone(struct dp_request *req)
+{
+    if (req->journal != NULL)
+        req->journal->trace.header = NULL;
+}
+
 void dp_journal_disconnect(struct dp_request *req, enum dp_phase phase)
 {
     if (req->journal != NULL && req->journal->disconnect == DP_PHASE_UNSET)

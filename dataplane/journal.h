@@ -120,6 +120,8 @@ void dp_journal_attempt_end(const struct dp_attempt *a);
 void dp_journal_trace_begin(struct dp_request *req, bool *replace, bool *keep_state);
 /* Appends the request's traceparent header to *list. 0 or -ENOMEM. */
 int dp_journal_trace_header(struct dp_request *req, struct curl_slist **list);
+/* The list dp_journal_trace_header appended to is freed: no attempt follows. */
+void dp_journal_trace_header_gone(struct dp_request *req);
 /* The client left in phase (counted as a disconnect). */
 void dp_journal_disconnect(struct dp_request *req, enum dp_phase phase);
 /* n body bytes went to the client connection. */

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/tls_client.h"
+#include "dataplane/journal.h"
 #include "dataplane/loop.h"
 #include "dataplane/upstream_url.h"
 
@@ -190,8 +191,19 @@ void dp_up_request_sent(struct dp_attempt *a)
 {
     /* Setting the size frees the buffer (the handle's next transfer takes
      * a new one); the size is curl's default. */
-    if (a->easy != NULL)
+    if (a->easy != NULL) {
         (void)curl_easy_setopt(a->easy, CURLOPT_UPLOAD_BUFFERSIZE, DP_UP_UPLOAD_BUFFER);
+        /* curl reads the header list only to write a request: with a
+         * response begun it writes none on this transfer (it re-sends only
+         * on a reused connection that died before any byte came back), and
+         * dp_up_start sets the next transfer's. A held stream keeps about
+         * 0.3 kB less: the list's nodes and their strings. */
+        (void)curl_easy_setopt(a->easy, CURLOPT_HTTPHEADER, NULL);
+    }
+    struct dp_request *req = a->req;
+    dp_journal_trace_header_gone(req);
+    curl_slist_free_all(req->up_headers);
+    req->up_headers = NULL;
 }
 
 void dp_up_detach(struct dp_attempt *a)

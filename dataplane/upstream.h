@@ -41,9 +41,10 @@ void dp_up_fini(struct dp_loop *loop);
 /* Starts a's POST of a->body (borrowed from its request) to url. 0 or -errno (nothing started). */
 int dp_up_start(struct dp_attempt *a, const char *url);
 
-/* a's request went out whole and will not be written again: frees curl's
- * upload buffer (64 KiB, taken for a body over 64 KiB and otherwise kept
- * until the transfer ends). */
+/* a's request went out whole, its response has begun and no attempt of its
+ * request follows: frees curl's upload buffer (64 KiB, taken for a body
+ * over 64 KiB and otherwise kept until the transfer ends) and the request's
+ * upstream header list (req->up_headers, NULL after). */
 void dp_up_request_sent(struct dp_attempt *a);
 
 /* Removes a's transfer from the multi (closing its connection if mid-body)

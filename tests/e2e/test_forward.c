@@ -31,6 +31,7 @@
 #include "shm/segment.h"
 #include "tests/e2e/harness.h"
 #include "tests/e2e/harness_fleet.h"
+#include "tests/e2e/harness_raw.h"
 
 #define ABORT_MS 1000 /* the contract: a disconnect releases within 1 s */
 
@@ -184,6 +185,23 @@ static void test_responses_match_direct(void **state)
     normalize(sa.resp.body);
     normalize(sb.resp.body);
     assert_string_equal(sa.resp.body, sb.resp.body);
+    /* An HTTP/1.0 client gets the same stream unchunked, read through
+     * MHD's small per-response block, and the connection closed at its end. */
+    static char raw[65536];
+    int fd = h_raw_connect(f.cfg.dataplane_port);
+    snprintf(raw, sizeof(raw),
+             "POST /v1/chat/completions HTTP/1.0\r\nHost: 127.0.0.1\r\n"
+             "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(CHAT_STREAM), CHAT_STREAM);
+    h_raw_send_text(fd, raw);
+    assert_true(h_raw_ms_until_closed(fd, raw, sizeof(raw), H_READY_TIMEOUT_MS) >= 0);
+    close(fd);
+    /* (MHD's status line says 1.1 to a 1.0 client.) */
+    assert_int_equal(strncmp(raw, "HTTP/1.1 200", 12), 0);
+    assert_null(strcasestr(raw, "chunked"));
+    char *body10 = (char *)h_raw_body(raw);
+    normalize(body10);
+    assert_string_equal(sa.resp.body, body10);
     h_sse_fini(&sa);
     h_sse_fini(&sb);
     assert_int_equal(h_fleet_load(&f, 0), 0);
