@@ -551,10 +551,9 @@ static void fwd_keep_header(struct dp_request *req, const char *line, size_t len
 /*
  * Relaying has begun, so no attempt will be made again: the routing text
  * goes, and so do the request's bodies (the client's and the plan's) and
- * curl's upload buffer once curl has sent all of this attempt's. A held
- * stream then costs the same whatever the size of its prompt. (The
- * upstream header list stays: a few hundred bytes, and the trace context
- * points into it.)
+ * curl's upload buffer and the upstream header list once curl has sent
+ * all of this attempt's (dp_up_request_sent). A held stream then costs the
+ * same whatever the size of its prompt.
  */
 static void fwd_drop_request_copies(struct dp_request *req, struct dp_attempt *a)
 {
