@@ -32,11 +32,11 @@ static void test_wait_histogram(void **state)
     (void)state;
     struct dp_adm_metrics *m = dp_adm_metrics_create();
     assert_non_null(m);
-    dp_adm_metrics_wait(m, "llama", DP_PRIO_NORMAL, 3000);    /* <= 5 ms */
-    dp_adm_metrics_wait(m, "llama", DP_PRIO_NORMAL, 5000);    /* a bound is its own bucket's */
-    dp_adm_metrics_wait(m, "llama", DP_PRIO_NORMAL, 200000);  /* <= 0.5 s */
+    dp_adm_metrics_wait(m, "llama", DP_PRIO_NORMAL, 3000);     /* <= 5 ms */
+    dp_adm_metrics_wait(m, "llama", DP_PRIO_NORMAL, 5000);     /* a bound is its own bucket's */
+    dp_adm_metrics_wait(m, "llama", DP_PRIO_NORMAL, 200000);   /* <= 0.5 s */
     dp_adm_metrics_wait(m, "llama", DP_PRIO_NORMAL, 90000000); /* +Inf */
-    dp_adm_metrics_wait(m, "llama", DP_PRIO_UNSET, 1000);     /* no band: not counted */
+    dp_adm_metrics_wait(m, "llama", DP_PRIO_UNSET, 1000);      /* no band: not counted */
     struct buf page = BUF_INIT(1 << 16);
     page_of(m, &page);
     const char *p = page.data;
@@ -82,7 +82,8 @@ static void test_queue_conservation_on_page(void **state)
     assert_non_null(strstr(p, "switchyard_admission_queued_total 5\n"));
     assert_non_null(strstr(p, "switchyard_admission_queue_left_total{reason=\"dispatched\"} 1\n"));
     assert_non_null(strstr(p, "switchyard_admission_queue_left_total{reason=\"timeout\"} 1\n"));
-    assert_non_null(strstr(p, "switchyard_admission_queue_depth{model=\"llama\",band=\"low\"} 3\n"));
+    assert_non_null(
+        strstr(p, "switchyard_admission_queue_depth{model=\"llama\",band=\"low\"} 3\n"));
     buf_fini(&page);
     dp_adm_metrics_destroy(m);
 }
