@@ -470,21 +470,28 @@ static int64_t done_at(struct h_async *a, int64_t started)
     return started + s.done_ms;
 }
 
-static void test_priority_bands(void **state)
+/* One worker taking one request at a time, a queue of 3 places, and two
+ * tenants: bulk (band low) and urgent (band high), on `threads` loops. */
+static void start_banded_fleet(struct h_fleet *f, int threads)
 {
-    (void)state;
     char keys[H_PATH_MAX], dp_extra[H_PATH_MAX + 64];
     const char *const tenants[] = {"bulk",     "key-low", "low", "",  "urgent",
                                    "key-high", "high",    "",    NULL};
     write_keys("keys.yaml", tenants, keys, sizeof(keys));
-    snprintf(dp_extra, sizeof(dp_extra), "threads: 1\napi_keys_file: %s\n", keys);
+    snprintf(dp_extra, sizeof(dp_extra), "threads: %d\napi_keys_file: %s\n", threads, keys);
+    h_fleet_start(f, &(struct h_fleet_opts){.n = 1,
+                                            .dataplane_extra = dp_extra,
+                                            .extra_yaml = "admission:\n"
+                                                          "  max_inflight_per_worker: 1\n"
+                                                          "  queue:\n"
+                                                          "    max_depth: 3\n"});
+}
+
+static void test_priority_bands(void **state)
+{
+    (void)state;
     struct h_fleet f;
-    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1,
-                                             .dataplane_extra = dp_extra,
-                                             .extra_yaml = "admission:\n"
-                                                           "  max_inflight_per_worker: 1\n"
-                                                           "  queue:\n"
-                                                           "    max_depth: 3\n"});
+    start_banded_fleet(&f, 1);
     stall_all(&f, 400);
     struct h_async *first = post_async(f.base, CHAT("first"), "key-low", H_ABORT_NEVER, 0);
     wait_inflight(&f, 0, 1);
@@ -780,18 +787,8 @@ static void test_queue_depth_over_loops(void **state)
 static void test_priority_over_loops(void **state)
 {
     (void)state;
-    char keys[H_PATH_MAX], dp_extra[H_PATH_MAX + 64];
-    const char *const tenants[] = {"bulk",     "key-low", "low", "",  "urgent",
-                                   "key-high", "high",    "",    NULL};
-    write_keys("keys.yaml", tenants, keys, sizeof(keys));
-    snprintf(dp_extra, sizeof(dp_extra), "threads: 2\napi_keys_file: %s\n", keys);
     struct h_fleet f;
-    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1,
-                                             .dataplane_extra = dp_extra,
-                                             .extra_yaml = "admission:\n"
-                                                           "  max_inflight_per_worker: 1\n"
-                                                           "  queue:\n"
-                                                           "    max_depth: 3\n"});
+    start_banded_fleet(&f, 2);
     stall_all(&f, 1500);
     struct h_async *first = post_async(f.base, CHAT("first"), "key-low", H_ABORT_NEVER, 0);
     wait_inflight(&f, 0, 1);
