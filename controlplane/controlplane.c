@@ -231,6 +231,11 @@ static int cp_open_segment(struct cp_daemon *d)
         if (repaired > 0)
             log_warn("repaired %d worker slot(s) left half-written by the previous control plane",
                      repaired);
+        int ended = shm_registry_end_interrupted_resets(&d->seg);
+        if (ended > 0)
+            log_warn("ended the reset_load drain of %d worker(s): the previous control plane "
+                     "stopped during a reset, which changed no load",
+                     ended);
         int dropped = shm_load_report_repair(&d->seg);
         if (dropped > 0)
             log_warn("dropped %d load report(s) left half-written by the previous control plane",

@@ -93,7 +93,7 @@ static void cp_reset_conclude(struct cp_reset *r, bool timed_out, struct adm_rep
                                  "id", r->w.id, "inflight_by_dataplane", by_dp));
     }
     if (same_worker && !r->was_draining)
-        shm_registry_set_draining(seg, r->w.slot, false);
+        shm_registry_set_reset_drain(seg, r->w.slot, false);
     r->running = false;
     r->request_id = 0;
 }
@@ -129,7 +129,7 @@ int cp_reset_start(struct cp_reset *r, const struct shm_worker_info *w,
     memset(r->answer, 0, sizeof(r->answer));
     memset(r->count, 0, sizeof(r->count));
     if (!w->draining)
-        shm_registry_set_draining(seg, w->slot, true);
+        shm_registry_set_reset_drain(seg, w->slot, true);
     log_info("reset_load: worker %s (slot %u generation %u, load %llu): draining, asking the "
              "dataplanes",
              w->id, w->slot, w->generation,
@@ -205,7 +205,7 @@ void cp_reset_destroy(struct cp_reset *r)
     if (r->running && r->later.fn != NULL) {
         struct adm_reply reply = {0};
         if (!r->was_draining)
-            shm_registry_set_draining(r->ctx->seg, r->w.slot, false);
+            shm_registry_set_reset_drain(r->ctx->seg, r->w.slot, false);
         r->running = false;
         adm_reply_error(&reply, 503, "the control plane is shutting down");
         adm_reply_deliver(&r->later, &reply);

@@ -1,6 +1,8 @@
 /*
  * The administrative load reset (invariant 4), POST /workers/{id}/reset_load:
- *   1. mark the worker draining so no dataplane picks it any more;
+ *   1. mark the worker draining so no dataplane picks it any more (a
+ *      reset drain, shm_registry_set_reset_drain: requests only this worker
+ *      may serve wait for its end instead of failing);
  *   2. ask every live dataplane (every ACTIVE lease) over the admin channel
  *      how many requests it has in flight on (slot, generation): its own
  *      count of live guards, not the shared counter;

@@ -848,7 +848,7 @@ static void kube_apply_drains(struct cp_kube *k)
         if (!e->registered || e->prop < 0)
             continue;
         bool drain = k->drain[e->prop];
-        if (drain && !w->draining) {
+        if (drain && (!w->draining || w->resetting)) { /* a reset's drain ends with it */
             if (shm_registry_set_draining(k->seg, w->slot, true) == 0)
                 e->drained_by_us = true;
         } else if (!drain && w->draining && e->drained_by_us) {

@@ -218,6 +218,47 @@ static bool fwd_slot_in(const uint32_t *slots, size_t n, uint32_t slot)
 
 static void fwd_try(struct dp_request *req);
 
+/*
+ * No worker can take req, but one would once a reset_load ends (reset_load
+ * drains its worker for the reset's duration, usually a millisecond and at
+ * most controlplane.reset_load_timeout): pick again at the next tick, holding
+ * no load, so a reset stays invisible to clients even where it drains the
+ * only worker of a model or the one holding a pinned conversation. Bounded
+ * by the timeout plus a second, in case the control plane died mid-reset
+ * (its successor ends the drain when it attaches). True when req waits.
+ */
+static bool fwd_wait_for_reset(struct dp_request *req)
+{
+    struct dp_loop *loop = req->loop;
+    uint64_t now = proc_monotonic_ms();
+    if (req->reset_wait_until_ms != 0 && now >= req->reset_wait_until_ms)
+        return false;
+    if (!fwd_can_retry(req))
+        return false; /* the client left, the loop stops, or no attempt is left */
+    struct dp_workers *v = &loop->workers;
+    dp_workers_refresh(v); /* a guard may have been refused since the snapshot */
+    bool found = false;
+    for (size_t i = 0; i < v->n && !found; i++) {
+        const struct shm_worker_info *w = &v->w[i];
+        if (!w->resetting || !w->draining)
+            continue;
+        if (req->pinned ? w->slot != req->pin_slot || w->generation != req->pin_generation
+                        : req->model[0] != '\0' && !shm_worker_serves(w, req->model))
+            continue;
+        struct shm_worker_info back = *w;
+        back.draining = false;
+        found = req->leg->is_eligible(&back);
+    }
+    if (!found)
+        return false;
+    if (req->reset_wait_until_ms == 0)
+        req->reset_wait_until_ms = now + loop->sh->cfg->controlplane.reset_load_timeout_ms + 1000;
+    req->retry_at_ms = now + DP_TICK_MS;
+    list_push_front(&loop->fwd.retrying, &req->retry_link);
+    dp_request_ref(req);
+    return true;
+}
+
 /* Routes whose prompt precise_cache_aware tokenizes (tokenize.h). */
 static bool fwd_tokenizes(const struct dp_request *req)
 {
@@ -298,6 +339,8 @@ pick_again:;
         dp_adm_wait(req);
         goto out_free;
     }
+    if (n == 0 && fwd_wait_for_reset(req))
+        goto out_free;
     if (n == 0) {
         if (req->attempts == 0) {
             req->retry_after_s = 1;

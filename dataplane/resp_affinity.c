@@ -101,7 +101,9 @@ int dp_resp_pin(struct dp_request *req, char **body)
         const struct shm_worker_info *w = &v->w[i];
         if (w->slot != slot || w->generation != generation)
             continue;
-        if (!dp_workers_is_eligible(w)) {
+        /* A reset_load's drain ends within its timeout: the request waits
+         * for it in the pick (forwarder.c) instead of failing here. */
+        if (!dp_workers_is_eligible(w) && !dp_workers_only_resetting(w)) {
             *body = dp_resp_unavailable(503, req->resp_id, w->id,
                                         w->draining ? "is draining" : "is unhealthy");
             return 503;

@@ -263,7 +263,10 @@ struct dp_request {
     size_t n_tried;
     uint64_t backoff_ms;
     uint64_t retry_at_ms; /* 0 = no retry pending */
-    int last_status;      /* of the last failed attempt, 0 when none */
+    /* Until when it may wait for a reset_load to give its worker back
+     * (forwarder.c, fwd_wait_for_reset); 0 = has not waited. */
+    uint64_t reset_wait_until_ms;
+    int last_status; /* of the last failed attempt, 0 when none */
     char last_cause[DP_CAUSE_MAX];
     struct list_node retry_link;   /* loop->fwd.retrying while retry_at_ms != 0 */
     struct list_node attempt_list; /* head: live attempts of this request (dp_attempt.sibling) */

@@ -64,3 +64,9 @@ bool dp_workers_is_eligible(const struct shm_worker_info *w)
 {
     return w->healthy && !w->draining && (w->role == CFG_ROLE_REGULAR || w->role == CFG_ROLE_UNSET);
 }
+
+bool dp_workers_only_resetting(const struct shm_worker_info *w)
+{
+    return w->resetting && w->draining && w->healthy &&
+           (w->role == CFG_ROLE_REGULAR || w->role == CFG_ROLE_UNSET);
+}

@@ -39,4 +39,8 @@ bool dp_workers_single_model(const struct dp_workers *v, char *model, size_t len
 /* A worker that may take new requests: healthy, not draining, regular role. */
 bool dp_workers_is_eligible(const struct shm_worker_info *w);
 
+/* True when w is out of the pick only because a reset_load drains it for
+ * the reset's duration (shm_registry_set_reset_drain). */
+bool dp_workers_only_resetting(const struct shm_worker_info *w);
+
 #endif

@@ -98,6 +98,10 @@ struct shm_header {
 #define SHM_SLOT_FROM_API   (1u << 3) /* added through the admin API, not the config */
 #define SHM_SLOT_ROLE_SHIFT 8u
 #define SHM_SLOT_ROLE_MASK  (0xffu << SHM_SLOT_ROLE_SHIFT)
+/* Set with DRAINING by a reset_load of a worker that was not draining:
+ * the drain is the reset's, not the operator's, and ends with it. A reader
+ * that does not know the bit sees a drain, which is what it must see. */
+#define SHM_SLOT_RESETTING (1u << 16)
 
 /* Bits 3..7 of the state word: the tag of the worker source that added the
  * slot (the control plane names them; 0 = the config). Tag 1 is the admin

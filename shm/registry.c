@@ -56,6 +56,7 @@ static void shm_info_from_state(struct shm_worker_info *out, uint32_t state)
 {
     out->healthy = (state & SHM_SLOT_HEALTHY) != 0;
     out->draining = (state & SHM_SLOT_DRAINING) != 0;
+    out->resetting = (state & SHM_SLOT_RESETTING) != 0;
     out->source = (uint8_t)((state & SHM_SLOT_SOURCE_MASK) >> SHM_SLOT_SOURCE_SHIFT);
     out->from_api = (state & SHM_SLOT_SOURCE_MASK) == SHM_SLOT_FROM_API;
     out->role = (enum cfg_role)((state & SHM_SLOT_ROLE_MASK) >> SHM_SLOT_ROLE_SHIFT);
@@ -242,12 +243,41 @@ bool shm_registry_is_draining(const struct shm_segment *seg, uint32_t slot)
 
 int shm_registry_set_draining(struct shm_segment *seg, uint32_t slot, bool draining)
 {
-    int rc = draining ? shm_update_state(seg, slot, SHM_SLOT_DRAINING, 0)
-                      : shm_update_state(seg, slot, 0, SHM_SLOT_DRAINING);
+    /* A drain set during a reset's is a real one: it outlives the reset. */
+    int rc = draining ? shm_update_state(seg, slot, SHM_SLOT_DRAINING, SHM_SLOT_RESETTING)
+                      : shm_update_state(seg, slot, 0, SHM_SLOT_DRAINING | SHM_SLOT_RESETTING);
     /* Orders the flag before whatever the caller does next (reset_load then
      * asks the dataplanes for their live guards): see shm_registry_is_draining. */
     atomic_thread_fence(memory_order_seq_cst);
     return rc;
+}
+
+int shm_registry_set_reset_drain(struct shm_segment *seg, uint32_t slot, bool on)
+{
+    if (slot >= seg->max_workers)
+        return -ENOENT;
+    uint32_t state = atomic_load_explicit(&shm_slot(seg, slot)->state, memory_order_relaxed);
+    int rc = 0;
+    if (on && !(state & SHM_SLOT_DRAINING))
+        rc = shm_update_state(seg, slot, SHM_SLOT_DRAINING | SHM_SLOT_RESETTING, 0);
+    else if (!on && (state & SHM_SLOT_RESETTING))
+        rc = shm_update_state(seg, slot, 0, SHM_SLOT_DRAINING | SHM_SLOT_RESETTING);
+    else if (!(state & SHM_SLOT_IN_USE))
+        rc = -ENOENT;
+    atomic_thread_fence(memory_order_seq_cst); /* as shm_registry_set_draining */
+    return rc;
+}
+
+int shm_registry_end_interrupted_resets(struct shm_segment *seg)
+{
+    int ended = 0;
+    for (uint32_t slot = 0; slot < seg->max_workers; slot++) {
+        uint32_t state = atomic_load_explicit(&shm_slot(seg, slot)->state, memory_order_relaxed);
+        if ((state & SHM_SLOT_IN_USE) && (state & SHM_SLOT_RESETTING) &&
+            shm_registry_set_reset_drain(seg, slot, false) == 0)
+            ended++;
+    }
+    return ended;
 }
 
 int shm_registry_set_names(struct shm_segment *seg, uint32_t slot, const char *model,

@@ -29,6 +29,7 @@ struct shm_worker_info {
     enum cfg_role role;
     bool healthy;
     bool draining;
+    bool resetting; /* draining only while a reset_load runs (set_reset_drain) */
     bool from_api;  /* read side: source == 1 (the admin API) */
     uint8_t source; /* tag of the worker source that added it, 0..31; 0 = the config */
     char id[SHM_ID_MAX];
@@ -83,9 +84,29 @@ void shm_registry_mark_synced(struct shm_segment *seg);
 int shm_registry_add(struct shm_segment *seg, const struct shm_worker_info *in,
                      struct shm_worker_info *out);
 
-/* Sets/clears SHM_SLOT_HEALTHY / SHM_SLOT_DRAINING on an in-use slot. */
+/* Sets/clears SHM_SLOT_HEALTHY / SHM_SLOT_DRAINING on an in-use slot. Both
+ * directions of draining clear RESETTING (the drain is the operator's). */
 int shm_registry_set_healthy(struct shm_segment *seg, uint32_t slot, bool healthy);
 int shm_registry_set_draining(struct shm_segment *seg, uint32_t slot, bool draining);
+
+/*
+ * The drain of a reset_load: on sets DRAINING and RESETTING in one write
+ * unless the worker already drains (then the reset leaves it as it is);
+ * off clears both, only while RESETTING is still set: a real drain set
+ * meanwhile (shm_registry_set_draining clears RESETTING) outlives the
+ * reset. Readers route as for any drain; a request that only this worker
+ * may serve waits for the reset to end instead of failing
+ * (dataplane/forwarder.c). 0 or -ENOENT.
+ */
+int shm_registry_set_reset_drain(struct shm_segment *seg, uint32_t slot, bool on);
+
+/*
+ * Ends the reset drains a control plane left when it died mid-reset (it had
+ * changed nothing else: the load is reset only as the reset concludes, and
+ * the drain is cleared in the same step). Call on re-attaching. Returns how
+ * many slots it cleared.
+ */
+int shm_registry_end_interrupted_resets(struct shm_segment *seg);
 
 /*
  * Sets the model and the other names of an in-use slot (both learned from

@@ -930,6 +930,58 @@ static void test_reset_load_refuses_when_work_in_flight(void **state)
     shm_segment_close(&sc.seg);
 }
 
+/*
+ * A control plane killed mid-reset leaves the worker drained by the reset;
+ * its successor ends that drain when it attaches (the reset had changed no
+ * load), and leaves an operator's drain alone.
+ */
+static void test_reset_drain_ends_when_controlplane_dies_mid_reset(void **state)
+{
+    (void)state;
+    struct h_config cfg = {.health_interval = "1h"};
+    assert_int_equal(h_config_add_worker(&cfg, "http://127.0.0.1:19001", "w1", "m", NULL), 0);
+    assert_int_equal(h_config_add_worker(&cfg, "http://127.0.0.1:19002", "w2", "m", NULL), 0);
+    write_config(&cfg);
+    struct h_proc *cp;
+    struct seg_ctx sc = {0};
+    start_cp(&cfg, &cp, &sc);
+    struct shm_worker_info w;
+    assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
+    struct h_holder stuck;
+    struct h_holder_spec hs = {.shm = cfg.shm_name,
+                               .socket = cfg.admin_socket,
+                               .slot = w.slot,
+                               .generation = w.generation,
+                               .guards = 2,
+                               .answer = 0};
+    h_holder_start(&stuck, &hs);
+    assert_int_equal(admin_status("POST", "/workers/w2/drain", "{\"draining\": true}"), 200);
+    kill(stuck.pid, SIGSTOP); /* the reset waits for its answer */
+    char url[128];
+    snprintf(url, sizeof(url), "%s/workers/w1/reset_load", g_admin);
+    struct h_async_opts ao = {.method = "POST"};
+    struct h_async *reset;
+    assert_int_equal(h_async_start(url, "", &ao, &reset), 0);
+    struct drain_cond dc = {.seg = &sc.seg, .id = "w1", .draining = true};
+    assert_int_equal(h_wait_until(draining_is, &dc, 2000), 0);
+    assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
+    assert_true(w.resetting);
+    assert_int_equal(h_proc_signal(cp, SIGKILL), 0);
+    assert_int_equal(h_proc_wait(cp, 5000, NULL), 0);
+    (void)h_async_wait(reset, 5000); /* its connection died with the process */
+    h_async_destroy(reset);
+    start_cp(&cfg, &cp, NULL);
+    assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
+    assert_false(w.draining);
+    assert_false(w.resetting);
+    assert_int_equal(load_of(&sc.seg, "w1"), 2); /* nothing was reset */
+    assert_int_equal(shm_registry_find(&sc.seg, "w2", &w), 0);
+    assert_true(w.draining); /* the operator's drain stays */
+    kill(stuck.pid, SIGCONT);
+    h_holder_finish(&stuck);
+    shm_segment_close(&sc.seg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -946,6 +998,7 @@ int main(void)
         H_TEST(test_channel_loss_with_stale_heartbeat_reaps),
         H_TEST(test_reset_load_discards_drift_when_all_report_zero),
         H_TEST(test_reset_load_refuses_when_work_in_flight),
+        H_TEST(test_reset_drain_ends_when_controlplane_dies_mid_reset),
     };
     return cmocka_run_group_tests_name("controlplane", tests, NULL, NULL);
 }

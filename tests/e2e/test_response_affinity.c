@@ -7,7 +7,7 @@
  * would spread the turns. The worker holding a response is drained: the
  * next turn gets 503 previous_response_unavailable, not another worker's
  * answer; a removed holder gives 404; an id the node never made goes by
- * the policy.
+ * the policy. A reset_load of the holder is not seen: the turn waits.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <cmocka.h>
@@ -22,6 +23,8 @@
 
 #include "tests/e2e/harness.h"
 #include "tests/e2e/harness_fleet.h"
+#include "tests/e2e/harness_holder.h"
+#include "shm/registry.h"
 
 #define WAIT_MS 15000
 
@@ -204,6 +207,18 @@ static bool turn_answers(void *arg)
     return c->t.status == c->want;
 }
 
+struct reset_cond {
+    struct shm_segment *seg;
+    const char *id;
+};
+
+static bool reset_drains(void *arg)
+{
+    struct reset_cond *c = arg;
+    struct shm_worker_info w;
+    return shm_registry_find(c->seg, c->id, &w) == 0 && w.draining && w.resetting;
+}
+
 static void test_unavailable_holder(void **state)
 {
     (void)state;
@@ -279,13 +294,70 @@ static void test_removed_holder(void **state)
     h_fleet_stop(&f);
 }
 
+/*
+ * A reset_load of the holder is invisible to the conversation: the reset
+ * drains the holder while it asks the data planes, and a turn that arrives
+ * meanwhile waits for it instead of getting 503. A lease holder that is on
+ * the admin channel but stopped keeps the reset open for its timeout.
+ */
+static void test_holder_reset_is_invisible(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    struct h_fleet_opts o = {.n = 2,
+                             .policy = "round_robin",
+                             .dataplane_extra = "debug_headers: true\n",
+                             .health_interval = "1h"};
+    h_fleet_start(&f, &o);
+    struct turn t;
+    take_turn(f.base, NULL, false, 0, &t);
+    assert_int_equal(t.status, 200);
+    char holder[64], id[192];
+    snprintf(holder, sizeof(holder), "%s", t.worker);
+    snprintf(id, sizeof(id), "%s", t.id);
+    struct shm_worker_info w;
+    assert_int_equal(shm_registry_find(&f.seg, holder, &w), 0);
+    struct h_holder stuck;
+    struct h_holder_spec hs = {.shm = f.cfg.shm_name,
+                               .socket = f.cfg.admin_socket,
+                               .slot = w.slot,
+                               .generation = w.generation};
+    h_holder_start(&stuck, &hs);
+    kill(stuck.pid, SIGSTOP);
+    char url[256], path[128];
+    snprintf(path, sizeof(path), "/workers/%s/reset_load", holder);
+    h_url(url, sizeof(url), f.cfg.admin_port, path);
+    struct h_async_opts ao = {.method = "POST"};
+    struct h_async *reset;
+    assert_int_equal(h_async_start(url, "", &ao, &reset), 0);
+    struct reset_cond rc = {.seg = &f.seg, .id = holder};
+    assert_int_equal(h_wait_until(reset_drains, &rc, WAIT_MS), 0);
+    /* Mid-reset: the turn waits for the holder, then goes there. */
+    take_turn(f.base, id, false, 1, &t);
+    assert_int_equal(t.status, 200);
+    assert_string_equal(t.worker, holder);
+    assert_string_equal(t.decision, "response_affinity");
+    /* It was answered after the reset ended (409: the stopped holder never
+     * answered), not by a worker taken from under the reset. */
+    assert_int_equal(h_async_wait(reset, WAIT_MS), 0);
+    struct h_resp resp;
+    assert_int_equal(h_async_take_resp(reset, &resp), 0);
+    assert_int_equal(resp.status, 409);
+    h_resp_fini(&resp);
+    h_async_destroy(reset);
+    assert_int_equal(shm_registry_find(&f.seg, holder, &w), 0);
+    assert_false(w.draining);
+    kill(stuck.pid, SIGCONT);
+    h_holder_finish(&stuck);
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        H_TEST(test_conversation_sticks),
-        H_TEST(test_streamed_conversation_sticks),
-        H_TEST(test_unavailable_holder),
-        H_TEST(test_removed_holder),
+        H_TEST(test_conversation_sticks),       H_TEST(test_streamed_conversation_sticks),
+        H_TEST(test_unavailable_holder),        H_TEST(test_removed_holder),
+        H_TEST(test_holder_reset_is_invisible),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

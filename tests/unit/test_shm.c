@@ -251,6 +251,60 @@ static void test_registry_add_find_remove_generation(void **state)
     shm_segment_close(&seg);
 }
 
+/* A reset_load's drain (RESETTING with DRAINING) ends with the reset, or
+ * when a successor control plane attaches; an operator's drain outlives it. */
+static void test_registry_reset_drain(void **state)
+{
+    (void)state;
+    fresh_name();
+    struct shm_segment seg;
+    open_owner(&seg, 4, 2);
+    struct shm_worker_info a = worker("w1", "http://127.0.0.1:9001", "m");
+    struct shm_worker_info b = worker("w2", "http://127.0.0.1:9002", "m");
+    struct shm_worker_info pa, pb, got;
+    assert_int_equal(shm_registry_add(&seg, &a, &pa), 0);
+    assert_int_equal(shm_registry_add(&seg, &b, &pb), 0);
+
+    assert_int_equal(shm_registry_set_reset_drain(&seg, pa.slot, true), 0);
+    assert_int_equal(shm_registry_read_slot(&seg, pa.slot, &got), 0);
+    assert_true(got.draining);
+    assert_true(got.resetting);
+    assert_true(shm_registry_is_draining(&seg, pa.slot));
+    assert_int_equal(shm_registry_set_reset_drain(&seg, pa.slot, false), 0);
+    assert_int_equal(shm_registry_read_slot(&seg, pa.slot, &got), 0);
+    assert_false(got.draining);
+    assert_false(got.resetting);
+
+    /* Already draining: the reset leaves the operator's drain alone. */
+    assert_int_equal(shm_registry_set_draining(&seg, pb.slot, true), 0);
+    assert_int_equal(shm_registry_set_reset_drain(&seg, pb.slot, true), 0);
+    assert_int_equal(shm_registry_read_slot(&seg, pb.slot, &got), 0);
+    assert_false(got.resetting);
+    assert_int_equal(shm_registry_set_reset_drain(&seg, pb.slot, false), 0);
+    assert_int_equal(shm_registry_read_slot(&seg, pb.slot, &got), 0);
+    assert_true(got.draining);
+
+    /* A real drain set mid-reset outlives the reset. */
+    assert_int_equal(shm_registry_set_reset_drain(&seg, pa.slot, true), 0);
+    assert_int_equal(shm_registry_set_draining(&seg, pa.slot, true), 0);
+    assert_int_equal(shm_registry_set_reset_drain(&seg, pa.slot, false), 0);
+    assert_int_equal(shm_registry_read_slot(&seg, pa.slot, &got), 0);
+    assert_true(got.draining);
+    assert_false(got.resetting);
+
+    /* A control plane that died mid-reset: its successor ends only that drain. */
+    assert_int_equal(shm_registry_set_draining(&seg, pa.slot, false), 0);
+    assert_int_equal(shm_registry_set_reset_drain(&seg, pa.slot, true), 0);
+    assert_int_equal(shm_registry_end_interrupted_resets(&seg), 1);
+    assert_int_equal(shm_registry_read_slot(&seg, pa.slot, &got), 0);
+    assert_false(got.draining);
+    assert_int_equal(shm_registry_read_slot(&seg, pb.slot, &got), 0);
+    assert_true(got.draining);
+    assert_int_equal(shm_registry_end_interrupted_resets(&seg), 0);
+    assert_int_equal(shm_registry_set_reset_drain(&seg, 99, true), -ENOENT);
+    shm_segment_close(&seg);
+}
+
 /* A worker's other names (layout 2): set with its model, matched whole. */
 static void test_registry_aliases(void **state)
 {
@@ -752,6 +806,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_create_then_reattach_bumps_epoch, teardown_unlink),
+        cmocka_unit_test_teardown(test_registry_reset_drain, teardown_unlink),
         cmocka_unit_test_teardown(test_attach_refuses_other_layout_version, teardown_unlink),
         cmocka_unit_test_teardown(test_attach_refuses_wrong_size, teardown_unlink),
         cmocka_unit_test_teardown(test_attach_waits_for_unpublished_segment, teardown_unlink),
