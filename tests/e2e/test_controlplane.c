@@ -123,6 +123,25 @@ static void write_config(struct h_config *cfg)
     assert_int_equal(h_config_write(cfg, NULL), 0);
 }
 
+/* A control plane (probes every hour) with workers w1..wN on ports 19001..
+ * (nothing listens there) and a segment attached; w1's slot in *w1 unless
+ * NULL. */
+static void start_cp_with_workers(struct h_config *cfg, int n_workers, struct h_proc **cp,
+                                  struct seg_ctx *sc, struct shm_worker_info *w1)
+{
+    *cfg = (struct h_config){.health_interval = "1h"};
+    for (int i = 1; i <= n_workers; i++) {
+        char url[64], id[16];
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d", 19000 + i);
+        snprintf(id, sizeof(id), "w%d", i);
+        assert_int_equal(h_config_add_worker(cfg, url, id, "m", NULL), 0);
+    }
+    write_config(cfg);
+    start_cp(cfg, cp, sc);
+    if (w1 != NULL)
+        assert_int_equal(shm_registry_find(&sc->seg, "w1", w1), 0);
+}
+
 /* ---- conditions ------------------------------------------------------------ */
 
 struct worker_cond {
@@ -519,14 +538,11 @@ static void test_admin_token_required(void **state)
 static void test_admin_status_and_inflight_by_dataplane(void **state)
 {
     (void)state;
-    struct h_config cfg = {.health_interval = "1h"};
-    assert_int_equal(h_config_add_worker(&cfg, "http://127.0.0.1:19001", "w1", "m", NULL), 0);
-    write_config(&cfg);
+    struct h_config cfg;
     struct h_proc *cp;
     struct seg_ctx sc = {0};
-    start_cp(&cfg, &cp, &sc);
     struct shm_worker_info w;
-    assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
+    start_cp_with_workers(&cfg, 1, &cp, &sc, &w);
     struct h_holder a, b;
     struct h_holder_spec hs = {.shm = cfg.shm_name,
                                .socket = cfg.admin_socket,
@@ -578,12 +594,10 @@ static void test_admin_status_and_inflight_by_dataplane(void **state)
 static void test_api_workers_survive_controlplane_sigkill(void **state)
 {
     (void)state;
-    struct h_config cfg = {.health_interval = "1h"};
-    assert_int_equal(h_config_add_worker(&cfg, "http://127.0.0.1:19001", "w1", "m", NULL), 0);
-    write_config(&cfg);
+    struct h_config cfg;
     struct h_proc *cp;
     struct seg_ctx sc = {0};
-    start_cp(&cfg, &cp, &sc);
+    start_cp_with_workers(&cfg, 1, &cp, &sc, NULL);
     json_t *j = admin_json("POST", "/workers",
                            "{\"url\": \"http://127.0.0.1:19002\", \"id\": \"api1\", \"model\": "
                            "\"m2\", \"role\": \"prefill\"}",
@@ -641,12 +655,10 @@ static bool closed_by_peer(int fd, int timeout_ms)
 static void test_channel_closes_bad_frames_and_keeps_serving(void **state)
 {
     (void)state;
-    struct h_config cfg = {.health_interval = "1h"};
-    assert_int_equal(h_config_add_worker(&cfg, "http://127.0.0.1:19001", "w1", "m", NULL), 0);
-    write_config(&cfg);
+    struct h_config cfg;
     struct h_proc *cp;
     struct seg_ctx sc = {0};
-    start_cp(&cfg, &cp, &sc);
+    start_cp_with_workers(&cfg, 1, &cp, &sc, NULL);
     struct stat st;
     assert_int_equal(stat(cfg.admin_socket, &st), 0);
     assert_int_equal(st.st_mode & 0777, 0600);
@@ -720,14 +732,11 @@ static bool channel_state_is(void *arg)
 static void test_channel_reconnects_after_controlplane_restart(void **state)
 {
     (void)state;
-    struct h_config cfg = {.health_interval = "1h"};
-    assert_int_equal(h_config_add_worker(&cfg, "http://127.0.0.1:19001", "w1", "m", NULL), 0);
-    write_config(&cfg);
+    struct h_config cfg;
     struct h_proc *cp;
     struct seg_ctx sc = {0};
-    start_cp(&cfg, &cp, &sc);
     struct shm_worker_info w;
-    assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
+    start_cp_with_workers(&cfg, 1, &cp, &sc, &w);
     struct h_holder h;
     struct h_holder_spec hs = {.shm = cfg.shm_name,
                                .socket = cfg.admin_socket,
@@ -760,14 +769,11 @@ static bool lease_reaped(void *arg)
 static void test_channel_loss_with_stale_heartbeat_reaps(void **state)
 {
     (void)state;
-    struct h_config cfg = {.health_interval = "1h"};
-    assert_int_equal(h_config_add_worker(&cfg, "http://127.0.0.1:19001", "w1", "m", NULL), 0);
-    write_config(&cfg);
+    struct h_config cfg;
     struct h_proc *cp;
     struct seg_ctx sc = {0};
-    start_cp(&cfg, &cp, &sc);
     struct shm_worker_info w;
-    assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
+    start_cp_with_workers(&cfg, 1, &cp, &sc, &w);
     struct h_holder h;
     struct h_holder_spec hs = {.shm = cfg.shm_name,
                                .socket = cfg.admin_socket,
@@ -793,14 +799,11 @@ static void test_channel_loss_with_stale_heartbeat_reaps(void **state)
 static void test_reset_load_discards_drift_when_all_report_zero(void **state)
 {
     (void)state;
-    struct h_config cfg = {.health_interval = "1h"};
-    assert_int_equal(h_config_add_worker(&cfg, "http://127.0.0.1:19001", "w1", "m", NULL), 0);
-    write_config(&cfg);
+    struct h_config cfg;
     struct h_proc *cp;
     struct seg_ctx sc = {0};
-    start_cp(&cfg, &cp, &sc);
     struct shm_worker_info w;
-    assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
+    start_cp_with_workers(&cfg, 1, &cp, &sc, &w);
     /* Drift: 4 counted in the segment, 0 really in flight. */
     struct h_holder h;
     struct h_holder_spec hs = {.shm = cfg.shm_name,
@@ -850,14 +853,11 @@ static bool draining_is(void *arg)
 static void test_reset_load_refuses_when_work_in_flight(void **state)
 {
     (void)state;
-    struct h_config cfg = {.health_interval = "1h"};
-    assert_int_equal(h_config_add_worker(&cfg, "http://127.0.0.1:19001", "w1", "m", NULL), 0);
-    write_config(&cfg);
+    struct h_config cfg;
     struct h_proc *cp;
     struct seg_ctx sc = {0};
-    start_cp(&cfg, &cp, &sc);
     struct shm_worker_info w;
-    assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
+    start_cp_with_workers(&cfg, 1, &cp, &sc, &w);
     struct h_holder busy, quiet;
     struct h_holder_spec hs = {.shm = cfg.shm_name,
                                .socket = cfg.admin_socket,
@@ -938,15 +938,11 @@ static void test_reset_load_refuses_when_work_in_flight(void **state)
 static void test_reset_drain_ends_when_controlplane_dies_mid_reset(void **state)
 {
     (void)state;
-    struct h_config cfg = {.health_interval = "1h"};
-    assert_int_equal(h_config_add_worker(&cfg, "http://127.0.0.1:19001", "w1", "m", NULL), 0);
-    assert_int_equal(h_config_add_worker(&cfg, "http://127.0.0.1:19002", "w2", "m", NULL), 0);
-    write_config(&cfg);
+    struct h_config cfg;
     struct h_proc *cp;
     struct seg_ctx sc = {0};
-    start_cp(&cfg, &cp, &sc);
     struct shm_worker_info w;
-    assert_int_equal(shm_registry_find(&sc.seg, "w1", &w), 0);
+    start_cp_with_workers(&cfg, 2, &cp, &sc, &w);
     struct h_holder stuck;
     struct h_holder_spec hs = {.shm = cfg.shm_name,
                                .socket = cfg.admin_socket,

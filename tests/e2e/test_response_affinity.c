@@ -219,21 +219,29 @@ static bool reset_drains(void *arg)
     return shm_registry_find(c->seg, c->id, &w) == 0 && w.draining && w.resetting;
 }
 
+/* Two workers, round_robin, and a first turn: its worker and response id. */
+static void start_conversation(struct h_fleet *f, const char *health_interval, char holder[64],
+                               char id[192])
+{
+    struct h_fleet_opts o = {.n = 2,
+                             .policy = "round_robin",
+                             .dataplane_extra = "debug_headers: true\n",
+                             .health_interval = health_interval};
+    h_fleet_start(f, &o);
+    struct turn t;
+    take_turn(f->base, NULL, false, 0, &t);
+    assert_int_equal(t.status, 200);
+    snprintf(holder, 64, "%s", t.worker);
+    snprintf(id, 192, "%s", t.id);
+}
+
 static void test_unavailable_holder(void **state)
 {
     (void)state;
     struct h_fleet f;
-    struct h_fleet_opts o = {.n = 2,
-                             .policy = "round_robin",
-                             .dataplane_extra = "debug_headers: true\n",
-                             .health_interval = "100ms"};
-    h_fleet_start(&f, &o);
     struct turn t;
-    take_turn(f.base, NULL, false, 0, &t);
-    assert_int_equal(t.status, 200);
     char holder[64], id[192];
-    snprintf(holder, sizeof(holder), "%s", t.worker);
-    snprintf(id, sizeof(id), "%s", t.id);
+    start_conversation(&f, "100ms", holder, id);
     /* Drained: 503 previous_response_unavailable, never another worker's 200. */
     char path[128];
     snprintf(path, sizeof(path), "/workers/%s/drain", holder);
@@ -304,17 +312,9 @@ static void test_holder_reset_is_invisible(void **state)
 {
     (void)state;
     struct h_fleet f;
-    struct h_fleet_opts o = {.n = 2,
-                             .policy = "round_robin",
-                             .dataplane_extra = "debug_headers: true\n",
-                             .health_interval = "1h"};
-    h_fleet_start(&f, &o);
     struct turn t;
-    take_turn(f.base, NULL, false, 0, &t);
-    assert_int_equal(t.status, 200);
     char holder[64], id[192];
-    snprintf(holder, sizeof(holder), "%s", t.worker);
-    snprintf(id, sizeof(id), "%s", t.id);
+    start_conversation(&f, "1h", holder, id);
     struct shm_worker_info w;
     assert_int_equal(shm_registry_find(&f.seg, holder, &w), 0);
     struct h_holder stuck;
