@@ -92,13 +92,16 @@ echo "## Large prompts"
 echo
 echo "400 KB chat prompts (\`BENCH_PROMPT_BYTES=400000\`), wrk \`-t1 -c4 -d${large_secs}s\`"
 echo "against the same static upstream; CPU = utime + stime of the proxy's processes"
-echo "(switchyard: the dataplane with \`cache_aware\`, which hashes the whole prompt; nginx:"
+echo "(switchyard: the dataplane with \`cache_aware\`, which hashes the whole prompt; the"
+echo "floor: the same libraries reading the body and sending it on, nothing else; nginx:"
 echo "master + workers) over the run, divided by the requests completed."
 echo
 echo "| proxy | requests | req/s | CPU per request | errors | goal |"
 echo "|---|---|---|---|---|---|"
 echo "| switchyard | $(v large_switchyard_ca_requests) | $(v large_switchyard_ca_rps) | $(v large_switchyard_ca_cpu_ms_per_req) ms | $(v large_switchyard_ca_errors) | ≤ 0.5 ms |"
+echo "| floor | $(v large_floor_requests) | $(v large_floor_rps) | $(v large_floor_cpu_ms_per_req) ms | $(v large_floor_errors) | (reported) |"
 echo "| nginx | $(v large_nginx_requests) | $(v large_nginx_rps) | $(v large_nginx_cpu_ms_per_req) ms | $(v large_nginx_errors) | (reported) |"
 echo
-echo "switchyard / nginx CPU per request: $(ratio "$(v large_switchyard_ca_cpu_ms_per_req)" "$(v large_nginx_cpu_ms_per_req)")×."
+echo "CPU per request, switchyard / floor: $(ratio "$(v large_switchyard_ca_cpu_ms_per_req)" "$(v large_floor_cpu_ms_per_req)")×;"
+echo "switchyard / nginx: $(ratio "$(v large_switchyard_ca_cpu_ms_per_req)" "$(v large_nginx_cpu_ms_per_req)")×."
 echo

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Section "proxy": what a proxy hop costs, and 400 KB prompts. Data file:
-# proxy.csv (proxy_CONTENDER_*, c1_CONTENDER_*, large_PROXY_*).
+# proxy.csv (proxy_CONTENDER_*, c1_CONTENDER_*, large_PROXY_*: switchyard_ca, floor, nginx).
 #
 # Upstreams: one static nginx answering a fixed chat completion on two ports
 # (faster than either proxy). Contenders: wrk straight at an upstream port,
@@ -9,7 +9,7 @@
 # (switchyard-floor-proxy: MHD + libcurl built as the dataplane is, with no
 # logic: what the mandated libraries allow), through switchyard (round_robin
 # as nginx, and the default cache_aware). Then the large prompts run through
-# the same switchyard (cache_aware) and nginx.
+# the same switchyard (cache_aware), the floor and nginx.
 set -euo pipefail
 # shellcheck source=tests/bench/lib.sh
 . "$(dirname "$0")/../lib.sh"
@@ -98,14 +98,14 @@ for c in $contenders; do
         echo "$(wrk_field errors "$line") $(wrk_field non2xx "$line")"
     done <"$raw/proxy-$c.txt" | awk '{s += $1 + $2} END {print s + 0}')"
 done
-bench_stop "$floor_pid"
 
 # ---- large prompts: CPU per request for 400 KB bodies --------------------------
-# wrk, 4 connections, through switchyard (cache_aware hashes the whole prompt)
-# and through nginx; CPU = utime + stime of the proxy's processes.
+# wrk, 4 connections, through switchyard (cache_aware hashes the whole prompt),
+# the library floor (the same libraries reading and sending the same body)
+# and nginx; CPU = utime + stime of the proxy's processes.
 echo "== large prompts" >&2
-for c in switchyard_ca nginx; do
-    if [ "$c" = nginx ]; then pids=$(nginx_procs "$nginx_pid"); else pids=$ca_dp; fi
+for c in switchyard_ca floor nginx; do
+    pids=$(proxy_pids "$c")
     # shellcheck disable=SC2086
     cpu0=$(proc_cpu_s $pids)
     run_fg "$bench_tmp/wrk.out" env BENCH_PROMPT_BYTES=400000 wrk -t1 -c4 -d"${large_secs}s" \
@@ -121,6 +121,7 @@ for c in switchyard_ca nginx; do
     put "large_${c}_cpu_ms_per_req" "$(awk -v a="$cpu0" -v b="$cpu1" -v n="$n" 'BEGIN {printf "%.3f\n", n ? (b - a) * 1000 / n : 0}')"
 done
 put proxy_rss_kb "$(proc_rss_kb "$ca_dp")"
+bench_stop "$floor_pid"
 bench_stop "$rr_dp"
 bench_stop "$rr_cp"
 bench_stop "$ca_dp"
