@@ -25,6 +25,13 @@ echo "| measure | p50 | p99 | goal |"
 echo "|---|---|---|---|"
 echo "| 8K-token prompt | $(v cache_aware_8k_p50) µs | $(v cache_aware_8k_p99) µs | p99 ≤ 5 µs |"
 echo "| 32K-token prompt | $(v cache_aware_32k_p50) µs | $(v cache_aware_32k_p99) µs | (reported) |"
+echo "| 8K-token prompt, a new question every decision | $(v cache_aware_8k_new_p50) µs | $(v cache_aware_8k_new_p99) µs | p99 ≤ 5 µs |"
+echo
+echo "The first two rows cycle through 256 prompts: after the first visit of each"
+echo "(the first 256 decisions, which the p99 falls among) a decision finds its whole"
+echo "prompt recorded. In the last row every decision is a new question after one of"
+echo "the 64 prefixes, as in a shared-prefix workload, so its own tail of about 34"
+echo "blocks is hashed and recorded (2,000 decisions untimed first)."
 echo
 echo "| threads sharing the index | decisions/s (8K tokens) |"
 echo "|---|---|"
