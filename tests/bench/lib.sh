@@ -31,7 +31,9 @@ bench_cleanup() {
     done
     bench_pids=()
     rm -rf "$bench_tmp"
-    rm -f /dev/shm/sy-bench-*-$$ /dev/shm/sy-bench-*-$$.prefix /dev/shm/sy-bench-*-$$-ratelimit 2>/dev/null || true
+    # A segment and the objects named after it (.prefix, .responses,
+    # .kvholders, -ratelimit).
+    rm -f /dev/shm/sy-bench-*-$$ /dev/shm/sy-bench-*-$$.* /dev/shm/sy-bench-*-$$-ratelimit 2>/dev/null || true
 }
 
 # Runs a command in the background, remembers its pid in $last_pid.

@@ -219,7 +219,7 @@ for spec in $runs; do
             while read -r k val; do put "$k" "$val"; done
     fi
     # Each run starts with full buckets and empty queues.
-    rm -f "/dev/shm/sy-bench-over-$$" "/dev/shm/sy-bench-over-$$-ratelimit"
+    rm -f "/dev/shm/sy-bench-over-$$" "/dev/shm/sy-bench-over-$$".* "/dev/shm/sy-bench-over-$$-ratelimit"
 done
 put over_queue_max_wait_ms "$max_wait_ms"
 put over_queue_max_depth "$depth"
