@@ -218,6 +218,15 @@ static bool fwd_slot_in(const uint32_t *slots, size_t n, uint32_t slot)
 
 static void fwd_try(struct dp_request *req);
 
+/* Whether w is a worker req may go to, eligibility aside: its pinned worker
+ * (resp_affinity.h), or any worker serving its model. */
+static bool fwd_may_serve(const struct dp_request *req, const struct shm_worker_info *w)
+{
+    if (req->pinned)
+        return w->slot == req->pin_slot && w->generation == req->pin_generation;
+    return req->model[0] == '\0' || shm_worker_serves(w, req->model);
+}
+
 /*
  * No worker can take req, but one would once a reset_load ends (reset_load
  * drains its worker for the reset's duration, usually a millisecond and at
@@ -238,17 +247,9 @@ static bool fwd_wait_for_reset(struct dp_request *req)
     struct dp_workers *v = &loop->workers;
     dp_workers_refresh(v); /* a guard may have been refused since the snapshot */
     bool found = false;
-    for (size_t i = 0; i < v->n && !found; i++) {
-        const struct shm_worker_info *w = &v->w[i];
-        if (!w->resetting || !w->draining)
-            continue;
-        if (req->pinned ? w->slot != req->pin_slot || w->generation != req->pin_generation
-                        : req->model[0] != '\0' && !shm_worker_serves(w, req->model))
-            continue;
-        struct shm_worker_info back = *w;
-        back.draining = false;
-        found = req->leg->is_eligible(&back);
-    }
+    for (size_t i = 0; i < v->n && !found; i++)
+        found = fwd_may_serve(req, &v->w[i]) &&
+                dp_workers_back_after_reset(&v->w[i], req->leg->is_eligible);
     if (!found)
         return false;
     if (req->reset_wait_until_ms == 0)
@@ -321,10 +322,7 @@ pick_again:;
     for (int pass = 0; pass < 2 && n == 0; pass++)
         for (size_t i = 0; i < v->n; i++) {
             const struct shm_worker_info *w = &v->w[i];
-            if (!req->leg->is_eligible(w) ||
-                (!req->pinned && req->model[0] != '\0' && !shm_worker_serves(w, req->model)))
-                continue;
-            if (req->pinned && (w->slot != req->pin_slot || w->generation != req->pin_generation))
+            if (!req->leg->is_eligible(w) || !fwd_may_serve(req, w))
                 continue;
             if (pass == 0 && fwd_was_tried(req, w->slot))
                 continue;

@@ -103,7 +103,7 @@ int dp_resp_pin(struct dp_request *req, char **body)
             continue;
         /* A reset_load's drain ends within its timeout: the request waits
          * for it in the pick (forwarder.c) instead of failing here. */
-        if (!dp_workers_is_eligible(w) && !dp_workers_only_resetting(w)) {
+        if (!dp_workers_is_eligible(w) && !dp_workers_back_after_reset(w, dp_workers_is_eligible)) {
             *body = dp_resp_unavailable(503, req->resp_id, w->id,
                                         w->draining ? "is draining" : "is unhealthy");
             return 503;

@@ -65,8 +65,12 @@ bool dp_workers_is_eligible(const struct shm_worker_info *w)
     return w->healthy && !w->draining && (w->role == CFG_ROLE_REGULAR || w->role == CFG_ROLE_UNSET);
 }
 
-bool dp_workers_only_resetting(const struct shm_worker_info *w)
+bool dp_workers_back_after_reset(const struct shm_worker_info *w,
+                                 bool (*is_eligible)(const struct shm_worker_info *w))
 {
-    return w->resetting && w->draining && w->healthy &&
-           (w->role == CFG_ROLE_REGULAR || w->role == CFG_ROLE_UNSET);
+    if (!w->resetting || !w->draining)
+        return false;
+    struct shm_worker_info back = *w;
+    back.draining = false;
+    return is_eligible(&back);
 }

@@ -40,7 +40,9 @@ bool dp_workers_single_model(const struct dp_workers *v, char *model, size_t len
 bool dp_workers_is_eligible(const struct shm_worker_info *w);
 
 /* True when w is out of the pick only because a reset_load drains it for
- * the reset's duration (shm_registry_set_reset_drain). */
-bool dp_workers_only_resetting(const struct shm_worker_info *w);
+ * the reset's duration (shm_registry_set_reset_drain): is_eligible (a leg's
+ * rule, legs.h) would take it once the reset ends. */
+bool dp_workers_back_after_reset(const struct shm_worker_info *w,
+                                 bool (*is_eligible)(const struct shm_worker_info *w));
 
 #endif

@@ -256,15 +256,15 @@ int shm_registry_set_reset_drain(struct shm_segment *seg, uint32_t slot, bool on
 {
     if (slot >= seg->max_workers)
         return -ENOENT;
+    const uint32_t both = SHM_SLOT_DRAINING | SHM_SLOT_RESETTING;
     uint32_t state = atomic_load_explicit(&shm_slot(seg, slot)->state, memory_order_relaxed);
-    int rc = 0;
+    uint32_t set = 0, clear = 0;
     if (on && !(state & SHM_SLOT_DRAINING))
-        rc = shm_update_state(seg, slot, SHM_SLOT_DRAINING | SHM_SLOT_RESETTING, 0);
+        set = both; /* not draining yet: the drain is the reset's */
     else if (!on && (state & SHM_SLOT_RESETTING))
-        rc = shm_update_state(seg, slot, 0, SHM_SLOT_DRAINING | SHM_SLOT_RESETTING);
-    else if (!(state & SHM_SLOT_IN_USE))
-        rc = -ENOENT;
-    atomic_thread_fence(memory_order_seq_cst); /* as shm_registry_set_draining */
+        clear = both; /* still the reset's drain (a real one cleared RESETTING) */
+    int rc = shm_update_state(seg, slot, set, clear); /* -ENOENT when not in use */
+    atomic_thread_fence(memory_order_seq_cst);        /* as shm_registry_set_draining */
     return rc;
 }
 

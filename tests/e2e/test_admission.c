@@ -470,28 +470,36 @@ static int64_t done_at(struct h_async *a, int64_t started)
     return started + s.done_ms;
 }
 
-/* One worker taking one request at a time, a queue of 3 places, and two
- * tenants: bulk (band low) and urgent (band high), on `threads` loops. */
-static void start_banded_fleet(struct h_fleet *f, int threads)
+/* One worker taking one request at a time, on `threads` loops, with the API
+ * keys `tenants` (write_keys' layout) and a queue of max_depth places
+ * (0: admission's default). */
+static void start_keyed_fleet(struct h_fleet *f, const char *const *tenants, unsigned threads,
+                              int max_depth)
 {
-    char keys[H_PATH_MAX], dp_extra[H_PATH_MAX + 64];
-    const char *const tenants[] = {"bulk",     "key-low", "low", "",  "urgent",
-                                   "key-high", "high",    "",    NULL};
+    char keys[H_PATH_MAX], dp_extra[H_PATH_MAX + 64], admission[128];
     write_keys("keys.yaml", tenants, keys, sizeof(keys));
-    snprintf(dp_extra, sizeof(dp_extra), "threads: %d\napi_keys_file: %s\n", threads, keys);
-    h_fleet_start(f, &(struct h_fleet_opts){.n = 1,
-                                            .dataplane_extra = dp_extra,
-                                            .extra_yaml = "admission:\n"
-                                                          "  max_inflight_per_worker: 1\n"
-                                                          "  queue:\n"
-                                                          "    max_depth: 3\n"});
+    snprintf(dp_extra, sizeof(dp_extra), "threads: %u\napi_keys_file: %s\n", threads, keys);
+    int at = snprintf(admission, sizeof(admission), "admission:\n  max_inflight_per_worker: 1\n");
+    if (max_depth > 0)
+        snprintf(admission + at, sizeof(admission) - (size_t)at, "  queue:\n    max_depth: %d\n",
+                 max_depth);
+    h_fleet_start(
+        f, &(struct h_fleet_opts){.n = 1, .dataplane_extra = dp_extra, .extra_yaml = admission});
 }
+
+/* Two tenants: bulk (band low) and urgent (band high). */
+static const char *const banded_tenants[] = {"bulk",     "key-low", "low", "",  "urgent",
+                                             "key-high", "high",    "",    NULL};
+
+/* Two tenants of one band. */
+static const char *const normal_tenants[] = {"flood", "key-a",  "normal", "",  "small",
+                                             "key-b", "normal", "",       NULL};
 
 static void test_priority_bands(void **state)
 {
     (void)state;
     struct h_fleet f;
-    start_banded_fleet(&f, 1);
+    start_keyed_fleet(&f, banded_tenants, 1, 3);
     stall_all(&f, 400);
     struct h_async *first = post_async(f.base, CHAT("first"), "key-low", H_ABORT_NEVER, 0);
     wait_inflight(&f, 0, 1);
@@ -530,16 +538,8 @@ static void test_priority_bands(void **state)
  * then takes them one at a time: B's must come interleaved with A's. */
 static void fairness_run(unsigned threads)
 {
-    char keys[H_PATH_MAX], dp_extra[H_PATH_MAX + 64];
-    const char *const tenants[] = {"flood", "key-a",  "normal", "",  "small",
-                                   "key-b", "normal", "",       NULL};
-    write_keys("keys.yaml", tenants, keys, sizeof(keys));
-    snprintf(dp_extra, sizeof(dp_extra), "threads: %u\napi_keys_file: %s\n", threads, keys);
     struct h_fleet f;
-    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1,
-                                             .dataplane_extra = dp_extra,
-                                             .extra_yaml = "admission:\n"
-                                                           "  max_inflight_per_worker: 1\n"});
+    start_keyed_fleet(&f, normal_tenants, threads, 0);
     stall_all(&f, 1500);
     struct h_async *first = post_async(f.base, chat_body, "key-a", H_ABORT_NEVER, 0);
     wait_inflight(&f, 0, 1);
@@ -600,22 +600,6 @@ static void test_fairness_across_loops(void **state)
     fairness_run(2);
 }
 
-/* Two tenants of one band; max_depth 6, so each may hold 3 while both wait. */
-static void fair_fleet(struct h_fleet *f, char *dp_extra, size_t len)
-{
-    char keys[H_PATH_MAX];
-    const char *const tenants[] = {"flood", "key-a",  "normal", "",  "small",
-                                   "key-b", "normal", "",       NULL};
-    write_keys("keys.yaml", tenants, keys, sizeof(keys));
-    snprintf(dp_extra, len, "threads: 1\napi_keys_file: %s\n", keys);
-    h_fleet_start(f, &(struct h_fleet_opts){.n = 1,
-                                            .dataplane_extra = dp_extra,
-                                            .extra_yaml = "admission:\n"
-                                                          "  max_inflight_per_worker: 1\n"
-                                                          "  queue:\n"
-                                                          "    max_depth: 6\n"});
-}
-
 static void assert_refused_at_once(const char *base, const char *key)
 {
     struct post_result r;
@@ -630,9 +614,8 @@ static void assert_refused_at_once(const char *base, const char *key)
 static void test_queue_share_refuses_a_flood(void **state)
 {
     (void)state;
-    char dp_extra[H_PATH_MAX + 64];
     struct h_fleet f;
-    fair_fleet(&f, dp_extra, sizeof(dp_extra));
+    start_keyed_fleet(&f, normal_tenants, 1, 6); /* each tenant may hold 3 while both wait */
     stall_all(&f, 1200);
     struct h_async *first = post_async(f.base, chat_body, "key-a", H_ABORT_NEVER, 0);
     wait_inflight(&f, 0, 1);
@@ -665,9 +648,8 @@ static void test_queue_share_refuses_a_flood(void **state)
 static void test_queue_share_pushes_out_a_flood(void **state)
 {
     (void)state;
-    char dp_extra[H_PATH_MAX + 64];
     struct h_fleet f;
-    fair_fleet(&f, dp_extra, sizeof(dp_extra));
+    start_keyed_fleet(&f, normal_tenants, 1, 6); /* each tenant may hold 3 while both wait */
     stall_all(&f, 1200);
     struct h_async *first = post_async(f.base, chat_body, "key-a", H_ABORT_NEVER, 0);
     wait_inflight(&f, 0, 1);
@@ -788,7 +770,7 @@ static void test_priority_over_loops(void **state)
 {
     (void)state;
     struct h_fleet f;
-    start_banded_fleet(&f, 2);
+    start_keyed_fleet(&f, banded_tenants, 2, 3);
     stall_all(&f, 1500);
     struct h_async *first = post_async(f.base, CHAT("first"), "key-low", H_ABORT_NEVER, 0);
     wait_inflight(&f, 0, 1);

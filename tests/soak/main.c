@@ -181,11 +181,6 @@ static long sk_status_kb(pid_t pid, const char *field)
     return kb;
 }
 
-static long sk_rss_kb(pid_t pid)
-{
-    return sk_status_kb(pid, "VmRSS");
-}
-
 /* The inodes of pid's TCP sockets connected to one of ports (the mock
  * workers): its upstream connections. Returns how many were found. */
 static size_t sk_upstream_inodes(pid_t pid, const uint16_t *ports, size_t n_ports,
@@ -712,11 +707,11 @@ static void sk_checkpoint(struct sk *s)
     c->dp0_pid = s->dp[0].cur->pid;
     c->dp1_pid = s->dp[1].cur->pid;
     c->cp_pid = s->cp->pid;
-    c->dp0_rss_kb = sk_rss_kb(c->dp0_pid);
+    c->dp0_rss_kb = sk_status_kb(c->dp0_pid, "VmRSS");
     c->dp0_private_kb = sk_status_kb(c->dp0_pid, "RssAnon");
     c->dp0_shared_kb = sk_status_kb(c->dp0_pid, "RssShmem");
-    c->dp1_rss_kb = sk_rss_kb(c->dp1_pid);
-    c->cp_rss_kb = sk_rss_kb(c->cp_pid);
+    c->dp1_rss_kb = sk_status_kb(c->dp1_pid, "VmRSS");
+    c->cp_rss_kb = sk_status_kb(c->cp_pid, "VmRSS");
     /* The least over a few samples: a connection being opened or closed
      * at that instant (a health probe, our own admin call) passes, a
      * leaked descriptor stays. */
