@@ -168,7 +168,8 @@ static inline void pix_slots_clear(struct pix_slot_set *set, const uint32_t *slo
 
 /*
  * Longest matched prefix over the candidate slots: the largest m such that
- * block m-1 was recorded for one of the candidates (0 when none). Binary
+ * block m-1 was recorded for one of the candidates (0 when none): the
+ * last block first (one lookup for a prompt sent before), then a binary
  * search over block positions, so a match costs O(log n) lookups. When m >
  * 0, holders[0..*n_holders) are the candidates that hold block m-1 (up to
  * PIX_REFS, most recent first): each has the whole matched prefix.

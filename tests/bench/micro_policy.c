@@ -35,13 +35,22 @@ static const struct ca_params params = {.cache_threshold = 0.5,
                                         .bounded_load_factor = 1.25};
 
 /* Prompts share one of GROUPS system prefixes (3/4 of the text) and end
- * with a unique question, as in a shared-prefix workload. */
+ * with a question of their own, as in a shared-prefix workload. The
+ * question's letters come from a generator seeded by `uniq`, so two
+ * prompts' questions differ from their first block (a formula of the
+ * position and the seed, as this once was, repeats after 26 seeds, and
+ * the "new" questions were mostly recorded already). */
 static void fill_prompt(char *buf, size_t len, unsigned group, unsigned uniq)
 {
     size_t shared = len * 3 / 4;
-    for (size_t i = 0; i < len; i++) {
-        unsigned salt = i < shared ? group : group * 7919u + uniq;
-        buf[i] = (char)('a' + ((i * 31u + salt * 17u + (i >> 5) * salt) % 26u));
+    for (size_t i = 0; i < shared; i++)
+        buf[i] = (char)('a' + ((i * 31u + group * 17u + (i >> 5) * group) % 26u));
+    uint64_t x = (uint64_t)uniq * 0x9e3779b97f4a7c15ull + group + 1;
+    for (size_t i = shared; i < len; i++) {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        buf[i] = (char)('a' + (x * 0x2545f4914f6cdd1dull >> 59) % 26u);
     }
 }
 
@@ -53,9 +62,10 @@ static int cmp_u64(const void *a, const void *b)
 
 #define PROMPTS 256
 
-/* Prompts are generated before timing starts; decisions cycle through them
- * (the unique suffix makes every cycle's recorded tail new again only
- * partially, as repeated questions would in a real workload). */
+/* Prompts are generated before timing starts; decisions cycle through them.
+ * After the first cycle every prompt is recorded whole: a decision hashes
+ * its question (the memo holds its family's latest prompt, another one)
+ * and records nothing new, as for repeated questions in a real workload. */
 static void *run_decisions(void *arg)
 {
     struct run *r = arg;

@@ -3,7 +3,8 @@
  * and refs, and its shared segment — created by the owner with mode 0600,
  * shared by attachers, kept across a re-open of the same size, replaced
  * when it is of another size or unusable, and refused on attach whenever
- * its owner, mode, header or size is not what this binary would write.
+ * its owner, mode, header or size is not what this binary would write;
+ * and a whole prompt held matching whole.
  * Each test uses a segment name of its own and removes it.
  */
 #include <errno.h>
@@ -111,6 +112,38 @@ static void test_refs_keep_three_most_recent_workers(void **state)
     assert_true(pix_has(ix, h, 2));
     assert_true(pix_has(ix, h, 3));
     assert_true(pix_has(ix, h, 4));
+    pix_destroy(ix);
+}
+
+/* A worker that holds a prompt's last block was sent the whole prompt (the
+ * chain covers every block before it): the match is whole, whatever holes
+ * evictions left on the way. The bisection alone would stop at the hole
+ * its first probe lands on. */
+static void test_whole_prompt_held_matches_whole(void **state)
+{
+    (void)state;
+    enum { N = 16 };
+    struct pix_index *ix = pix_create(1 << 16);
+    assert_non_null(ix);
+    uint64_t h[N];
+    for (unsigned i = 0; i < N; i++)
+        h[i] = block(100 + i);
+    /* Every block but N/2 - 1, where the bisection looks first. */
+    pix_record(ix, h, 0, N / 2 - 1, 5);
+    pix_record(ix, h, N / 2, N, 5);
+    static struct pix_slot_set cands;
+    pix_slots_add(&cands, 5);
+    uint32_t holders[PIX_REFS];
+    size_t nh = 0;
+    assert_int_equal(pix_longest_match(ix, h, N, &cands, holders, &nh), N);
+    assert_int_equal(nh, 1);
+    assert_int_equal(holders[0], 5);
+    /* A prompt that goes on past what was sent: the bisection decides, as
+     * before, and stops at the hole. */
+    uint64_t other[N];
+    memcpy(other, h, sizeof(other));
+    other[N - 1] = block(999);
+    assert_int_equal(pix_longest_match(ix, other, N, &cands, holders, &nh), N / 2 - 1);
     pix_destroy(ix);
 }
 
@@ -300,6 +333,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_index_memory_is_bounded),
         cmocka_unit_test(test_refs_keep_three_most_recent_workers),
+        cmocka_unit_test(test_whole_prompt_held_matches_whole),
         cmocka_unit_test(test_private_index_is_clamped),
         cmocka_unit_test(test_segment_shared_and_kept_across_reopen),
         cmocka_unit_test(test_segment_of_another_size_is_replaced),

@@ -31,7 +31,9 @@ echo "The first two rows cycle through 256 prompts: after the first visit of eac
 echo "(the first 256 decisions, which the p99 falls among) a decision finds its whole"
 echo "prompt recorded. In the last row every decision is a new question after one of"
 echo "the 64 prefixes, as in a shared-prefix workload, so its own tail of about 34"
-echo "blocks is hashed and recorded (2,000 decisions untimed first)."
+echo "blocks is hashed and recorded (2,000 decisions untimed first). Each question"
+echo "comes from a generator seeded for its prompt, so no two are alike (before"
+echo "2026-12-02 they repeated after 26 seeds, and this row mostly timed repeats)."
 echo
 echo "| threads sharing the index | decisions/s (8K tokens) |"
 echo "|---|---|"
