@@ -11,7 +11,8 @@
  * no failed request; a dropped DELETED is healed by the resync; severed and
  * silent watches are re-established; an API server failing or refusing
  * leaves the registry as it is and recovers; token rotation; a control-plane
- * restart keeps slots, generations and load; the admin API's view.
+ * restart keeps slots, generations and load; the admin API's view; and a
+ * pod's drain made during a reset_load outlives the reset.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -403,6 +404,50 @@ static void test_pod_lifecycle(void **state)
     stop_all(&e);
 }
 
+static bool cond_drained_for_good(void *arg)
+{
+    struct cond *c = arg;
+    struct shm_worker_info w;
+    return find(c->e, c->id, &w) && w.draining && !w.resetting;
+}
+
+/* A pod that turns NotReady while a reset_load has its worker drained is
+ * drained by discovery for good: the reset's end does not put it back in
+ * rotation. The test plays the reset's part on the registry itself (its
+ * drain as the control plane's reset_load sets and ends it), so that the
+ * reset is open exactly as long as the test needs. */
+static void test_pod_drain_outlives_a_reset(void **state)
+{
+    (void)state;
+    struct env e;
+    start_all(&e, 2, "30s", "30s");
+    put_pod(&e, "pod-a", 0, POD_READY);
+    put_pod(&e, "pod-b", 1, POD_READY);
+    wait_routed(&e, "pod-a", 3000);
+    wait_routed(&e, "pod-b", 3000);
+    struct shm_worker_info w;
+    assert_true(find(&e, "pod-b", &w));
+    uint32_t slot = w.slot;
+    assert_int_equal(shm_registry_set_reset_drain(&e.seg, slot, true), 0);
+    assert_true(find(&e, "pod-b", &w));
+    assert_true(w.draining && w.resetting);
+
+    put_pod(&e, "pod-b", 1, POD_NOT_READY);
+    struct cond c = {&e, "pod-b", true};
+    assert_int_equal(h_wait_until(cond_drained_for_good, &c, 1000), 0);
+    /* The reset ends; pod-b stays out of rotation. */
+    assert_int_equal(shm_registry_set_reset_drain(&e.seg, slot, false), 0);
+    assert_true(find(&e, "pod-b", &w));
+    assert_true(w.draining);
+    assert_all_served_by(&e, "pod-a", 5);
+
+    /* Ready again: discovery lifts the drain it made. */
+    put_pod(&e, "pod-b", 1, POD_READY);
+    c.want = false;
+    assert_int_equal(h_wait_until(cond_draining, &c, 1000), 0);
+    stop_all(&e);
+}
+
 /* expire: the watch's ERROR 410 leads to a re-list that drops nobody:
  * traffic keeps flowing with no failed request, slots and generations stay. */
 static void test_expire_relists_without_drop(void **state)
@@ -785,6 +830,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         H_TEST(test_pod_lifecycle),
+        H_TEST(test_pod_drain_outlives_a_reset),
         H_TEST(test_expire_relists_without_drop),
         H_TEST(test_dropped_delete_healed_by_resync),
         H_TEST(test_sever_and_silence_rewatch),
