@@ -409,6 +409,13 @@ static void pix_prefetch(struct pix_index *ix, uint64_t h)
     __builtin_prefetch(pix_bucket_of(ix, h), 0, 1);
 }
 
+/* Whether some candidate holds block hash h; its entry's meta in *meta if so. */
+static bool pix_held(struct pix_index *ix, uint64_t h, const struct pix_slot_set *candidates,
+                     uint64_t *meta)
+{
+    return pix_lookup(ix, h, meta) && pix_best_candidate(*meta, candidates) != 0;
+}
+
 size_t pix_longest_match(struct pix_index *ix, const uint64_t *hashes, size_t n,
                          const struct pix_slot_set *candidates, uint32_t holders[PIX_REFS],
                          size_t *n_holders)
@@ -428,7 +435,7 @@ size_t pix_longest_match(struct pix_index *ix, const uint64_t *hashes, size_t n,
         pix_prefetch(ix, hashes[n - 1]);
         pix_prefetch(ix, hashes[n / 2 - 1]);
         uint64_t meta;
-        if (pix_lookup(ix, hashes[n - 1], &meta) && pix_best_candidate(meta, candidates) != 0) {
+        if (pix_held(ix, hashes[n - 1], candidates, &meta)) {
             lo = n;
             found_meta = meta;
         } else {
@@ -444,7 +451,7 @@ size_t pix_longest_match(struct pix_index *ix, const uint64_t *hashes, size_t n,
         if (down > lo && down < mid)
             pix_prefetch(ix, hashes[down - 1]);
         uint64_t meta;
-        if (pix_lookup(ix, hashes[mid - 1], &meta) && pix_best_candidate(meta, candidates) != 0) {
+        if (pix_held(ix, hashes[mid - 1], candidates, &meta)) {
             lo = mid;
             found_meta = meta;
         } else {

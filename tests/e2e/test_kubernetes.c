@@ -332,6 +332,16 @@ static void wait_routed(struct env *e, const char *id, int ms)
     assert_int_equal(h_wait_until(cond_routed_to, &c, ms), 0);
 }
 
+/* Two mocks, a Ready pod on each, both routed. */
+static void start_two_ready_pods(struct env *e)
+{
+    start_all(e, 2, "30s", "30s");
+    put_pod(e, "pod-a", 0, POD_READY);
+    put_pod(e, "pod-b", 1, POD_READY);
+    wait_routed(e, "pod-a", 3000);
+    wait_routed(e, "pod-b", 3000);
+}
+
 /* ---- tests -------------------------------------------------------------------- */
 
 /* Ready -> routed within 1 s; NotReady -> out of rotation within 1 s (and
@@ -420,11 +430,7 @@ static void test_pod_drain_outlives_a_reset(void **state)
 {
     (void)state;
     struct env e;
-    start_all(&e, 2, "30s", "30s");
-    put_pod(&e, "pod-a", 0, POD_READY);
-    put_pod(&e, "pod-b", 1, POD_READY);
-    wait_routed(&e, "pod-a", 3000);
-    wait_routed(&e, "pod-b", 3000);
+    start_two_ready_pods(&e);
     struct shm_worker_info w;
     assert_true(find(&e, "pod-b", &w));
     uint32_t slot = w.slot;
@@ -454,11 +460,7 @@ static void test_expire_relists_without_drop(void **state)
 {
     (void)state;
     struct env e;
-    start_all(&e, 2, "30s", "30s");
-    put_pod(&e, "pod-a", 0, POD_READY);
-    put_pod(&e, "pod-b", 1, POD_READY);
-    wait_routed(&e, "pod-a", 3000);
-    wait_routed(&e, "pod-b", 3000);
+    start_two_ready_pods(&e);
     struct shm_worker_info a0, b0, w;
     assert_true(find(&e, "pod-a", &a0));
     assert_true(find(&e, "pod-b", &b0));
