@@ -425,25 +425,15 @@ size_t pix_longest_match(struct pix_index *ix, const uint64_t *hashes, size_t n,
      * was evicted, so presence is close enough to monotone to bisect. */
     size_t lo = 0, hi = n;   /* answer m in [lo, hi] */
     uint64_t found_meta = 0; /* the entry of block lo - 1 */
-    /* The whole prompt first (a repeated prompt, or one whose every block
-     * was seen): one lookup instead of log2(n). A hit there is the longest
-     * match there can be, whatever holes evictions left before it (a block
-     * held means its worker was sent every block before it too), so this
-     * can only lengthen what the bisection alone would find. Its miss and
-     * the bisection's first probe go to memory together. */
-    if (n > 1) {
-        pix_prefetch(ix, hashes[n - 1]);
-        pix_prefetch(ix, hashes[n / 2 - 1]);
-        uint64_t meta;
-        if (pix_held(ix, hashes[n - 1], candidates, &meta)) {
-            lo = n;
-            found_meta = meta;
-        } else {
-            hi = n - 1;
-        }
-    }
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo + 1) / 2; /* try a match of length mid */
+    /* The first probe is the whole prompt (a repeated prompt, or one whose
+     * every block was seen): one lookup instead of log2(n). A hit there is
+     * the longest match there can be, whatever holes evictions left before
+     * it (a block held means its worker was sent every block before it
+     * too), so this can only lengthen what the bisection alone would find;
+     * on a miss the bisection goes on from its usual first probe, which is
+     * prefetched meanwhile. */
+    for (bool whole = true; lo < hi; whole = false) {
+        size_t mid = whole ? hi : lo + (hi - lo + 1) / 2; /* try a match of length mid */
         /* Both possible next probes go to memory while this one is judged. */
         size_t up = mid + (hi - mid + 1) / 2, down = lo + (mid - 1 - lo + 1) / 2;
         if (up > mid && up <= hi)
