@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/proc.h"
+#include "common/rng.h"
 #include "dataplane/policy/cache_aware.h"
 #include "shm/prefix_index.h"
 
@@ -45,13 +46,10 @@ static void fill_prompt(char *buf, size_t len, unsigned group, unsigned uniq)
     size_t shared = len * 3 / 4;
     for (size_t i = 0; i < shared; i++)
         buf[i] = (char)('a' + ((i * 31u + group * 17u + (i >> 5) * group) % 26u));
-    uint64_t x = (uint64_t)uniq * 0x9e3779b97f4a7c15ull + group + 1;
-    for (size_t i = shared; i < len; i++) {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        buf[i] = (char)('a' + (x * 0x2545f4914f6cdd1dull >> 59) % 26u);
-    }
+    struct rng r;
+    rng_seed(&r, (uint64_t)uniq << 32 | group);
+    for (size_t i = shared; i < len; i++)
+        buf[i] = (char)('a' + (rng_next(&r) >> 59) % 26u);
 }
 
 static int cmp_u64(const void *a, const void *b)
