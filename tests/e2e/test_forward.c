@@ -437,6 +437,44 @@ static void test_retry_on_503_goes_to_another_worker(void **state)
     h_fleet_stop(&f);
 }
 
+/* A retry goes to a worker the request has not tried yet, even when the
+ * policy would pick the failed one again: consistent_hash sends one session
+ * to one worker, so without the "untried first" rule every attempt would
+ * land on the failing worker and the client would see its 503. */
+static void test_retry_leaves_the_policys_choice_when_it_failed(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 2,
+                                             .policy = "consistent_hash",
+                                             .dataplane_extra = "retry:\n  backoff: 10ms\n"});
+    char url[128];
+    route_url(&f, "/v1/chat/completions", url, sizeof(url));
+    const char *const hdrs[] = {"X-Session-Id: retry-session", NULL};
+    struct h_req req = {.url = url, .body = CHAT_PLAIN, .headers = hdrs};
+    struct h_resp r;
+    assert_int_equal(h_http(&req, &r), 0);
+    assert_int_equal(r.status, 200);
+    h_resp_fini(&r);
+    int home = h_fleet_mock_stat(&f, 0, "requests_total") == 1 ? 0 : 1;
+    assert_int_equal(h_fleet_mock_stat(&f, home, "requests_total"), 1);
+    assert_int_equal(h_fleet_mock_stat(&f, 1 - home, "requests_total"), 0);
+
+    assert_int_equal(h_mock_faults(f.mock[home].url, "{\"fail_status\":503}"), 0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(h_http(&req, &r), 0);
+        assert_int_equal(r.status, 200);
+        h_resp_fini(&r);
+    }
+    /* Each request tried its home worker once, then the other one. */
+    assert_int_equal(h_fleet_mock_stat(&f, home, "requests_total"), 1 + 3);
+    assert_int_equal(h_fleet_mock_stat(&f, 1 - home, "requests_total"), 3);
+    struct settle s0 = {.f = &f, .i = 0}, s1 = {.f = &f, .i = 1};
+    assert_int_equal(h_wait_until(load_is_zero, &s0, ABORT_MS), 0);
+    assert_int_equal(h_wait_until(load_is_zero, &s1, ABORT_MS), 0);
+    h_fleet_stop(&f);
+}
+
 struct held_watch {
     struct h_fleet *f;
     int bad, checks;
@@ -835,6 +873,24 @@ static void test_bad_inputs(void **state)
     memcpy(big, "{\"model\":\"", 10);
     strcpy(big + sizeof(big) - 3, "\"}");
     post_expect(&f, NULL, chat, big, 413, "request_too_large");
+    /* max_body is inclusive: a body of exactly 1 KiB is served, one byte
+     * more is refused. */
+    char exact[1024 + 2];
+    const char *head = "{\"model\":\"" H_FLEET_MODEL "\",\"max_tokens\":4,"
+                       "\"messages\":[{\"role\":\"user\",\"content\":\"";
+    size_t at = strlen(head);
+    memcpy(exact, head, at);
+    memset(exact + at, 'y', 1024 - at - 4);
+    memcpy(exact + 1024 - 4, "\"}]}", 5);
+    assert_int_equal(strlen(exact), 1024);
+    route_url(&f, chat, url, sizeof(url));
+    struct h_resp er;
+    assert_int_equal(h_http_post_json(url, exact, &er), 0);
+    assert_int_equal(er.status, 200);
+    h_resp_fini(&er);
+    memmove(exact + at + 1, exact + at, 1024 - at + 1);
+    assert_int_equal(strlen(exact), 1025);
+    post_expect(&f, NULL, chat, exact, 413, "request_too_large");
     /* Headers over max_header_size (2 KiB here): 431, and just under it the
      * request goes through. */
     static char big_header[2600];
@@ -1062,6 +1118,7 @@ int main(void)
         H_TEST(test_client_reset_as_the_stream_starts),
         H_TEST(test_connected_client_keeps_load_until_eof),
         H_TEST(test_retry_on_503_goes_to_another_worker),
+        H_TEST(test_retry_leaves_the_policys_choice_when_it_failed),
         H_TEST(test_retried_attempt_counted_until_its_body_ends),
         H_TEST(test_worker_reset_mid_stream),
         H_TEST(test_timeouts),

@@ -121,6 +121,34 @@ static void test_sha256(void **state)
     assert_memory_equal(h, want, 32);
 }
 
+/* A key must match its tenant's whole digest: one whose SHA-256 differs
+ * only in the last byte (or only in the first) is refused, so a compare cut
+ * short over part of the digest cannot go unnoticed. No key with such a
+ * digest can be found, so the tenant's digest is the one edited. */
+static void keys_with_digest_edited_at(size_t byte)
+{
+    struct dp_keys k;
+    char err[256] = "";
+    const char *y = "tenants:\n"
+                    "  - name: team-a\n"
+                    "    key_sha256: " HASH_TEST "\n";
+    assert_int_equal(parse(&k, y, err), 0);
+    assert_ptr_equal(dp_keys_match(&k, "Bearer test"), &k.tenants[0]);
+    k.tenants[0].key_sha256[byte] ^= 0x01;
+    assert_null(dp_keys_match(&k, "Bearer test"));
+    k.tenants[0].key_sha256[byte] ^= 0x01;
+    assert_ptr_equal(dp_keys_match(&k, "Bearer test"), &k.tenants[0]);
+    dp_keys_fini(&k);
+}
+
+static void test_whole_digest_compared(void **state)
+{
+    (void)state;
+    keys_with_digest_edited_at(DP_KEY_HASH_LEN - 1);
+    keys_with_digest_edited_at(DP_KEY_HASH_LEN / 2);
+    keys_with_digest_edited_at(0);
+}
+
 static void test_secret(void **state)
 {
     (void)state;
@@ -144,7 +172,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_example), cmocka_unit_test(test_defaults_and_empty),
         cmocka_unit_test(test_errors),  cmocka_unit_test(test_sha256),
-        cmocka_unit_test(test_secret),
+        cmocka_unit_test(test_secret),  cmocka_unit_test(test_whole_digest_compared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
