@@ -162,6 +162,17 @@ $(BUILD)/tests/fuzz/replay_%: $(BUILD)/tests/fuzz/%.o $(BUILD)/tests/fuzz/replay
 $(BUILD)/tests/fuzz/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(ALL_LIBS)
 	$(CC) $(LDFLAGS) -fsanitize=fuzzer $< $(ALL_LIBS) $(LDLIBS) -o $@
 
+# Test-only data plane for tests/e2e/test_admission_race.c: the real one
+# (main.o + the archives) with dp_adm_confirm wrapped by a gate
+# (tests/e2e/race_confirm_wrap.c, -Wl,--wrap) that lets the test take a
+# worker's last slot between the forwarder's guard and its re-check. A
+# prerequisite of that test, so building the test builds it; never
+# installed, never in $(BINS).
+CONFIRM_RACE_DP := $(BUILD)/tests/e2e/switchyard-dataplane-confirm-race
+$(CONFIRM_RACE_DP): $(BUILD)/dataplane/main.o $(BUILD)/tests/e2e/race_confirm_wrap.o $(LIBDP) $(LIBSY)
+	$(CC) $(LDFLAGS) -Wl,--wrap=dp_adm_confirm $^ $(LDLIBS) -o $@
+$(BUILD)/tests/e2e/test_admission_race: $(CONFIRM_RACE_DP)
+
 deps:
 	@deploy/install-deps.sh
 
