@@ -11,12 +11,21 @@
  *  - a worker whose /metrics answers garbage or hangs: its report on B goes
  *    stale, B routes on its own counts again (worker 1 is picked), no
  *    request fails, and B's switchyard_load_reports_stale_total{worker="w1"}
- *    moves; once /metrics is back, B avoids worker 1 again.
+ *    moves; once /metrics is back, B avoids worker 1 again;
+ *  - a worker that reports itself idle (0 running, 0 waiting: the requests
+ *    this node counts on it, held by a lease holder acting as another of
+ *    the node's data planes, never reached it) while this node holds 3
+ *    there: after several reports were read, GET /workers still shows
+ *    load 3 and 3 in the holder's inflight_by_dataplane, effective_load and
+ *    the data plane's effective-load gauge are not below 3, and least_load
+ *    sends nothing there (invariant 10: reports never write a lease).
  *
  * Mutation-verified: with the report ignored in shm_el_combine (effective =
  * own) every test fails; with the forwarder handing policies the own count
  * (the admin API still combining) every test fails on its routing
- * assertions; with the staleness check removed the stale test fails.
+ * assertions; with the staleness check removed the stale test fails; with
+ * the scraper "correcting" this node's count from the report
+ * (tests/mutants/report-writes-lease.mutant) the idle-report test fails.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -30,7 +39,9 @@
 #include <cmocka.h>
 
 #include "tests/e2e/harness.h"
+#include "shm/registry.h"
 #include "tests/e2e/harness_fleet.h"
+#include "tests/e2e/harness_holder.h"
 
 #define SCRAPE_INTERVAL_MS 200
 #define HELD               4 /* streams node A holds on worker 1 */
@@ -388,6 +399,121 @@ static void test_data_parallel_engines_are_summed(void **state)
     h_fleet_stop(&f);
 }
 
+/* The control plane's switchyard_load_report_scrapes_total{worker="w1",result="success"}. */
+static long long cp_w1_scrapes(const struct node *v)
+{
+    char url[128];
+    snprintf(url, sizeof(url), "%s/metrics", v->admin);
+    struct h_resp r = {0};
+    long long n = -1;
+    if (h_http_get(url, &r) == 0 && r.status == 200) {
+        const char *needle =
+            "switchyard_load_report_scrapes_total{worker=\"w1\",result=\"success\"} ";
+        const char *p = strstr(r.body, needle);
+        if (p != NULL)
+            n = strtoll(p + strlen(needle), NULL, 10);
+    }
+    h_resp_fini(&r);
+    return n;
+}
+
+/* Several reports of w1 read since `since` scrapes, the last one fresh and
+ * saying 0 running, 0 waiting (the mock's truth: nothing reached it). */
+struct idle_reports {
+    const struct node *v;
+    long long since;
+};
+
+static bool w1_reported_idle(void *arg)
+{
+    struct idle_reports *w = arg;
+    if (cp_w1_scrapes(w->v) < w->since + 3)
+        return false;
+    char url[128];
+    snprintf(url, sizeof(url), "%s/workers/w1", w->v->admin);
+    struct h_resp r = {0};
+    bool ok = false;
+    if (h_http_get(url, &r) == 0 && r.status == 200) {
+        json_t *j = h_resp_json(&r);
+        json_t *rep = json_object_get(j, "reported");
+        ok = json_is_object(rep) && json_integer_value(json_object_get(rep, "running")) == 0 &&
+             json_integer_value(json_object_get(rep, "waiting")) == 0 &&
+             json_integer_value(json_object_get(rep, "age_ms")) < 600;
+        json_decref(j);
+    }
+    h_resp_fini(&r);
+    return ok;
+}
+
+#define OWN_HELD 3
+
+/*
+ * Invariant 10: a report never writes a lease counter. This node holds
+ * OWN_HELD requests on w1 (a lease holder: another of the node's data
+ * planes as far as the segment and the admin channel see it) that never
+ * reached the worker, so w1's /metrics honestly says 0 running, 0 waiting.
+ * After several such reports were read, the node's own count is intact
+ * everywhere it shows, and routing does not see less than it.
+ */
+static void test_idle_report_leaves_own_count(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){
+                          .n = 2,
+                          .policy = "least_load",
+                          .dataplane_extra = "debug_headers: true\n",
+                          .controlplane_extra = load_reports_yaml,
+                      });
+    struct node v = {0};
+    assert_int_equal(h_url(v.admin, sizeof(v.admin), f.cfg.admin_port, NULL), 0);
+    snprintf(v.base, sizeof(v.base), "%s", f.base);
+    struct shm_worker_info w1;
+    assert_int_equal(shm_registry_find(&f.seg, "w1", &w1), 0);
+    struct h_holder h;
+    h_holder_start(&h, &(struct h_holder_spec){.shm = f.cfg.shm_name,
+                                               .socket = f.cfg.admin_socket,
+                                               .slot = w1.slot,
+                                               .generation = w1.generation,
+                                               .guards = OWN_HELD,
+                                               .answer = OWN_HELD});
+    assert_int_equal(h_fleet_load(&f, 0), OWN_HELD);
+
+    struct idle_reports wr = {&v, cp_w1_scrapes(&v)};
+    assert_true(wr.since >= 0);
+    assert_int_equal(h_wait_until(w1_reported_idle, &wr, WAIT_MS), 0);
+    assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 0);
+
+    /* The node's own count, in the segment and in GET /workers. */
+    assert_int_equal(h_fleet_load(&f, 0), OWN_HELD);
+    char url[128];
+    snprintf(url, sizeof(url), "%s/workers/w1", v.admin);
+    struct h_resp r = {0};
+    assert_int_equal(h_http_get(url, &r), 0);
+    assert_int_equal(r.status, 200);
+    json_t *j = h_resp_json(&r);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "load")), OWN_HELD);
+    char pid[16];
+    snprintf(pid, sizeof(pid), "%d", (int)h.pid);
+    json_t *by = json_object_get(j, "inflight_by_dataplane");
+    assert_int_equal(json_integer_value(json_object_get(by, pid)), OWN_HELD);
+    assert_true(json_integer_value(json_object_get(j, "effective_load")) >= OWN_HELD);
+    json_decref(j);
+    h_resp_fini(&r);
+
+    /* What routing sees: the data plane's gauge, and least_load's choices. */
+    assert_true(h_fleet_dp_metric(&f, "switchyard_worker_effective_load{worker=\"w1\"}") >=
+                OWN_HELD);
+    assert_int_equal(b_count_w1(&v, 6), 0);
+    assert_int_equal(b_worker_field(&v, "w1", "load"), OWN_HELD);
+
+    h_holder_finish(&h);
+    assert_int_equal(h_fleet_load(&f, 0), 0);
+    assert_int_equal(h_fleet_dp_metric(&f, "switchyard_load_underflows_total"), 0);
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -395,6 +521,7 @@ int main(void)
         H_TEST(test_cache_aware_affinity_yields_to_other_nodes_load),
         H_TEST(test_stale_report_falls_back_to_own_counts),
         H_TEST(test_data_parallel_engines_are_summed),
+        H_TEST(test_idle_report_leaves_own_count),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,10 +3,11 @@
  * prefill and decode workers: the two legs' bodies and the kv_transfer_params
  * round trip (streaming and not), exact per-phase load when the client
  * leaves during either phase, decode load held through a stall until EOF,
- * retries of each leg on another worker, a prefill answer without usable
- * params, and a soak of P/D requests with random aborts and faults that
- * must end with every load at 0 and load equal to the mocks' in-flight
- * count at held points.
+ * retries of each leg on another worker, a failed decode attempt's load
+ * held while its error body is (the guard released at the body's end, not
+ * at its 503 headers), a prefill answer without usable params, and a soak of P/D requests with
+ * random aborts and faults that must end with every load at 0 and load equal to the mocks'
+ * in-flight count at held points.
  *
  * Fleet: prefill workers first (ids w1.., mock --role prefill, engine ids
  * eng-p1..), then decode workers. Load is read from the segment, the
@@ -817,6 +818,98 @@ static void test_decode_503_reruns_prefill(void **state)
     h_fleet_stop(&p.f);
 }
 
+/*
+ * Watches a decode worker that answers 503 with an error body it holds open: the router's load
+ * of each worker must never read below the mock's in-flight count (sampled around it, so the
+ * mock's count was stable), and once the client has its answer (the re-run's), the failed
+ * attempt alone is in flight on the decode worker, counted 1 until its body ends.
+ */
+struct error_body_watch {
+    struct pd_fleet *p;
+    struct h_async *a;
+    int bad, checks, held_after_answer;
+};
+
+static bool error_body_drained(void *arg)
+{
+    struct error_body_watch *w = arg;
+    struct h_async_state st;
+    h_async_get_state(w->a, &st);
+    long long decode_load = 0;
+    for (size_t i = 0; i < w->p->f.n; i++) {
+        long long m1 = h_fleet_mock_stat(&w->p->f, i, "inflight");
+        long long load = h_fleet_load(&w->p->f, i);
+        long long m2 = h_fleet_mock_stat(&w->p->f, i, "inflight");
+        if (i == 1)
+            decode_load = load;
+        if (m1 < 0 || m1 != m2)
+            continue;
+        w->checks++;
+        if (load < m1) {
+            print_message("worker w%zu: router load %lld below the mock's in-flight %lld\n", i + 1,
+                          load, m1);
+            w->bad++;
+        }
+        if (i == 1 && st.done && m1 == 1) {
+            w->held_after_answer++;
+            if (load != 1) {
+                print_message("decode worker: load %lld while its error body is held\n", load);
+                w->bad++;
+            }
+        }
+    }
+    return st.done && decode_load == 0 && h_fleet_mock_stat(&w->p->f, 1, "inflight") == 0;
+}
+
+static void test_decode_error_body_keeps_load_until_its_end(void **state)
+{
+    (void)state;
+    struct pd_fleet p;
+    pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1,
+                                         .n_decode = 1,
+                                         .dataplane_extra = "retry:\n  backoff: 10ms\n"});
+    /* The first decode attempt: 503, its headers and half its body at once, the rest 1 s later. */
+    assert_int_equal(h_mock_faults(p.f.mock[1].url, "{\"fail_status\":503,\"fail_count\":1,"
+                                                    "\"fail_body_hold_ms\":1000}"),
+                     0);
+    char url[128];
+    chat_url(&p, url, sizeof(url));
+    struct h_async *a;
+    int64_t t0 = h_now_ms();
+    assert_int_equal(h_async_start(url, CHAT_PLAIN, &(struct h_async_opts){0}, &a), 0);
+    struct error_body_watch w = {.p = &p, .a = a};
+    assert_int_equal(h_wait_until(error_body_drained, &w, H_READY_TIMEOUT_MS), 0);
+    int64_t took = h_now_ms() - t0;
+    print_message("decode load 0 after %lld ms; %d checks, %d while the error body was held\n",
+                  (long long)took, w.checks, w.held_after_answer);
+    assert_int_equal(w.bad, 0);
+    assert_true(w.held_after_answer > 10); /* we really watched while the body was held */
+    assert_true(took >= 1000);             /* released at the body's end, not before */
+
+    /* As documented: the failed decode saw the params, so the whole request ran again from a
+     * new prefill (new blocks, none read twice), and the client got the re-run's answer. */
+    struct h_resp r;
+    assert_int_equal(h_async_take_resp(a, &r), 0);
+    assert_int_equal(r.status, 200);
+    json_t *j = h_resp_json(&r);
+    assert_non_null(j);
+    assert_int_equal(json_int(json_object_get(j, "usage"), "completion_tokens"), 8);
+    json_decref(j);
+    h_resp_fini(&r);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "requests_total"), 2);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "kv_reads"), 2);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 0, "blocks_read_twice"), 0);
+    assert_int_equal(h_fleet_mock_stat(&p.f, 1, "requests_total"), 2);
+    assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
+    assert_int_equal(
+        metric_value(&p, "switchyard_upstream_errors_total{worker=\"w2\",kind=\"status\"}"), 1);
+    assert_int_equal(metric_value(&p, "switchyard_retries_total"), 1);
+    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"ok\"}"), 1);
+    assert_int_equal(metric_value(&p, "switchyard_load_underflows_total"), 0);
+    h_async_destroy(a);
+    h_fleet_stop(&p.f);
+}
+
 static void test_prefill_without_params_is_502(void **state)
 {
     (void)state;
@@ -1179,6 +1272,7 @@ int main(void)
         H_TEST(test_decode_stall_client_leaves),
         H_TEST(test_prefill_503_retried_on_other_prefill),
         H_TEST(test_decode_503_reruns_prefill),
+        H_TEST(test_decode_error_body_keeps_load_until_its_end),
         H_TEST(test_prefill_without_params_is_502),
         H_TEST(test_prefill_without_params_falls_back),
         H_TEST(test_push_mode_refused),
