@@ -11,8 +11,10 @@
  * no failed request; a dropped DELETED is healed by the resync; severed and
  * silent watches are re-established; an API server failing or refusing
  * leaves the registry as it is and recovers; token rotation; a control-plane
- * restart keeps slots, generations and load; the admin API's view; and a
- * pod's drain made during a reset_load outlives the reset.
+ * restart keeps slots, generations and load; the admin API's view; a
+ * pod's drain made during a reset_load outlives the reset; and a deleted
+ * pod's busy worker whose load ends while the API server fails stays until
+ * the server answers again (a stale source removes nothing).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -30,6 +32,7 @@
 #include "shm/registry.h"
 #include "shm/segment.h"
 #include "tests/e2e/harness.h"
+#include "tests/e2e/harness_holder.h"
 #include "tests/e2e/harness_load.h"
 
 #define NS       "default"
@@ -828,6 +831,119 @@ static void test_reload_applies_discovery(void **state)
     stop_all(&e);
 }
 
+/* discovery.kubernetes of GET /status (a new reference), or NULL. */
+static json_t *kube_status(struct env *e)
+{
+    char url[128];
+    snprintf(url, sizeof(url), "%s/status", e->admin);
+    struct h_resp r;
+    json_t *j = NULL;
+    if (h_http_get(url, &r) == 0 && r.status == 200)
+        j = h_resp_json(&r);
+    h_resp_fini(&r);
+    json_t *k = json_object_get(json_object_get(j, "discovery"), "kubernetes");
+    json_incref(k);
+    json_decref(j);
+    return k;
+}
+
+/* The leaving worker must stay while the control plane's loop demonstrably
+ * runs past the point where a sweep would have removed it. */
+struct kept_cond {
+    struct env *e;
+    const char *id;
+    const char *probes_line; /* switchyard_health_checks_total of the worker */
+    long long probes_want;   /* health probes, each one a pass of the loop */
+    int64_t not_before_ms;   /* two sweep intervals after its load went to 0 */
+    bool gone;
+};
+
+static bool cond_loop_ran_with_worker_kept(void *arg)
+{
+    struct kept_cond *c = arg;
+    struct shm_worker_info w;
+    if (!find(c->e, c->id, &w)) {
+        c->gone = true;
+        return true; /* what must not happen: stop waiting, the caller fails */
+    }
+    return h_now_ms() >= c->not_before_ms && metric(c->e, c->probes_line) >= c->probes_want;
+}
+
+/* A pod deleted while its worker holds load keeps its worker (draining)
+ * until the load ends. When the load ends while the API server fails, the
+ * source is stale and must not act on its view (invariant 12): the worker
+ * stays, draining, same slot and generation, for as long as the server
+ * fails, and goes once a list answers again. */
+static void test_stale_source_keeps_leaving_worker(void **state)
+{
+    (void)state;
+    struct env e;
+    start_all(&e, 1, "30s", "30s");
+    put_pod(&e, "pod-a", 0, POD_READY);
+    wait_present(&e, "pod-a", true, 3000);
+    struct shm_worker_info a0, w;
+    assert_true(find(&e, "pod-a", &a0));
+
+    /* Two requests' worth of load held by a lease of its own. */
+    struct h_holder h;
+    struct h_holder_spec hs = {
+        .shm = e.cfg.shm_name, .slot = a0.slot, .generation = a0.generation, .guards = 2};
+    h_holder_start(&h, &hs);
+    assert_int_equal(shm_load_of(&e.seg, a0.slot, a0.generation), 2);
+
+    /* Deleted while busy: draining, kept for its load. Seeing the drain
+     * proves the DELETED event was applied before the server fails. */
+    delete_pod(&e, "pod-a");
+    struct cond drain = {&e, "pod-a", true};
+    assert_int_equal(h_wait_until(cond_draining, &drain, 2000), 0);
+
+    /* The API server fails: 500s, and the open watch cut. */
+    fault(&e, "{\"fail_status\": 500, \"sever_watches\": true}");
+    struct metric_cond m = {&e, STALE, 1};
+    assert_int_equal(h_wait_until(cond_metric, &m, 3000), 0);
+    assert_true(find(&e, "pod-a", &w));
+    assert_true(w.draining);
+
+    /* The load ends while the source is stale. */
+    const char *probes = "switchyard_health_checks_total{worker=\"pod-a\",result=\"success\"}";
+    long long p0 = metric(&e, probes);
+    assert_true(p0 >= 0);
+    h_holder_finish(&h);
+    assert_int_equal(shm_load_of(&e.seg, a0.slot, a0.generation), 0);
+    /* A source that syncs while stale removes an idle leaving worker at its
+     * next sweep (every 500 ms; the loop wakes at least every 200 ms for
+     * health probes). Wait until two sweep intervals have passed and the
+     * loop has run five more health probes (five more passes, 1 s at the
+     * 200 ms interval) with the worker present at every look. */
+    struct kept_cond kc = {.e = &e,
+                           .id = "pod-a",
+                           .probes_line = probes,
+                           .probes_want = p0 + 5,
+                           .not_before_ms = h_now_ms() + 1000};
+    assert_int_equal(h_wait_until(cond_loop_ran_with_worker_kept, &kc, 6000), 0);
+    if (kc.gone)
+        fail_msg("the worker of a deleted pod was removed while the source was stale");
+    assert_true(find(&e, "pod-a", &w));
+    assert_int_equal(w.slot, a0.slot);
+    assert_int_equal(w.generation, a0.generation);
+    assert_true(w.draining);
+    /* Still stale all along: the server never answered in that time. */
+    assert_int_equal(metric(&e, STALE), 1);
+    json_t *ks = kube_status(&e);
+    assert_non_null(ks);
+    assert_true(json_is_true(json_object_get(ks, "stale")));
+    assert_int_equal(json_integer_value(json_object_get(ks, "workers")), 1);
+    json_decref(ks);
+
+    /* The server answers: the first list applies the deletion, and the
+     * idle worker goes. */
+    fault(&e, "{\"fail_status\": 0}");
+    assert_int_equal(h_wait_until(cond_metric_zero, &m, 8000), 0);
+    wait_present(&e, "pod-a", false, 3000);
+    assert_int_equal(shm_load_underflows(&e.seg), 0);
+    stop_all(&e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -842,6 +958,7 @@ int main(void)
         H_TEST(test_admin_view_and_recreation),
         H_TEST(test_model_and_role_from_pod),
         H_TEST(test_reload_applies_discovery),
+        H_TEST(test_stale_source_keeps_leaving_worker),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
