@@ -845,6 +845,21 @@ static void test_admin_socket_path_of_another_user_is_refused(void **state)
     assert_int_equal(chown(cfg.admin_socket, NOBODY, NOBODY), 0);
     assert_refuses(h_start_controlplane, cfg.path, "is not a socket of this user (uid 65534");
     unlink(cfg.admin_socket);
+
+    /* A socket, as a dead control plane would leave, but another user's:
+     * not ours to remove either. */
+    struct h_config cfg2;
+    write_config(&cfg2);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(s >= 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    assert_true(strlen(cfg2.admin_socket) < sizeof(sa.sun_path));
+    memcpy(sa.sun_path, cfg2.admin_socket, strlen(cfg2.admin_socket) + 1);
+    assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    close(s); /* the file stays behind */
+    assert_int_equal(chown(cfg2.admin_socket, NOBODY, NOBODY), 0);
+    assert_refuses(h_start_controlplane, cfg2.path, "is not a socket of this user (uid 65534");
+    unlink(cfg2.admin_socket);
 }
 
 static bool log_has_foreign_cp(void *arg)

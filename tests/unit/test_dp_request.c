@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "common/config.h"
 #include "dataplane/errors.h"
 #include "dataplane/json_skeleton.h"
 #include "dataplane/request.h"
@@ -386,6 +387,36 @@ static void test_parse_bad_bodies(void **state)
     }
 }
 
+/* docs/security.md finding 8: a model of CFG_MODEL_MAX (128) bytes or more
+ * is refused, below the skeleton's marker length (256) as well as above
+ * it; one byte shorter is parsed and kept whole. */
+static void test_model_length_bound(void **state)
+{
+    (void)state;
+    static const struct {
+        size_t len;
+        enum dp_parse_result want;
+    } cases[] = {
+        {CFG_MODEL_MAX - 1, DP_PARSE_OK},
+        {CFG_MODEL_MAX, DP_PARSE_BAD_FIELD},
+        {200, DP_PARSE_BAD_FIELD},
+        {DP_SKEL_MIN_STRING + 44, DP_PARSE_BAD_FIELD},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *model = repeat('m', cases[i].len);
+        char body[512];
+        snprintf(body, sizeof(body), "{\"model\":\"%s\"}", model);
+        struct dp_request *req = request_with(DP_ROUTE_CHAT, body);
+        enum dp_parse_result got = dp_request_parse(req);
+        if (got != cases[i].want)
+            fail_msg("model of %zu bytes: got %d, want %d", cases[i].len, got, cases[i].want);
+        if (got == DP_PARSE_OK)
+            assert_string_equal(req->model, model);
+        request_free(req);
+        free(model);
+    }
+}
+
 /* Each route's body shape decides the routing text: embeddings' "input" is
  * none, their chat-style messages are; a local route's body is not read. */
 static void test_parse_follows_the_route_body_shape(void **state)
@@ -551,6 +582,7 @@ int main(void)
         cmocka_unit_test(test_tools_count_toward_the_prefix),
         cmocka_unit_test(test_images_key_by_url_or_data_hash),
         cmocka_unit_test(test_parse_bad_bodies),
+        cmocka_unit_test(test_model_length_bound),
         cmocka_unit_test(test_parse_follows_the_route_body_shape),
         cmocka_unit_test(test_parse_large_prompt),
         cmocka_unit_test(test_error_body_and_sse_event),
