@@ -90,7 +90,7 @@ FUZZ_TARGET_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAYS := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/replay_%,$(FUZZ_TARGET_SRCS))
 FUZZERS := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/%,$(FUZZ_TARGET_SRCS))
 
-.PHONY: all deps test check check-deploy check-layering test-asan build-asan format format-check run bench bench-quick bench-pd bench-pd-quick clean fuzz fuzzers soak soak-quick
+.PHONY: all deps test check check-deploy check-layering check-mutants test-asan build-asan format format-check run bench bench-quick bench-pd bench-pd-quick clean fuzz fuzzers soak soak-quick
 .DEFAULT_GOAL := all
 # Keep generated sources (protobuf-c) instead of deleting them as intermediates.
 .SECONDARY:
@@ -181,7 +181,16 @@ deps:
 test: deps
 	@$(MAKE) --no-print-directory check-deploy
 	@$(MAKE) --no-print-directory check-layering
+	@tests/check-runner.sh
+	@tests/check-mutants.py --lint
 	@$(MAKE) --no-print-directory check
+
+# The curated mutants of tests/mutants/, each applied to a scratch copy of
+# the tree and run against the tests that must catch it (minutes; not in CI).
+# MUTANTS="a b" runs only those. `make test` runs its --lint: each mutant
+# still applies and every invariant and security fix is attacked.
+check-mutants: deps
+	@tests/check-mutants.py $(if $(MUTANTS),--only "$(MUTANTS)")
 
 # Include rules between folders and no include cycle between modules
 # (tests/check-layering.py); its self-test first proves each rule fires.

@@ -37,6 +37,7 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 MUTANT_DIR = os.path.join(ROOT, "tests", "mutants")
 KEYS = ("attacks", "tests", "file", "find", "find+", "replace", "replace+")
 INVARIANTS = 12  # DESIGN.md's numbered invariants
+REVIEW_EDITS = 20  # the suite review's careless edits (tests/mutants/README.md)
 TEST_TIMEOUT_S = "180"  # per binary; a mutant that hangs a test is killed by it
 
 
@@ -168,6 +169,9 @@ def lint(mutants):
     for i in range(1, INVARIANTS + 1):
         if not re.search(rf"\binvariant {i}\b", attacked):
             problems.append(f"no mutant attacks invariant {i} (DESIGN.md)")
+    for i in range(1, REVIEW_EDITS + 1):
+        if not re.search(rf"\breview {i}\b", attacked):
+            problems.append(f"no mutant is review edit {i} (tests/mutants/README.md)")
     for i in sorted(security_fixes()):
         if not re.search(rf"\bsecurity {i}\b", attacked):
             problems.append(f"no mutant attacks security fix {i} (docs/security.md)")
@@ -250,8 +254,8 @@ def main():
         if problems:
             print(f"mutants: {len(problems)} problem(s) in tests/mutants/", file=sys.stderr)
             return 1
-        print(f"mutants: ok ({len(mutants)} mutants apply; every invariant and security fix "
-              "is attacked)")
+        print(f"mutants: ok ({len(mutants)} mutants apply; every invariant, security fix and "
+              "review edit is attacked)")
         return 0
     if problems:
         for p in problems:
