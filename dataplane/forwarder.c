@@ -382,7 +382,7 @@ pick_again:;
     /* precise_cache_aware routes on the prompt's tokens: fetched once,
      * before the first pick; the request waits for them holding no load. */
     struct pol_policy *policy = req->leg->policy(loop);
-    if (!req->pinned && policy->ops == &pol_precise_cache_aware_ops && fwd_tokenizes(req) &&
+    if (!req->pinned && pol_needs_tokens(policy) && fwd_tokenizes(req) &&
         dp_tok_prepare(req, cands, n, fwd_resume_tokenized))
         goto out_free;
     struct pol_request pr = {

@@ -10,14 +10,9 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "dataplane/policy/cache_aware.h"
 #include "shm/adapter_set.h"
 #include "shm/load_report.h"
-
-static bool dp_lora_overloaded(const struct cfg_policy *pol, uint64_t load, uint64_t min_load)
-{
-    return load > min_load + pol->balance_abs_threshold &&
-           (double)load > (double)min_load * pol->balance_rel_threshold;
-}
 
 static bool dp_lora_runs(const struct shm_segment *seg, const struct shm_el_params *elp,
                          const struct pol_candidate *c, uint64_t hash, uint64_t now_unix_ms)
@@ -49,13 +44,15 @@ size_t dp_lora_keep_running(const struct shm_segment *seg, const struct shm_el_p
     if (!adapter)
         return n;
     uint64_t hash = shm_adapter_hash(model, strlen(model));
+    /* The same overload gate as cache_aware's affinity: one formula. */
+    struct ca_params gate = ca_params_from_cfg(pol);
     /* Compacts in place: k <= i, so what is read was never written, and
      * when none is kept nothing was written at all. */
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         struct pol_candidate c = cands[i];
         if (strcmp(c.worker->model, model) != 0 && !c.kv_overloaded &&
-            !dp_lora_overloaded(pol, c.load, min_load) &&
+            !ca_is_overloaded(&gate, c.load, min_load) &&
             dp_lora_runs(seg, elp, &c, hash, now_unix_ms))
             cands[k++] = c;
     }

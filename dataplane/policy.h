@@ -90,6 +90,9 @@ struct pol_candidate {
 struct pol_ops {
     const char *name;
     enum pol_decision decision; /* what pick reports unless it says otherwise */
+    /* Routes on the prompt's token chain (pol_request.kv_chain): the forwarder
+     * tokenizes the request before the first pick. */
+    bool needs_tokens;
     /* Creates per-loop state (may set *state to NULL). 0 or -errno. */
     int (*create)(const struct cfg_policy *cfg, void **state);
     void (*destroy)(void *state);
@@ -114,6 +117,12 @@ extern const struct pol_ops pol_least_load_ops;
 extern const struct pol_ops pol_consistent_hash_ops;
 extern const struct pol_ops pol_cache_aware_ops;
 extern const struct pol_ops pol_precise_cache_aware_ops;
+
+/* True when p routes on token ids, which the caller must fetch first. */
+static inline bool pol_needs_tokens(const struct pol_policy *p)
+{
+    return p->ops->needs_tokens;
+}
 
 /* Creates the policy named by cfg->name. 0 or -errno. */
 int pol_create(const struct cfg_policy *cfg, struct pol_policy *out);

@@ -435,6 +435,7 @@ static int pca_pick(void *state, const struct pol_request *req, const struct pol
 const struct pol_ops pol_precise_cache_aware_ops = {
     .name = "precise_cache_aware",
     .decision = POL_DECISION_AFFINITY,
+    .needs_tokens = true,
     .create = pca_create,
     .destroy = pca_destroy,
     .pick = pca_pick,
