@@ -21,6 +21,27 @@ bool ca_is_overloaded(const struct ca_params *p, uint64_t load, uint64_t min_loa
            (double)load > (double)min_load * p->balance_rel_threshold;
 }
 
+enum pol_decision ca_gate(const struct ca_params *p, const struct ca_candidate *cands, size_t n,
+                          size_t matched_idx, bool enough, uint64_t min_load, uint64_t max_load,
+                          uint64_t total)
+{
+    if (p->balance_gate == CFG_BALANCE_GATE_FLEET && ca_is_overloaded(p, max_load, min_load))
+        return POL_DECISION_FLEET_IMBALANCED;
+    if (!enough || matched_idx >= n)
+        return POL_DECISION_NO_MATCH;
+    if (cands[matched_idx].kv_overloaded ||
+        ca_is_overloaded(p, cands[matched_idx].load, min_load) ||
+        ca_affinity_over_bound(p, cands[matched_idx].load, total, n))
+        return POL_DECISION_OVERLOADED_FALLBACK;
+    /* Told apart so that an operator (and the benchmark) sees how often
+     * judging per request kept a cache hit the fleet gate would have thrown
+     * away: the fleet gate would send this request to a less loaded worker
+     * than its matched one. */
+    if (ca_is_overloaded(p, max_load, min_load) && cands[matched_idx].load > min_load)
+        return POL_DECISION_AFFINITY_DESPITE_IMBALANCE;
+    return POL_DECISION_AFFINITY;
+}
+
 /* Looser than the cold walk's bound (bounded_load_factor): a matched
  * worker gives way only when the prefix piles up on it, not when a busy
  * moment lifts its in-flight count past the mean (on the benchmark's
@@ -208,33 +229,26 @@ int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model
     const void *rdv_key = key_blocks > 0 ? (const void *)&hashes[key_blocks - 1] : text;
     size_t rdv_key_len = key_blocks > 0 ? sizeof(hashes[0]) : len;
     size_t chosen;
-    enum pol_decision decision;
-    if (p->balance_gate == CFG_BALANCE_GATE_FLEET && ca_is_overloaded(p, max_load, min_load)) {
+    enum pol_decision decision =
+        ca_gate(p, cands, n, matched_idx, enough, min_load, max_load, total);
+    switch (decision) {
+    case POL_DECISION_FLEET_IMBALANCED:
         chosen = ca_least_loaded(cands, n, prefer, spread);
-        decision = POL_DECISION_FLEET_IMBALANCED;
-    } else if (!enough) {
+        break;
+    case POL_DECISION_NO_MATCH:
         chosen = p->rendezvous
                      ? ca_ranked_holder(p, cands, n, total, prefer >= 0 ? (size_t)prefer : n,
                                         min_load, rdv_key, rdv_key_len, spread)
                      : ca_least_loaded(cands, n, prefer, spread);
-        decision = POL_DECISION_NO_MATCH;
-    } else if (cands[matched_idx].kv_overloaded ||
-               ca_is_overloaded(p, cands[matched_idx].load, min_load) ||
-               ca_affinity_over_bound(p, cands[matched_idx].load, total, n)) {
+        break;
+    case POL_DECISION_OVERLOADED_FALLBACK:
         chosen = p->rendezvous
                      ? ca_ranked(p, cands, n, total, matched_idx, rdv_key, rdv_key_len, spread)
                      : ca_least_loaded(cands, n, -1, spread);
-        decision = POL_DECISION_OVERLOADED_FALLBACK;
-    } else {
+        break;
+    default:
         chosen = matched_idx;
-        /* Told apart so that an operator (and the benchmark) sees how often
-         * judging per request kept a cache hit the fleet gate would have
-         * thrown away: the fleet gate would send this request to a less
-         * loaded worker than its matched one. */
-        bool fleet_would_move =
-            ca_is_overloaded(p, max_load, min_load) && cands[matched_idx].load > min_load;
-        decision =
-            fleet_would_move ? POL_DECISION_AFFINITY_DESPITE_IMBALANCE : POL_DECISION_AFFINITY;
+        break;
     }
 
     /* The chosen worker already holds the matched blocks when it is the

@@ -96,6 +96,19 @@ struct ca_params ca_params_from_cfg(const struct cfg_policy *cfg);
 /* True when `load` is overloaded relative to `min_load` under p. */
 bool ca_is_overloaded(const struct ca_params *p, uint64_t load, uint64_t min_load);
 
+/*
+ * The overload gate both cache-aware policies apply once they know their
+ * match (invariant 9): the fleet gate (balance_gate: fleet) when the
+ * fleet is imbalanced; no match when `enough` is false; a fallback when
+ * the matched candidate cands[matched_idx] is KV-full, overloaded against
+ * min_load or over its affinity bound; else affinity, told apart when the
+ * fleet gate would have moved it. Returns the decision; the caller picks
+ * the worker that goes with it.
+ */
+enum pol_decision ca_gate(const struct ca_params *p, const struct ca_candidate *cands, size_t n,
+                          size_t matched_idx, bool enough, uint64_t min_load, uint64_t max_load,
+                          uint64_t total);
+
 /* With bounded_affinity (and rendezvous): true when a matched worker's
  * `load` is over its bound, affinity_load_factor x (total / n) + 1. */
 bool ca_affinity_over_bound(const struct ca_params *p, uint64_t load, uint64_t total, size_t n);

@@ -241,25 +241,22 @@ int pca_decide(const struct kvh_index *exact, struct pca_spec *spec, const struc
     if (matched_idx == n)
         matched = 0;
     size_t chosen;
-    enum pol_decision decision;
-    if (p->balance_gate == CFG_BALANCE_GATE_FLEET && ca_is_overloaded(p, max_load, min_load)) {
+    enum pol_decision decision =
+        ca_gate(p, cands, n, matched_idx, matched > 0, min_load, max_load, total);
+    switch (decision) {
+    case POL_DECISION_FLEET_IMBALANCED:
         chosen = ca_least_loaded(cands, n, matched > 0 ? (long)matched_idx : -1,
                                  n_chain > 0 ? chain[0] : 0);
-        decision = POL_DECISION_FLEET_IMBALANCED;
-    } else if (matched == 0) {
+        break;
+    case POL_DECISION_NO_MATCH:
         chosen = pca_by_load(exact, p, cands, n, min_load, total, n, chain, n_chain);
-        decision = POL_DECISION_NO_MATCH;
-    } else if (cands[matched_idx].kv_overloaded ||
-               ca_is_overloaded(p, cands[matched_idx].load, min_load) ||
-               ca_affinity_over_bound(p, cands[matched_idx].load, total, n)) {
+        break;
+    case POL_DECISION_OVERLOADED_FALLBACK:
         chosen = pca_by_load(exact, p, cands, n, min_load, total, matched_idx, chain, n_chain);
-        decision = POL_DECISION_OVERLOADED_FALLBACK;
-    } else {
+        break;
+    default:
         chosen = matched_idx;
-        bool fleet_would_move =
-            ca_is_overloaded(p, max_load, min_load) && cands[matched_idx].load > min_load;
-        decision =
-            fleet_would_move ? POL_DECISION_AFFINITY_DESPITE_IMBALANCE : POL_DECISION_AFFINITY;
+        break;
     }
     /* The chosen worker will hold the whole prompt once it has run it. */
     if (spec != NULL && cands[chosen].slot < PIX_SLOT_LIMIT) {
