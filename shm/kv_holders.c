@@ -163,17 +163,21 @@ static void kvh_header_init(struct kvh_header *h, size_t n_buckets)
     atomic_store_explicit(&h->magic, KVH_MAGIC, memory_order_release);
 }
 
-static struct kvh_index *kvh_view(void *base, size_t size, bool shared)
+static void kvh_bind(struct kvh_index *ix, void *base, size_t size, bool shared)
 {
-    struct kvh_index *ix = calloc(1, sizeof(*ix));
-    if (ix == NULL)
-        return NULL;
     ix->hdr = base;
     ix->slots = (struct kvh_slot *)((char *)base + KVH_HEADER_BYTES);
     ix->buckets = (struct kvh_bucket *)((char *)base + KVH_HEADER_BYTES + kvh_slots_bytes());
     ix->n_buckets = (size_t)ix->hdr->n_buckets;
     ix->size = size;
     ix->shared = shared;
+}
+
+static struct kvh_index *kvh_view(void *base, size_t size, bool shared)
+{
+    struct kvh_index *ix = calloc(1, sizeof(*ix));
+    if (ix != NULL)
+        kvh_bind(ix, base, size, shared);
     return ix;
 }
 
@@ -243,24 +247,6 @@ int kvh_validate(const void *hdr_bytes, uint64_t file_size, char *err, size_t er
     return 0;
 }
 
-/* Maps an open object after the ownership, size and header checks. */
-static int kvh_map_existing(int fd, const char *name, struct kvh_index **out, char *err,
-                            size_t err_len)
-{
-    void *base;
-    size_t size;
-    int rc = shm_object_map_checked(fd, name, "KV holder index segment", KVH_HEADER_BYTES,
-                                    kvh_validate, &base, &size, err, err_len);
-    if (rc != 0)
-        return rc;
-    *out = kvh_view(base, size, true);
-    if (*out == NULL) {
-        munmap(base, size);
-        return -ENOMEM;
-    }
-    return 0;
-}
-
 int kvh_attach(const char *name, struct kvh_index **out, char *err, size_t err_len)
 {
     void *base;
@@ -277,75 +263,51 @@ int kvh_attach(const char *name, struct kvh_index **out, char *err, size_t err_l
     return 0;
 }
 
-static int kvh_create_shared(const char *name, size_t n_buckets, struct kvh_index **out, char *err,
-                             size_t err_len)
+static void kvh_init_new(void *base, size_t size, void *arg)
 {
-    size_t size = kvh_size_for(n_buckets);
-    struct shm_object o;
-    int rc = shm_object_create(name, "KV holder index segment", size, 0, 0, &o, err, err_len);
-    if (rc != 0)
-        return rc; /* -EEXIST without a message: the caller opens it */
-    kvh_header_init(o.base, n_buckets);
-    *out = kvh_view(o.base, size, true);
-    if (*out == NULL) {
-        snprintf(err, err_len, "out of memory");
-        shm_object_unmap(&o);
-        shm_unlink(name);
-        return -ENOMEM;
-    }
-    close(o.fd); /* the mapping stays */
-    return 0;
+    (void)size;
+    kvh_header_init(base, *(const size_t *)arg);
+}
+
+/* An existing index, kept or about to be replaced: either way its facts
+ * are ones nobody can withdraw any more (their publishers' subscriptions
+ * died with the last control plane), and data planes may still read it. */
+static void kvh_adopt_old(void *base, size_t size, void *arg)
+{
+    (void)arg;
+    struct kvh_index old;
+    kvh_bind(&old, base, size, true);
+    kvh_forget_all(&old);
 }
 
 int kvh_open_owner(const char *name, size_t capacity_blocks, struct kvh_index **out, bool *replaced,
                    char *err, size_t err_len)
 {
     size_t n_buckets = kvh_buckets_for(capacity_blocks);
-    char why[256] = "";
+    const struct shm_rebuildable r = {
+        .what = "KV holder index segment",
+        .size = kvh_size_for(n_buckets),
+        .header_bytes = KVH_HEADER_BYTES,
+        .validate = kvh_validate,
+        .init = kvh_init_new,
+        .adopt = kvh_adopt_old,
+        .arg = &n_buckets,
+    };
+    void *base;
+    size_t size;
+    enum shm_rebuildable_outcome how;
     *replaced = false;
-    /* Bounded: each round creates, keeps, fails for good, or removes one
-     * unusable object. */
-    for (int attempt = 0; attempt < 4; attempt++) {
-        int rc = kvh_create_shared(name, n_buckets, out, err, err_len);
-        if (rc == 0) {
-            if (*replaced)
-                snprintf(err, err_len, "%s", why);
-            return 0;
-        }
-        if (rc != -EEXIST)
-            return rc;
-        int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-        if (fd < 0) {
-            if (errno == ENOENT)
-                continue;
-            rc = -errno;
-            snprintf(err, err_len, "shm_open(%s): %s", name, strerror(-rc));
-            return rc;
-        }
-        rc = kvh_map_existing(fd, name, out, err, err_len);
-        close(fd);
-        if (rc == 0) {
-            /* Kept or about to be replaced: either way its facts are ones
-             * nobody can withdraw any more. */
-            kvh_forget_all(*out);
-            if ((*out)->n_buckets == n_buckets)
-                return 0;
-            snprintf(why, sizeof(why),
-                     "replaced KV holder index segment %s of %zu facts by one of %zu", name,
-                     (*out)->n_buckets * KVH_WAYS, n_buckets * KVH_WAYS);
-            kvh_destroy(*out);
-            *out = NULL;
-        } else if (rc == -EAGAIN || rc == -EPROTO) {
-            snprintf(why, sizeof(why), "replaced an unusable KV holder index segment: %.200s", err);
-        } else {
-            return rc;
-        }
-        shm_unlink(name);
-        *replaced = true;
+    int rc = shm_object_open_rebuildable(name, &r, &base, &size, &how, err, err_len);
+    if (rc != 0)
+        return rc;
+    *out = kvh_view(base, size, true);
+    if (*out == NULL) {
+        munmap(base, size);
+        snprintf(err, err_len, "out of memory");
+        return -ENOMEM;
     }
-    snprintf(err, err_len, "KV holder index segment %s keeps appearing and vanishing; giving up",
-             name);
-    return -EAGAIN;
+    *replaced = how == SHM_REBUILDABLE_REPLACED;
+    return 0;
 }
 
 bool kvh_is_shared(const struct kvh_index *ix)

@@ -216,3 +216,74 @@ int shm_object_suffixed_name(const char *shm_name, const char *suffix, char *out
         return -ENAMETOOLONG;
     return 0;
 }
+
+/* One round's creation: the object is new, sized, zero-filled and given its
+ * header; its descriptor is closed (the mapping keeps the object). */
+static int rebuildable_create(const char *name, const struct shm_rebuildable *r, void **base,
+                              char *err, size_t err_len)
+{
+    struct shm_object o;
+    int rc = shm_object_create(name, r->what, r->size, 0, 0, &o, err, err_len);
+    if (rc != 0)
+        return rc; /* -EEXIST without a message: the caller opens it */
+    r->init(o.base, r->size, r->arg);
+    *base = o.base;
+    close(o.fd);
+    return 0;
+}
+
+int shm_object_open_rebuildable(const char *name, const struct shm_rebuildable *r, void **base,
+                                size_t *size, enum shm_rebuildable_outcome *outcome, char *err,
+                                size_t err_len)
+{
+    char why[256] = "";
+    bool replaced = false;
+    for (int attempt = 0; attempt < 4; attempt++) {
+        int rc = rebuildable_create(name, r, base, err, err_len);
+        if (rc == 0) {
+            *size = r->size;
+            *outcome = replaced ? SHM_REBUILDABLE_REPLACED : SHM_REBUILDABLE_CREATED;
+            if (replaced)
+                snprintf(err, err_len, "%s", why);
+            return 0;
+        }
+        if (rc != -EEXIST)
+            return rc;
+        int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+        if (fd < 0) {
+            if (errno == ENOENT)
+                continue; /* removed meanwhile: create again */
+            rc = -errno;
+            snprintf(err, err_len, "shm_open(%s): %s", name, strerror(-rc));
+            return rc;
+        }
+        void *old;
+        size_t old_size;
+        rc = shm_object_map_checked(fd, name, r->what, r->header_bytes, r->validate, &old,
+                                    &old_size, err, err_len);
+        close(fd);
+        if (rc == 0) {
+            if (r->adopt != NULL)
+                r->adopt(old, old_size, r->arg);
+            if (old_size == r->size) {
+                *base = old;
+                *size = old_size;
+                *outcome = SHM_REBUILDABLE_REATTACHED;
+                return 0;
+            }
+            snprintf(why, sizeof(why), "replaced %s %s of %zu bytes by one of %zu bytes", r->what,
+                     name, old_size, r->size);
+            munmap(old, old_size);
+        } else if (rc == -EAGAIN || rc == -EPROTO) {
+            /* Ours (the owner check passed) but unusable: a creator that
+             * died half-way, or another version's. Rebuildable: start over. */
+            snprintf(why, sizeof(why), "replaced an unusable %s: %.200s", r->what, err);
+        } else {
+            return rc;
+        }
+        shm_unlink(name);
+        replaced = true;
+    }
+    snprintf(err, err_len, "%s %s keeps appearing and vanishing; giving up", r->what, name);
+    return -EAGAIN;
+}

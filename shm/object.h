@@ -90,6 +90,46 @@ int shm_object_attach_checked(const char *name, const char *what, size_t header_
                               shm_object_validate_fn validate, void **base, size_t *size, char *err,
                               size_t err_len);
 
+/*
+ * A rebuildable object (the prefix index, the KV holder index): what it
+ * holds can be lost without harm, so an existing one that is unusable (a
+ * creator that died half-way, another layout version) or of another size
+ * is unlinked and made anew instead of refused. One owner (the control
+ * plane) opens it this way; everyone else attaches.
+ */
+struct shm_rebuildable {
+    const char *what;    /* for messages: "prefix index segment" */
+    size_t size;         /* the size this owner wants */
+    size_t header_bytes; /* the self-describing header, as map_checked reads it */
+    shm_object_validate_fn validate;
+    /* Writes the header of a new, zero-filled object of `size` bytes. */
+    void (*init)(void *base, size_t size, void *arg);
+    /* Optional: called on every existing valid object mapped (kept or about
+     * to be replaced) before the decision, e.g. to clear facts no one can
+     * withdraw any more; others may still have it mapped. */
+    void (*adopt)(void *base, size_t size, void *arg);
+    void *arg;
+};
+
+enum shm_rebuildable_outcome {
+    SHM_REBUILDABLE_UNSET = 0,
+    SHM_REBUILDABLE_CREATED,
+    SHM_REBUILDABLE_REATTACHED, /* an existing one of the wanted size, kept */
+    SHM_REBUILDABLE_REPLACED,   /* err says what was replaced and why */
+};
+
+/*
+ * Creates name, re-attaches the existing one when it is valid and of the
+ * wanted size, or replaces it (bounded: a few rounds, each creating,
+ * keeping, failing for good or removing one unusable object). An object
+ * that is not ours alone is refused (-EPERM), never replaced. 0 with *base
+ * and *size mapped read-write (munmap them) and *outcome, or a negative
+ * errno with err.
+ */
+int shm_object_open_rebuildable(const char *name, const struct shm_rebuildable *r, void **base,
+                                size_t *size, enum shm_rebuildable_outcome *outcome, char *err,
+                                size_t err_len);
+
 /* Unmaps and closes; safe on a zeroed or already released object. */
 void shm_object_unmap(struct shm_object *o);
 

@@ -200,23 +200,6 @@ int pix_validate(const void *hdr_bytes, uint64_t file_size, char *err, size_t er
 }
 
 /* Maps an open object after the ownership, size and header checks. */
-static int pix_map_existing(int fd, const char *name, struct pix_index **out, char *err,
-                            size_t err_len)
-{
-    void *base;
-    size_t size;
-    int rc = shm_object_map_checked(fd, name, "prefix index segment", PIX_HEADER_BYTES,
-                                    pix_validate, &base, &size, err, err_len);
-    if (rc != 0)
-        return rc;
-    *out = pix_view(base, size, true);
-    if (*out == NULL) {
-        munmap(base, size);
-        return -ENOMEM;
-    }
-    return 0;
-}
-
 int pix_attach(const char *name, struct pix_index **out, char *err, size_t err_len)
 {
     void *base;
@@ -233,80 +216,45 @@ int pix_attach(const char *name, struct pix_index **out, char *err, size_t err_l
     return 0;
 }
 
-/* Creates a new object; EEXIST is returned untouched so the caller can decide. */
-static int pix_create_shared(const char *name, size_t n_buckets, struct pix_index **out, char *err,
-                             size_t err_len)
+static void pix_init_new(void *base, size_t size, void *arg)
 {
-    size_t size = pix_size_for(n_buckets);
-    struct shm_object o;
-    int rc = shm_object_create(name, "prefix index segment", size, 0, 0, &o, err, err_len);
-    if (rc != 0)
-        return rc; /* -EEXIST without a message: the caller opens it */
-    /* ftruncate zero-fills (and tmpfs allocates pages on first write). */
-    pix_header_init(o.base, n_buckets);
-    *out = pix_view(o.base, size, true);
-    if (*out == NULL) {
-        snprintf(err, err_len, "out of memory");
-        shm_object_unmap(&o);
-        shm_unlink(name);
-        return -ENOMEM;
-    }
-    close(o.fd); /* the mapping stays; nothing locks this object */
-    return 0;
+    (void)size;
+    /* ftruncate zero-filled it (and tmpfs allocates pages on first write). */
+    pix_header_init(base, *(const size_t *)arg);
 }
 
 int pix_open_owner(const char *name, size_t capacity_blocks, struct pix_index **out,
                    enum pix_open_outcome *outcome, char *err, size_t err_len)
 {
     size_t n_buckets = pix_buckets_for(capacity_blocks);
-    bool replaced = false;
-    char why[256] = "";
-    /* Bounded: each round creates, keeps, fails for good, or removes one
-     * unusable object. */
-    for (int attempt = 0; attempt < 4; attempt++) {
-        int rc = pix_create_shared(name, n_buckets, out, err, err_len);
-        if (rc == 0) {
-            *outcome = replaced ? PIX_OPEN_REPLACED : PIX_OPEN_CREATED;
-            if (replaced)
-                snprintf(err, err_len, "%s", why);
-            return 0;
-        }
-        if (rc != -EEXIST)
-            return rc;
-        int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-        if (fd < 0) {
-            if (errno == ENOENT)
-                continue;
-            rc = -errno;
-            snprintf(err, err_len, "shm_open(%s): %s", name, strerror(-rc));
-            return rc;
-        }
-        rc = pix_map_existing(fd, name, out, err, err_len);
-        close(fd);
-        if (rc == 0 && (*out)->n_buckets == n_buckets) {
-            *outcome = PIX_OPEN_REATTACHED;
-            return 0;
-        }
-        if (rc == 0) {
-            snprintf(why, sizeof(why),
-                     "replaced prefix index segment %s of %zu blocks by one of %zu (the "
-                     "remembered prefixes are lost)",
-                     name, (*out)->n_buckets * PIX_WAYS, n_buckets * PIX_WAYS);
-            pix_destroy(*out);
-            *out = NULL;
-        } else if (rc == -EAGAIN || rc == -EPROTO) {
-            /* Ours (the owner check passed) but unusable: a creator that
-             * died half-way, or another version's. A cache: start over. */
-            snprintf(why, sizeof(why), "replaced an unusable prefix index segment: %.200s", err);
-        } else {
-            return rc;
-        }
-        shm_unlink(name);
-        replaced = true;
+    const struct shm_rebuildable r = {
+        .what = "prefix index segment",
+        .size = pix_size_for(n_buckets),
+        .header_bytes = PIX_HEADER_BYTES,
+        .validate = pix_validate,
+        .init = pix_init_new,
+        .arg = &n_buckets,
+    };
+    void *base;
+    size_t size;
+    enum shm_rebuildable_outcome how;
+    int rc = shm_object_open_rebuildable(name, &r, &base, &size, &how, err, err_len);
+    if (rc != 0)
+        return rc;
+    *out = pix_view(base, size, true);
+    if (*out == NULL) {
+        munmap(base, size);
+        snprintf(err, err_len, "out of memory");
+        return -ENOMEM;
     }
-    snprintf(err, err_len, "prefix index segment %s keeps appearing and vanishing; giving up",
-             name);
-    return -EAGAIN;
+    *outcome = how == SHM_REBUILDABLE_CREATED      ? PIX_OPEN_CREATED
+               : how == SHM_REBUILDABLE_REATTACHED ? PIX_OPEN_REATTACHED
+                                                   : PIX_OPEN_REPLACED;
+    if (how == SHM_REBUILDABLE_REPLACED) {
+        size_t at = strlen(err);
+        snprintf(err + at, err_len - at, " (the remembered prefixes are lost)");
+    }
+    return 0;
 }
 
 bool pix_is_shared(const struct pix_index *ix)
