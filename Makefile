@@ -3,7 +3,7 @@
 # Sources are found by folder, so adding a file never means editing this file:
 #   common/ shm/ proto/        -> $(BUILD)/libswitchyard.a   (both daemons link it)
 #   dataplane/ (+ subfolders)  -> $(BUILD)/libdataplane.a + switchyard-dataplane
-#   controlplane/              -> $(BUILD)/libcontrolplane.a + switchyard-controlplane
+#   controlplane/ (+ subfolders) -> $(BUILD)/libcontrolplane.a + switchyard-controlplane
 #   tests/mockworker/          -> $(BUILD)/libmockworker.a + switchyard-mockworker
 #   tests/fakecollector/main.c -> switchyard-fakecollector (one file)
 #   tests/fakekube/            -> switchyard-fakekube
@@ -36,7 +36,7 @@ PROTO_GEN_H := $(PROTO_GEN_C:.c=.h)
 
 LIB_SRCS := $(wildcard common/*.c shm/*.c proto/*.c)
 DP_SRCS := $(filter-out dataplane/main.c,$(wildcard dataplane/*.c dataplane/*/*.c))
-CP_SRCS := $(filter-out controlplane/main.c,$(wildcard controlplane/*.c))
+CP_SRCS := $(filter-out controlplane/main.c,$(wildcard controlplane/*.c controlplane/*/*.c))
 MW_SRCS := $(filter-out tests/mockworker/main.c,$(wildcard tests/mockworker/*.c))
 CTL_SRCS := $(wildcard ctl/*.c)
 E2E_HARNESS_SRCS := $(wildcard tests/e2e/harness*.c)
@@ -147,8 +147,8 @@ $(BUILD)/switchyard-soak: $(call obj,$(wildcard tests/soak/*.c)) $(E2E_HARNESS_O
 $(BUILD)/switchyard-floor-proxy: $(BUILD)/tests/bench/floor_proxy.o
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-# The status page is embedded with .incbin (controlplane/status_page.c).
-$(BUILD)/controlplane/status_page.o: controlplane/status_page.html
+# The status page is embedded with .incbin (controlplane/admin/status_page.c).
+$(BUILD)/controlplane/admin/status_page.o: controlplane/admin/status_page.html
 
 # ---- tests -------------------------------------------------------------------
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $(ALL_LIBS)

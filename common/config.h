@@ -143,7 +143,7 @@ struct cfg_upstream_tls {
     bool verify;                         /* check the chain and the host name */
 };
 
-/* dataplane.tls: HTTPS on dataplane.listen (dataplane/tls_server.h). TLS is
+/* dataplane.tls: HTTPS on dataplane.listen (dataplane/http/tls_server.h). TLS is
  * on when cert_file is set; the files are re-read on SIGHUP. */
 struct cfg_dataplane_tls {
     char cert_file[CFG_PATH_MAX];      /* PEM chain; "" = plain HTTP */
@@ -178,7 +178,7 @@ struct cfg_dataplane {
     /* "off" (or ""), "stderr", or a file path: one JSON line per request. */
     char access_log[CFG_PATH_MAX];
     uint64_t access_log_buffer; /* bytes of lines queued per event loop */
-    /* Client API keys (dataplane/api_keys.h): "" = no keys, one anonymous
+    /* Client API keys (dataplane/admission/api_keys.h): "" = no keys, one anonymous
      * tenant. The worker key file holds vLLM's --api-key: "" = none. */
     char api_keys_file[CFG_PATH_MAX];
     char upstream_api_key_file[CFG_PATH_MAX];

@@ -31,7 +31,7 @@
  * Threading: a struct cep and its easy handles belong to one thread (the
  * loop that owns the epoll set); curl_global_init must have run before.
  *
- * Adoption: dataplane/upstream.c's up_socket_cb/up_timer_cb/dp_up_collect
+ * Adoption: dataplane/forward/upstream.c's up_socket_cb/up_timer_cb/dp_up_collect
  * and their fd state words become a struct cep with park_idle and
  * tag = DP_TAG_CURL; the controlplane health prober already uses it
  * (tag 0 in its own inner epoll set).

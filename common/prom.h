@@ -27,7 +27,7 @@
  * Threading: a writer and its buffer belong to one thread for the length
  * of one page. Reading the values (atomics, snapshots) is the caller's job.
  *
- * Adoption: dataplane/metrics.c replaces its dp_text + text_add() and its
+ * Adoption: dataplane/obs/metrics.c replaces its dp_text + text_add() and its
  * render_hist/render_hist_series with a struct buf + prom_family() +
  * prom_sample_u64()/prom_histogram() (per-bucket counts, not cumulative).
  * The control plane's /metrics (admin_routes.c, admin_http.c) already

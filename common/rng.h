@@ -22,7 +22,7 @@
  * own. rng_fill_random() and rng_seed_random() are thread-safe.
  *
  * Adoption: dataplane/policy/rng.h's pol_rng becomes a struct rng seeded
- * with rng_seed_random(); dataplane/request.c's id generator draws its
+ * with rng_seed_random(); dataplane/http/request.c's id generator draws its
  * bytes with rng_fill_random() (the planned fix for guessable ids); the
  * health prober's jitter uses a struct rng.
  */

@@ -10,7 +10,7 @@
  * deadline) aborts every attempt (releasing every guard), resumes every
  * parked connection so MHD can fail it, and stops the daemon.
  */
-#include "dataplane/admission.h"
+#include "dataplane/admission/admission.h"
 #include "dataplane/loop_run.h"
 
 #include <errno.h>
@@ -23,13 +23,13 @@
 #include "common/evfd.h"
 #include "common/log.h"
 #include "common/proc.h"
-#include "dataplane/forwarder.h"
-#include "dataplane/listener.h"
-#include "dataplane/loop.h"
-#include "dataplane/pd.h"
-#include "dataplane/tokenize.h"
-#include "dataplane/upstream.h"
-#include "dataplane/workers.h"
+#include "dataplane/forward/forwarder.h"
+#include "dataplane/http/listener.h"
+#include "dataplane/core/loop.h"
+#include "dataplane/forward/pd.h"
+#include "dataplane/forward/tokenize.h"
+#include "dataplane/forward/upstream.h"
+#include "dataplane/core/workers.h"
 
 #define DP_EVENTS 128
 

@@ -12,7 +12,7 @@
 #ifndef SY_DATAPLANE_LOOP_RUN_H
 #define SY_DATAPLANE_LOOP_RUN_H
 
-#include "dataplane/loop.h"
+#include "dataplane/core/loop.h"
 
 /* Sets up the loop's fds, daemon and multi handle (main thread). 0 or -errno. */
 int dp_loop_init(struct dp_loop *loop, struct dp_shared *sh, unsigned index);

@@ -61,9 +61,9 @@ uint32_t shm_registry_generation(const struct shm_segment *seg, uint32_t slot);
 
 /*
  * The slot's draining flag, read with a sequentially consistent load. The
- * dataplane calls it after announcing a guard (dataplane/guard.c) and the
+ * dataplane calls it after announcing a guard (dataplane/core/guard.c) and the
  * control plane sets the flag before asking the dataplanes what they hold
- * (controlplane/reset_load.c): of the two, at least one sees the other.
+ * (controlplane/admin/reset_load.c): of the two, at least one sees the other.
  */
 bool shm_registry_is_draining(const struct shm_segment *seg, uint32_t slot);
 
@@ -96,7 +96,7 @@ int shm_registry_set_draining(struct shm_segment *seg, uint32_t slot, bool drain
  * meanwhile (shm_registry_set_draining clears RESETTING) outlives the
  * reset. Readers route as for any drain; a request that only this worker
  * may serve waits for the reset to end instead of failing
- * (dataplane/forwarder.c). 0 or -ENOENT.
+ * (dataplane/forward/forwarder.c). 0 or -ENOENT.
  */
 int shm_registry_set_reset_drain(struct shm_segment *seg, uint32_t slot, bool on);
 

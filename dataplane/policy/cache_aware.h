@@ -42,7 +42,7 @@
 #include <stdint.h>
 
 #include "common/config.h"
-#include "dataplane/policy.h"
+#include "dataplane/core/policy.h"
 #include "shm/prefix_index.h"
 
 /* Blocks of a prompt's head that key its rendezvous ranking: 2 blocks, 480

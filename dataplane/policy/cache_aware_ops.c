@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 #include "common/log.h"
-#include "dataplane/policy.h"
+#include "dataplane/core/policy.h"
 #include "dataplane/policy/cache_aware.h"
 #include "dataplane/policy/rendezvous.h"
 #include "shm/prefix_index.h"

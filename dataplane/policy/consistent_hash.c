@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "dataplane/policy.h"
+#include "dataplane/core/policy.h"
 #include "dataplane/policy/rendezvous.h"
 
 #define CH_LOAD_FACTOR 1.25

@@ -1,11 +1,11 @@
 /*
- * Policy selection (see dataplane/policy.h): maps policy.name to its ops,
+ * Policy selection (see dataplane/core/policy.h): maps policy.name to its ops,
  * and every routing decision to its label.
  */
 #include <errno.h>
 
 #include "common/log.h"
-#include "dataplane/policy.h"
+#include "dataplane/core/policy.h"
 
 /* Labels as published in metrics and debug headers: never rename one. */
 static const char *const pol_decision_names[POL_DECISION_COUNT] = {

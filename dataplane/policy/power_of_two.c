@@ -4,7 +4,7 @@
  * herding onto the same least-loaded worker between two load updates.
  * Per-loop state; no locks.
  */
-#include "dataplane/policy.h"
+#include "dataplane/core/policy.h"
 #include "dataplane/policy/rng.h"
 
 static int p2c_pick(void *state, const struct pol_request *req, const struct pol_candidate *cands,

@@ -18,9 +18,9 @@
 #include <stdlib.h>
 
 #include "common/proc.h"
-#include "dataplane/policy.h"
+#include "dataplane/core/policy.h"
 #include "dataplane/policy/rendezvous.h"
-#include "dataplane/tokenize_stats.h"
+#include "dataplane/obs/tokenize_stats.h"
 
 #define PCA_MAX_CANDIDATES 1024u
 #define PCA_MAX_HOLDERS    64u

@@ -1,7 +1,7 @@
 /*
  * random: a uniformly random eligible worker. Per-loop state; no locks.
  */
-#include "dataplane/policy.h"
+#include "dataplane/core/policy.h"
 #include "dataplane/policy/rng.h"
 
 static int rnd_pick(void *state, const struct pol_request *req, const struct pol_candidate *cands,

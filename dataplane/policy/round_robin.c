@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "dataplane/policy.h"
+#include "dataplane/core/policy.h"
 
 struct pol_rr {
     uint64_t next;

@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "dataplane/admission.h"
+#include "dataplane/admission/admission.h"
 
 #define RACE_GATE_ENV     "SWITCHYARD_TEST_CONFIRM_GATE"
 #define RACE_GATE_WAIT_MS 30000

@@ -1,5 +1,5 @@
 /*
- * The control plane's KV-event subscriber (controlplane/kv_subscriber.h)
+ * The control plane's KV-event subscriber (controlplane/kv/kv_subscriber.h)
  * against real mock workers publishing as vLLM does: in-order delivery with
  * the events' contents, dropped batches found by the sequence gap and
  * filled by replay, reordered batches delivered once, replay unavailable
@@ -31,8 +31,8 @@
 #include <unistd.h>
 
 #include "common/token_chain.h"
-#include "controlplane/kv_apply.h"
-#include "controlplane/kv_subscriber.h"
+#include "controlplane/kv/kv_apply.h"
+#include "controlplane/kv/kv_subscriber.h"
 #include "shm/kv_holders.h"
 #include "tests/e2e/harness.h"
 

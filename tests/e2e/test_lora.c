@@ -27,7 +27,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "controlplane/load_report_parse.h"
+#include "controlplane/probes/load_report_parse.h"
 #include "tests/e2e/harness.h"
 #include "tests/e2e/harness_fleet.h"
 

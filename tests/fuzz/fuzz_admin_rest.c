@@ -22,10 +22,10 @@
 
 #include "common/config.h"
 #include "common/log.h"
-#include "controlplane/admin_ctx.h"
-#include "controlplane/admin_reply.h"
-#include "controlplane/admin_routes.h"
-#include "controlplane/reset_load.h"
+#include "controlplane/admin/admin_ctx.h"
+#include "controlplane/admin/admin_reply.h"
+#include "controlplane/admin/admin_routes.h"
+#include "controlplane/admin/reset_load.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
 

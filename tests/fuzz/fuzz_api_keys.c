@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dataplane/api_keys.h"
+#include "dataplane/admission/api_keys.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

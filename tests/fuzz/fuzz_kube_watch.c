@@ -30,10 +30,10 @@
 
 #include "common/config.h"
 #include "common/log.h"
-#include "controlplane/registry_sync.h"
-#include "controlplane/source.h"
-#include "controlplane/source_kubernetes.h"
-#include "controlplane/source_kubernetes_http.h"
+#include "controlplane/sources/registry_sync.h"
+#include "controlplane/sources/source.h"
+#include "controlplane/sources/source_kubernetes.h"
+#include "controlplane/sources/source_kubernetes_http.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
 

@@ -1,7 +1,7 @@
 /*
  * Fuzz target: one msgpack payload of a worker's KV-event PUB message (or
  * of a replay reply), as the control plane's decoder reads it
- * (controlplane/kv_event_decode.h). The worker is outside our trust: any
+ * (controlplane/kv/kv_event_decode.h). The worker is outside our trust: any
  * bytes may come.
  *
  * Oracle: a decoded batch keeps the decoder's promises (events within the
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "controlplane/kv_event_decode.h"
+#include "controlplane/kv/kv_event_decode.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "controlplane/load_report_parse.h"
+#include "controlplane/probes/load_report_parse.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

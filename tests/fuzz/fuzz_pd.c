@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dataplane/pd.h"
-#include "dataplane/types.h"
+#include "dataplane/forward/pd.h"
+#include "dataplane/core/request_types.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

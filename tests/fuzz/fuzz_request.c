@@ -17,11 +17,11 @@
 #include <string.h>
 
 #include "common/buf.h"
-#include "dataplane/errors.h"
-#include "dataplane/json_skeleton.h"
-#include "dataplane/request.h"
-#include "dataplane/routes.h"
-#include "dataplane/types.h"
+#include "dataplane/http/errors.h"
+#include "dataplane/http/json_skeleton.h"
+#include "dataplane/http/request.h"
+#include "dataplane/core/routes.h"
+#include "dataplane/core/request_types.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);

@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dataplane/resp_affinity.h"
-#include "dataplane/routes.h"
+#include "dataplane/forward/resp_affinity.h"
+#include "dataplane/core/routes.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "dataplane/sse_scan.h"
+#include "dataplane/core/sse_scan.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

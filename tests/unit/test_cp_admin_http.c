@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "controlplane/admin_http.c"
+#include "controlplane/admin/admin_http.c"
 
 static void test_token_compare(void **state)
 {

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "controlplane/health_prober.c"
+#include "controlplane/probes/health_prober.c"
 #include "tests/unit/unit_shm.h"
 
 static void test_jitter_bounds(void **state)

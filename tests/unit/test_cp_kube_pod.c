@@ -1,6 +1,6 @@
 /*
  * Unit tests of the pod-to-worker mapping of Kubernetes discovery
- * (controlplane/source_kubernetes_pod.h): which pods are workers (Ready,
+ * (controlplane/sources/source_kubernetes_pod.h): which pods are workers (Ready,
  * Running, an IP, not terminating), the worker's id, url (port or
  * port_name, IPv6), model and role from labels, and what a half-filled or
  * odd pod gives.
@@ -14,8 +14,8 @@
 
 #include <cmocka.h>
 
-#include "controlplane/kv_subscriber.h"
-#include "controlplane/source_kubernetes_pod.h"
+#include "controlplane/kv/kv_subscriber.h"
+#include "controlplane/sources/source_kubernetes_pod.h"
 
 static void kube_cfg(struct cfg_kubernetes *k)
 {

@@ -1,6 +1,6 @@
 /*
  * Unit tests of the Kubernetes watch stream's line splitter
- * (controlplane/source_kubernetes_http.h, kube_api_feed_watch) and of the
+ * (controlplane/sources/source_kubernetes_http.h, kube_api_feed_watch) and of the
  * Kubernetes source's reset (cp_kube_reset). A watch body arrives in reads
  * cut anywhere: the events handed up, and where a bad line makes the
  * stream refused, must not depend on the cuts, and the cost must stay
@@ -23,10 +23,10 @@
 
 #include "common/config.h"
 #include "common/log.h"
-#include "controlplane/registry_sync.h"
-#include "controlplane/source.h"
-#include "controlplane/source_kubernetes.h"
-#include "controlplane/source_kubernetes_http.h"
+#include "controlplane/sources/registry_sync.h"
+#include "controlplane/sources/source.h"
+#include "controlplane/sources/source_kubernetes.h"
+#include "controlplane/sources/source_kubernetes_http.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
 

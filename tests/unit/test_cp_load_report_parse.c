@@ -1,5 +1,5 @@
 /*
- * Unit tests of the /metrics reader (controlplane/load_report_parse.c):
+ * Unit tests of the /metrics reader (controlplane/probes/load_report_parse.c):
  * vLLM's own page (HELP/TYPE, labels, "3.0" spellings, other families) is
  * read exactly; engines (data-parallel ranks) are summed, KV usage
  * averaged; the model_name filter; garbage, NUL bytes, truncated lines,
@@ -21,7 +21,7 @@
 
 #include <cmocka.h>
 
-#include "controlplane/load_report_parse.c"
+#include "controlplane/probes/load_report_parse.c"
 
 static const char vllm_page[] =
     "# HELP python_gc_objects_collected_total Objects collected during gc\n"

@@ -1,5 +1,5 @@
 /*
- * Unit tests of the control plane's worker sources (controlplane/source.h,
+ * Unit tests of the control plane's worker sources (controlplane/sources/source.h,
  * registry_sync.c, source_static.c, source_api.c) on a real private
  * segment: an unchanged worker keeps its slot and generation, a changed one
  * gets a new generation, an unproposed one is removed, and invariant 12 (a
@@ -18,10 +18,10 @@
 
 #include <cmocka.h>
 
-#include "controlplane/registry_sync.h"
-#include "controlplane/source.h"
-#include "controlplane/source_api.h"
-#include "controlplane/source_static.h"
+#include "controlplane/sources/registry_sync.h"
+#include "controlplane/sources/source.h"
+#include "controlplane/sources/source_api.h"
+#include "controlplane/sources/source_static.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
 

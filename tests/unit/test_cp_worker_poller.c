@@ -1,5 +1,5 @@
 /*
- * Unit tests of the per-worker poller (controlplane/worker_poller.c) on a
+ * Unit tests of the per-worker poller (controlplane/probes/worker_poller.c) on a
  * real segment, against loopback ports nobody listens on (every transfer
  * fails fast with "connection refused"): a worker in the registry gets a
  * target, its jobs start when due and not again while in flight or
@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "common/proc.h"
-#include "controlplane/worker_poller.h"
+#include "controlplane/probes/worker_poller.h"
 #include "shm/registry.h"
 #include "tests/unit/unit_shm.h"
 

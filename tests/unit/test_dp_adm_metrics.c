@@ -1,5 +1,5 @@
 /*
- * Unit tests of the admission metrics' page (dataplane/adm_metrics.c): the
+ * Unit tests of the admission metrics' page (dataplane/admission/adm_metrics.c): the
  * queue-wait histogram per model and band (its buckets, count and sum as
  * Prometheus reads them, and no series for a band nobody waited in), and
  * the queue's conservation law on the page: queued_total equals the sum
@@ -16,7 +16,7 @@
 
 #include "common/buf.h"
 #include "common/prom.h"
-#include "dataplane/adm_metrics.h"
+#include "dataplane/admission/adm_metrics.h"
 
 static void page_of(const struct dp_adm_metrics *m, struct buf *page)
 {

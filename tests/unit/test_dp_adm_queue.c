@@ -1,5 +1,5 @@
 /*
- * The order in which the admission queue (dataplane/adm_queue.c) hands
+ * The order in which the admission queue (dataplane/admission/adm_queue.c) hands
  * requests to workers, and who it refuses, driven through its real entry
  * points with a fake fleet in place of the forwarder: a number of free
  * slots, taken by each request the queue dispatches (or the request goes
@@ -36,11 +36,11 @@
 #include <cmocka.h>
 
 #include "common/proc.h"
-#include "dataplane/adm_hub.h"
-#include "dataplane/adm_metrics.h"
-#include "dataplane/adm_queue.h"
-#include "dataplane/loop.h"
-#include "dataplane/types.h"
+#include "dataplane/admission/adm_hub.h"
+#include "dataplane/admission/adm_metrics.h"
+#include "dataplane/admission/adm_queue.h"
+#include "dataplane/core/loop.h"
+#include "dataplane/core/request_types.h"
 
 #define MAX_REQS 64
 

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "dataplane/admission.h"
+#include "dataplane/admission/admission.h"
 
 static void test_inflight_limit(void **state)
 {

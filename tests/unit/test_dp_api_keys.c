@@ -1,10 +1,10 @@
 /*
- * Unit tests of the client keys file (dataplane/api_keys.c): the example
+ * Unit tests of the client keys file (dataplane/admission/api_keys.c): the example
  * of the docs parses with its defaults, malformed files are refused with
  * the file, line, column and field (never the hash), and the bearer check
  * finds exactly the tenant whose key hashes to its key_sha256.
  */
-#include "dataplane/api_keys.c"
+#include "dataplane/admission/api_keys.c"
 
 #include <setjmp.h>
 #include <stdarg.h>

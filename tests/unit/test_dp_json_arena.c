@@ -1,5 +1,5 @@
 /*
- * Unit tests of the JSON arena (dataplane/json_arena.c): a parse inside a
+ * Unit tests of the JSON arena (dataplane/http/json_arena.c): a parse inside a
  * window gives the same values as outside one, and its allocations come
  * from the arena (they leave the heap alone); a parse too large for the
  * arena falls back to the heap; values made outside a window are freed
@@ -17,7 +17,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "dataplane/json_arena.h"
+#include "dataplane/http/json_arena.h"
 
 static const char small_body[] = "{\"model\":\"mock\",\"stream\":true,\"messages\":[{\"role\":"
                                  "\"user\",\"content\":\"Say hello to the router.\"}]}";

@@ -1,11 +1,11 @@
 /*
  * Unit tests of the data plane's record primitives: the JSON writer
- * (dataplane/json_writer.c) gives text jansson parses back to the same
+ * (dataplane/core/json_writer.c) gives text jansson parses back to the same
  * string for every hostile input (quotes, backslashes, every control
  * character, U+2028), replaces each byte of invalid UTF-8 (stray
  * continuations, overlongs, surrogates, past U+10FFFF, truncated
  * sequences) by U+FFFD and refuses to overflow; the SPSC ring
- * (dataplane/spsc_ring.c) takes whole records or none, wraps, and hands
+ * (dataplane/core/spsc_ring.c) takes whole records or none, wraps, and hands
  * back exactly what was pushed.
  */
 #include <jansson.h>
@@ -17,8 +17,8 @@
 
 #include <cmocka.h>
 
-#include "dataplane/json_writer.h"
-#include "dataplane/spsc_ring.h"
+#include "dataplane/core/json_writer.h"
+#include "dataplane/core/spsc_ring.h"
 
 /* Writes s as a JSON string and parses it back. */
 static json_t *roundtrip(const char *s, size_t n)

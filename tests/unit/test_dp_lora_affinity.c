@@ -1,5 +1,5 @@
 /*
- * Unit tests of LoRA affinity (dataplane/lora_affinity.c) over a real
+ * Unit tests of LoRA affinity (dataplane/policy/lora_affinity.c) over a real
  * segment: among candidates that have adapter "a", those whose fresh
  * report says they run it are kept; a stale, missing or future report, a
  * request for the base model, reports switched off, or every candidate
@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "dataplane/lora_affinity.h"
+#include "dataplane/policy/lora_affinity.h"
 #include "shm/load_report.h"
 #include "shm/registry.h"
 

@@ -1,5 +1,5 @@
 /*
- * Unit tests of the latency histograms' labels (dataplane/metrics.c,
+ * Unit tests of the latency histograms' labels (dataplane/obs/metrics.c,
  * included for its static functions): a request is observed under its
  * route and model only on an inference route and never for a 404; each
  * model keeps its own series, and past DP_MODEL_SERIES models every new
@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "dataplane/metrics.c"
+#include "dataplane/obs/metrics.c"
 
 static void test_only_inference_routes_and_no_404(void **state)
 {

@@ -1,5 +1,5 @@
 /*
- * Unit tests of the relay buffer (dataplane/relay.h): bytes come out in
+ * Unit tests of the relay buffer (dataplane/core/relay.h): bytes come out in
  * order, the DP_RELAY_CAP bound refuses what does not fit until the reader
  * makes room, a streamed relay holds no buffer once drained and takes one
  * again at the next append, and a whole relay keeps its bytes until it is
@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "dataplane/relay.h"
+#include "dataplane/core/relay.h"
 
 static void test_stream_drained_holds_nothing(void **state)
 {

@@ -17,10 +17,10 @@
 #include <cmocka.h>
 
 #include "common/config.h"
-#include "dataplane/errors.h"
-#include "dataplane/json_skeleton.h"
-#include "dataplane/request.h"
-#include "dataplane/types.h"
+#include "dataplane/http/errors.h"
+#include "dataplane/http/json_skeleton.h"
+#include "dataplane/http/request.h"
+#include "dataplane/core/request_types.h"
 
 #define NONCE 0x0123456789abcdefull
 

@@ -1,5 +1,5 @@
 /*
- * Unit tests of the id capture of dataplane/resp_affinity.c (included, to
+ * Unit tests of the id capture of dataplane/forward/resp_affinity.c (included, to
  * reach its static scanners): the top-level "id" of a JSON answer is found
  * whatever the chunking, nested ids and ids inside strings are not taken
  * for it, and a stream's id comes from its response.created event, also
@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "dataplane/resp_affinity.c"
+#include "dataplane/forward/resp_affinity.c"
 
 static void feed_json(struct dp_resp_capture *c, const char *text, size_t chunk)
 {

@@ -1,5 +1,5 @@
 /*
- * Unit tests of the data plane's route table (dataplane/routes.h): every
+ * Unit tests of the data plane's route table (dataplane/core/routes.h): every
  * route has a row, every row's path resolves to it and allows exactly its
  * methods, unknown paths are "other", and the labels, Allow headers,
  * upstream paths and body shapes are the ones clients and dashboards see.
@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "dataplane/routes.h"
+#include "dataplane/core/routes.h"
 
 static void test_every_route_has_a_row(void **state)
 {

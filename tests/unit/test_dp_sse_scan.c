@@ -1,5 +1,5 @@
 /*
- * Unit tests of the in-band SSE error scanner (dataplane/sse_scan.c): an
+ * Unit tests of the in-band SSE error scanner (dataplane/core/sse_scan.c): an
  * error event is found at the start of the body or of any later event,
  * split across chunks at every byte, with LF or CRLF framing; the same
  * text inside an event, or a non-error data event, is not.
@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "dataplane/sse_scan.h"
+#include "dataplane/core/sse_scan.h"
 
 static bool scan_whole(const char *text)
 {

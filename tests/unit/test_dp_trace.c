@@ -1,5 +1,5 @@
 /*
- * Unit tests of W3C trace context (dataplane/trace.c): valid traceparents
+ * Unit tests of W3C trace context (dataplane/obs/trace.c): valid traceparents
  * are read (a later version by its first fields), invalid ones refused
  * (upper case, zero ids, version ff, bad length or separators), a refused
  * one starts a new sampled trace, the formatted header round-trips, and
@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "dataplane/trace.h"
+#include "dataplane/obs/trace.h"
 
 #define TRACE "4bf92f3577b34da6a3ce929d0e0e4736"
 #define SPAN  "00f067aa0ba902b7"

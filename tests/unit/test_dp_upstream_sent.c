@@ -1,5 +1,5 @@
 /*
- * Unit tests of dp_up_request_sent (dataplane/upstream.h), what a held
+ * Unit tests of dp_up_request_sent (dataplane/forward/upstream.h), what a held
  * stream gives back once its request is out and its response has begun:
  * the request's upstream header list is freed, the trace context no longer
  * points into it (a later span rewrite is a no-op, not a write into freed
@@ -15,9 +15,9 @@
 #include <cmocka.h>
 #include <curl/curl.h>
 
-#include "dataplane/journal.h"
-#include "dataplane/trace.h"
-#include "dataplane/upstream.h"
+#include "dataplane/obs/journal.h"
+#include "dataplane/obs/trace.h"
+#include "dataplane/forward/upstream.h"
 
 static void test_header_list_freed_once_sent(void **state)
 {

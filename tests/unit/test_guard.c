@@ -1,5 +1,5 @@
 /*
- * Unit tests of the dataplane's load guards (dataplane/guard.c) against a
+ * Unit tests of the dataplane's load guards (dataplane/core/guard.c) against a
  * real segment: paired accounting, the live table that the admin channel
  * reports, and the handshake that makes reset_load safe (invariant 4): a
  * guard taken while a reset is deciding is either counted in the answer or
@@ -20,7 +20,7 @@
 
 #include <cmocka.h>
 
-#include "dataplane/guard.h"
+#include "dataplane/core/guard.h"
 #include "shm/lease.h"
 #include "shm/load.h"
 #include "shm/registry.h"
@@ -152,7 +152,7 @@ static void *race_requests(void *arg)
     return NULL;
 }
 
-/* The control plane's half, as controlplane/reset_load.c does it: drain,
+/* The control plane's half, as controlplane/admin/reset_load.c does it: drain,
  * ask (here: read the live table, as the dataplane's admin answer does),
  * reset only on 0, restore. */
 static void *race_resets(void *arg)

@@ -1,5 +1,5 @@
 /*
- * Unit tests of the client header rules (dataplane/header_rules.c): the
+ * Unit tests of the client header rules (dataplane/http/header_rules.c): the
  * exact inputs an attacker used to smuggle or inject headers through
  * libmicrohttpd's lenient parser must be refused, and ordinary headers
  * must pass.
@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "dataplane/header_rules.h"
+#include "dataplane/http/header_rules.h"
 
 #define S(x) x, strlen(x)
 

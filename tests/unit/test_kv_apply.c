@@ -1,5 +1,5 @@
 /*
- * Unit tests of controlplane/kv_apply.c with synthetic event batches over a
+ * Unit tests of controlplane/kv/kv_apply.c with synthetic event batches over a
  * private holder index: a stored chain lands under the keys a request's
  * tokens hash to (the same keys a data plane computes with tkc_chain);
  * parents resolve across batches; removal, AllBlocksCleared and a forget
@@ -20,7 +20,7 @@
 
 #include "common/buf.h"
 #include "common/token_chain.h"
-#include "controlplane/kv_apply.h"
+#include "controlplane/kv/kv_apply.h"
 
 #define BS 4u
 

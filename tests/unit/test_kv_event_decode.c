@@ -1,5 +1,5 @@
 /*
- * Unit tests of the KV-event batch decoder (controlplane/kv_event_decode.c)
+ * Unit tests of the KV-event batch decoder (controlplane/kv/kv_event_decode.c)
  * on batches built with msgpack-c's packer the way vLLM's msgspec encoder
  * lays them out: the current maps and the older positional arrays, hashes
  * as ints and as digest bytes, fields at defaults omitted, unknown fields
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "controlplane/kv_event_decode.h"
+#include "controlplane/kv/kv_event_decode.h"
 
 /* ---- building batches -------------------------------------------------------- */
 

@@ -1,5 +1,5 @@
 /*
- * Unit tests of the prefill/decode body rewriting (dataplane/pd.h,
+ * Unit tests of the prefill/decode body rewriting (dataplane/forward/pd.h,
  * docs/pd.md): the prefill leg's fields, what is left alone, the decode
  * leg's kv_transfer_params taken verbatim from the prefill answer, and
  * every kind of unusable prefill answer refused with a message.
@@ -15,8 +15,8 @@
 
 #include <cmocka.h>
 
-#include "dataplane/pd.h"
-#include "dataplane/types.h"
+#include "dataplane/forward/pd.h"
+#include "dataplane/core/request_types.h"
 
 static json_t *prefill_of(const char *body)
 {
@@ -402,7 +402,7 @@ static void test_stream_usage_rewritten_across_chunks(void **state)
 }
 
 /* A long prompt reaches both legs byte for byte, escapes included: the
- * rewrite never decodes it (dataplane/json_skeleton.h). */
+ * rewrite never decodes it (dataplane/http/json_skeleton.h). */
 static void test_long_prompt_kept_byte_for_byte(void **state)
 {
     (void)state;

@@ -1,6 +1,6 @@
 /*
  * Unit tests of the classic routing policies through the policy interface
- * (dataplane/policy.h): round_robin, random, power_of_two, least_load,
+ * (dataplane/core/policy.h): round_robin, random, power_of_two, least_load,
  * consistent_hash and cache_aware's plumbing — ties, a single eligible
  * worker, none, and workers coming and going.
  */
@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "dataplane/policy.h"
+#include "dataplane/core/policy.h"
 
 #define MAXW 16
 

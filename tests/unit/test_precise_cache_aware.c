@@ -21,9 +21,9 @@
 
 #include "common/buf.h"
 #include "common/prom.h"
-#include "dataplane/policy.h"
+#include "dataplane/core/policy.h"
 #include "dataplane/policy/precise_cache_aware.h"
-#include "dataplane/tokenize_stats.h"
+#include "dataplane/obs/tokenize_stats.h"
 
 static const struct ca_params params = {
     .cache_threshold = 0.5,

@@ -1,5 +1,5 @@
 /*
- * Unit tests of controlplane/reload.c's key table: how each key takes
+ * Unit tests of controlplane/admin/reload.c's key table: how each key takes
  * effect, that a key the table does not know needs a restart (a reload
  * that silently ignored a change would be worse than one refused), and
  * that docs/operations.md's table lists every key of the schema with the
@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "controlplane/reload.h"
+#include "controlplane/admin/reload.h"
 
 static void test_effects(void **state)
 {

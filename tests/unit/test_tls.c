@@ -1,6 +1,6 @@
 /*
  * Unit tests of TLS set-up: the data plane's server credentials
- * (dataplane/tls_server.h: load, refuse a bad certificate on reload and
+ * (dataplane/http/tls_server.h: load, refuse a bad certificate on reload and
  * keep the old one, min_version's priorities) and the client side
  * (common/tls_client.h: file checks at start, which curl results are TLS
  * errors, options a handle accepts). Certificates are made with the openssl
@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "common/tls_client.h"
-#include "dataplane/tls_server.h"
+#include "dataplane/http/tls_server.h"
 
 static char dir[64];
 

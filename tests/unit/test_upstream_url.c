@@ -14,7 +14,7 @@
 #include <cmocka.h>
 #include <curl/curl.h>
 
-#include "dataplane/upstream_url.h"
+#include "dataplane/core/upstream_url.h"
 
 static void url_of(char *buf, size_t len, unsigned i, const char *path)
 {

@@ -1,0 +1,184 @@
+/*
+ * Control-plane reload (see reload.h). The file is loaded and compared with
+ * the running config key by key (cfg_diff) before anything is touched, so
+ * a refused reload leaves no trace; then the static workers are re-synced
+ * (their sync checks for clashes before changing anything), and only then
+ * the health settings switch, so a reload that fails in the sync changes
+ * nothing at all.
+ */
+#include "controlplane/admin/reload.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "controlplane/sources/registry_sync.h"
+#include "controlplane/sources/source_static.h"
+
+#define CP_RELOAD_KEYS_MAX 128
+
+/* Most specific prefix first; a prefix ending in '.' covers a section. */
+static const struct {
+    const char *prefix;
+    enum cp_effect effect;
+} cp_effects[] = {
+    {"controlplane.health.", CP_EFFECT_RELOAD},
+    /* Also a worker's kv_events: its subscription is made anew at once. */
+    {"workers", CP_EFFECT_RELOAD},
+    /* Read by the data plane (the control plane's admin API reads it too,
+     * but only to show the same number): a hot restart applies it. */
+    {"controlplane.load_reports.stale_after", CP_EFFECT_DATAPLANE_RESTART},
+    {"dataplane.", CP_EFFECT_DATAPLANE_RESTART},
+    /* The control plane maps the workers' KV events to chains of this
+     * block size; the data planes hash requests with it too. */
+    {"policy.precise_cache_aware.block_size", CP_EFFECT_RESTART},
+    {"policy.", CP_EFFECT_DATAPLANE_RESTART},
+    {"tracing.", CP_EFFECT_DATAPLANE_RESTART},
+    {"admission.", CP_EFFECT_DATAPLANE_RESTART},
+    {"controlplane.", CP_EFFECT_RESTART},
+    /* The source is made anew with the new settings; discovered workers
+     * that still match keep their slots and generations. */
+    {"discovery.", CP_EFFECT_RELOAD},
+    {"shm.", CP_EFFECT_RESTART},
+};
+
+enum cp_effect cp_reload_effect_of(const char *key)
+{
+    for (size_t i = 0; i < sizeof(cp_effects) / sizeof(cp_effects[0]); i++) {
+        const char *p = cp_effects[i].prefix;
+        size_t n = strlen(p);
+        if (p[n - 1] == '.' ? strncmp(key, p, n) == 0 : strcmp(key, p) == 0)
+            return cp_effects[i].effect;
+    }
+    return CP_EFFECT_RESTART;
+}
+
+/* Appends the changed keys of one effect to buf as "a, b, c"; returns how many. */
+static size_t cp_keys_of(char (*keys)[CFG_KEY_NAME_MAX], size_t n, enum cp_effect effect, char *buf,
+                         size_t len)
+{
+    size_t count = 0, used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        if (cp_reload_effect_of(keys[i]) != effect)
+            continue;
+        int w = snprintf(buf + used, used < len ? len - used : 0, "%s%s", count > 0 ? ", " : "",
+                         keys[i]);
+        if (w > 0 && used + (size_t)w < len)
+            used += (size_t)w;
+        count++;
+    }
+    return count;
+}
+
+static const struct cfg_worker *cp_find_worker(const struct cfg *cfg, const char *id)
+{
+    for (size_t i = 0; i < cfg->n_workers; i++)
+        if (strcmp(cfg->workers[i].id, id) == 0)
+            return &cfg->workers[i];
+    return NULL;
+}
+
+static bool cp_kv_events_differ(const struct cfg_kv_events *a, const struct cfg_kv_events *b)
+{
+    return strcmp(a->endpoint, b->endpoint) != 0 ||
+           strcmp(a->replay_endpoint, b->replay_endpoint) != 0 ||
+           a->data_parallel_size != b->data_parallel_size;
+}
+
+/* "workers: 1 added, 0 removed, 1 changed, 2 unchanged" between two configs. */
+static void cp_workers_summary(const struct cfg *cur, const struct cfg *next, char *buf, size_t len)
+{
+    size_t added = 0, removed = 0, changed = 0, same = 0;
+    for (size_t i = 0; i < next->n_workers; i++) {
+        const struct cfg_worker *n = &next->workers[i];
+        const struct cfg_worker *c = cp_find_worker(cur, n->id);
+        if (c == NULL)
+            added++;
+        else if (strcmp(c->url, n->url) != 0 || strcmp(c->model, n->model) != 0 ||
+                 c->role != n->role || cp_kv_events_differ(&c->kv_events, &n->kv_events))
+            changed++;
+        else
+            same++;
+    }
+    for (size_t i = 0; i < cur->n_workers; i++)
+        if (cp_find_worker(next, cur->workers[i].id) == NULL)
+            removed++;
+    snprintf(buf, len, "workers: %zu added, %zu removed, %zu changed, %zu unchanged", added,
+             removed, changed, same);
+}
+
+int cp_reload(const struct cfg *cur, struct shm_segment *seg, struct hc_prober *hc,
+              struct cfg **next, bool *discovery_changed, char *msg, size_t msg_len)
+{
+    *next = NULL;
+    *discovery_changed = false;
+    struct cfg *n = calloc(1, sizeof(*n));
+    char(*keys)[CFG_KEY_NAME_MAX] = calloc(CP_RELOAD_KEYS_MAX, sizeof(*keys));
+    char err[1024];
+    int rc = 0;
+    if (n == NULL || keys == NULL) {
+        snprintf(msg, msg_len, "reload of %s failed: out of memory", cur->path);
+        rc = -ENOMEM;
+        goto out_free;
+    }
+    rc = cfg_load_file(n, cur->path, err, sizeof(err));
+    if (rc != 0) {
+        snprintf(msg, msg_len, "reload refused, the running config stays: %s", err);
+        rc = -EINVAL;
+        goto out_free;
+    }
+    size_t n_keys = cfg_diff(cur, n, keys, CP_RELOAD_KEYS_MAX);
+    if (n_keys > CP_RELOAD_KEYS_MAX)
+        n_keys = CP_RELOAD_KEYS_MAX;
+    char restart[1024], later[1024], workers[128] = "workers: unchanged";
+    if (cp_keys_of(keys, n_keys, CP_EFFECT_RESTART, restart, sizeof(restart)) > 0) {
+        snprintf(msg, msg_len,
+                 "reload refused, the running config stays: changing %s needs a restart of the "
+                 "control plane",
+                 restart);
+        rc = -EPERM;
+        goto out_fini;
+    }
+    cp_keys_of(keys, n_keys, CP_EFFECT_DATAPLANE_RESTART, later, sizeof(later));
+
+    /* New configured workers start as the new health.initial says. */
+    cp_registry_set_start_healthy(strcmp(n->controlplane.health.initial, "healthy") == 0);
+    rc = cp_source_static_sync(seg, n, err, sizeof(err));
+    if (rc != 0 && rc != -ENOSPC) {
+        cp_registry_set_start_healthy(strcmp(cur->controlplane.health.initial, "healthy") == 0);
+        snprintf(msg, msg_len, "reload refused, the running config stays: %s", err);
+        goto out_fini;
+    }
+    if (rc == -ENOSPC) {
+        /* Half-applied, as a sync at start would be: the rest is the new config. */
+        log_error("reload: %s", err);
+        rc = 0;
+    }
+    hc_set_health(hc, &n->controlplane.health);
+    cp_workers_summary(cur, n, workers, sizeof(workers));
+    bool health_changed = false;
+    for (size_t i = 0; i < n_keys; i++) {
+        health_changed = health_changed || strncmp(keys[i], "controlplane.health.", 20) == 0;
+        *discovery_changed = *discovery_changed || strncmp(keys[i], "discovery.", 10) == 0;
+    }
+    snprintf(msg, msg_len, "reloaded %s: %s; health settings %s%s%s%s%s", cur->path, workers,
+             health_changed ? "applied" : "unchanged",
+             *discovery_changed ? "; discovery settings applied" : "", later[0] != '\0' ? "; " : "",
+             later,
+             later[0] != '\0' ? " changed: the data planes apply them at their next hot restart"
+                              : "");
+    *next = n;
+    n = NULL;
+    goto out_free;
+
+out_fini:
+    cfg_fini(n);
+out_free:
+    free(n);
+    free(keys);
+    return rc;
+}

@@ -1,0 +1,435 @@
+/*
+ * KV-cache events into the exact holder index (see kv_apply.h).
+ *
+ * Each worker's map is an open-addressing table (linear probing, deletion
+ * by backward shift, so no tombstones) from the worker's block hash to the
+ * router's key, plus a ring of (hash, sequence) in insertion order that
+ * finds the oldest entry when the bound is reached; a ring entry whose
+ * block was removed since is stale (its sequence no longer matches) and is
+ * just dropped when it comes up. Both grow by doubling up to the bound, so
+ * a worker that stores little costs little. A worker's map is made on its
+ * first event and freed when it is forgotten.
+ */
+#include "controlplane/kv/kv_apply.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/token_chain.h"
+
+#define KVA_MODEL_MAX 256
+#define KVA_MIN_TABLE 64u
+
+struct kva_entry {
+    uint64_t vh;  /* the worker's block hash */
+    uint64_t key; /* the router's chain hash */
+    uint64_t seq; /* 0 = empty */
+};
+
+struct kva_ring_entry {
+    uint64_t vh;
+    uint64_t seq;
+};
+
+/* One worker's map. Owned by struct kv_apply; sink thread only. */
+struct kva_map {
+    struct kva_entry *tab;
+    size_t cap; /* power of two */
+    size_t n;
+    struct kva_ring_entry *ring;
+    size_t ring_cap, head, len;
+    uint64_t next_seq;
+};
+
+struct kv_apply {
+    struct kvh_index *ix; /* borrowed */
+    uint32_t block_size;
+    uint32_t max_slots;
+    size_t bound; /* entries per worker map */
+    kva_model_fn model_of;
+    void *model_arg;
+    struct kva_map **maps; /* [max_slots], NULL until a worker's first store */
+    /* Read by the metrics page from another thread. */
+    _Atomic uint64_t applied[3];
+    _Atomic uint64_t skipped[KVA_SKIP_COUNT];
+    _Atomic uint64_t blocks_stored, blocks_removed, map_evictions, forgets;
+};
+
+static void kva_count(_Atomic uint64_t *c, uint64_t n)
+{
+    atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+static uint64_t kva_mix(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* ---- the map ---- */
+
+static void kva_map_free(struct kva_map *m)
+{
+    if (m == NULL)
+        return;
+    free(m->tab);
+    free(m->ring);
+    free(m);
+}
+
+static struct kva_map *kva_map_new(void)
+{
+    struct kva_map *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return NULL;
+    m->cap = KVA_MIN_TABLE;
+    m->tab = calloc(m->cap, sizeof(*m->tab));
+    m->ring_cap = KVA_MIN_TABLE / 2;
+    m->ring = calloc(m->ring_cap, sizeof(*m->ring));
+    m->next_seq = 1;
+    if (m->tab == NULL || m->ring == NULL) {
+        kva_map_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static struct kva_entry *kva_find(const struct kva_map *m, uint64_t vh)
+{
+    size_t mask = m->cap - 1;
+    for (size_t i = kva_mix(vh) & mask;; i = (i + 1) & mask) {
+        struct kva_entry *e = &m->tab[i];
+        if (e->seq == 0)
+            return NULL;
+        if (e->vh == vh)
+            return e;
+    }
+}
+
+static void kva_place(struct kva_entry *tab, size_t cap, const struct kva_entry *e)
+{
+    size_t mask = cap - 1;
+    size_t i = kva_mix(e->vh) & mask;
+    while (tab[i].seq != 0)
+        i = (i + 1) & mask;
+    tab[i] = *e;
+}
+
+/* Removes e (an entry of m) by shifting the run after it back. */
+static void kva_delete(struct kva_map *m, struct kva_entry *e)
+{
+    size_t mask = m->cap - 1;
+    size_t hole = (size_t)(e - m->tab);
+    m->tab[hole].seq = 0;
+    for (size_t i = (hole + 1) & mask; m->tab[i].seq != 0; i = (i + 1) & mask) {
+        size_t home = kva_mix(m->tab[i].vh) & mask;
+        /* Move it into the hole unless its home lies cyclically in (hole, i]. */
+        bool stays = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
+        if (stays)
+            continue;
+        m->tab[hole] = m->tab[i];
+        m->tab[i].seq = 0;
+        hole = i;
+    }
+    m->n--;
+}
+
+static int kva_grow_table(struct kva_map *m)
+{
+    size_t cap = m->cap * 2;
+    struct kva_entry *tab = calloc(cap, sizeof(*tab));
+    if (tab == NULL)
+        return -1;
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->tab[i].seq != 0)
+            kva_place(tab, cap, &m->tab[i]);
+    free(m->tab);
+    m->tab = tab;
+    m->cap = cap;
+    return 0;
+}
+
+static int kva_grow_ring(struct kva_map *m, size_t bound)
+{
+    size_t cap = m->ring_cap * 2 < bound ? m->ring_cap * 2 : bound;
+    struct kva_ring_entry *ring = malloc(cap * sizeof(*ring));
+    if (ring == NULL)
+        return -1;
+    for (size_t i = 0; i < m->len; i++)
+        ring[i] = m->ring[(m->head + i) % m->ring_cap];
+    free(m->ring);
+    m->ring = ring;
+    m->ring_cap = cap;
+    m->head = 0;
+    return 0;
+}
+
+/* Drops the ring's oldest entry; when it is still live, its block leaves
+ * the map and the index. */
+static void kva_evict_oldest(struct kv_apply *a, struct kva_map *m, uint32_t slot)
+{
+    struct kva_ring_entry r = m->ring[m->head];
+    m->head = (m->head + 1) % m->ring_cap;
+    m->len--;
+    struct kva_entry *e = kva_find(m, r.vh);
+    if (e == NULL || e->seq != r.seq)
+        return; /* removed (or stored again) since */
+    kvh_remove(a->ix, e->key, slot);
+    kva_delete(m, e);
+    kva_count(&a->map_evictions, 1);
+}
+
+/* Records vh -> key; 0, or -1 when memory ran out (then nothing changed). */
+static int kva_insert(struct kv_apply *a, struct kva_map *m, uint32_t slot, uint64_t vh,
+                      uint64_t key)
+{
+    struct kva_entry *e = kva_find(m, vh);
+    if (e != NULL) {
+        e->key = key;
+        return 0;
+    }
+    if (m->len == a->bound)
+        kva_evict_oldest(a, m, slot);
+    if (m->len == m->ring_cap && kva_grow_ring(m, a->bound) != 0)
+        return -1;
+    if ((m->n + 1) * 2 > m->cap && kva_grow_table(m) != 0)
+        return -1;
+    struct kva_entry ne = {.vh = vh, .key = key, .seq = m->next_seq++};
+    kva_place(m->tab, m->cap, &ne);
+    m->n++;
+    m->ring[(m->head + m->len) % m->ring_cap] = (struct kva_ring_entry){vh, ne.seq};
+    m->len++;
+    return 0;
+}
+
+/* ---- events ---- */
+
+static void kva_skip(struct kv_apply *a, enum kva_skip why)
+{
+    kva_count(&a->skipped[why], 1);
+}
+
+static void kva_forget(struct kv_apply *a, uint32_t slot)
+{
+    kvh_forget_slot(a->ix, slot);
+    if (slot < a->max_slots && a->maps[slot] != NULL) {
+        /* Freed, not kept: a forget often means the worker left, and one
+         * that stays grows its map again as it stores. */
+        kva_map_free(a->maps[slot]);
+        a->maps[slot] = NULL;
+    }
+    kva_count(&a->forgets, 1);
+}
+
+static void kva_stored(struct kv_apply *a, uint32_t slot, const char *worker_id,
+                       const struct kv_event *ev)
+{
+    if (ev->medium != KV_MEDIUM_GPU) {
+        kva_skip(a, KVA_SKIP_MEDIUM);
+        return;
+    }
+    if (ev->block_size != a->block_size) {
+        kva_skip(a, KVA_SKIP_BLOCK_SIZE);
+        return;
+    }
+    if (ev->n_block_hashes == 0 || ev->token_ids == NULL ||
+        ev->n_token_ids != ev->n_block_hashes * (size_t)ev->block_size) {
+        kva_skip(a, KVA_SKIP_MALFORMED);
+        return;
+    }
+    struct kva_map *m = a->maps[slot];
+    uint64_t prev;
+    if (ev->has_parent) {
+        const struct kva_entry *p = m != NULL ? kva_find(m, ev->parent_block_hash) : NULL;
+        if (p == NULL) {
+            kva_skip(a, KVA_SKIP_UNKNOWN_PARENT);
+            return;
+        }
+        prev = p->key;
+    } else if (ev->lora_name != NULL && ev->lora_name[0] != '\0') {
+        prev = tkc_seed(ev->lora_name);
+    } else {
+        char model[KVA_MODEL_MAX];
+        if (a->model_of == NULL ||
+            a->model_of(a->model_arg, slot, worker_id, model, sizeof(model)) != 0) {
+            kva_skip(a, KVA_SKIP_UNKNOWN_MODEL);
+            return;
+        }
+        prev = tkc_seed(model);
+    }
+    if (m == NULL && (m = a->maps[slot] = kva_map_new()) == NULL) {
+        kva_skip(a, KVA_SKIP_MALFORMED);
+        return;
+    }
+    size_t bs = ev->block_size, added = 0;
+    for (size_t i = 0; i < ev->n_block_hashes; i++) {
+        uint64_t key = tkc_next(prev, ev->token_ids + i * bs, bs);
+        if (kva_insert(a, m, slot, ev->block_hashes[i], key) != 0)
+            break; /* out of memory: the rest cannot be withdrawn later, so not added */
+        kvh_add(a->ix, key, slot);
+        prev = key;
+        added++;
+    }
+    kva_count(&a->blocks_stored, added);
+    kva_count(&a->applied[KV_EVENT_BLOCK_STORED], 1);
+}
+
+static void kva_removed(struct kv_apply *a, uint32_t slot, const struct kv_event *ev)
+{
+    if (ev->medium != KV_MEDIUM_GPU) {
+        kva_skip(a, KVA_SKIP_MEDIUM);
+        return;
+    }
+    struct kva_map *m = a->maps[slot];
+    size_t removed = 0;
+    for (size_t i = 0; m != NULL && i < ev->n_block_hashes; i++) {
+        struct kva_entry *e = kva_find(m, ev->block_hashes[i]);
+        if (e == NULL)
+            continue; /* never placed (skipped) or evicted from the map */
+        kvh_remove(a->ix, e->key, slot);
+        kva_delete(m, e);
+        removed++;
+    }
+    kva_count(&a->blocks_removed, removed);
+    kva_count(&a->applied[KV_EVENT_BLOCK_REMOVED], 1);
+}
+
+static void kva_on_batch(void *ctx, uint32_t slot, const char *worker_id,
+                         const struct kv_event_batch *batch)
+{
+    struct kv_apply *a = ctx;
+    if (slot >= a->max_slots || slot >= PIX_SLOT_LIMIT) {
+        kva_count(&a->skipped[KVA_SKIP_MALFORMED], batch->n_events);
+        return;
+    }
+    for (size_t i = 0; i < batch->n_events; i++) {
+        const struct kv_event *ev = &batch->events[i];
+        switch (ev->kind) {
+        case KV_EVENT_BLOCK_STORED:
+            kva_stored(a, slot, worker_id, ev);
+            break;
+        case KV_EVENT_BLOCK_REMOVED:
+            kva_removed(a, slot, ev);
+            break;
+        case KV_EVENT_ALL_BLOCKS_CLEARED:
+            kva_forget(a, slot);
+            kva_count(&a->applied[KV_EVENT_ALL_BLOCKS_CLEARED], 1);
+            break;
+        default:
+            kva_skip(a, KVA_SKIP_MALFORMED);
+        }
+    }
+}
+
+static void kva_on_forget(void *ctx, uint32_t slot, const char *worker_id)
+{
+    (void)worker_id;
+    struct kv_apply *a = ctx;
+    if (slot < a->max_slots)
+        kva_forget(a, slot);
+}
+
+/* ---- lifecycle, stats ---- */
+
+struct kv_apply *kva_create(struct kvh_index *ix, uint32_t block_size, uint32_t max_slots,
+                            size_t map_blocks, kva_model_fn model_of, void *model_arg)
+{
+    if (ix == NULL || block_size == 0 || max_slots == 0 || map_blocks == 0)
+        return NULL;
+    struct kv_apply *a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return NULL;
+    a->maps = calloc(max_slots, sizeof(*a->maps));
+    if (a->maps == NULL) {
+        free(a);
+        return NULL;
+    }
+    a->ix = ix;
+    a->block_size = block_size;
+    a->max_slots = max_slots;
+    a->bound = map_blocks;
+    a->model_of = model_of;
+    a->model_arg = model_arg;
+    return a;
+}
+
+void kva_destroy(struct kv_apply *a)
+{
+    if (a == NULL)
+        return;
+    for (uint32_t s = 0; s < a->max_slots; s++)
+        kva_map_free(a->maps[s]);
+    free(a->maps);
+    free(a);
+}
+
+struct kv_event_sink kva_sink(struct kv_apply *a)
+{
+    return (struct kv_event_sink){.ctx = a, .on_batch = kva_on_batch, .on_forget = kva_on_forget};
+}
+
+size_t kva_map_size(const struct kv_apply *a, uint32_t slot)
+{
+    return slot < a->max_slots && a->maps[slot] != NULL ? a->maps[slot]->n : 0;
+}
+
+static uint64_t kva_load(const _Atomic uint64_t *c)
+{
+    return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+void kva_stats(const struct kv_apply *a, struct kva_stats *out)
+{
+    for (int k = 0; k < 3; k++)
+        out->applied[k] = kva_load(&a->applied[k]);
+    for (int r = 0; r < KVA_SKIP_COUNT; r++)
+        out->skipped[r] = kva_load(&a->skipped[r]);
+    out->blocks_stored = kva_load(&a->blocks_stored);
+    out->blocks_removed = kva_load(&a->blocks_removed);
+    out->map_evictions = kva_load(&a->map_evictions);
+    out->forgets = kva_load(&a->forgets);
+}
+
+void kva_metrics_write(const void *arg, struct prom_writer *w)
+{
+    const struct kv_apply *a = arg;
+    static const char *const kinds[3] = {"BlockStored", "BlockRemoved", "AllBlocksCleared"};
+    static const char *const reasons[KVA_SKIP_COUNT] = {"block_size", "unknown_parent", "medium",
+                                                        "unknown_model", "malformed"};
+    struct kva_stats st;
+    kva_stats(a, &st);
+    prom_family(w, "switchyard_kv_index_facts", PROM_GAUGE,
+                "(block, worker) facts in the KV holder index.");
+    prom_sample_u64(w, NULL, NULL, 0, kvh_count(a->ix));
+    prom_family(w, "switchyard_kv_index_capacity", PROM_GAUGE,
+                "Facts the KV holder index can hold (shm.kv_index_blocks, rounded up).");
+    prom_sample_u64(w, NULL, NULL, 0, kvh_capacity(a->ix));
+    prom_family(w, "switchyard_kv_events_applied_total", PROM_COUNTER,
+                "KV-cache events applied to the holder index, by type.");
+    for (int k = 0; k < 3; k++) {
+        struct prom_label l = {"type", kinds[k]};
+        prom_sample_u64(w, NULL, &l, 1, st.applied[k]);
+    }
+    prom_family(w, "switchyard_kv_events_skipped_total", PROM_COUNTER,
+                "KV-cache events not applied, by reason.");
+    for (int r = 0; r < KVA_SKIP_COUNT; r++) {
+        struct prom_label l = {"reason", reasons[r]};
+        prom_sample_u64(w, NULL, &l, 1, st.skipped[r]);
+    }
+    prom_family(w, "switchyard_kv_blocks_total", PROM_COUNTER,
+                "Blocks placed in (stored) and withdrawn from (removed) the holder index.");
+    struct prom_label stored = {"op", "stored"}, removed = {"op", "removed"};
+    prom_sample_u64(w, NULL, &stored, 1, st.blocks_stored);
+    prom_sample_u64(w, NULL, &removed, 1, st.blocks_removed);
+    prom_family(w, "switchyard_kv_map_evictions_total", PROM_COUNTER,
+                "Blocks dropped (with their facts) because a worker's hash map was full.");
+    prom_sample_u64(w, NULL, NULL, 0, st.map_evictions);
+    prom_family(w, "switchyard_kv_worker_forgets_total", PROM_COUNTER,
+                "Times a worker's facts were all dropped (AllBlocksCleared, gap, restart, leave).");
+    prom_sample_u64(w, NULL, NULL, 0, st.forgets);
+}

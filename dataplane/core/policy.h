@@ -1,0 +1,161 @@
+/*
+ * Routing policies: given one request and the eligible workers (healthy,
+ * not draining, serving the request's model, not yet tried by it) with
+ * their current loads, pick one and say why (enum pol_decision: one label
+ * per reason, from one names table). A policy sees the request's routing text
+ * (the prompt or the concatenated chat messages, bounded), a header lookup
+ * and the candidates; it never touches load itself (the forwarder's guard
+ * does). Policies live in dataplane/policy/, one per file.
+ *
+ * Threading: each event loop creates its own instance (pol_create), so a
+ * policy's state (a round-robin cursor, a random generator) is
+ * single-threaded. cache_aware's prefix index is the exception: one per
+ * node, in shared memory, used by every loop of every data plane, so that a
+ * request's affinity does not depend on which thread or process accepted it
+ * nor on a restart (see shm/prefix_index.h).
+ */
+#ifndef SY_DATAPLANE_POLICY_H
+#define SY_DATAPLANE_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "shm/registry.h"
+
+/*
+ * Why a policy chose its worker. pol_decision_name gives the label used in
+ * switchyard_routing_decisions_total, switchyard_pd_routing_decisions_total
+ * and the x-switchyard-decision debug header; the classic policies report
+ * their own name. The zero value, "other", is a pick that named no reason
+ * (a refused one).
+ */
+enum pol_decision {
+    POL_DECISION_UNSET = 0,
+    POL_DECISION_ROUND_ROBIN,
+    POL_DECISION_RANDOM,
+    POL_DECISION_POWER_OF_TWO,
+    POL_DECISION_LEAST_LOAD,
+    POL_DECISION_HASH,                /* consistent_hash: the key's worker */
+    POL_DECISION_HASH_ALL_FULL,       /* ... every worker full: the key's first */
+    POL_DECISION_NO_KEY,              /* ... no session key: the least loaded */
+    POL_DECISION_AFFINITY,            /* cache_aware: the prefix-matched worker */
+    POL_DECISION_OVERLOADED_FALLBACK, /* ... matched, but that worker is overloaded */
+    POL_DECISION_NO_MATCH,            /* ... match below cache_threshold */
+    POL_DECISION_FLEET_IMBALANCED,    /* ... balance_gate fleet switched affinity off */
+    /* ... per-request gate: the matched worker, although another worker is
+     * overloaded (the fleet gate would have switched affinity off here) */
+    POL_DECISION_AFFINITY_DESPITE_IMBALANCE,
+    /* Responses: the worker that stores the response the request names
+     * (previous_response_id, or the id in its path), whatever the policy */
+    POL_DECISION_RESPONSE_AFFINITY,
+    POL_DECISION_COUNT,
+};
+
+/* The label of d (static); "other" for POL_DECISION_UNSET or out of range. */
+const char *pol_decision_name(enum pol_decision d);
+
+/* Returns the value of request header `name` (case-insensitive) or NULL. */
+typedef const char *(*pol_header_fn)(void *ctx, const char *name);
+
+/* precise_cache_aware's token chain of a request (dataplane/forward/tokenize.h). */
+enum pol_tokens {
+    POL_TOKENS_NONE = 0, /* not tokenized (not this policy, or a route without a prompt) */
+    POL_TOKENS_OK,       /* kv_chain holds the prompt's block hashes */
+    POL_TOKENS_FAILED,   /* tokenizing failed or timed out: route approximately */
+};
+
+/* What a policy may look at. Borrowed for the duration of pick. */
+struct pol_request {
+    const char *path;  /* e.g. "/v1/chat/completions" */
+    const char *model; /* the model being routed */
+    const char *text;  /* routing text, not NUL-terminated */
+    size_t text_len;
+    const char *user; /* the body's "user" ("" when absent) */
+    pol_header_fn header;
+    void *header_ctx;
+    /* precise_cache_aware: the prompt's chain of block hashes (token_chain.h). */
+    enum pol_tokens tokens;
+    const uint64_t *kv_chain;
+    size_t kv_chain_len;
+};
+
+struct pol_candidate {
+    const struct shm_worker_info *worker; /* borrowed */
+    uint64_t load;      /* at decision time: own in-flight combined with the worker's
+                         * fresh report (dataplane/effective_load.h) */
+    bool kv_overloaded; /* the fresh report's kv_cache_usage > policy.kv_overload */
+};
+
+struct pol_ops {
+    const char *name;
+    enum pol_decision decision; /* what pick reports unless it says otherwise */
+    /* Routes on the prompt's token chain (pol_request.kv_chain): the forwarder
+     * tokenizes the request before the first pick. */
+    bool needs_tokens;
+    /* Creates per-loop state (may set *state to NULL). 0 or -errno. */
+    int (*create)(const struct cfg_policy *cfg, void **state);
+    void (*destroy)(void *state);
+    /*
+     * Index into cands (n >= 1), or a negative errno to refuse. May set
+     * *decision to say why (it holds the ops' decision on entry).
+     */
+    int (*pick)(void *state, const struct pol_request *req, const struct pol_candidate *cands,
+                size_t n, enum pol_decision *decision);
+};
+
+/* A policy instance. Caller storage; pol_create / pol_destroy. */
+struct pol_policy {
+    const struct pol_ops *ops;
+    void *state;
+};
+
+extern const struct pol_ops pol_round_robin_ops;
+extern const struct pol_ops pol_random_ops;
+extern const struct pol_ops pol_power_of_two_ops;
+extern const struct pol_ops pol_least_load_ops;
+extern const struct pol_ops pol_consistent_hash_ops;
+extern const struct pol_ops pol_cache_aware_ops;
+extern const struct pol_ops pol_precise_cache_aware_ops;
+
+/* True when p routes on token ids, which the caller must fetch first. */
+static inline bool pol_needs_tokens(const struct pol_policy *p)
+{
+    return p->ops->needs_tokens;
+}
+
+/* Creates the policy named by cfg->name. 0 or -errno. */
+int pol_create(const struct cfg_policy *cfg, struct pol_policy *out);
+void pol_destroy(struct pol_policy *p);
+
+/* Picks among n >= 1 candidates: an index, or a negative errno; *decision
+ * as in pol_ops.pick. */
+int pol_pick(struct pol_policy *p, const struct pol_request *req, const struct pol_candidate *cands,
+             size_t n, enum pol_decision *decision);
+
+struct pix_index;
+
+/*
+ * Hands cache_aware the node's shared prefix index (borrowed: it must
+ * outlive every policy). Call before the loops create their policies;
+ * without it cache_aware creates a private index on first use.
+ */
+void pol_cache_aware_use_index(struct pix_index *ix);
+
+/* Bytes mapped by cache_aware's prefix index (0 before its first use). */
+size_t pol_cache_aware_index_bytes(void);
+
+struct kvh_index;
+
+/*
+ * Hands precise_cache_aware the node's KV holder index (borrowed: it must
+ * outlive every policy). Without one the policy routes every request by
+ * cache_aware's approximate match (counted as fallback "no_index").
+ */
+void pol_precise_use_index(struct kvh_index *ix);
+
+/* The consistent_hash choice as a function (also used by tests). */
+int pol_consistent_hash_pick(const struct pol_request *req, const struct pol_candidate *cands,
+                             size_t n, enum pol_decision *decision);
+
+#endif

@@ -1,0 +1,74 @@
+/*
+ * Response stickiness for the Responses API. vLLM keeps each response it
+ * stores in the memory of the server that made it, so a request that names
+ * one (previous_response_id, or GET /v1/responses/{id} and its cancel) is
+ * answered right only by that server. This module
+ *   - remembers, for every response created through this node, the worker
+ *     that answered (slot + generation) in the node's response table
+ *     (shm/responses.h), reading the id from the answer as it is relayed:
+ *     the top-level "id" of a JSON answer, or response.id of the stream's
+ *     response.created event;
+ *   - pins a request that names a known id to that worker, whatever the
+ *     policy would say (decision response_affinity); an id it does not know
+ *     (made before, or elsewhere) leaves the request to the policy;
+ *   - refuses such a request when its worker cannot take it: 404
+ *     previous_response_unavailable when the worker is gone (removed, or
+ *     its slot reused: the response is lost for good), 503 when it is
+ *     there but unhealthy or draining (it may come back: retry later).
+ *     Another worker would only answer "not found", or worse, continue a
+ *     conversation it never saw.
+ *
+ * The table is opened once per process (dp_resp_init) and shared by every
+ * loop; a request's capture state is its own.
+ *
+ * Threading: dp_resp_init/fini on the main thread; the rest on the
+ * request's loop thread.
+ */
+#ifndef SY_DATAPLANE_RESP_AFFINITY_H
+#define SY_DATAPLANE_RESP_AFFINITY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "dataplane/core/leg_types.h"
+
+struct dp_request;
+
+/* Opens (or creates) the node's response table beside cfg's segment, for
+ * the registry registry_id (shm_segment_created_ms). A failure is logged
+ * and leaves stickiness off: 0 or a negative errno. */
+int dp_resp_init(const struct cfg *cfg, uint64_t registry_id);
+void dp_resp_fini(void);
+
+/* True when req's route is one of the Responses routes. */
+bool dp_resp_applies(const struct dp_request *req);
+
+/*
+ * Before the first attempt: pins req to the worker of the id it names,
+ * when the table knows it. Returns 0 (pinned, or left to the policy), or
+ * an HTTP status (404, 503) with a new error body in *body (NULL = out of
+ * memory) to answer with.
+ */
+int dp_resp_pin(struct dp_request *req, char **body);
+
+/* Starts req on the Responses plan: the plain one-leg plan that also
+ * reads the response id from the answer it relays. */
+void dp_resp_begin_plan(struct dp_request *req);
+
+/*
+ * The plan's id reader on its own, for the fuzz target: a capture is fed
+ * an answer's bytes read by read (a JSON answer's top-level "id", or an
+ * SSE stream's response.created event's response.id when sse).
+ * dp_resp_capture_feed returns true once the id is found; later reads are
+ * ignored. dp_resp_capture_id: the id (not NUL-terminated, borrowed until
+ * the free), NULL while none was found.
+ */
+struct dp_resp_capture;
+struct dp_resp_capture *dp_resp_capture_new(bool sse);
+bool dp_resp_capture_feed(struct dp_resp_capture *c, const char *data, size_t len);
+const char *dp_resp_capture_id(const struct dp_resp_capture *c, size_t *len);
+void dp_resp_capture_free(struct dp_resp_capture *c);
+
+#endif
