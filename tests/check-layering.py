@@ -7,6 +7,9 @@ switchyard's folders are layers (docs/architecture.md, "Source layout"):
     shm/           includes only common/ and shm/
     proto/         includes no daemon folder (dataplane/, controlplane/)
     dataplane/     never includes controlplane/, and the other way round
+    inside each daemon, its subfolders (one per concern) never include the
+                   process's root files, and FORBIDDEN_INSIDE lists which
+                   subfolder may not include which
     shm/'s private layout header (the segment's structs) is included only
     from shm/ itself and from tests (which forge the segment's bytes).
 
@@ -49,6 +52,31 @@ ALLOWED = {
     # switchyard-ctl is a client of the admin API: it shares only the config.
     "ctl": {"common", "ctl"},
 }
+
+# Inside the daemons, one folder per concern (docs/architecture.md). A
+# subfolder never includes the process's own root files (dataplane.h,
+# loop_run.h, controlplane.h, lease_reaper.h): the root assembles the
+# process from the folders. And (subfolder, subfolders it may not include):
+FORBIDDEN_INSIDE = {
+    # The shared vocabulary (request and module types, the loop, guards,
+    # workers, hot restart) sits below the HTTP side and admission.
+    "dataplane/core": {"dataplane/http"},
+    # Observers read requests and legs, never the forwarding machinery.
+    "dataplane/obs": {"dataplane/forward"},
+    # Admission decides on keys, buckets and loads, not on how a request
+    # is parsed into transfers or recorded.
+    "dataplane/admission": {"dataplane/forward", "dataplane/obs"},
+    # The libmicrohttpd side hands requests on; it decides no admission and
+    # picks no worker.
+    "dataplane/http": {"dataplane/admission", "dataplane/policy"},
+    "dataplane/policy": {"dataplane/admission"},
+    # The control plane's workers: sources, KV events and probes are
+    # independent of each other and of the admin API, which drives them.
+    "controlplane/sources": {"controlplane/kv", "controlplane/probes", "controlplane/admin"},
+    "controlplane/kv": {"controlplane/sources", "controlplane/probes", "controlplane/admin"},
+    "controlplane/probes": {"controlplane/sources", "controlplane/kv", "controlplane/admin"},
+}
+DAEMON_ROOTS = ("dataplane", "controlplane")
 
 # Cycles that are part of the design. Each is a set of modules (path
 # without extension); a strongly connected component is allowed when it is
@@ -133,6 +161,23 @@ def strongly_connected(graph):
     return comps
 
 
+def subfolder_of(path):
+    """dataplane/http/listener.c -> dataplane/http; a root file -> None."""
+    parts = path.split("/")
+    return "/".join(parts[:2]) if len(parts) > 2 and parts[0] in DAEMON_ROOTS else None
+
+
+def inside_problems(where, path, inc):
+    mine, theirs = subfolder_of(path), subfolder_of(inc)
+    top = inc.split("/")[0]
+    if mine is not None and theirs is None and top == path.split("/")[0] and inc.count("/") == 1:
+        return [f"{where}: {mine}/ includes {inc}, a file of the process's root, which only "
+                "assembles the folders"]
+    if mine is not None and theirs in FORBIDDEN_INSIDE.get(mine, ()):
+        return [f"{where}: {mine}/ may not include {theirs}/ ({inc})"]
+    return []
+
+
 def check(root):
     problems = []
     graph = {}
@@ -149,6 +194,7 @@ def check(root):
             allowed = ALLOWED.get(folder)
             if allowed is not None and target in ALLOWED and target not in allowed:
                 problems.append(f"{where}: {folder}/ may not include {target}/ ({inc})")
+            problems += inside_problems(where, path, inc)
             if folder in ALLOWED and inc in known and inc.endswith(".h"):
                 mine, theirs = module_of(path), module_of(inc)
                 if mine != theirs:
@@ -178,6 +224,19 @@ def self_test():
         "private layout in a test": ({"tests/unit/test_shm.c":
                                         '#include "shm/layout_private.h"\n',
                                         "shm/layout_private.h": ""}, 0),
+        "obs includes forward": ({"dataplane/obs/a.c": '#include "dataplane/forward/b.h"\n',
+                                  "dataplane/forward/b.h": ""}, 1),
+        "forward includes obs": ({"dataplane/forward/a.c": '#include "dataplane/obs/b.h"\n',
+                                  "dataplane/obs/b.h": ""}, 0),
+        "subfolder includes the root": ({"dataplane/core/a.c":
+                                             '#include "dataplane/dataplane.h"\n',
+                                         "dataplane/dataplane.h": ""}, 1),
+        "root includes a subfolder": ({"dataplane/dataplane.c":
+                                           '#include "dataplane/core/a.h"\n',
+                                       "dataplane/core/a.h": ""}, 0),
+        "probes include admin": ({"controlplane/probes/a.c":
+                                      '#include "controlplane/admin/b.h"\n',
+                                  "controlplane/admin/b.h": ""}, 1),
         "cycle": ({"controlplane/a.c": '#include "controlplane/b.h"\n',
                    "controlplane/a.h": "", "controlplane/b.h": "",
                    "controlplane/b.c": '#include "controlplane/a.h"\n'}, 1),
@@ -185,11 +244,11 @@ def self_test():
                                            "common/c_internal.h": '#include "common/c.h"\n',
                                            "common/c.c": '#include "common/c_internal.h"\n'},
                                           0),
-        "listener-forwarder cycle": ({"dataplane/listener.c":
-                                         '#include "dataplane/forwarder.h"\n',
-                                     "dataplane/listener.h": "", "dataplane/forwarder.h": "",
-                                     "dataplane/forwarder.c":
-                                         '#include "dataplane/listener.h"\n'}, 1),
+        "listener-forwarder cycle": ({"dataplane/http/listener.c":
+                                         '#include "dataplane/forward/forwarder.h"\n',
+                                     "dataplane/http/listener.h": "", "dataplane/forward/forwarder.h": "",
+                                     "dataplane/forward/forwarder.c":
+                                         '#include "dataplane/http/listener.h"\n'}, 1),
     }
     failed = 0
     for name, (tree, want) in cases.items():
@@ -215,7 +274,8 @@ def main():
     if problems:
         print(f"layering: {len(problems)} violation(s)", file=sys.stderr)
         return 1
-    print("layering: ok (folders, private segment layout, module include cycles)")
+    print("layering: ok (folders, subfolders of the daemons, private segment layout, module "
+          "include cycles)")
     return 0
 
 
