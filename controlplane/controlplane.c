@@ -81,6 +81,7 @@ struct cp_daemon {
     const struct cfg *cfg; /* the config in force: borrowed at start, then reloaded */
     struct cfg *reloaded;  /* owned: the last reloaded config (cfg points to it), or NULL */
     struct shm_segment seg;
+    struct cp_registry reg;       /* the registry's writer over seg (registry_sync.h) */
     struct pix_index *prefix;     /* the node's prefix index segment; NULL if none */
     struct kvh_index *kv_holders; /* the node's KV holder index segment; NULL if none */
     /* Applies the workers' KV-cache events to kv_holders (its sink is what
@@ -247,13 +248,14 @@ static int cp_open_segment(struct cp_daemon *d)
     rc = cp_open_kv_holders(d);
     if (rc != 0)
         return rc;
-    rc = cp_source_static_sync(&d->seg, d->cfg, err, sizeof(err));
+    rc = cp_source_static_sync(&d->reg, d->cfg, err, sizeof(err));
     if (rc != 0)
         log_error("%s", err);
     else
         shm_registry_mark_synced(&d->seg);
     /* The config's workers start healthy; whatever comes later obeys health.initial. */
-    cp_registry_set_start_healthy(strcmp(d->cfg->controlplane.health.initial, "healthy") == 0);
+    cp_registry_set_start_healthy(&d->reg,
+                                  strcmp(d->cfg->controlplane.health.initial, "healthy") == 0);
     return rc;
 }
 
@@ -279,7 +281,7 @@ static void cp_restart_discovery(struct cp_daemon *d, const struct cfg *next)
     if (!next->discovery.kubernetes.enabled)
         return;
     char err[512] = "";
-    int rc = cp_kube_create(&d->seg, next, &d->ctx.kube, err, sizeof(err));
+    int rc = cp_kube_create(&d->reg, next, &d->ctx.kube, err, sizeof(err));
     if (rc == 0 && (rc = cp_watch(d, cp_kube_fd(d->ctx.kube))) != 0) {
         snprintf(err, sizeof(err), "watching its descriptor: %s", strerror(-rc));
         cp_kube_destroy(d->ctx.kube);
@@ -295,7 +297,7 @@ static int cp_reload_now(void *arg, char *msg, size_t msg_len)
     struct cp_daemon *d = arg;
     struct cfg *next = NULL;
     bool discovery_changed = false;
-    int rc = cp_reload(d->cfg, &d->seg, d->ctx.hc, &next, &discovery_changed, msg, msg_len);
+    int rc = cp_reload(d->cfg, &d->reg, d->ctx.hc, &next, &discovery_changed, msg, msg_len);
     if (rc != 0) {
         log_warn("%s", msg);
         return rc;
@@ -354,7 +356,7 @@ static int cp_min_timeout(int a, int b)
 static void cp_kv_follow(struct cp_daemon *d)
 {
     uint64_t changes = shm_registry_changes(&d->seg);
-    uint64_t version = cp_registry_kv_version();
+    uint64_t version = cp_registry_kv_version(&d->reg);
     if (d->kvs_told && changes == d->kvs_registry_changes && version == d->kvs_kv_version)
         return;
     if (d->kvs == NULL && version == 0)
@@ -365,7 +367,8 @@ static void cp_kv_follow(struct cp_daemon *d)
         goto out_free;
     size_t n = shm_registry_snapshot(&d->seg, all, d->seg.max_workers), k = 0;
     for (size_t i = 0; i < n; i++) {
-        const struct cfg_kv_events *kv = cp_registry_kv_events(all[i].slot, all[i].generation);
+        const struct cfg_kv_events *kv =
+            cp_registry_kv_events(&d->reg, all[i].slot, all[i].generation);
         if (kv == NULL)
             continue;
         struct kvs_worker_spec *s = &specs[k];
@@ -432,6 +435,7 @@ static int cp_start_parts(struct cp_daemon *d)
 {
     d->ctx.cfg = d->cfg;
     d->ctx.seg = &d->seg;
+    d->ctx.reg = &d->reg;
     d->ctx.started_ms = proc_monotonic_ms();
     d->ctx.reload = cp_reload_now;
     d->ctx.reload_arg = d;
@@ -464,7 +468,7 @@ static int cp_start_parts(struct cp_daemon *d)
         rc = adm_http_create(&d->ctx, &d->ctx.http);
     if (rc == 0 && d->cfg->discovery.kubernetes.enabled) {
         char err[512] = "";
-        rc = cp_kube_create(&d->seg, d->cfg, &d->ctx.kube, err, sizeof(err));
+        rc = cp_kube_create(&d->reg, d->cfg, &d->ctx.kube, err, sizeof(err));
         if (rc != 0)
             log_error("%s: %s", d->cfg->path, err);
         else
@@ -539,6 +543,7 @@ int cp_run(const struct cfg *cfg)
         log_error("signalfd: %s", strerror(-d.sigfd));
         return 1;
     }
+    cp_registry_init(&d.reg, &d.seg);
     if (cp_open_segment(&d) != 0)
         goto out_close_signals;
     cp_lease_reaper_init(&d.reaper, &d.seg);
@@ -569,6 +574,7 @@ out_close_loop:
         free(d.reloaded);
     }
 out_close_signals:
+    cp_registry_fini(&d.reg);
     pix_destroy(d.prefix);
     kva_destroy(d.kv_apply);
     kvh_destroy(d.kv_holders);

@@ -23,6 +23,7 @@ struct cp_decisions;
 struct adm_http;
 struct prom_writer;
 struct cp_kube;
+struct cp_registry;
 struct kv_subscriber;
 
 /* Appends a module's own families to the /metrics page (common/prom.h);
@@ -37,6 +38,7 @@ typedef int (*adm_reload_fn)(void *arg, char *msg, size_t msg_len);
 struct adm_ctx {
     const struct cfg *cfg;
     struct shm_segment *seg;
+    struct cp_registry *reg; /* the registry's writer (sources/registry_sync.h): adds, deletes */
     struct hc_prober *hc;
     struct lr_scraper *lr; /* load-report scraper (load_reports.h) */
     struct adm_channel *chan;

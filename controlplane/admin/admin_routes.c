@@ -275,7 +275,7 @@ static void adm_add_worker(struct adm_ctx *ctx, const char *body, size_t len,
         goto out_decref;
     }
     struct shm_worker_info placed;
-    int rc = cp_source_api_add(ctx->seg, &add, &placed);
+    int rc = cp_source_api_add(ctx->reg, &add, &placed);
     if (rc == -EEXIST) {
         adm_reply_error(reply, 409, "a worker with url '%s' already exists", add.url);
         goto out_decref;
@@ -600,7 +600,7 @@ int adm_route_serve(struct adm_ctx *ctx, const char *method, const char *url, co
                         w.id, w.id);
     } else if (route == ADM_ROUTE_WORKER) {
         json_t *j = adm_worker_json(ctx, &w);
-        cp_source_api_delete(ctx->seg, &w);
+        cp_source_api_delete(ctx->reg, &w);
         log_info("admin API: removed worker %s (%s), slot %u generation %u", w.id, w.url, w.slot,
                  w.generation);
         adm_reply_json(reply, 200, j);

@@ -111,7 +111,7 @@ static void cp_workers_summary(const struct cfg *cur, const struct cfg *next, ch
              removed, changed, same);
 }
 
-int cp_reload(const struct cfg *cur, struct shm_segment *seg, struct hc_prober *hc,
+int cp_reload(const struct cfg *cur, struct cp_registry *reg, struct hc_prober *hc,
               struct cfg **next, bool *discovery_changed, char *msg, size_t msg_len)
 {
     *next = NULL;
@@ -146,10 +146,11 @@ int cp_reload(const struct cfg *cur, struct shm_segment *seg, struct hc_prober *
     cp_keys_of(keys, n_keys, CP_EFFECT_DATAPLANE_RESTART, later, sizeof(later));
 
     /* New configured workers start as the new health.initial says. */
-    cp_registry_set_start_healthy(strcmp(n->controlplane.health.initial, "healthy") == 0);
-    rc = cp_source_static_sync(seg, n, err, sizeof(err));
+    cp_registry_set_start_healthy(reg, strcmp(n->controlplane.health.initial, "healthy") == 0);
+    rc = cp_source_static_sync(reg, n, err, sizeof(err));
     if (rc != 0 && rc != -ENOSPC) {
-        cp_registry_set_start_healthy(strcmp(cur->controlplane.health.initial, "healthy") == 0);
+        cp_registry_set_start_healthy(reg,
+                                      strcmp(cur->controlplane.health.initial, "healthy") == 0);
         snprintf(msg, msg_len, "reload refused, the running config stays: %s", err);
         goto out_fini;
     }

@@ -23,7 +23,7 @@
 
 #include "common/config.h"
 #include "controlplane/probes/health_prober.h"
-#include "shm/segment.h"
+#include "controlplane/sources/registry_sync.h"
 
 enum cp_effect {
     CP_EFFECT_UNSET = 0,
@@ -37,7 +37,7 @@ enum cp_effect {
 enum cp_effect cp_reload_effect_of(const char *key);
 
 /*
- * Loads cur->path again and applies it to seg and hc. Returns 0 with *next
+ * Loads cur->path again and applies it to reg (the registry's writer) and hc. Returns 0 with *next
  * the new config (heap; the caller makes it current, keeps it alive as long
  * as hc runs, and frees it with cfg_fini + free once replaced) and a
  * one-line summary in msg. Otherwise *next is NULL, nothing changed, and msg
@@ -48,7 +48,7 @@ enum cp_effect cp_reload_effect_of(const char *key);
  * *discovery_changed says whether a discovery.* key changed: the caller
  * then makes its discovery source anew from *next.
  */
-int cp_reload(const struct cfg *cur, struct shm_segment *seg, struct hc_prober *hc,
+int cp_reload(const struct cfg *cur, struct cp_registry *reg, struct hc_prober *hc,
               struct cfg **next, bool *discovery_changed, char *msg, size_t msg_len);
 
 #endif

@@ -4,7 +4,9 @@
  * go through the proposal sorted by id and by url, so a sync costs one
  * registry snapshot plus O(n log n), whatever the number of workers. Then
  * removals run before additions, so that a worker renamed by its source
- * (same url, new id) does not collide with its own old entry.
+ * (same url, new id) does not collide with its own old entry. What it
+ * keeps beside the segment is the caller's struct cp_registry: nothing
+ * here lives at file scope (the sorts take their set through qsort_r).
  */
 #include "controlplane/sources/registry_sync.h"
 
@@ -18,37 +20,43 @@
 
 _Static_assert(CP_SOURCE_COUNT <= 32, "a source kind is a 5-bit tag in the slot");
 
-/* See cp_registry_set_start_healthy: the control plane's thread only. */
-static bool cp_start_healthy = true;
-
-/* The KV-event endpoints per slot (cp_registry_kv_events): the control
- * plane's thread only; grown to the highest slot used. */
+/* The KV-event endpoints of one slot (cp_registry_kv_events). */
 struct cp_kv_slot {
     bool set;
     uint32_t generation;
     struct cfg_kv_events kv;
 };
-static struct cp_kv_slot *cp_kv_slots;
-static size_t cp_kv_cap;
-static uint64_t cp_kv_version;
 
-static void cp_kv_put(uint32_t slot, uint32_t generation, const struct cfg_kv_events *kv)
+void cp_registry_init(struct cp_registry *reg, struct shm_segment *seg)
+{
+    *reg = (struct cp_registry){.seg = seg, .start_healthy = true};
+}
+
+void cp_registry_fini(struct cp_registry *reg)
+{
+    free(reg->kv_slots);
+    reg->kv_slots = NULL;
+    reg->kv_cap = 0;
+}
+
+static void cp_kv_put(struct cp_registry *reg, uint32_t slot, uint32_t generation,
+                      const struct cfg_kv_events *kv)
 {
     bool none = kv == NULL || kv->endpoint[0] == '\0';
-    if (slot >= cp_kv_cap) {
+    if (slot >= reg->kv_cap) {
         if (none)
             return;
         size_t cap = slot + 64;
-        struct cp_kv_slot *grown = realloc(cp_kv_slots, cap * sizeof(*grown));
+        struct cp_kv_slot *grown = realloc(reg->kv_slots, cap * sizeof(*grown));
         if (grown == NULL) {
             log_error("registry: out of memory recording the kv_events of slot %u", slot);
             return;
         }
-        memset(grown + cp_kv_cap, 0, (cap - cp_kv_cap) * sizeof(*grown));
-        cp_kv_slots = grown;
-        cp_kv_cap = cap;
+        memset(grown + reg->kv_cap, 0, (cap - reg->kv_cap) * sizeof(*grown));
+        reg->kv_slots = grown;
+        reg->kv_cap = cap;
     }
-    struct cp_kv_slot *s = &cp_kv_slots[slot];
+    struct cp_kv_slot *s = &reg->kv_slots[slot];
     bool same = none ? !s->set
                      : s->set && s->generation == generation &&
                            strcmp(s->kv.endpoint, kv->endpoint) == 0 &&
@@ -60,24 +68,26 @@ static void cp_kv_put(uint32_t slot, uint32_t generation, const struct cfg_kv_ev
     s->generation = generation;
     if (!none)
         s->kv = *kv;
-    cp_kv_version++;
+    reg->kv_version++;
 }
 
-const struct cfg_kv_events *cp_registry_kv_events(uint32_t slot, uint32_t generation)
+const struct cfg_kv_events *cp_registry_kv_events(const struct cp_registry *reg, uint32_t slot,
+                                                  uint32_t generation)
 {
-    if (slot >= cp_kv_cap || !cp_kv_slots[slot].set || cp_kv_slots[slot].generation != generation)
+    if (slot >= reg->kv_cap || !reg->kv_slots[slot].set ||
+        reg->kv_slots[slot].generation != generation)
         return NULL;
-    return &cp_kv_slots[slot].kv;
+    return &reg->kv_slots[slot].kv;
 }
 
-uint64_t cp_registry_kv_version(void)
+uint64_t cp_registry_kv_version(const struct cp_registry *reg)
 {
-    return cp_kv_version;
+    return reg->kv_version;
 }
 
-void cp_registry_set_start_healthy(bool healthy)
+void cp_registry_set_start_healthy(struct cp_registry *reg, bool healthy)
 {
-    cp_start_healthy = healthy;
+    reg->start_healthy = healthy;
 }
 
 /*
@@ -92,25 +102,26 @@ struct cp_index {
     size_t *by_url;
 };
 
-static const struct cp_source_set *cp_sort_set; /* qsort has no argument; one thread */
-
 /* Equal keys stay in the set's order, so a duplicate is found as the later one. */
 static int cp_cmp_index(size_t x, size_t y)
 {
     return x < y ? -1 : x > y;
 }
 
-static int cp_cmp_id(const void *a, const void *b)
+/* qsort_r comparators: arg is the set the indices point into. */
+static int cp_cmp_id(const void *a, const void *b, void *arg)
 {
+    const struct cp_source_set *set = arg;
     size_t x = *(const size_t *)a, y = *(const size_t *)b;
-    int c = strcmp(cp_sort_set->workers[x].id, cp_sort_set->workers[y].id);
+    int c = strcmp(set->workers[x].id, set->workers[y].id);
     return c != 0 ? c : cp_cmp_index(x, y);
 }
 
-static int cp_cmp_url(const void *a, const void *b)
+static int cp_cmp_url(const void *a, const void *b, void *arg)
 {
+    const struct cp_source_set *set = arg;
     size_t x = *(const size_t *)a, y = *(const size_t *)b;
-    int c = strcmp(cp_sort_set->workers[x].url, cp_sort_set->workers[y].url);
+    int c = strcmp(set->workers[x].url, set->workers[y].url);
     return c != 0 ? c : cp_cmp_index(x, y);
 }
 
@@ -123,10 +134,8 @@ static int cp_index_init(struct cp_index *x, const struct cp_source_set *set)
         return -ENOMEM;
     for (size_t i = 0; i < set->n; i++)
         x->by_id[i] = x->by_url[i] = i;
-    cp_sort_set = set;
-    qsort(x->by_id, set->n, sizeof(size_t), cp_cmp_id);
-    qsort(x->by_url, set->n, sizeof(size_t), cp_cmp_url);
-    cp_sort_set = NULL;
+    qsort_r(x->by_id, set->n, sizeof(size_t), cp_cmp_id, (void *)set);
+    qsort_r(x->by_url, set->n, sizeof(size_t), cp_cmp_url, (void *)set);
     return 0;
 }
 
@@ -226,42 +235,41 @@ static int cp_check_set(const struct cp_source_set *set, const struct cp_index *
     return -EEXIST;
 }
 
-int cp_registry_add(struct shm_segment *seg, enum cp_source_kind kind,
+int cp_registry_add(struct cp_registry *reg, enum cp_source_kind kind,
                     const struct cp_source_worker *w, struct shm_worker_info *out)
 {
     struct shm_worker_info add = {
         .role = w->role,
-        .healthy = cp_start_healthy, /* until probes say otherwise */
+        .healthy = reg->start_healthy, /* until probes say otherwise */
         .source = (uint8_t)kind,
     };
     snprintf(add.id, sizeof(add.id), "%s", w->id);
     snprintf(add.url, sizeof(add.url), "%s", w->url);
     snprintf(add.model, sizeof(add.model), "%s", w->model);
     struct shm_worker_info placed;
-    int rc = shm_registry_add(seg, &add, &placed);
+    int rc = shm_registry_add(reg->seg, &add, &placed);
     if (rc == 0)
-        cp_kv_put(placed.slot, placed.generation, &w->kv_events);
+        cp_kv_put(reg, placed.slot, placed.generation, &w->kv_events);
     if (rc == 0 && out != NULL)
         *out = placed;
     return rc;
 }
 
-int cp_registry_retire(struct shm_segment *seg, enum cp_source_kind kind, const char *id)
+int cp_registry_retire(struct cp_registry *reg, enum cp_source_kind kind, const char *id)
 {
     struct shm_worker_info w;
-    if (shm_registry_find(seg, id, &w) != 0)
+    if (shm_registry_find(reg->seg, id, &w) != 0)
         return -ENOENT;
     if (w.source != kind)
         return -EPERM;
-    cp_kv_put(w.slot, w.generation, NULL);
-    return shm_registry_remove(seg, w.slot);
+    cp_kv_put(reg, w.slot, w.generation, NULL);
+    return shm_registry_remove(reg->seg, w.slot);
 }
 
-int cp_registry_sync(struct shm_segment *seg, const struct cp_source_set *set, char *err,
+int cp_registry_sync(struct cp_registry *reg, const struct cp_source_set *set, char *err,
                      size_t err_len)
 {
-    if (set->stale)
-        return 0; /* it cannot see its truth: what it had stays */
+    struct shm_segment *seg = reg->seg;
     struct shm_worker_info *cur = calloc(seg->max_workers, sizeof(*cur));
     if (cur == NULL) {
         snprintf(err, err_len, "out of memory reading the registry");
@@ -289,10 +297,10 @@ int cp_registry_sync(struct shm_segment *seg, const struct cp_source_set *set, c
         if (w != NULL && cp_same_worker(&cur[i], w)) {
             kept[p] = true;
             /* Its endpoints may have changed (a reload): the slot stays. */
-            cp_kv_put(cur[i].slot, cur[i].generation, &w->kv_events);
+            cp_kv_put(reg, cur[i].slot, cur[i].generation, &w->kv_events);
             continue;
         }
-        cp_kv_put(cur[i].slot, cur[i].generation, NULL);
+        cp_kv_put(reg, cur[i].slot, cur[i].generation, NULL);
         shm_registry_remove(seg, cur[i].slot);
         log_info("registry: removed worker %s (%s), slot %u generation %u: %s %s", cur[i].id,
                  cur[i].url, cur[i].slot, cur[i].generation,
@@ -304,7 +312,7 @@ int cp_registry_sync(struct shm_segment *seg, const struct cp_source_set *set, c
         struct shm_worker_info placed;
         if (kept[i])
             continue; /* unchanged: checked above that it is ours */
-        rc = cp_registry_add(seg, set->kind, w, &placed);
+        rc = cp_registry_add(reg, set->kind, w, &placed);
         if (rc == -ENOSPC) {
             snprintf(err, err_len, "worker %s: the registry is full (shm.max_workers = %u)", w->id,
                      seg->max_workers);

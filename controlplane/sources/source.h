@@ -4,7 +4,10 @@
  * workers it added (invariant 12): it proposes its desired set and the
  * registry sync (controlplane/sources/registry_sync.h) applies that set to its own
  * workers only, never to another source's. A source that cannot see its
- * truth (an API server down) says so with `stale` and keeps what it had.
+ * truth (an API server down) keeps what it had by not syncing until it
+ * sees it again: the guard is the source's own (the Kubernetes source's
+ * cp_kube_run), because what it does around the sync (retiring re-created
+ * pods' workers, setting drains) must wait as well.
  *
  * Which source added a worker is stored in its slot as a small tag
  * (shm_worker_info.source), so ownership survives control-plane restarts.
@@ -15,7 +18,6 @@
 #ifndef SY_CONTROLPLANE_SOURCE_H
 #define SY_CONTROLPLANE_SOURCE_H
 
-#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/config.h"
@@ -50,15 +52,14 @@ struct cp_source_worker {
 };
 
 /*
- * What one source proposes: all of its workers. Caller storage; workers is
- * borrowed for the call. stale: the source cannot see its truth right now,
- * so the sync keeps its workers exactly as they are.
+ * What one source proposes: all of its workers (a source that cannot see
+ * its truth makes no proposal, see above). Caller storage; workers is
+ * borrowed for the call.
  */
 struct cp_source_set {
     enum cp_source_kind kind;
     const struct cp_source_worker *workers;
     size_t n;
-    bool stale;
 };
 
 #endif

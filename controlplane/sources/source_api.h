@@ -9,15 +9,16 @@
 #ifndef SY_CONTROLPLANE_SOURCE_API_H
 #define SY_CONTROLPLANE_SOURCE_API_H
 
+#include "controlplane/sources/registry_sync.h"
 #include "shm/registry.h"
-#include "shm/segment.h"
 
 /*
  * Adds in (its id, url, model and role; the rest is ignored) as a worker
- * of this source. The placed copy goes to placed (may be NULL). Returns 0,
- * -EEXIST (id or url already registered), -ENOSPC (registry full).
+ * of this source, through reg (the control plane's registry writer). The
+ * placed copy goes to placed (may be NULL). Returns 0, -EEXIST (id or url
+ * already registered), -ENOSPC (registry full).
  */
-int cp_source_api_add(struct shm_segment *seg, const struct shm_worker_info *in,
+int cp_source_api_add(struct cp_registry *reg, const struct shm_worker_info *in,
                       struct shm_worker_info *placed);
 
 /*
@@ -27,6 +28,6 @@ int cp_source_api_add(struct shm_segment *seg, const struct shm_worker_info *in,
  * back at its next sync (the config: at the next control-plane start).
  * Returns 0 or -ENOENT.
  */
-int cp_source_api_delete(struct shm_segment *seg, const struct shm_worker_info *w);
+int cp_source_api_delete(struct cp_registry *reg, const struct shm_worker_info *w);
 
 #endif

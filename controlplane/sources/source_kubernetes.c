@@ -1,11 +1,14 @@
 /*
- * The Kubernetes worker source's state machine and registry glue (see
+ * The Kubernetes worker source's watch state machine (see
  * source_kubernetes.h). One table of what the source knows, one entry per
  * pod name (plus, after a restart, one per worker of ours the API server
- * has not listed yet). Events and list pages only update the table and set
- * `dirty`; a sync then turns the table into one proposal for the per-source
- * registry sync, and sets or clears draining on the slots. Batching the
- * sync per loop pass keeps a burst of events to one registry pass.
+ * has not listed yet; source_kubernetes_internal.h). Events and list pages
+ * only update the table and set `dirty`; once per loop pass, on a view it
+ * trusts (listed, not stale), the source then syncs
+ * (source_kubernetes_sync.c: the table becomes one proposal for the
+ * per-source registry sync, and draining follows it on the slots).
+ * Batching the sync per loop pass keeps a burst of events to one registry
+ * pass.
  *
  * States: idle (waiting for the next attempt, with backoff after a
  * failure), listing (pages of limit 500 until no continue token), watching.
@@ -14,6 +17,7 @@
  * resourceVersion.
  */
 #include "controlplane/sources/source_kubernetes.h"
+#include "controlplane/sources/source_kubernetes_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -30,98 +34,19 @@
 #include "controlplane/sources/source.h"
 #include "controlplane/sources/source_kubernetes_http.h"
 #include "controlplane/sources/source_kubernetes_pod.h"
-#include "shm/load.h"
 #include "shm/registry.h"
 
 #define KUBE_SA_NAMESPACE   "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 #define KUBE_TOKEN_REREAD   60000u
 #define KUBE_BACKOFF_MIN_MS 250u
 #define KUBE_BACKOFF_MAX_MS 5000u
-#define KUBE_SWEEP_MS       500u /* how often gone workers are checked for idleness */
 #define KUBE_PAGE_LIMIT     500
-#define KUBE_TOKEN_MAX      8192
 #define KUBE_URL_MAX        2048
-
-enum kube_state {
-    KUBE_IDLE = 1,
-    KUBE_LISTING,
-    KUBE_WATCHING,
-};
-
-enum kube_ev_type {
-    KUBE_EV_ADDED,
-    KUBE_EV_MODIFIED,
-    KUBE_EV_DELETED,
-    KUBE_EV_BOOKMARK,
-    KUBE_EV_ERROR,
-    KUBE_EV_COUNT,
-};
 
 static const char *const kube_ev_names[KUBE_EV_COUNT] = {"ADDED", "MODIFIED", "DELETED", "BOOKMARK",
                                                          "ERROR"};
 
-/* One pod (or one adopted worker). Owned by the table. */
-struct kube_entry {
-    struct kube_pod pod; /* last known state; pod.uid "" for an adopted worker not listed yet */
-    bool exists;         /* the API server has the pod */
-    bool registered;     /* its worker is in the registry (as of the last sync) */
-    bool drained_by_us;
-    bool seen;     /* listed in the current list */
-    bool replaced; /* re-created under a new uid: retire the old worker first */
-    bool warned;   /* a conflict or bad label was logged */
-    uint64_t gone_ms;
-    long prop; /* its index in the last proposal, -1 when not proposed */
-};
-
-/* Owned by the control plane (cp_kube_create/destroy); loop thread only. */
-struct cp_kube {
-    struct shm_segment *seg;         /* borrowed */
-    const struct cfg *cfg;           /* borrowed */
-    const struct cfg_kubernetes *kc; /* &cfg->discovery.kubernetes */
-    struct kube_api *api;
-    char base[CFG_URL_MAX]; /* api server, no trailing '/' */
-    char ns[CFG_ID_MAX];
-    char *selector_q; /* url-escaped label selector */
-    char token[KUBE_TOKEN_MAX];
-    uint64_t token_read_ms;
-    bool token_retried; /* a 401 already re-read the token for this attempt */
-    struct rng rng;
-
-    enum kube_state state;
-    uint64_t next_attempt_ms;
-    bool next_is_watch;
-    uint32_t failures; /* consecutive */
-    bool stale;
-    bool listed_once;
-    uint64_t stale_since_ms;
-    uint64_t last_list_ms;
-    uint64_t watch_started_ms;
-    char rv[KUBE_RV_MAX];
-    char cont[1024]; /* continue token of the list in progress */
-    char list_rv[KUBE_RV_MAX];
-    bool want_relist; /* a 410 ERROR event */
-    bool watch_error; /* another ERROR event */
-
-    struct kube_entry *entries;
-    size_t n, cap;
-    bool dirty;
-    uint64_t next_sweep_ms;
-    struct shm_worker_info *snap; /* max_workers scratch */
-    size_t *snap_ix;              /* snap's indices sorted by id */
-    size_t n_snap;
-    struct cp_source_worker *proposal;
-    size_t proposal_cap;
-    bool *drain;
-
-    uint64_t events[KUBE_EV_COUNT];
-    uint64_t relists, errors, watches;
-
-    void (*tap)(void *user, const json_t *event); /* cp_kube_set_event_tap */
-    void *tap_user;
-};
-
 static void kube_on_event(void *user, const json_t *ev);
-static void kube_snapshot(struct cp_kube *k);
 static void kube_on_done(void *user, const struct kube_result *r);
 
 /* ---- setup ------------------------------------------------------------------ */
@@ -210,12 +135,14 @@ void cp_kube_set_cfg(struct cp_kube *k, const struct cfg *cfg)
     k->kc = &cfg->discovery.kubernetes;
 }
 
-int cp_kube_create(struct shm_segment *seg, const struct cfg *cfg, struct cp_kube **out, char *err,
+int cp_kube_create(struct cp_registry *reg, const struct cfg *cfg, struct cp_kube **out, char *err,
                    size_t err_len)
 {
+    struct shm_segment *seg = reg->seg;
     struct cp_kube *k = calloc(1, sizeof(*k));
     if (k == NULL)
         return -ENOMEM;
+    k->reg = reg;
     k->seg = seg;
     k->cfg = cfg;
     k->kc = &cfg->discovery.kubernetes;
@@ -562,7 +489,7 @@ static void kube_list_complete(struct cp_kube *k, uint64_t now_ms)
 /* An adopted worker: ours in the registry, not yet listed (after a restart). */
 static void kube_adopt(struct cp_kube *k, uint64_t now_ms)
 {
-    kube_snapshot(k);
+    kube_sync_snapshot(k);
     for (size_t i = 0; i < k->n_snap; i++) {
         const struct shm_worker_info *w = &k->snap[i];
         if (w->source != CP_SOURCE_KUBERNETES || kube_find_id(k, w->id) != NULL)
@@ -678,237 +605,6 @@ static void kube_on_done(void *user, const struct kube_result *r)
         kube_watch_done(k, r);
 }
 
-/* ---- registry sync ---------------------------------------------------------- */
-
-static const struct shm_worker_info *kube_sort_snap; /* qsort has no argument; one thread */
-
-static int kube_cmp_snap(const void *a, const void *b)
-{
-    return strcmp(kube_sort_snap[*(const size_t *)a].id, kube_sort_snap[*(const size_t *)b].id);
-}
-
-/* Takes a registry snapshot and sorts it by id, for kube_snap_find. */
-static void kube_snapshot(struct cp_kube *k)
-{
-    k->n_snap = shm_registry_snapshot(k->seg, k->snap, k->seg->max_workers);
-    for (size_t i = 0; i < k->n_snap; i++)
-        k->snap_ix[i] = i;
-    kube_sort_snap = k->snap;
-    qsort(k->snap_ix, k->n_snap, sizeof(*k->snap_ix), kube_cmp_snap);
-    kube_sort_snap = NULL;
-}
-
-static const struct shm_worker_info *kube_snap_find(const struct cp_kube *k, const char *id)
-{
-    size_t lo = 0, hi = k->n_snap;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const struct shm_worker_info *w = &k->snap[k->snap_ix[mid]];
-        int c = strcmp(w->id, id);
-        if (c == 0)
-            return w;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
-}
-
-/* Another source's worker already holds this id or url (those are few:
- * the id through the index, the url by a scan of the others only). */
-static const struct shm_worker_info *kube_conflict(const struct cp_kube *k, const char *id,
-                                                   const char *url, bool any_other)
-{
-    const struct shm_worker_info *w = kube_snap_find(k, id);
-    if (w != NULL && w->source != CP_SOURCE_KUBERNETES)
-        return w;
-    for (size_t i = 0; any_other && i < k->n_snap; i++) {
-        w = &k->snap[i];
-        if (w->source != CP_SOURCE_KUBERNETES && strcmp(w->url, url) == 0)
-            return w;
-    }
-    return NULL;
-}
-
-static int kube_reserve_proposal(struct cp_kube *k)
-{
-    if (k->proposal_cap >= k->n + 1)
-        return 0;
-    size_t cap = k->n + 64;
-    struct cp_source_worker *p = realloc(k->proposal, cap * sizeof(*p));
-    if (p == NULL)
-        return -ENOMEM;
-    k->proposal = p;
-    bool *d = realloc(k->drain, cap * sizeof(*d));
-    if (d == NULL)
-        return -ENOMEM;
-    k->drain = d;
-    k->proposal_cap = cap;
-    return 0;
-}
-
-/*
- * Which entries are proposed, and drained: a worker pod is proposed as it
- * is; a registered one that is no longer a worker stays (draining) while
- * its pod exists, and after it went while load remains, up to
- * dataplane.drain_timeout.
- */
-/* Whether the first n proposed workers already use id or url. */
-static bool kube_proposed(const struct cp_kube *k, size_t n, const char *id, const char *url)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(k->proposal[i].id, id) == 0 || strcmp(k->proposal[i].url, url) == 0)
-            return true;
-    return false;
-}
-
-static size_t kube_build_proposal(struct cp_kube *k, uint64_t now_ms)
-{
-    bool any_other = false;
-    for (size_t i = 0; i < k->n_snap && !any_other; i++)
-        any_other = k->snap[i].source != CP_SOURCE_KUBERNETES;
-    size_t np = 0;
-    for (size_t i = 0; i < k->n; i++)
-        k->entries[i].prop = -1;
-    /* Registered workers first: when two pods claim one url (an IP reused
-     * while the old pod still drains), the worker already in its slot keeps
-     * it and the newcomer waits. A set naming a url twice is refused whole
-     * by the registry sync, which would freeze every other change too, and
-     * leave workers of pods already forgotten in the registry. */
-    for (int pass = 0; pass < 2; pass++) {
-        for (size_t i = 0; i < k->n; i++) {
-            struct kube_entry *e = &k->entries[i];
-            bool worker = e->exists && kube_pod_is_worker(&e->pod);
-            const struct shm_worker_info *have =
-                e->registered ? kube_snap_find(k, e->pod.id) : NULL;
-            if (have != NULL && have->source != CP_SOURCE_KUBERNETES)
-                have = NULL;
-            if ((have != NULL) != (pass == 0))
-                continue;
-            bool keep = false;
-            if (!worker && have != NULL) {
-                if (e->exists)
-                    keep = true;
-                else
-                    keep = shm_load_of(k->seg, have->slot, have->generation) > 0 &&
-                           now_ms < e->gone_ms + k->cfg->dataplane.drain_timeout_ms;
-            }
-            if (!worker && !keep)
-                continue;
-            struct cp_source_worker *w = &k->proposal[np];
-            memset(w, 0, sizeof(*w));
-            snprintf(w->id, sizeof(w->id), "%s", e->pod.id);
-            if (worker) {
-                snprintf(w->url, sizeof(w->url), "%s", e->pod.url);
-                snprintf(w->model, sizeof(w->model), "%s", e->pod.model);
-                w->role = e->pod.role;
-                w->kv_events = e->pod.kv_events;
-            } else {
-                /* Draining: as it is in its slot, so nothing replaces it. */
-                snprintf(w->url, sizeof(w->url), "%s", have->url);
-                w->role = have->role;
-            }
-            const struct shm_worker_info *c = kube_conflict(k, w->id, w->url, any_other);
-            if (c != NULL) {
-                if (!e->warned)
-                    log_warn("discovery: pod %s is not added: worker %s (%s) of the %s already "
-                             "uses its id or url",
-                             e->pod.name, c->id, c->url, cp_source_name(c->source));
-                e->warned = true;
-                continue;
-            }
-            if (kube_proposed(k, np, w->id, w->url)) {
-                if (!e->warned)
-                    log_warn("discovery: pod %s is not added yet: another pod's worker uses its "
-                             "id or url (%s)",
-                             e->pod.name, w->url);
-                e->warned = true;
-                continue;
-            }
-            k->drain[np] = !worker;
-            e->prop = (long)np;
-            np++;
-        }
-    }
-    return np;
-}
-
-static void kube_apply_drains(struct cp_kube *k)
-{
-    kube_snapshot(k);
-    for (size_t i = 0; i < k->n; i++) {
-        struct kube_entry *e = &k->entries[i];
-        /* Registered is what the registry holds, proposed or not: a worker
-         * the sync could not remove (a full registry stops it half-way)
-         * keeps its entry, so a later sync removes it; forgotten, nothing
-         * would. */
-        const struct shm_worker_info *w = kube_snap_find(k, e->pod.id);
-        e->registered = w != NULL && w->source == CP_SOURCE_KUBERNETES;
-        if (!e->registered || e->prop < 0)
-            continue;
-        bool drain = k->drain[e->prop];
-        if (drain && (!w->draining || w->resetting)) { /* a reset's drain ends with it */
-            if (shm_registry_set_draining(k->seg, w->slot, true) == 0)
-                e->drained_by_us = true;
-        } else if (!drain && w->draining && e->drained_by_us) {
-            if (shm_registry_set_draining(k->seg, w->slot, false) == 0)
-                e->drained_by_us = false;
-        } else if (drain && w->draining && !e->exists) {
-            e->drained_by_us = true;
-        }
-    }
-}
-
-static void kube_sync(struct cp_kube *k, uint64_t now_ms)
-{
-    k->dirty = false;
-    k->next_sweep_ms = now_ms + KUBE_SWEEP_MS;
-    /* Re-created pods: the old worker goes first, so the new one gets a new generation. */
-    for (size_t i = 0; i < k->n; i++) {
-        struct kube_entry *e = &k->entries[i];
-        if (!e->replaced)
-            continue;
-        e->replaced = false;
-        if (cp_registry_retire(k->seg, CP_SOURCE_KUBERNETES, e->pod.id) == 0)
-            log_info("discovery: pod %s was re-created (uid %s): its old worker is retired",
-                     e->pod.name, e->pod.uid);
-        e->registered = false;
-    }
-    if (kube_reserve_proposal(k) != 0) {
-        log_error("discovery: out of memory building the Kubernetes proposal");
-        k->dirty = true;
-        return;
-    }
-    kube_snapshot(k);
-    size_t np = kube_build_proposal(k, now_ms);
-    struct cp_source_set set = {.kind = CP_SOURCE_KUBERNETES, .workers = k->proposal, .n = np};
-    char err[512] = "";
-    int rc = cp_registry_sync(k->seg, &set, err, sizeof(err));
-    if (rc != 0)
-        log_error("discovery: syncing the registry with Kubernetes: %s", err);
-    kube_apply_drains(k);
-    /* Forget pods that are gone and whose worker is gone too. */
-    size_t j = 0;
-    for (size_t i = 0; i < k->n; i++) {
-        if (!k->entries[i].exists && !k->entries[i].registered)
-            continue;
-        if (j != i)
-            k->entries[j] = k->entries[i];
-        j++;
-    }
-    k->n = j;
-}
-
-/* A worker whose pod went: removed by a later sync once idle. */
-static bool kube_has_leaving(const struct cp_kube *k)
-{
-    for (size_t i = 0; i < k->n; i++)
-        if (k->entries[i].registered && !k->entries[i].exists)
-            return true;
-    return false;
-}
-
 /* ---- the loop --------------------------------------------------------------- */
 
 void cp_kube_run(struct cp_kube *k, uint64_t now_ms)
@@ -932,7 +628,7 @@ void cp_kube_run(struct cp_kube *k, uint64_t now_ms)
     /* Nothing is decided on a stale view, and nothing before the first list. */
     if (!k->listed_once || k->stale)
         return;
-    if (k->dirty || (now_ms >= k->next_sweep_ms && kube_has_leaving(k)))
+    if (k->dirty || (now_ms >= k->next_sweep_ms && kube_sync_has_leaving(k)))
         kube_sync(k, now_ms);
 }
 
@@ -946,7 +642,8 @@ int cp_kube_timeout_ms(const struct cp_kube *k, uint64_t now_ms)
         next = k->last_list_ms + k->kc->resync_ms;
     if (k->token_read_ms + KUBE_TOKEN_REREAD < next)
         next = k->token_read_ms + KUBE_TOKEN_REREAD;
-    if (k->listed_once && !k->stale && (k->dirty || kube_has_leaving(k)) && k->next_sweep_ms < next)
+    if (k->listed_once && !k->stale && (k->dirty || kube_sync_has_leaving(k)) &&
+        k->next_sweep_ms < next)
         next = k->dirty ? now_ms : k->next_sweep_ms;
     if (k->want_relist)
         next = now_ms;
@@ -1013,6 +710,7 @@ void cp_kube_reset(struct cp_kube *k)
     const struct cp_kube was = *k;
     const struct cp_kube *keep = &was;
     memset(k, 0, sizeof(*k));
+    k->reg = keep->reg;
     k->seg = keep->seg;
     k->cfg = keep->cfg;
     k->kc = keep->kc;

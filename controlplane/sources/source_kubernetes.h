@@ -3,7 +3,10 @@
  * pods of one namespace that match a label selector, and keeps its workers
  * in the registry equal to the pods that are workers
  * (source_kubernetes_pod.h), through the per-source registry sync. The
- * transport is source_kubernetes_http.h, on the control plane's loop.
+ * transport is source_kubernetes_http.h, on the control plane's loop; the
+ * watch state machine is source_kubernetes.c, its registry side (proposal,
+ * drains, the sweep of leaving workers) source_kubernetes_sync.c, sharing
+ * source_kubernetes_internal.h.
  *
  * What a pod's life does to its worker:
  *  - Ready, Running, with an IP, not terminating: a worker (added with a new
@@ -50,18 +53,19 @@
 #include <jansson.h>
 
 #include "common/config.h"
-#include "shm/segment.h"
 
 struct cp_kube;
+struct cp_registry;
 struct prom_writer;
 
 /*
  * Creates the source from cfg->discovery.kubernetes, resolving the
  * in-cluster defaults (api_server from KUBERNETES_SERVICE_HOST/_PORT, the
- * namespace from the service account's file). seg and cfg are borrowed.
+ * namespace from the service account's file). reg (the registry's writer,
+ * registry_sync.h, over an open segment) and cfg are borrowed.
  * 0, or -EINVAL with a message in err (nothing to talk to), -ENOMEM.
  */
-int cp_kube_create(struct shm_segment *seg, const struct cfg *cfg, struct cp_kube **out, char *err,
+int cp_kube_create(struct cp_registry *reg, const struct cfg *cfg, struct cp_kube **out, char *err,
                    size_t err_len);
 void cp_kube_destroy(struct cp_kube *k);
 
@@ -95,10 +99,12 @@ void cp_kube_metrics(const struct cp_kube *k, struct prom_writer *w);
 
 /*
  * Feeds bytes of a watch stream as if they arrived on a running watch
- * (events, bookmarks, errors), then syncs the registry as cp_kube_run does
- * once the source has listed and is not stale. For the fuzz target, which
- * has no API server: nothing is started. false when the stream was
- * refused (a real watch would be dropped and re-established).
+ * (events, bookmarks, errors), then syncs the registry as cp_kube_run
+ * does, whenever the events changed the table: unlike cp_kube_run, also
+ * before a first list and while stale, which is how the source stays after
+ * cp_kube_reset. For the fuzz target, which has no API server: nothing is
+ * started. false when the stream was refused (a real watch would be
+ * dropped and re-established).
  */
 bool cp_kube_feed_watch(struct cp_kube *k, const char *bytes, size_t len, uint64_t now_ms);
 

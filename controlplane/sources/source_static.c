@@ -11,7 +11,7 @@
 #include "controlplane/sources/registry_sync.h"
 #include "controlplane/sources/source.h"
 
-int cp_source_static_sync(struct shm_segment *seg, const struct cfg *cfg, char *err, size_t err_len)
+int cp_source_static_sync(struct cp_registry *reg, const struct cfg *cfg, char *err, size_t err_len)
 {
     /* calloc(0) may return NULL: always ask for at least one entry. */
     struct cp_source_worker *ws = calloc(cfg->n_workers + 1, sizeof(*ws));
@@ -29,7 +29,7 @@ int cp_source_static_sync(struct shm_segment *seg, const struct cfg *cfg, char *
     }
     struct cp_source_set set = {.kind = CP_SOURCE_STATIC, .workers = ws, .n = cfg->n_workers};
     char why[512] = "";
-    int rc = cp_registry_sync(seg, &set, why, sizeof(why));
+    int rc = cp_registry_sync(reg, &set, why, sizeof(why));
     if (rc != 0)
         snprintf(err, err_len, "%s: %s", cfg->path, why);
     free(ws);

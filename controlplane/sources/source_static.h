@@ -12,11 +12,12 @@
 #include <stddef.h>
 
 #include "common/config.h"
-#include "shm/segment.h"
+#include "controlplane/sources/registry_sync.h"
 
-/* Syncs cfg's workers into the registry (see registry_sync.h). Returns 0 or
- * a negative errno with a message in err that starts with the config's path. */
-int cp_source_static_sync(struct shm_segment *seg, const struct cfg *cfg, char *err,
+/* Syncs cfg's workers into reg's registry (see registry_sync.h). Returns 0
+ * or a negative errno with a message in err that starts with the config's
+ * path. */
+int cp_source_static_sync(struct cp_registry *reg, const struct cfg *cfg, char *err,
                           size_t err_len);
 
 #endif

@@ -26,6 +26,7 @@
 #include "controlplane/admin/admin_reply.h"
 #include "controlplane/admin/admin_routes.h"
 #include "controlplane/admin/reset_load.h"
+#include "controlplane/sources/registry_sync.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
 
@@ -34,6 +35,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 static struct cfg fuzz_cfg;
 static struct shm_segment fuzz_seg;
+static struct cp_registry fuzz_reg; /* the registry's writer over fuzz_seg */
 static struct adm_ctx fuzz_ctx;
 static struct cp_reset *fuzz_reset;
 
@@ -64,8 +66,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         abort();
     }
     shm_segment_unlink(name); /* the mapping stays; nothing is left behind */
+    cp_registry_init(&fuzz_reg, &fuzz_seg);
     fuzz_ctx.cfg = &fuzz_cfg;
     fuzz_ctx.seg = &fuzz_seg;
+    fuzz_ctx.reg = &fuzz_reg;
     if (cp_reset_create(&fuzz_ctx, &fuzz_reset) != 0)
         abort();
     fuzz_ctx.reset = fuzz_reset;

@@ -49,6 +49,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 static struct cfg fuzz_cfg;
 static struct shm_segment fuzz_seg;
+static struct cp_registry fuzz_reg; /* the registry's writer over fuzz_seg */
 static struct adm_ctx fuzz_ctx;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -65,8 +66,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         abort();
     }
     shm_segment_unlink(name); /* the mapping stays; nothing is left behind */
+    cp_registry_init(&fuzz_reg, &fuzz_seg);
     fuzz_ctx.cfg = &fuzz_cfg;
     fuzz_ctx.seg = &fuzz_seg;
+    fuzz_ctx.reg = &fuzz_reg;
     /* Two base models, so "the fleet's only model" and base_model both
      * matter; every worker draining: none is ever called. */
     static const char *const models[FUZZ_WORKERS] = {"m", "m", "n", ""};
@@ -78,7 +81,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         snprintf(w.model, sizeof(w.model), "%s", models[i]);
         w.role = CFG_ROLE_REGULAR;
         struct shm_worker_info placed;
-        if (cp_registry_add(&fuzz_seg, CP_SOURCE_API, &w, &placed) != 0 ||
+        if (cp_registry_add(&fuzz_reg, CP_SOURCE_API, &w, &placed) != 0 ||
             shm_registry_set_draining(&fuzz_seg, placed.slot, true) != 0)
             abort();
     }

@@ -44,6 +44,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 static struct cfg fuzz_cfg;
 static struct shm_segment fuzz_seg;
+static struct cp_registry fuzz_reg; /* the registry's writer over fuzz_seg */
 static struct shm_worker_info fuzz_snap[FUZZ_MAX_WORKERS];
 
 /* The splitter alone: a digest of every event it hands up, in order. */
@@ -84,10 +85,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         abort();
     }
     shm_segment_unlink(name); /* the mapping stays; nothing is left behind */
+    cp_registry_init(&fuzz_reg, &fuzz_seg);
     struct kube_api_opts w = {.on_event = ev_record, .on_done = ev_done, .user = &fuzz_whole};
     if (kube_api_create(&w, &fuzz_api_whole) != 0)
         abort();
-    if (cp_kube_create(&fuzz_seg, &fuzz_cfg, &fuzz_kube, err, sizeof(err)) != 0)
+    if (cp_kube_create(&fuzz_reg, &fuzz_cfg, &fuzz_kube, err, sizeof(err)) != 0)
         abort();
     cp_kube_set_event_tap(fuzz_kube, ev_record, &fuzz_cut);
     return 0;
@@ -246,7 +248,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * dropped, as the end of a watch does) for the next input. */
     char err[256];
     struct cp_source_set none = {.kind = CP_SOURCE_KUBERNETES, .workers = NULL, .n = 0};
-    if (cp_registry_sync(&fuzz_seg, &none, err, sizeof(err)) != 0)
+    if (cp_registry_sync(&fuzz_reg, &none, err, sizeof(err)) != 0)
         abort();
     cp_kube_reset(k);
     return 0;

@@ -197,21 +197,26 @@ static void test_long_line_in_one_byte_reads_is_linear(void **state)
 
 static char seg_name[64];
 
+/* The state: a registry writer over a private segment. */
 static int setup_segment(void **state)
 {
     static struct shm_segment seg;
+    static struct cp_registry reg;
     char err[512] = "";
     enum shm_open_outcome outcome = SHM_OPEN_UNSET;
     snprintf(seg_name, sizeof(seg_name), "/sy-unit-kwatch-%d", (int)getpid());
     if (shm_segment_open_owner(&seg, seg_name, 8, 2, &outcome, err, sizeof(err)) != 0)
         fail_msg("open_owner: %s", err);
-    *state = &seg;
+    cp_registry_init(&reg, &seg);
+    *state = &reg;
     return 0;
 }
 
 static int teardown_segment(void **state)
 {
-    shm_segment_close(*state);
+    struct cp_registry *reg = *state;
+    shm_segment_close(reg->seg);
+    cp_registry_fini(reg);
     shm_unlink(seg_name);
     return 0;
 }
@@ -246,7 +251,8 @@ static char *status_rv(struct cp_kube *k)
  * it does to a new source, and the registry is left to the caller. */
 static void test_reset_is_a_new_source(void **state)
 {
-    struct shm_segment *seg = *state;
+    struct cp_registry *reg = *state;
+    struct shm_segment *seg = reg->seg;
     struct cfg cfg;
     cfg_init_defaults(&cfg);
     struct cfg_kubernetes *kc = &cfg.discovery.kubernetes;
@@ -257,7 +263,7 @@ static void test_reset_is_a_new_source(void **state)
     kc->port = 8000;
     struct cp_kube *k = NULL;
     char err[256];
-    assert_int_equal(cp_kube_create(seg, &cfg, &k, err, sizeof(err)), 0);
+    assert_int_equal(cp_kube_create(reg, &cfg, &k, err, sizeof(err)), 0);
 
     for (int round = 0; round < 2; round++) {
         assert_int_equal(status_int(k, "pods"), 0);
@@ -282,7 +288,7 @@ static void test_reset_is_a_new_source(void **state)
         struct shm_worker_info w[8];
         assert_int_equal(shm_registry_snapshot(seg, w, 8), 1);
         struct cp_source_set none = {.kind = CP_SOURCE_KUBERNETES, .workers = NULL, .n = 0};
-        assert_int_equal(cp_registry_sync(seg, &none, err, sizeof(err)), 0);
+        assert_int_equal(cp_registry_sync(reg, &none, err, sizeof(err)), 0);
         assert_int_equal(shm_registry_snapshot(seg, w, 8), 0);
     }
     cp_kube_destroy(k);
