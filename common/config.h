@@ -101,12 +101,21 @@ struct cfg_load_reports {
     uint64_t stale_after_ms; /* a report older than this is ignored */
 };
 
+/* A list of strings (e.g. dataplane.cors.allowed_origins). */
+struct cfg_str_list {
+    char item[CFG_LIST_MAX][CFG_LIST_ITEM_MAX];
+    size_t n;
+};
+
 struct cfg_controlplane {
     char admin_listen[CFG_ADDR_MAX];     /* HOST:PORT */
     char admin_token_file[CFG_PATH_MAX]; /* empty = no auth */
     char admin_socket[CFG_PATH_MAX];
     /* Serve the admin API without a token on a non-loopback address. */
     bool admin_insecure;
+    /* DNS names a browser may use in Host for the admin API, besides IP
+     * literals and localhost (controlplane/admin/admin_guard.h). */
+    struct cfg_str_list admin_allowed_hosts;
     /* How long reset_load waits for every data plane's in-flight count. */
     uint64_t reset_load_timeout_ms;
     struct cfg_health health;
@@ -119,12 +128,6 @@ struct cfg_retry {
     size_t n_on_status;
     uint64_t backoff_ms;
     uint64_t backoff_max_ms;
-};
-
-/* A list of strings (e.g. dataplane.cors.allowed_origins). */
-struct cfg_str_list {
-    char item[CFG_LIST_MAX][CFG_LIST_ITEM_MAX];
-    size_t n;
 };
 
 /* dataplane.cors: off while allowed_origins is empty (docs/api.md). */

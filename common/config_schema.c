@@ -141,6 +141,10 @@ static const struct cfg_key controlplane_keys[] = {
     /* Without a token the admin API may listen only on loopback, unless
      * this says the operator means it (docs/security.md). */
     KEY_BOOL("admin_insecure", struct cfg_controlplane, admin_insecure, false),
+    /* Besides IP literals and localhost, the names a browser may reach the
+     * admin API by (Host, Origin): anything else is a rebinding page. */
+    KEY_STR_LIST("admin_allowed_hosts", struct cfg_controlplane, admin_allowed_hosts,
+                 cfg_dns_name_is_valid, "a DNS name like router.internal (no port)"),
     KEY_RANGE("reset_load_timeout", CFG_KIND_DURATION, struct cfg_controlplane,
               reset_load_timeout_ms, 100, 10 * 60 * 1000, 2000),
     KEY_MAP("health", struct cfg_controlplane, health, health_keys, NULL, NULL),

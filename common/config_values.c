@@ -648,6 +648,27 @@ bool cfg_cors_header_is_valid(const char *text)
     return true;
 }
 
+/* Letters, digits, '-' and '.', labels of 1..63, at most 253 in all. */
+bool cfg_dns_name_is_valid(const char *text)
+{
+    size_t n = strlen(text), label = 0;
+    if (n == 0 || n > 253 || text[0] == '.' || text[n - 1] == '.')
+        return false;
+    for (const char *c = text; *c != '\0'; c++) {
+        if (*c == '.') {
+            if (label == 0)
+                return false;
+            label = 0;
+        } else if (isalnum((unsigned char)*c) || *c == '-') {
+            if (++label > 63)
+                return false;
+        } else {
+            return false;
+        }
+    }
+    return true;
+}
+
 bool cfg_tls_version_is_valid(const char *version)
 {
     return strcmp(version, "1.2") == 0 || strcmp(version, "1.3") == 0;

@@ -45,7 +45,10 @@ int ctl_http_request(const struct ctl_conn *c, const char *method, const char *p
         explicit_bzero(auth, sizeof(auth));
     }
     hdrs = curl_slist_append(hdrs, "Expect:");
-    if (body != NULL)
+    /* Every state-changing request says it is JSON, bodyless ones too: the
+     * admin API refuses a POST without it (controlplane/admin/admin_guard.h),
+     * so that no web page can send one through a browser. */
+    if (body != NULL || strcmp(method, "GET") != 0)
         hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);

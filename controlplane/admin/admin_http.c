@@ -35,6 +35,7 @@
 #include "common/mhd_log.h"
 #include "common/proc.h"
 #include "common/prom.h"
+#include "controlplane/admin/admin_guard.h"
 #include "controlplane/admin/admin_reply.h"
 #include "controlplane/admin/admin_routes.h"
 #include "controlplane/admin/status_page.h"
@@ -72,6 +73,7 @@ struct adm_http {
     uint64_t next_sweep_ms;
     char *token; /* NULL = no auth */
     size_t token_len;
+    struct adm_guard guard; /* Host, Origin, Content-Type: before the token */
     struct adm_code_count counts[ADM_ROUTE_COUNT][ADM_CODES_PER_ROUTE];
 };
 
@@ -218,6 +220,27 @@ static void adm_http_finish(void *arg, struct adm_reply *reply)
     }
 }
 
+/* The browser guard (admin_guard.h), on the request's headers alone: true
+ * with the refusal in *early when the request must not go on. */
+static bool adm_guarded(const struct adm_http *h, struct MHD_Connection *conn, const char *method,
+                        struct adm_reply *early)
+{
+    struct adm_guard_request r = {
+        .method = method,
+        .host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
+        .origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"),
+        .sec_fetch_site = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Sec-Fetch-Site"),
+        .content_type =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE),
+    };
+    char why[256];
+    unsigned status = adm_guard_check(&h->guard, &r, why, sizeof(why));
+    if (status == 0)
+        return false;
+    adm_reply_error(early, status, "%s", why);
+    return true;
+}
+
 static enum MHD_Result adm_handler(void *cls, struct MHD_Connection *conn, const char *url,
                                    const char *method, const char *version, const char *upload_data,
                                    size_t *upload_data_size, void **con_cls)
@@ -237,9 +260,11 @@ static enum MHD_Result adm_handler(void *cls, struct MHD_Connection *conn, const
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         if (ci != NULL && ci->socket_context != NULL)
             ((struct adm_conn *)ci->socket_context)->in_request = true;
+        struct adm_reply early = {0};
+        if (adm_guarded(h, conn, method, &early))
+            return adm_send(p, url, &early);
         if (strcmp(url, "/") == 0)
             return adm_send_page(p, method);
-        struct adm_reply early = {0};
         const char *cl =
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (!adm_authorized(h, conn))
@@ -429,6 +454,10 @@ int adm_http_create(struct adm_ctx *ctx, struct adm_http **out)
         goto out_fail;
     }
     snprintf(port, sizeof(port), "%u", (unsigned)portn);
+    if (adm_guard_init(&h->guard, cp->admin_listen, &cp->admin_allowed_hosts) != 0) {
+        rc = -EINVAL;
+        goto out_fail;
+    }
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
     int gai = getaddrinfo(host, port, &hints, &ai);

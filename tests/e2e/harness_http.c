@@ -265,7 +265,12 @@ static int h_perform(const struct h_req *req, struct h_sse *sse, struct h_resp *
                       : req->body_len != 0 ? req->body_len
                                            : strlen(req->body);
     struct curl_slist *headers = NULL;
-    int rc = h_header_list(req->headers, req->body != NULL, &headers);
+    /* A bodyless POST says JSON too, as switchyard-ctl does: the admin API
+     * refuses a state-changing request without it. */
+    bool says_json = req->body != NULL ||
+                     (req->method != NULL &&
+                      (strcmp(req->method, "POST") == 0 || strcmp(req->method, "PUT") == 0));
+    int rc = h_header_list(req->headers, says_json, &headers);
     if (rc != 0)
         return rc;
     CURL *easy = curl_easy_init();
@@ -538,10 +543,12 @@ int h_async_start(const char *url, const char *body, const struct h_async_opts *
     a->easy = curl_easy_init();
     if (a->url == NULL || (body != NULL && a->body == NULL) || a->multi == NULL || a->easy == NULL)
         goto out_free;
-    rc = h_header_list(opts != NULL ? opts->headers : NULL, body != NULL, &a->headers);
+    const char *method = opts != NULL ? opts->method : NULL;
+    rc =
+        h_header_list(opts != NULL ? opts->headers : NULL,
+                      body != NULL || (method != NULL && strcmp(method, "POST") == 0), &a->headers);
     if (rc != 0)
         goto out_free;
-    const char *method = opts != NULL ? opts->method : NULL;
     rc =
         h_easy_setup(a->easy, method, a->url, a->body, a->body_len, a->headers, a->opts.timeout_ms);
     if (rc != 0)

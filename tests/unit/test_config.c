@@ -370,6 +370,8 @@ static void test_full_file_round_trip(void **state)
     assert_string_equal(cfg.controlplane.admin_token_file, "/etc/switchyard/token");
     assert_string_equal(cfg.controlplane.admin_socket, "/tmp/sy-test.sock");
     assert_true(cfg.controlplane.admin_insecure);
+    assert_int_equal(cfg.controlplane.admin_allowed_hosts.n, 2);
+    assert_string_equal(cfg.controlplane.admin_allowed_hosts.item[1], "Admin.Example");
     assert_int_equal(cfg.controlplane.reset_load_timeout_ms, 45000);
     assert_string_equal(cfg.controlplane.health.path, "/v1/health?deep=1");
     assert_int_equal(cfg.controlplane.health.interval_ms, 250);
@@ -699,6 +701,9 @@ static const struct bad_case bad_cases[] = {
     {"dataplane: {listen: 127.0.0.1:8080\n",
      "t.yaml:2:1: YAML syntax error: did not find expected ',' or '}'"},
     {"shm:\n  name: \"/x\xff\"\n", "t.yaml:2:12: YAML syntax error: invalid leading UTF-8 octet"},
+    {"controlplane:\n  admin_allowed_hosts: [\"router.internal:8081\"]\n",
+     "t.yaml:2:25: controlplane.admin_allowed_hosts[0]: expected a DNS name like router.internal "
+     "(no port), got 'router.internal:8081'"},
     {"dataplane:\n  cors:\n    allowed_origins: [\"https://a.example/app\"]\n",
      "t.yaml:3:23: dataplane.cors.allowed_origins[0]: expected \"*\" or an origin like "
      "https://app.example:8443 (no path), got 'https://a.example/app'"},
