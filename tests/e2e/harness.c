@@ -565,6 +565,8 @@ int h_config_write(struct h_config *cfg, const char *name)
             h_text_add_quoted(&t, 4, "model", w->model);
         if (w->role[0] != '\0')
             h_text_add(&t, "    role: %s\n", w->role);
+        if (w->extra != NULL)
+            h_text_add_indented(&t, w->extra, 4);
     }
     if (cfg->extra_yaml != NULL)
         h_text_add_indented(&t, cfg->extra_yaml, 0);

@@ -143,6 +143,10 @@ struct h_worker_spec {
     char id[H_NAME_MAX];    /* empty = omitted (router derives it) */
     char model[H_NAME_MAX]; /* empty = omitted */
     char role[16];          /* empty = omitted; regular|prefill|decode */
+    /* NULL = none; more keys of this worker (e.g. a kv_events mapping),
+     * written unindented like the *_extra strings of struct h_config. Set
+     * it after h_config_add_worker; the string is the caller's. */
+    const char *extra;
 };
 
 /*
@@ -307,6 +311,30 @@ int h_http_stream(const char *url, const char *json, struct h_sse *sse);
 
 /* The same for any request (method, headers, timeout). */
 int h_http_stream_req(const struct h_req *req, struct h_sse *sse);
+
+/* ---- Prometheus samples (harness_metrics.c) ------------------------------ */
+
+/*
+ * The value of the sample line "<sample> <value>" in an exposition text:
+ * sample is the series exactly as written, labels included
+ * ("switchyard_worker_load{worker=\"w1\"}"), matched at a line start and
+ * followed by a space, so a series is never mistaken for a longer one it
+ * prefixes. Integer values only (counters, gauges read as whole numbers).
+ * -1 when text is NULL or holds no such line.
+ */
+long long h_metric_in(const char *text, const char *sample);
+
+/*
+ * GETs url (a /metrics page) and reads one sample of it. Returns 0 and
+ * *value; -ENOENT when the page holds no such sample, -EIO when no response
+ * arrived, -EPROTO when the status is not 200, -ENOMEM; *value is -1 on
+ * every error. For tests that assert on how the scrape went.
+ */
+int h_metric_get(const char *url, const char *sample, long long *value);
+
+/* h_metric_get's value alone: -1 when the scrape failed, was not 200, or
+ * the sample is absent. */
+long long h_metric_at(const char *url, const char *sample);
 
 /* ---- background ("abortable") requests ---------------------------------- */
 

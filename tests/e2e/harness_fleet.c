@@ -4,6 +4,7 @@
 #include "tests/e2e/harness_fleet.h"
 #include "tests/e2e/harness_tls.h"
 
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -48,6 +49,11 @@ void h_fleet_start(struct h_fleet *f, const struct h_fleet_opts *o)
         const char *model = o->learn_model ? NULL : o->model ? o->model : H_FLEET_MODEL;
         assert_int_equal(h_config_add_worker(&f->cfg, f->mock[i].url, id, model, NULL), 0);
     }
+    h_fleet_start_router(f, o);
+}
+
+void h_fleet_start_router(struct h_fleet *f, const struct h_fleet_opts *o)
+{
     f->cfg.policy = o->policy;
     f->cfg.policy_extra = o->policy_extra;
     f->cfg.dataplane_extra = o->dataplane_extra;
@@ -94,22 +100,26 @@ long long h_fleet_mock_stat(struct h_fleet *f, size_t i, const char *key)
     return v;
 }
 
+/* The data plane's /metrics page into url. */
+static void h_fleet_metrics_url(const struct h_fleet *f, char *url, size_t len)
+{
+    snprintf(url, len, "%s/metrics", f->base);
+}
+
 long long h_fleet_dp_metric(const struct h_fleet *f, const char *sample)
 {
     char url[128];
-    snprintf(url, sizeof(url), "%s/metrics", f->base);
-    struct h_resp resp = {0};
-    long long v = -1;
-    if (h_http_get(url, &resp) == 0 && resp.status == 200) {
-        for (const char *line = resp.body; line != NULL && *line != '\0';) {
-            if (strncmp(line, sample, strlen(sample)) == 0 && line[strlen(sample)] == ' ') {
-                v = strtoll(line + strlen(sample) + 1, NULL, 10);
-                break;
-            }
-            line = strchr(line, '\n');
-            line = line != NULL ? line + 1 : NULL;
-        }
-    }
-    h_resp_fini(&resp);
+    h_fleet_metrics_url(f, url, sizeof(url));
+    return h_metric_at(url, sample);
+}
+
+long long h_fleet_dp_metric_checked(const struct h_fleet *f, const char *sample)
+{
+    char url[128];
+    h_fleet_metrics_url(f, url, sizeof(url));
+    long long v;
+    int rc = h_metric_get(url, sample, &v);
+    if (rc != 0 && rc != -ENOENT)
+        fail_msg("GET %s: %s", url, strerror(-rc));
     return v;
 }

@@ -45,6 +45,12 @@ struct h_fleet_opts {
 
 /* Starts the mocks, writes the config, starts both daemons, waits for /health. */
 void h_fleet_start(struct h_fleet *f, const struct h_fleet_opts *o);
+/* h_fleet_start's second half, for a fixture that starts its mocks itself
+ * (zeroed f, f->n set, f->mock[0..n) running and added to f->cfg as workers): writes
+ * the config with o's sections (o's mock fields are not read), starts both
+ * daemons, attaches f->seg once the registry lists every worker, waits for
+ * the data plane's /health. */
+void h_fleet_start_router(struct h_fleet *f, const struct h_fleet_opts *o);
 /* h_wait_until condition: attaches f->seg to the fleet's segment. */
 bool h_fleet_attach(void *arg);
 /* Detaches from the segment (the processes stop at teardown). */
@@ -52,8 +58,13 @@ void h_fleet_stop(struct h_fleet *f);
 /* Router load of worker i (0-based, id "w<i+1>") from the segment; -1 if absent. */
 long long h_fleet_load(struct h_fleet *f, size_t i);
 /* The value of one sample of the data plane's /metrics, e.g.
- * "switchyard_slow_clients_total{phase=\"body\"}"; -1 when absent. */
+ * "switchyard_slow_clients_total{phase=\"body\"}"; -1 when absent or when
+ * the scrape failed (h_metric_at). */
 long long h_fleet_dp_metric(const struct h_fleet *f, const char *sample);
+/* The same, for a test that wants a failed scrape reported as such: fails
+ * the test unless the data plane answers /metrics with 200; -1 only when
+ * the sample is absent. */
+long long h_fleet_dp_metric_checked(const struct h_fleet *f, const char *sample);
 /* One integer field of mock i's /mock/stats; -1 on error. */
 long long h_fleet_mock_stat(struct h_fleet *f, size_t i, const char *key);
 

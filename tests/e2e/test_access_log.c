@@ -143,26 +143,6 @@ static long send_with_id(struct h_fleet *f, const char *path, const char *body, 
     return status;
 }
 
-static long long metric_value(struct h_fleet *f, const char *name)
-{
-    char url[128];
-    snprintf(url, sizeof(url), "%s/metrics", f->base);
-    struct h_resp resp;
-    assert_int_equal(h_http_get(url, &resp), 0);
-    const char *p = resp.body;
-    long long v = -1;
-    size_t n = strlen(name);
-    while ((p = strstr(p, name)) != NULL) {
-        if ((p == resp.body || p[-1] == '\n') && p[n] == ' ') {
-            v = strtoll(p + n + 1, NULL, 10);
-            break;
-        }
-        p += n;
-    }
-    h_resp_fini(&resp);
-    return v;
-}
-
 static void log_path(char *buf, size_t len)
 {
     assert_int_equal(h_tmp_path("access.log", buf, len), 0);
@@ -268,7 +248,7 @@ static void test_success_retry_and_in_band(void **state)
     assert_null_field(l, "worker");
     assert_int_equal(json_array_size(json_object_get(l, "attempts")), 0);
     json_decref(l);
-    assert_int_equal(metric_value(&f, "switchyard_access_log_dropped_total"), 0);
+    assert_int_equal(h_fleet_dp_metric_checked(&f, "switchyard_access_log_dropped_total"), 0);
     h_fleet_stop(&f);
 }
 
@@ -470,7 +450,7 @@ static void test_rotation_loses_no_line(void **state)
     assert_true(count_chat(rotated) > 0);
     assert_true(count_chat(path) > 0);
     assert_true(h_proc_log_contains(f.dp, "access log: reopened"));
-    assert_int_equal(metric_value(&f, "switchyard_access_log_dropped_total"), 0);
+    assert_int_equal(h_fleet_dp_metric_checked(&f, "switchyard_access_log_dropped_total"), 0);
     h_fleet_stop(&f);
 }
 
@@ -499,7 +479,7 @@ static void test_stalled_log_drops_and_never_blocks(void **state)
             worst = resp.elapsed_ms;
         h_resp_fini(&resp);
     }
-    long long dropped = metric_value(&f, "switchyard_access_log_dropped_total");
+    long long dropped = h_fleet_dp_metric_checked(&f, "switchyard_access_log_dropped_total");
     print_message("600 requests to a stalled log: %lld lines dropped, slowest %lld ms\n", dropped,
                   (long long)worst);
     assert_true(dropped > 0);

@@ -52,25 +52,13 @@ static void sha_hex(const char *key, char out[65])
     out[64] = '\0';
 }
 
-/* The value of one sample of the data plane's /metrics (-1 when absent). */
+/* One sample of the /metrics of the data plane at base (-1 when absent):
+ * base, not a fleet, since the rate-limit test runs a second data plane. */
 static long long dp_metric(const char *base, const char *sample)
 {
     char url[128];
     snprintf(url, sizeof(url), "%s/metrics", base);
-    struct h_resp resp = {0};
-    long long v = -1;
-    if (h_http_get(url, &resp) == 0 && resp.status == 200) {
-        for (const char *line = resp.body; line != NULL && *line != '\0';) {
-            if (strncmp(line, sample, strlen(sample)) == 0 && line[strlen(sample)] == ' ') {
-                v = strtoll(line + strlen(sample) + 1, NULL, 10);
-                break;
-            }
-            line = strchr(line, '\n');
-            line = line != NULL ? line + 1 : NULL;
-        }
-    }
-    h_resp_fini(&resp);
-    return v;
+    return h_metric_at(url, sample);
 }
 
 static long long queue_depth(const char *base, const char *band)

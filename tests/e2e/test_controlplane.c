@@ -95,25 +95,14 @@ static long admin_status(const char *method, const char *path, const char *body)
     return st;
 }
 
-/* The value of one metric line "name{labels} value" (exact prefix), or -1. */
-static long long metric(const char *line_prefix)
+/* One sample of the admin /metrics, "name{labels}" exactly, or -1: read
+ * through admin() (which asserts the request is answered) so that it
+ * carries the admin token when one is set. */
+static long long metric(const char *sample)
 {
     struct h_resp resp;
-    if (admin("GET", "/metrics", NULL, &resp) != 200) {
-        h_resp_fini(&resp);
-        return -1;
-    }
-    long long v = -1;
-    size_t n = strlen(line_prefix);
-    for (char *p = resp.body; p != NULL && *p != '\0';) {
-        if (strncmp(p, line_prefix, n) == 0 && p[n] == ' ') {
-            v = strtoll(p + n + 1, NULL, 10);
-            break;
-        }
-        p = strchr(p, '\n');
-        if (p != NULL)
-            p++;
-    }
+    long long v =
+        admin("GET", "/metrics", NULL, &resp) == 200 ? h_metric_in(resp.body, sample) : -1;
     h_resp_fini(&resp);
     return v;
 }

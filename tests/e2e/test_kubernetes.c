@@ -278,28 +278,12 @@ static void assert_all_served_by(struct env *e, const char *id, int n)
     }
 }
 
-static long long metric(struct env *e, const char *line_prefix)
+/* One sample of the control plane's /metrics, or -1. */
+static long long metric(struct env *e, const char *sample)
 {
     char url[128];
     snprintf(url, sizeof(url), "%s/metrics", e->admin);
-    struct h_resp r;
-    if (h_http_get(url, &r) != 0 || r.status != 200) {
-        h_resp_fini(&r);
-        return -1;
-    }
-    long long v = -1;
-    size_t n = strlen(line_prefix);
-    for (char *p = r.body; p != NULL && *p != '\0';) {
-        if (strncmp(p, line_prefix, n) == 0 && p[n] == ' ') {
-            v = strtoll(p + n + 1, NULL, 10);
-            break;
-        }
-        p = strchr(p, '\n');
-        if (p != NULL)
-            p++;
-    }
-    h_resp_fini(&r);
-    return v;
+    return h_metric_at(url, sample);
 }
 
 struct metric_cond {

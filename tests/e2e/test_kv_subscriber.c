@@ -668,14 +668,11 @@ static void test_controlplane_follows_config(void **state)
     memset(&cfg, 0, sizeof(cfg));
     cfg.health_interval = "100ms";
     assert_int_equal(h_config_add_worker(&cfg, f.m.url, "kvw", MODEL, NULL), 0);
+    char kv_events[160];
+    snprintf(kv_events, sizeof(kv_events),
+             "kv_events:\n  endpoint: \"tcp://*:%u\"\n  replay_endpoint: \"tcp://*:%u\"\n", p, q);
+    cfg.workers[0].extra = kv_events;
     assert_int_equal(h_config_write(&cfg, NULL), 0);
-    FILE *fp = fopen(cfg.path, "a");
-    assert_non_null(fp);
-    fprintf(
-        fp,
-        "    kv_events:\n      endpoint: \"tcp://*:%u\"\n      replay_endpoint: \"tcp://*:%u\"\n",
-        p, q);
-    fclose(fp);
     struct h_proc *cp;
     assert_int_equal(h_start_controlplane(cfg.path, &cp), 0);
     char url[H_URL_MAX];

@@ -42,6 +42,7 @@
 #include "shm/registry.h"
 #include "tests/e2e/harness_fleet.h"
 #include "tests/e2e/harness_holder.h"
+#include "tests/e2e/harness_routed.h"
 
 #define SCRAPE_INTERVAL_MS 200
 #define HELD               4 /* streams node A holds on worker 1 */
@@ -176,18 +177,11 @@ static bool field_in_range(void *arg)
 /* One non-streaming request through node B: must succeed; returns 1..3. */
 static int b_route(const struct node *b, const char *prompt, char *decision, size_t dlen)
 {
-    char url[128], body[512];
-    snprintf(url, sizeof(url), "%s/v1/completions", b->base);
+    char body[512];
     snprintf(body, sizeof(body),
              "{\"model\":\"" H_FLEET_MODEL "\",\"prompt\":\"%s\",\"max_tokens\":1}", prompt);
-    struct h_resp r = {0};
-    assert_int_equal(h_http_post_json(url, body, &r), 0);
-    assert_int_equal(r.status, 200);
     char worker[64];
-    assert_int_equal(h_resp_header(&r, "x-switchyard-worker", worker, sizeof(worker)), 0);
-    if (decision != NULL)
-        assert_int_equal(h_resp_header(&r, "x-switchyard-decision", decision, dlen), 0);
-    h_resp_fini(&r);
+    h_routed_post(b->base, "/v1/completions", body, worker, sizeof(worker), decision, dlen);
     assert_true(worker[0] == 'w' && worker[1] >= '1' && worker[1] <= '3');
     return worker[1] - '0';
 }
@@ -293,16 +287,7 @@ static long long b_stale_count(const struct node *b)
 {
     char url[128];
     snprintf(url, sizeof(url), "%s/metrics", b->base);
-    struct h_resp r = {0};
-    long long v = -1;
-    if (h_http_get(url, &r) == 0 && r.status == 200) {
-        const char *needle = "switchyard_load_reports_stale_total{worker=\"w1\"} ";
-        const char *p = strstr(r.body, needle);
-        if (p != NULL)
-            v = strtoll(p + strlen(needle), NULL, 10);
-    }
-    h_resp_fini(&r);
-    return v;
+    return h_metric_at(url, "switchyard_load_reports_stale_total{worker=\"w1\"}");
 }
 
 /* w1's report on B goes stale: B routes on its own count (0 for w1), so w1
@@ -404,17 +389,8 @@ static long long cp_w1_scrapes(const struct node *v)
 {
     char url[128];
     snprintf(url, sizeof(url), "%s/metrics", v->admin);
-    struct h_resp r = {0};
-    long long n = -1;
-    if (h_http_get(url, &r) == 0 && r.status == 200) {
-        const char *needle =
-            "switchyard_load_report_scrapes_total{worker=\"w1\",result=\"success\"} ";
-        const char *p = strstr(r.body, needle);
-        if (p != NULL)
-            n = strtoll(p + strlen(needle), NULL, 10);
-    }
-    h_resp_fini(&r);
-    return n;
+    return h_metric_at(url,
+                       "switchyard_load_report_scrapes_total{worker=\"w1\",result=\"success\"}");
 }
 
 /* Several reports of w1 read since `since` scrapes, the last one fresh and

@@ -22,16 +22,6 @@
 static const char *const CHAT = "{\"model\":\"" H_FLEET_MODEL "\",\"max_tokens\":3,"
                                 "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
 
-/* The value of the sample line starting with prefix, or -1. */
-static long long sample(const char *page, const char *prefix)
-{
-    size_t n = strlen(prefix);
-    for (const char *p = page; p != NULL && *p != '\0'; p = strchr(p, '\n'), p = p ? p + 1 : p)
-        if (strncmp(p, prefix, n) == 0 && p[n] == ' ')
-            return strtoll(p + n + 1, NULL, 10);
-    return -1;
-}
-
 static void test_latency_by_route_and_model(void **state)
 {
     (void)state;
@@ -65,16 +55,18 @@ static void test_latency_by_route_and_model(void **state)
     assert_int_equal(h_http_get(url, &resp), 0);
     const char *page = resp.body;
     assert_int_equal(
-        sample(page, "switchyard_request_duration_seconds_count{route=\"/v1/chat/completions\","
-                     "model=\"" H_FLEET_MODEL "\"}"),
+        h_metric_in(page,
+                    "switchyard_request_duration_seconds_count{route=\"/v1/chat/completions\","
+                    "model=\"" H_FLEET_MODEL "\"}"),
         3);
-    assert_int_equal(sample(page,
-                            "switchyard_request_duration_seconds_count{route=\"/v1/completions\","
-                            "model=\"" H_FLEET_MODEL "\"}"),
-                     1);
     assert_int_equal(
-        sample(page, "switchyard_time_to_first_byte_seconds_count{route=\"/v1/chat/completions\","
-                     "model=\"" H_FLEET_MODEL "\"}"),
+        h_metric_in(page, "switchyard_request_duration_seconds_count{route=\"/v1/completions\","
+                          "model=\"" H_FLEET_MODEL "\"}"),
+        1);
+    assert_int_equal(
+        h_metric_in(page,
+                    "switchyard_time_to_first_byte_seconds_count{route=\"/v1/chat/completions\","
+                    "model=\"" H_FLEET_MODEL "\"}"),
         3);
     assert_non_null(strstr(page, "switchyard_request_duration_seconds_bucket{route=\"/v1/chat/"
                                  "completions\",model=\"" H_FLEET_MODEL "\",le=\"+Inf\"} 3"));
@@ -91,10 +83,12 @@ static void test_latency_by_route_and_model(void **state)
     assert_null(strstr(page, "duration_seconds_count{route=\"/metrics\""));
     assert_null(strstr(page, "duration_seconds_count{route=\"other\""));
     /* ...and they are all still counted. */
-    assert_true(sample(page, "switchyard_requests_total{route=\"/health\",code=\"200\"}") >= 1);
-    assert_true(sample(page, "switchyard_requests_total{route=\"other\",code=\"404\"}") >= 1);
+    assert_true(h_metric_in(page, "switchyard_requests_total{route=\"/health\",code=\"200\"}") >=
+                1);
+    assert_true(h_metric_in(page, "switchyard_requests_total{route=\"other\",code=\"404\"}") >= 1);
     assert_int_equal(
-        sample(page, "switchyard_requests_total{route=\"/v1/chat/completions\",code=\"404\"}"), 1);
+        h_metric_in(page, "switchyard_requests_total{route=\"/v1/chat/completions\",code=\"404\"}"),
+        1);
     h_resp_fini(&resp);
     h_fleet_stop(&f);
 }

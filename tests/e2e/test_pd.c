@@ -280,23 +280,6 @@ static void assert_block_ids_issued_by_prefill(struct pd_fleet *p, size_t pi, si
     json_decref(db);
 }
 
-static long long metric_value(struct pd_fleet *p, const char *series)
-{
-    char url[128];
-    snprintf(url, sizeof(url), "%s/metrics", p->f.base);
-    struct h_resp r;
-    assert_int_equal(h_http_get(url, &r), 0);
-    assert_int_equal(r.status, 200);
-    long long v = -1;
-    char needle[256];
-    snprintf(needle, sizeof(needle), "\n%s ", series);
-    const char *at = strstr(r.body, needle);
-    if (at != NULL)
-        v = strtoll(at + strlen(needle), NULL, 10);
-    h_resp_fini(&r);
-    return v;
-}
-
 static void assert_error_body(const struct h_resp *r, long status, const char *code)
 {
     assert_int_equal(r->status, status);
@@ -359,19 +342,24 @@ static void test_full_flow_plain(void **state)
     /* Last: it sends the prefill mock a request of its own. */
     assert_block_ids_issued_by_prefill(&p, 0, 1);
     assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
-    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"ok\"}"), 1);
-    /* Each leg decided by its own policy, counted apart from regular decisions. */
-    assert_int_equal(metric_value(&p, "switchyard_pd_routing_decisions_total{phase=\"prefill\","
-                                      "policy=\"cache_aware\",decision=\"no_match\"}"),
-                     1);
-    assert_int_equal(metric_value(&p, "switchyard_pd_routing_decisions_total{phase=\"decode\","
-                                      "policy=\"least_load\",decision=\"least_load\"}"),
-                     1);
-    assert_int_equal(metric_value(&p, "switchyard_routing_decisions_total{policy=\"cache_aware\","
-                                      "decision=\"no_match\"}"),
-                     -1);
     assert_int_equal(
-        metric_value(&p, "switchyard_pd_phase_duration_seconds_count{phase=\"decode\"}"), 1);
+        h_fleet_dp_metric_checked(&p.f, "switchyard_pd_requests_total{outcome=\"ok\"}"), 1);
+    /* Each leg decided by its own policy, counted apart from regular decisions. */
+    assert_int_equal(
+        h_fleet_dp_metric_checked(&p.f, "switchyard_pd_routing_decisions_total{phase=\"prefill\","
+                                        "policy=\"cache_aware\",decision=\"no_match\"}"),
+        1);
+    assert_int_equal(
+        h_fleet_dp_metric_checked(&p.f, "switchyard_pd_routing_decisions_total{phase=\"decode\","
+                                        "policy=\"least_load\",decision=\"least_load\"}"),
+        1);
+    assert_int_equal(
+        h_fleet_dp_metric_checked(&p.f, "switchyard_routing_decisions_total{policy=\"cache_aware\","
+                                        "decision=\"no_match\"}"),
+        -1);
+    assert_int_equal(h_fleet_dp_metric_checked(
+                         &p.f, "switchyard_pd_phase_duration_seconds_count{phase=\"decode\"}"),
+                     1);
     h_fleet_stop(&p.f);
 }
 
@@ -435,7 +423,8 @@ static void test_full_flow_flat_block_ids(void **state)
     /* The decode mock accepted them: it pulled the KV instead of prefilling. */
     assert_int_equal(h_fleet_mock_stat(&p.f, 1, "remote_prefill_used"), 1);
     assert_int_equal(h_fleet_mock_stat(&p.f, 1, "local_prefill"), 0);
-    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"ok\"}"), 1);
+    assert_int_equal(
+        h_fleet_dp_metric_checked(&p.f, "switchyard_pd_requests_total{outcome=\"ok\"}"), 1);
     h_fleet_stop(&p.f);
 }
 
@@ -505,7 +494,8 @@ static void test_list_of_prompts_routed_as_regular(void **state)
     assert_null(json_object_get(db, "kv_transfer_params"));
     json_decref(db);
     /* Not a P/D request: no P/D outcome. */
-    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"ok\"}"), 0);
+    assert_int_equal(
+        h_fleet_dp_metric_checked(&p.f, "switchyard_pd_requests_total{outcome=\"ok\"}"), 0);
     h_fleet_stop(&p.f);
 }
 
@@ -630,9 +620,10 @@ static void test_abort_while_prefill_pending(void **state)
     assert_int_equal(h_fleet_mock_stat(&p.f, 0, "client_aborts"), 1);
     assert_int_equal(h_fleet_mock_stat(&p.f, 1, "requests_total"), 0);
     assert_int_equal(h_fleet_load(&p.f, 1), 0);
-    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"aborted_prefill\"}"),
+    assert_int_equal(h_fleet_dp_metric_checked(
+                         &p.f, "switchyard_pd_requests_total{outcome=\"aborted_prefill\"}"),
                      1);
-    assert_int_equal(metric_value(&p, "switchyard_load_underflows_total"), 0);
+    assert_int_equal(h_fleet_dp_metric_checked(&p.f, "switchyard_load_underflows_total"), 0);
     h_async_destroy(a);
     h_fleet_stop(&p.f);
 }
@@ -659,9 +650,10 @@ static void test_abort_while_decode_pending(void **state)
     print_message("decode released %lld ms after the client left\n", (long long)(h_now_ms() - t0));
     assert_true(worker_holds(&prefill));
     assert_int_equal(h_fleet_mock_stat(&p.f, 1, "client_aborts"), 1);
-    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"aborted_decode\"}"),
-                     1);
-    assert_int_equal(metric_value(&p, "switchyard_load_underflows_total"), 0);
+    assert_int_equal(
+        h_fleet_dp_metric_checked(&p.f, "switchyard_pd_requests_total{outcome=\"aborted_decode\"}"),
+        1);
+    assert_int_equal(h_fleet_dp_metric_checked(&p.f, "switchyard_load_underflows_total"), 0);
     h_async_destroy(a);
     h_fleet_stop(&p.f);
 }
@@ -772,8 +764,9 @@ static void test_prefill_503_retried_on_other_prefill(void **state)
     assert_int_equal(h_fleet_mock_stat(&p.f, 1, "requests_total"), 6);
     assert_int_equal(h_fleet_mock_stat(&p.f, 2, "remote_prefill_used"), 6);
     assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
-    assert_true(metric_value(&p, "switchyard_retries_total") >= 1);
-    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"ok\"}"), 6);
+    assert_true(h_fleet_dp_metric_checked(&p.f, "switchyard_retries_total") >= 1);
+    assert_int_equal(
+        h_fleet_dp_metric_checked(&p.f, "switchyard_pd_requests_total{outcome=\"ok\"}"), 6);
     h_fleet_stop(&p.f);
 }
 
@@ -814,7 +807,8 @@ static void test_decode_503_reruns_prefill(void **state)
     assert_decode_params(&p, db, 0);
     json_decref(db);
     assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
-    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"ok\"}"), 6);
+    assert_int_equal(
+        h_fleet_dp_metric_checked(&p.f, "switchyard_pd_requests_total{outcome=\"ok\"}"), 6);
     h_fleet_stop(&p.f);
 }
 
@@ -901,11 +895,13 @@ static void test_decode_error_body_keeps_load_until_its_end(void **state)
     assert_int_equal(h_fleet_mock_stat(&p.f, 0, "blocks_read_twice"), 0);
     assert_int_equal(h_fleet_mock_stat(&p.f, 1, "requests_total"), 2);
     assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
+    assert_int_equal(h_fleet_dp_metric_checked(
+                         &p.f, "switchyard_upstream_errors_total{worker=\"w2\",kind=\"status\"}"),
+                     1);
+    assert_int_equal(h_fleet_dp_metric_checked(&p.f, "switchyard_retries_total"), 1);
     assert_int_equal(
-        metric_value(&p, "switchyard_upstream_errors_total{worker=\"w2\",kind=\"status\"}"), 1);
-    assert_int_equal(metric_value(&p, "switchyard_retries_total"), 1);
-    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"ok\"}"), 1);
-    assert_int_equal(metric_value(&p, "switchyard_load_underflows_total"), 0);
+        h_fleet_dp_metric_checked(&p.f, "switchyard_pd_requests_total{outcome=\"ok\"}"), 1);
+    assert_int_equal(h_fleet_dp_metric_checked(&p.f, "switchyard_load_underflows_total"), 0);
     h_async_destroy(a);
     h_fleet_stop(&p.f);
 }
@@ -929,8 +925,9 @@ static void test_prefill_without_params_is_502(void **state)
     h_resp_fini(&r);
     assert_int_equal(h_fleet_mock_stat(&p.f, 1, "requests_total"), 0);
     assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
-    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"bad_kv_params\"}"),
-                     1);
+    assert_int_equal(
+        h_fleet_dp_metric_checked(&p.f, "switchyard_pd_requests_total{outcome=\"bad_kv_params\"}"),
+        1);
     h_fleet_stop(&p.f);
 }
 
@@ -958,9 +955,12 @@ static void test_prefill_without_params_falls_back(void **state)
     json_decref(db);
     assert_int_equal(h_fleet_mock_stat(&p.f, 1, "local_prefill"), 1);
     assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
-    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"pd_fallback\"}"), 1);
-    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"bad_kv_params\"}"),
-                     0);
+    assert_int_equal(
+        h_fleet_dp_metric_checked(&p.f, "switchyard_pd_requests_total{outcome=\"pd_fallback\"}"),
+        1);
+    assert_int_equal(
+        h_fleet_dp_metric_checked(&p.f, "switchyard_pd_requests_total{outcome=\"bad_kv_params\"}"),
+        0);
     h_fleet_stop(&p.f);
 }
 
@@ -982,7 +982,9 @@ static void test_push_mode_refused(void **state)
     json_t *db = last_request(&p, 1);
     assert_null(json_object_get(db, "kv_transfer_params"));
     json_decref(db);
-    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"pd_fallback\"}"), 1);
+    assert_int_equal(
+        h_fleet_dp_metric_checked(&p.f, "switchyard_pd_requests_total{outcome=\"pd_fallback\"}"),
+        1);
     h_fleet_stop(&p.f);
 
     pd_fleet_start(&p, &(struct pd_opts){.n_prefill = 1,
@@ -1019,7 +1021,9 @@ static void test_unreachable_decode_releases_prefill(void **state)
     struct held prefill = {.p = &p, .i = 0, .want = 0};
     assert_int_equal(h_wait_until(worker_holds, &prefill, ABORT_MS), 0);
     assert_int_equal(h_fleet_load(&p.f, 1), 0);
-    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"decode_error\"}"), 1);
+    assert_int_equal(
+        h_fleet_dp_metric_checked(&p.f, "switchyard_pd_requests_total{outcome=\"decode_error\"}"),
+        1);
     h_fleet_stop(&p.f);
 }
 
@@ -1055,8 +1059,9 @@ static void test_prefill_timeouts(void **state)
     h_resp_fini(&r);
     assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
     assert_int_equal(h_fleet_mock_stat(&p.f, 1, "requests_total"), 0);
-    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"prefill_error\"}"),
-                     2);
+    assert_int_equal(
+        h_fleet_dp_metric_checked(&p.f, "switchyard_pd_requests_total{outcome=\"prefill_error\"}"),
+        2);
     h_fleet_stop(&p.f);
 }
 
@@ -1074,8 +1079,9 @@ static void test_prefill_client_error_passed_through(void **state)
     h_resp_fini(&r);
     assert_int_equal(h_fleet_mock_stat(&p.f, 1, "requests_total"), 0);
     assert_int_equal(h_wait_until(all_idle, &p, ABORT_MS), 0);
-    assert_int_equal(metric_value(&p, "switchyard_pd_requests_total{outcome=\"prefill_error\"}"),
-                     1);
+    assert_int_equal(
+        h_fleet_dp_metric_checked(&p.f, "switchyard_pd_requests_total{outcome=\"prefill_error\"}"),
+        1);
     h_fleet_stop(&p.f);
 }
 
@@ -1238,7 +1244,7 @@ static void test_soak_random_aborts_and_faults(void **state)
         char series[96];
         snprintf(series, sizeof(series), "switchyard_pd_requests_total{outcome=\"%s\"}",
                  outcomes[o]);
-        long long v = metric_value(&p, series);
+        long long v = h_fleet_dp_metric_checked(&p.f, series);
         print_message("%s: %lld\n", outcomes[o], v);
         total += v;
     }
@@ -1247,12 +1253,13 @@ static void test_soak_random_aborts_and_faults(void **state)
     print_message("%lld whole answers, %lld outcomes\n", complete_ok, total);
     assert_true(total <= SOAK_REQUESTS + 4 * SOAK_HOLDS);
     assert_true(total >= complete_ok + 4 * SOAK_HOLDS);
-    assert_true(metric_value(&p, "switchyard_pd_requests_total{outcome=\"ok\"}") >= complete_ok);
+    assert_true(h_fleet_dp_metric_checked(&p.f, "switchyard_pd_requests_total{outcome=\"ok\"}") >=
+                complete_ok);
     assert_true(complete_ok >= SOAK_REQUESTS / 4);
-    assert_int_equal(metric_value(&p, "switchyard_pd_load{phase=\"prefill\"}"), 0);
-    assert_int_equal(metric_value(&p, "switchyard_pd_load{phase=\"decode\"}"), 0);
+    assert_int_equal(h_fleet_dp_metric_checked(&p.f, "switchyard_pd_load{phase=\"prefill\"}"), 0);
+    assert_int_equal(h_fleet_dp_metric_checked(&p.f, "switchyard_pd_load{phase=\"decode\"}"), 0);
     /* Exactly each phase's load was released: never one release too many. */
-    assert_int_equal(metric_value(&p, "switchyard_load_underflows_total"), 0);
+    assert_int_equal(h_fleet_dp_metric_checked(&p.f, "switchyard_load_underflows_total"), 0);
     h_fleet_stop(&p.f);
 }
 

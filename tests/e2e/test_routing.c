@@ -17,6 +17,7 @@
 
 #include "tests/e2e/harness.h"
 #include "tests/e2e/harness_fleet.h"
+#include "tests/e2e/harness_routed.h"
 
 #define GROUPS       8
 #define PREFIX_BYTES 2048
@@ -99,14 +100,7 @@ static void chat_turn(struct h_fleet *f, json_t *messages, char *worker, size_t 
     json_t *body =
         json_pack("{s:s, s:O, s:i}", "model", H_FLEET_MODEL, "messages", messages, "max_tokens", 4);
     char *text = json_dumps(body, JSON_COMPACT);
-    char url[128];
-    snprintf(url, sizeof(url), "%s/v1/chat/completions", f->base);
-    struct h_resp resp = {0};
-    assert_int_equal(h_http_post_json(url, text, &resp), 0);
-    assert_int_equal(resp.status, 200);
-    assert_int_equal(h_resp_header(&resp, "x-switchyard-worker", worker, wlen), 0);
-    assert_int_equal(h_resp_header(&resp, "x-switchyard-decision", decision, dlen), 0);
-    h_resp_fini(&resp);
+    h_routed_post(f->base, "/v1/chat/completions", text, worker, wlen, decision, dlen);
     free(text);
     json_decref(body);
 }

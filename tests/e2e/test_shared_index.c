@@ -28,6 +28,7 @@
 
 #include "tests/e2e/harness.h"
 #include "tests/e2e/harness_fleet.h"
+#include "tests/e2e/harness_routed.h"
 
 #define WAIT_MS 20000
 
@@ -38,14 +39,7 @@ static void post_routed(const char *base, const char *path, json_t *body, char *
                         char *decision, size_t dlen)
 {
     char *text = json_dumps(body, JSON_COMPACT);
-    char url[128];
-    snprintf(url, sizeof(url), "%s%s", base, path);
-    struct h_resp resp = {0};
-    assert_int_equal(h_http_post_json(url, text, &resp), 0);
-    assert_int_equal(resp.status, 200);
-    assert_int_equal(h_resp_header(&resp, "x-switchyard-worker", worker, wlen), 0);
-    assert_int_equal(h_resp_header(&resp, "x-switchyard-decision", decision, dlen), 0);
-    h_resp_fini(&resp);
+    h_routed_post(base, path, text, worker, wlen, decision, dlen);
     free(text);
 }
 
@@ -58,25 +52,9 @@ static void chat_turn(const char *base, json_t *messages, char *worker, size_t w
     json_decref(body);
 }
 
-/* Text of len bytes drawn from seed (distinct seeds differ from byte 0). */
-static char *text_of(unsigned seed, size_t len)
-{
-    char *t = malloc(len + 1);
-    assert_non_null(t);
-    unsigned long long x = 0x9e3779b97f4a7c15ull * (seed + 1);
-    for (size_t k = 0; k < len; k++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        t[k] = (char)('a' + x % 26);
-    }
-    t[len] = '\0';
-    return t;
-}
-
 static void add_message(json_t *messages, const char *role, unsigned seed, size_t len)
 {
-    char *content = text_of(seed, len);
+    char *content = h_routed_text(seed, len);
     json_array_append_new(messages, json_pack("{s:s, s:s}", "role", role, "content", content));
     free(content);
 }
@@ -296,7 +274,7 @@ static void test_independent_nodes_agree_on_new_prefixes(void **state)
 
     unsigned used = 0;
     for (unsigned k = 0; k < 9; k++) {
-        char *prompt = text_of(1000 + k, 1500);
+        char *prompt = h_routed_text(1000 + k, 1500);
         char wa[64], wb[64], da[64], db[64];
         /* Alternate which node sees it first. */
         const char *first = k % 2 == 0 ? base_a : base_b;

@@ -96,26 +96,6 @@ static void assert_valid_traceparent(const char *tp)
     assert_memory_not_equal(tp + 36, "0000000000000000", 16);
 }
 
-static long long metric_value(const char *base, const char *name)
-{
-    char url[128];
-    snprintf(url, sizeof(url), "%s/metrics", base);
-    struct h_resp resp;
-    assert_int_equal(h_http_get(url, &resp), 0);
-    const char *p = resp.body;
-    long long v = -1;
-    size_t n = strlen(name);
-    while ((p = strstr(p, name)) != NULL) {
-        if ((p == resp.body || p[-1] == '\n') && p[n] == ' ') {
-            v = strtoll(p + n + 1, NULL, 10);
-            break;
-        }
-        p += n;
-    }
-    h_resp_fini(&resp);
-    return v;
-}
-
 /* A fake collector on a free port; its base URL into url. */
 static struct h_proc *start_collector(char *url, size_t len)
 {
@@ -412,8 +392,8 @@ static void test_spans_request_decision_attempt(void **state)
         assert_memory_equal(tp + 36, sfield(att[i], "spanId"), 16);
     }
     json_decref(spans);
-    assert_int_equal(metric_value(f.base, "switchyard_trace_spans_dropped_total"), 0);
-    assert_true(metric_value(f.base, "switchyard_trace_spans_exported_total") >= 7);
+    assert_int_equal(h_fleet_dp_metric_checked(&f, "switchyard_trace_spans_dropped_total"), 0);
+    assert_true(h_fleet_dp_metric_checked(&f, "switchyard_trace_spans_exported_total") >= 7);
 
     /* A client that says "not sampled" is obeyed: no spans, context still passed. */
     const char *h0[] = {"traceparent: 00-" CLIENT_PARENT CLIENT_PARENT "-" CLIENT_PARENT "-00",
@@ -491,7 +471,7 @@ static void test_slow_or_down_collector_never_slows_requests(void **state)
             worst = resp.elapsed_ms;
         h_resp_fini(&resp);
     }
-    long long dropped = metric_value(f.base, "switchyard_trace_spans_dropped_total");
+    long long dropped = h_fleet_dp_metric_checked(&f, "switchyard_trace_spans_dropped_total");
     print_message("slow collector: 300 requests in %lld ms, slowest %lld ms, %lld spans dropped\n",
                   (long long)(h_now_ms() - t0), (long long)worst, dropped);
     assert_true(worst < 1000);
@@ -511,7 +491,8 @@ static void test_slow_or_down_collector_never_slows_requests(void **state)
     assert_true(worst < 1000);
     int64_t deadline = h_now_ms() + WAIT_MS;
     long long failures = 0;
-    while ((failures = metric_value(f.base, "switchyard_trace_export_failures_total")) < 1 &&
+    while ((failures = h_fleet_dp_metric_checked(&f, "switchyard_trace_export_failures_total")) <
+               1 &&
            h_now_ms() < deadline) {
         struct h_resp resp;
         assert_int_equal(h_http_post_json(url, CHAT, &resp), 0);
