@@ -58,10 +58,10 @@ static bool guard_name_is_ours(const struct adm_guard *g, const char *h)
     return false;
 }
 
-/* The host and port of url (no user, path, query or fragment allowed when
- * bare is true). 0 or -EINVAL. */
-static int guard_authority(const char *url, bool bare, char *host, size_t host_len, long *port,
-                           char *scheme, size_t scheme_len)
+/* The host, port and scheme of url, which must be nothing but an authority
+ * (no user, no path but "/", no query). 0 or -EINVAL. */
+static int guard_authority(const char *url, char *host, size_t host_len, long *port, char *scheme,
+                           size_t scheme_len)
 {
     CURLU *u = curl_url();
     if (u == NULL)
@@ -74,13 +74,11 @@ static int guard_authority(const char *url, bool bare, char *host, size_t host_l
         curl_url_get(u, CURLUPART_PORT, &p, CURLU_DEFAULT_PORT) != CURLUE_OK ||
         curl_url_get(u, CURLUPART_SCHEME, &s, 0) != CURLUE_OK)
         goto out;
-    if (bare) {
-        if (curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK ||
-            curl_url_get(u, CURLUPART_QUERY, &query, 0) == CURLUE_OK)
-            goto out;
-        if (curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK && strcmp(path, "/") != 0)
-            goto out;
-    }
+    if (curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK ||
+        curl_url_get(u, CURLUPART_QUERY, &query, 0) == CURLUE_OK)
+        goto out;
+    if (curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK && strcmp(path, "/") != 0)
+        goto out;
     if (strlen(h) >= host_len || strlen(s) >= scheme_len)
         goto out;
     strcpy(host, h);
@@ -105,7 +103,7 @@ bool adm_guard_host_is_ours(const struct adm_guard *g, const char *host)
     char url[300], name[256], scheme[16];
     long port;
     snprintf(url, sizeof(url), "http://%s/", host);
-    if (guard_authority(url, true, name, sizeof(name), &port, scheme, sizeof(scheme)) != 0)
+    if (guard_authority(url, name, sizeof(name), &port, scheme, sizeof(scheme)) != 0)
         return false;
     return guard_name_is_ours(g, name);
 }
@@ -116,7 +114,7 @@ static bool guard_origin_is_ours(const struct adm_guard *g, const char *origin)
     long port;
     if (strcmp(origin, "null") == 0 || strlen(origin) > 300)
         return false;
-    if (guard_authority(origin, true, name, sizeof(name), &port, scheme, sizeof(scheme)) != 0)
+    if (guard_authority(origin, name, sizeof(name), &port, scheme, sizeof(scheme)) != 0)
         return false;
     if (strcasecmp(scheme, "http") != 0 && strcasecmp(scheme, "https") != 0)
         return false;
