@@ -191,6 +191,19 @@ static void wait_load(struct rig *r, uint64_t want, int timeout_ms)
     assert_int_equal(rc, 0);
 }
 
+static bool one_lease_reaped(void *arg)
+{
+    struct rig *r = arg;
+    return atomic_load(&r->seg.hdr->leases_reaped) == 1;
+}
+
+/* The reaper zeroes a lease's counters before it frees and counts it: a
+ * load that reached its value says the reap began, this that it ended. */
+static void wait_reaped(struct rig *r, int timeout_ms)
+{
+    assert_int_equal(h_wait_until(one_lease_reaped, r, timeout_ms), 0);
+}
+
 /* GET /status of the control plane: number of dataplanes it lists. */
 static long status_dataplanes(struct rig *r)
 {
@@ -267,6 +280,7 @@ static void test_sigkilled_dataplane_in_other_pidns_is_reaped(void **state)
     int64_t killed_at = h_now_ms();
     uint32_t interval = r.seg.hdr->heartbeat_interval_ms;
     wait_load(&r, 2, 5000);
+    wait_reaped(&r, 5000);
     int64_t took = h_now_ms() - killed_at;
     print_message("lease of a SIGKILLed dataplane in another PID namespace reaped %lld ms after "
                   "the kill (bound: two heartbeat intervals, %u ms)\n",
@@ -327,6 +341,7 @@ static void test_hung_dataplane_in_other_pidns_is_reaped_by_heartbeat(void **sta
     uint32_t timeout = r.seg.hdr->heartbeat_timeout_ms;
     uint32_t interval = r.seg.hdr->heartbeat_interval_ms;
     wait_load(&r, 0, (int)(timeout + 20 * interval));
+    wait_reaped(&r, 5000);
     int64_t took = h_now_ms() - stopped_at;
     print_message("lease of a hung dataplane in another PID namespace reaped %lld ms after "
                   "SIGSTOP (heartbeat timeout %u ms)\n",
