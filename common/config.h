@@ -153,6 +153,9 @@ struct cfg_dataplane_tls {
     char key_file[CFG_PATH_MAX];       /* PEM; set exactly when cert_file is */
     char client_ca_file[CFG_PATH_MAX]; /* PEM; "" = no client certificates (else mTLS) */
     char min_version[8];               /* "1.2" or "1.3" */
+    /* A GnuTLS priority string; "" = the built-in AEAD-only default
+     * (docs/security.md). min_version still applies on top of it. */
+    char priorities[CFG_PATH_MAX];
 };
 
 struct cfg_dataplane {
@@ -193,6 +196,10 @@ struct cfg_dataplane {
     struct cfg_upstream_tls upstream_tls;
     struct cfg_dataplane_tls tls;
     char plain_listen[CFG_ADDR_MAX]; /* HOST:PORT of a second, plain-HTTP listener, or "" */
+    /* Client headers never forwarded to workers, beside the fixed ones. */
+    struct cfg_str_list strip_headers;
+    /* false: /metrics sums the per-tenant series into one (no tenant names). */
+    bool metrics_tenant_labels;
 };
 
 struct cfg_policy_role {
@@ -268,6 +275,8 @@ struct cfg_kubernetes {
     uint64_t resync_ms;        /* full re-list period */
     uint64_t watch_timeout_ms; /* a watch's timeoutSeconds; silence past it ends the watch */
     bool insecure_http;        /* allow an http:// api_server (tests) */
+    uint32_t max_list_items;   /* items of one list page or watch burst beyond which it is refused */
+    uint32_t max_pods;         /* pods tracked at most; beyond, the list is refused */
 };
 
 struct cfg_discovery {

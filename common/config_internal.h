@@ -75,6 +75,8 @@ bool cfg_socket_path_is_valid(const char *path);
  * path); "*" or a header name (an HTTP token). */
 bool cfg_cors_origin_is_valid(const char *text);
 bool cfg_cors_header_is_valid(const char *text);
+bool cfg_header_name_is_valid(const char *text);
+bool cfg_tls_priorities_is_valid(const char *text);
 bool cfg_dns_name_is_valid(const char *text);
 bool cfg_model_is_valid(const char *model);
 bool cfg_addr_or_empty_is_valid(const char *addr);

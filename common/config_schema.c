@@ -197,6 +197,9 @@ static const struct cfg_key dataplane_tls_keys[] = {
             TLS_FILE_EXPECT, ""),
     KEY_STR("min_version", struct cfg_dataplane_tls, min_version, cfg_tls_version_is_valid,
             "one of 1.2|1.3", "1.2"),
+    /* "": AEAD suites only (docs/security.md gives the string). */
+    KEY_STR("priorities", struct cfg_dataplane_tls, priorities, cfg_tls_priorities_is_valid,
+            "a GnuTLS priority string of at most 255 printable characters, or \"\"", ""),
     KEY_END,
 };
 
@@ -257,6 +260,10 @@ static const struct cfg_key dataplane_keys[] = {
     /* "": only listen. Beside an HTTPS listen: plain HTTP for local clients and probes. */
     KEY_STR("plain_listen", struct cfg_dataplane, plain_listen, cfg_addr_or_empty_is_valid,
             "HOST:PORT (e.g. 127.0.0.1:8079), or \"\" for none", ""),
+    /* Authorization and x-api-key are always stripped when api_keys_file is set. */
+    KEY_STR_LIST("strip_headers", struct cfg_dataplane, strip_headers, cfg_header_name_is_valid,
+                 "a header name"),
+    KEY_BOOL("metrics_tenant_labels", struct cfg_dataplane, metrics_tenant_labels, true),
     KEY_END,
 };
 
@@ -411,6 +418,10 @@ static const struct cfg_key kubernetes_keys[] = {
     KEY_RANGE("watch_timeout", CFG_KIND_DURATION, struct cfg_kubernetes, watch_timeout_ms,
               MS_SECOND, MS_HOUR, 5 * MS_MINUTE),
     KEY_BOOL("insecure_http", struct cfg_kubernetes, insecure_http, false),
+    /* A hostile or broken API server cannot grow the control plane without bound. */
+    KEY_RANGE("max_list_items", CFG_KIND_U32, struct cfg_kubernetes, max_list_items, 1, 1000000,
+              10000),
+    KEY_RANGE("max_pods", CFG_KIND_U32, struct cfg_kubernetes, max_pods, 1, 1000000, 16384),
     KEY_END,
 };
 

@@ -648,6 +648,25 @@ bool cfg_cors_header_is_valid(const char *text)
     return true;
 }
 
+/* An RFC 9110 token: what a header name may be. */
+bool cfg_header_name_is_valid(const char *text)
+{
+    return strcmp(text, "*") != 0 && cfg_cors_header_is_valid(text);
+}
+
+/* GnuTLS parses the string itself when the listener starts; here only its
+ * shape: printable ASCII, no spaces, so a typo is named at load time. */
+bool cfg_tls_priorities_is_valid(const char *text)
+{
+    size_t n = strlen(text);
+    if (n > 255)
+        return false;
+    for (const char *c = text; *c != '\0'; c++)
+        if (*c <= ' ' || *c > '~')
+            return false;
+    return true;
+}
+
 /* Letters, digits, '-' and '.', labels of 1..63, at most 253 in all. */
 bool cfg_dns_name_is_valid(const char *text)
 {

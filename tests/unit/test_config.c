@@ -421,6 +421,12 @@ static void test_full_file_round_trip(void **state)
     assert_string_equal(cfg.dataplane.tls.client_ca_file, "/etc/switchyard/clients-ca.pem");
     assert_string_equal(cfg.dataplane.tls.min_version, "1.3");
     assert_string_equal(cfg.dataplane.plain_listen, "127.0.0.1:18079");
+    assert_string_equal(cfg.dataplane.tls.priorities, "SECURE256:-VERS-TLS1.2");
+    assert_int_equal(cfg.dataplane.strip_headers.n, 2);
+    assert_string_equal(cfg.dataplane.strip_headers.item[1], "Cookie");
+    assert_false(cfg.dataplane.metrics_tenant_labels);
+    assert_int_equal(cfg.discovery.kubernetes.max_list_items, 500);
+    assert_int_equal(cfg.discovery.kubernetes.max_pods, 2048);
     assert_int_equal(cfg.policy.name, CFG_POLICY_POWER_OF_TWO);
     assert_true(cfg.policy.cache_threshold == 0.25);
     assert_int_equal(cfg.policy.balance_abs_threshold, 8);
@@ -528,7 +534,12 @@ static const struct bad_case bad_cases[] = {
      "header_timeout|upload_min_rate|per_ip_connection_limit|max_connections|metrics_listen|"
      "debug_headers|retry|access_log|access_log_buffer|api_keys_file|"
      "upstream_api_key_file|response_ttl|response_table_size|cors|upstream_tls|tls|"
-     "plain_listen)"},
+     "plain_listen|strip_headers|metrics_tenant_labels)"},
+    {"dataplane:\n  strip_headers: [\"bad name\"]\n",
+     "t.yaml:2:19: dataplane.strip_headers[0]: expected a header name, got 'bad name'"},
+    {"dataplane:\n  tls:\n    priorities: \"NORMAL -X\"\n",
+     "t.yaml:3:17: dataplane.tls.priorities: expected a GnuTLS priority string of at most 255 "
+     "printable characters, or \"\", got 'NORMAL -X'"},
     {"dataplane:\n  tls:\n    min_version: 1.1\n",
      "t.yaml:3:18: dataplane.tls.min_version: expected one of 1.2|1.3, got '1.1'"},
     {"dataplane:\n  tls:\n    client_ca_file: /ca.pem\n",
