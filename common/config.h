@@ -188,6 +188,9 @@ struct cfg_dataplane {
      * tenant. The worker key file holds vLLM's --api-key: "" = none. */
     char api_keys_file[CFG_PATH_MAX];
     char upstream_api_key_file[CFG_PATH_MAX];
+    /* The router's secret from which tenants with cache_isolation get their
+     * cache_salt; "" = no tenant may ask for cache_isolation. */
+    char cache_salt_key_file[CFG_PATH_MAX];
     /* Responses stickiness (docs/api.md): how long a response id stays
      * bound to its worker, and how many ids the node's table holds. */
     uint64_t response_ttl_ms;

@@ -264,6 +264,10 @@ static const struct cfg_key dataplane_keys[] = {
     KEY_STR_LIST("strip_headers", struct cfg_dataplane, strip_headers, cfg_header_name_is_valid,
                  "a header name"),
     KEY_BOOL("metrics_tenant_labels", struct cfg_dataplane, metrics_tenant_labels, true),
+    /* "": a keys file whose tenants ask for cache_isolation is refused. */
+    KEY_STR("cache_salt_key_file", struct cfg_dataplane, cache_salt_key_file,
+            cfg_file_path_is_valid,
+            "a file path of at most 255 characters without control characters, or \"\"", ""),
     KEY_END,
 };
 

@@ -425,6 +425,7 @@ static void test_full_file_round_trip(void **state)
     assert_int_equal(cfg.dataplane.strip_headers.n, 2);
     assert_string_equal(cfg.dataplane.strip_headers.item[1], "Cookie");
     assert_false(cfg.dataplane.metrics_tenant_labels);
+    assert_string_equal(cfg.dataplane.cache_salt_key_file, "/etc/switchyard/cache-salt-key");
     assert_int_equal(cfg.discovery.kubernetes.max_list_items, 500);
     assert_int_equal(cfg.discovery.kubernetes.max_pods, 2048);
     assert_int_equal(cfg.policy.name, CFG_POLICY_POWER_OF_TWO);
@@ -534,7 +535,7 @@ static const struct bad_case bad_cases[] = {
      "header_timeout|upload_min_rate|per_ip_connection_limit|max_connections|metrics_listen|"
      "debug_headers|retry|access_log|access_log_buffer|api_keys_file|"
      "upstream_api_key_file|response_ttl|response_table_size|cors|upstream_tls|tls|"
-     "plain_listen|strip_headers|metrics_tenant_labels)"},
+     "plain_listen|strip_headers|metrics_tenant_labels|cache_salt_key_file)"},
     {"dataplane:\n  strip_headers: [\"bad name\"]\n",
      "t.yaml:2:19: dataplane.strip_headers[0]: expected a header name, got 'bad name'"},
     {"dataplane:\n  tls:\n    priorities: \"NORMAL -X\"\n",
