@@ -202,6 +202,9 @@ struct dp_request {
     bool preflight; /* a CORS preflight the router answers (cors.h) */
     bool suspended;
     bool client_gone;
+    /* Answered before its body was read, whose end is unknown (ambiguous
+     * framing): the connection must close after the answer. */
+    bool close_after_reply;
     int client_fd; /* watched with EPOLLRDHUP while >= 0 and watching */
     bool watching;
     /* Parked, to be watched at the loop's next tick (dp_listener_watch_soon):

@@ -3,6 +3,7 @@
  */
 #include "dataplane/http/header_rules.h"
 
+#include <string.h>
 #include <strings.h>
 
 /* tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" / "-" / "." /
@@ -74,4 +75,43 @@ bool dp_hdr_connection_lists(const char *connection_value, const char *name, siz
             return true;
     }
     return false;
+}
+
+/* Compares name[0..len) with lower-case want, without regard to case. */
+static bool hdr_name_is(const char *name, size_t len, const char *want)
+{
+    return strlen(want) == len && strncasecmp(name, want, len) == 0;
+}
+
+void dp_hdr_framing_note(struct dp_hdr_framing *f, const char *name, size_t name_len,
+                         const char *value, size_t value_len)
+{
+    if (name == NULL)
+        return;
+    /* MHD trims the value's surrounding white space; inner text is as sent. */
+    if (hdr_name_is(name, name_len, "content-length")) {
+        f->content_lengths++;
+        bool digits = value != NULL && value_len > 0;
+        for (size_t i = 0; digits && i < value_len; i++)
+            digits = value[i] >= '0' && value[i] <= '9';
+        if (!digits)
+            f->length_not_digits = true;
+    } else if (hdr_name_is(name, name_len, "transfer-encoding")) {
+        f->transfer_encodings++;
+        if (value == NULL || !hdr_name_is(value, value_len, "chunked"))
+            f->coding_not_chunked = true;
+    }
+}
+
+const char *dp_hdr_framing_problem(const struct dp_hdr_framing *f)
+{
+    if (f->content_lengths > 1)
+        return "more than one Content-Length header";
+    if (f->transfer_encodings > 0 && f->content_lengths > 0)
+        return "both Transfer-Encoding and Content-Length";
+    if (f->transfer_encodings > 1 || f->coding_not_chunked)
+        return "a Transfer-Encoding other than a single \"chunked\"";
+    if (f->length_not_digits)
+        return "a Content-Length that is not a decimal number";
+    return NULL;
 }

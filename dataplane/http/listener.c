@@ -190,6 +190,8 @@ static enum MHD_Result lst_queue_buffer(struct dp_request *req, int status, cons
     }
     if (req->adm.rejected != NULL)
         MHD_add_response_header(resp, "x-switchyard-rejected", req->adm.rejected);
+    if (req->close_after_reply)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     const char *allow = dp_route_row(req->route)->allow;
     if (status == 405 && allow != NULL)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
@@ -337,6 +339,7 @@ static enum MHD_Result lst_answer_preflight(struct dp_request *req)
 struct lst_hdr_scan {
     size_t bytes;
     bool bad;
+    struct dp_hdr_framing framing;
 };
 
 static enum MHD_Result lst_scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -348,6 +351,7 @@ static enum MHD_Result lst_scan_header(void *cls, enum MHD_ValueKind kind, const
     if (key == NULL || !dp_hdr_name_is_token(key, key_size) ||
         (value != NULL && !dp_hdr_value_is_clean(value, value_size)))
         sc->bad = true; /* the walk goes on: the size is asked first */
+    dp_hdr_framing_note(&sc->framing, key, key_size, value, value_size);
     return MHD_YES;
 }
 
@@ -421,6 +425,15 @@ static enum MHD_Result lst_handler(void *cls, struct MHD_Connection *conn, const
             return lst_queue_error(req, 400, "invalid_header",
                                    "a header name is not an HTTP token or a header value holds a "
                                    "control character");
+        /* Ambiguous framing: where this body ends is unknown, so nothing
+         * after the headers can be trusted as a next request either. */
+        const char *framing = dp_hdr_framing_problem(&sc.framing);
+        if (framing != NULL) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "ambiguous request framing: %s", framing);
+            req->close_after_reply = true;
+            return lst_queue_error(req, 400, "invalid_framing", msg);
+        }
         /* Refuse an announced body over max_body now, before reading it
          * (the connection then closes): reading it to count it cost 3.2 GB
          * for a Content-Length of 10^12. */

@@ -56,12 +56,40 @@ static void test_connection_lists(void **state)
     assert_false(dp_hdr_connection_lists(", ,", S("")));
 }
 
+/* Framing from a list of "name", "value" pairs, NULL-terminated. */
+static const char *framing_of(const char *const *pairs)
+{
+    struct dp_hdr_framing f = {0};
+    for (size_t i = 0; pairs[i] != NULL; i += 2)
+        dp_hdr_framing_note(&f, pairs[i], strlen(pairs[i]), pairs[i + 1], strlen(pairs[i + 1]));
+    return dp_hdr_framing_problem(&f);
+}
+
+static void test_framing(void **state)
+{
+    (void)state;
+    assert_null(framing_of((const char *const[]){"Content-Length", "12", NULL}));
+    assert_null(framing_of((const char *const[]){"transfer-encoding", "Chunked", NULL}));
+    assert_null(framing_of((const char *const[]){"X-Length", "1", "Content-Type", "a", NULL}));
+    assert_non_null(
+        framing_of((const char *const[]){"Content-Length", "7", "content-length", "7", NULL}));
+    assert_non_null(framing_of(
+        (const char *const[]){"Transfer-Encoding", "chunked", "Content-Length", "7", NULL}));
+    assert_non_null(framing_of((const char *const[]){"Transfer-Encoding", "gzip, chunked", NULL}));
+    assert_non_null(framing_of(
+        (const char *const[]){"Transfer-Encoding", "chunked", "Transfer-Encoding", "chunked", NULL}));
+    assert_non_null(framing_of((const char *const[]){"Content-Length", "+7", NULL}));
+    assert_non_null(framing_of((const char *const[]){"Content-Length", "7, 7", NULL}));
+    assert_non_null(framing_of((const char *const[]){"Content-Length", "", NULL}));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_values),
         cmocka_unit_test(test_connection_lists),
+        cmocka_unit_test(test_framing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
