@@ -33,10 +33,12 @@
  *    are reclaimed as it passes. A reader racing a forget sees the state
  *    before or after it. Epochs are 32 bits: a stale fact could look valid
  *    again only after 2^32 forgets of its slot while it sits untouched.
- *  - The bound evicts the oldest fact of a full bucket: that loses a true
- *    fact ("not known to be held"), never invents one. Removal and
- *    forgetting are explicit, so a fact that remains is one the worker
- *    reported and has not withdrawn.
+ *  - The bound evicts a fact of a full bucket (whose: the fair-share rule
+ *    of kv_holders.h, which needs only the writer's per-slot counts and
+ *    its count of slots holding facts): that loses a true fact ("not known
+ *    to be held"), never invents one. Removal and forgetting are explicit,
+ *    so a fact that remains is one the worker reported and has not
+ *    withdrawn.
  *  - Per-slot fact counts and the total are written by the writer alone
  *    (relaxed), for metrics; readers may see them a write behind.
  *
@@ -123,6 +125,10 @@ struct kvh_index {
     size_t n_buckets; /* power of two, copied from the validated header */
     size_t size;      /* bytes mapped */
     bool shared;
+    /* The writer's: slots holding at least one valid fact, the divisor of
+     * every slot's share. Starts at 0 with every view, which is right for
+     * the writer's: it starts on an empty (or emptied) index. */
+    uint32_t active_slots;
 };
 
 static size_t kvh_buckets_for(size_t capacity)
@@ -484,6 +490,10 @@ static void kvh_write_end(struct kvh_bucket *b, uint64_t s)
 static void kvh_count_add(struct kvh_index *ix, uint32_t slot, int delta)
 {
     uint32_t c = atomic_load_explicit(&ix->slots[slot].facts, memory_order_relaxed);
+    if (c == 0 && delta > 0)
+        ix->active_slots++;
+    else if (c > 0 && (int64_t)c + delta == 0 && ix->active_slots > 0)
+        ix->active_slots--;
     atomic_store_explicit(&ix->slots[slot].facts, (uint32_t)((int64_t)c + delta),
                           memory_order_relaxed);
     uint64_t t = atomic_load_explicit(&ix->hdr->count, memory_order_relaxed);
@@ -496,19 +506,42 @@ static void kvh_clear_way(struct kvh_fact *f)
     atomic_store_explicit(&f->meta, 0, memory_order_relaxed);
 }
 
-void kvh_add(struct kvh_index *ix, uint64_t key, uint32_t slot)
+/* Whether a fact of a slot holding `facts` facts, `age` clock ticks old,
+ * goes before one of v_facts and v_age: the biggest holder pays first, its
+ * oldest fact first. */
+static bool kvh_pays_first(uint32_t facts, uint16_t age, uint32_t v_facts, uint16_t v_age)
+{
+    return facts != v_facts ? facts > v_facts : age > v_age;
+}
+
+size_t kvh_share(const struct kvh_index *ix, uint32_t slot)
 {
     if (slot >= PIX_SLOT_LIMIT)
-        return;
+        return 0;
+    uint32_t n = ix->active_slots;
+    if (atomic_load_explicit(&ix->slots[slot].facts, memory_order_relaxed) == 0)
+        n++; /* a newcomer counts itself: its first fact makes it a holder */
+    return kvh_capacity(ix) / n;
+}
+
+enum kvh_add_result kvh_add(struct kvh_index *ix, uint64_t key, uint32_t slot)
+{
+    if (slot >= PIX_SLOT_LIMIT)
+        return KVH_ADD_REFUSED;
     uint16_t stamp = (uint16_t)atomic_load_explicit(&ix->hdr->clock, memory_order_relaxed);
     atomic_store_explicit(&ix->hdr->clock, (uint32_t)stamp + 1u, memory_order_relaxed);
     uint32_t epoch = kvh_epoch(ix, slot);
+    bool over =
+        atomic_load_explicit(&ix->slots[slot].facts, memory_order_relaxed) >= kvh_share(ix, slot);
     struct kvh_bucket *b = kvh_bucket_of(ix, key);
     uint64_t k = kvh_key(key);
     /* The writer reads its own bucket without the protocol: nobody else
-     * writes it. */
-    int free_way = -1, oldest = -1;
-    uint16_t oldest_age = 0;
+     * writes it. The victim of a full bucket: for a slot over its share,
+     * its own oldest fact there; else the oldest fact of the slot holding
+     * the most facts in the whole index (the biggest holder pays first). */
+    int free_way = -1, own = -1, victim = -1;
+    uint16_t own_age = 0, victim_age = 0;
+    uint32_t victim_facts = 0;
     for (unsigned w = 0; w < KVH_WAYS; w++) {
         uint64_t wk = atomic_load_explicit(&b->way[w].key, memory_order_relaxed);
         uint64_t wm = atomic_load_explicit(&b->way[w].meta, memory_order_relaxed);
@@ -525,28 +558,47 @@ void kvh_add(struct kvh_index *ix, uint64_t key, uint32_t slot)
             atomic_store_explicit(&b->way[w].meta, kvh_meta(slot, epoch, stamp),
                                   memory_order_relaxed);
             kvh_write_end(b, s);
-            return;
+            return KVH_ADD_REFRESHED;
         }
         uint16_t age = (uint16_t)(stamp - kvh_meta_stamp(wm));
-        if (oldest < 0 || age > oldest_age) {
-            oldest = (int)w;
-            oldest_age = age;
+        if (holder == (int64_t)slot && (own < 0 || age > own_age)) {
+            own = (int)w;
+            own_age = age;
+        }
+        uint32_t facts =
+            atomic_load_explicit(&ix->slots[(uint32_t)holder].facts, memory_order_relaxed);
+        if (victim < 0 || kvh_pays_first(facts, age, victim_facts, victim_age)) {
+            victim = (int)w;
+            victim_facts = facts;
+            victim_age = age;
         }
     }
-    unsigned w = free_way >= 0 ? (unsigned)free_way : (unsigned)oldest;
+    enum kvh_add_result res = KVH_ADD_STORED;
+    if (free_way < 0 && over) {
+        /* Over its share: a free way costs nobody anything (and is won
+         * back by the first slot under its share that needs it), but a
+         * full bucket only ever gives up this slot's own facts. */
+        if (own < 0)
+            return KVH_ADD_REFUSED;
+        victim = own;
+        res = KVH_ADD_SELF_EVICTED;
+    } else if (free_way < 0) {
+        res = victim == own ? KVH_ADD_SELF_EVICTED : KVH_ADD_EVICTED;
+    }
+    unsigned w = free_way >= 0 ? (unsigned)free_way : (unsigned)victim;
     uint64_t s = kvh_write_begin(b);
     if (free_way < 0) {
-        /* Full: the oldest fact goes; it is a true fact lost, not a false
-         * one made. */
-        int64_t victim =
+        /* Full: a true fact is lost, no false one made. */
+        int64_t gone =
             kvh_valid_slot(ix, atomic_load_explicit(&b->way[w].meta, memory_order_relaxed));
-        if (victim >= 0)
-            kvh_count_add(ix, (uint32_t)victim, -1);
+        if (gone >= 0)
+            kvh_count_add(ix, (uint32_t)gone, -1);
     }
     atomic_store_explicit(&b->way[w].key, k, memory_order_relaxed);
     atomic_store_explicit(&b->way[w].meta, kvh_meta(slot, epoch, stamp), memory_order_relaxed);
     kvh_write_end(b, s);
     kvh_count_add(ix, slot, +1);
+    return res;
 }
 
 void kvh_remove(struct kvh_index *ix, uint64_t key, uint32_t slot)
@@ -584,6 +636,8 @@ void kvh_forget_slot(struct kvh_index *ix, uint32_t slot)
     atomic_store_explicit(&ix->slots[slot].epoch, e + 1u, memory_order_relaxed);
     uint32_t c = atomic_load_explicit(&ix->slots[slot].facts, memory_order_relaxed);
     atomic_store_explicit(&ix->slots[slot].facts, 0, memory_order_relaxed);
+    if (c > 0 && ix->active_slots > 0)
+        ix->active_slots--;
     uint64_t t = atomic_load_explicit(&ix->hdr->count, memory_order_relaxed);
     atomic_store_explicit(&ix->hdr->count, t >= c ? t - c : 0, memory_order_relaxed);
 }
@@ -596,4 +650,5 @@ void kvh_forget_all(struct kvh_index *ix)
         atomic_store_explicit(&ix->slots[slot].facts, 0, memory_order_relaxed);
     }
     atomic_store_explicit(&ix->hdr->count, 0, memory_order_relaxed);
+    ix->active_slots = 0;
 }

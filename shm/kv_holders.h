@@ -13,9 +13,16 @@
  * a write sees the state before or after it, which for routing is a hint
  * either way.
  *
- * Bounded: sized at creation (shm.kv_index_blocks); when full, the oldest
- * entries make room, so the index degrades to "not known to be held", never
- * to a wrong holder.
+ * Bounded: sized at creation (shm.kv_index_blocks); when full, entries make
+ * room, so the index degrades to "not known to be held", never to a wrong
+ * holder. Which ones is fair between workers: each slot's share is the
+ * capacity divided by the slots holding facts (the whole index for a
+ * single worker). A slot may fill free room beyond its share, but once
+ * over it, a new fact of its own that meets a full bucket replaces its own
+ * oldest fact there, or is refused: it never takes another worker's. Under
+ * its share, a full bucket gives up the oldest fact of the biggest holder
+ * among its facts. One worker flooding stores therefore ends up recycling
+ * its own facts, and a worker within its share keeps what it reported.
  *
  * It lives in a POSIX shared-memory segment of its own, "<shm.name>.kvholders",
  * created (or kept) by the control plane right after the registry segment
@@ -66,9 +73,18 @@ int kvh_open_owner(const char *name, size_t capacity_blocks, struct kvh_index **
  * negative errno, with err. */
 int kvh_attach(const char *name, struct kvh_index **out, char *err, size_t err_len);
 
+/* What kvh_add did with a fact. */
+enum kvh_add_result {
+    KVH_ADD_STORED = 1,   /* in a free way */
+    KVH_ADD_REFRESHED,    /* the slot already held it: its age only */
+    KVH_ADD_EVICTED,      /* a full bucket gave up another slot's oldest fact */
+    KVH_ADD_SELF_EVICTED, /* a full bucket gave up this slot's own oldest fact */
+    KVH_ADD_REFUSED,      /* over its share, and no fact of its own to replace there */
+};
+
 /* Writer side (control plane only). slot: a registry slot below
- * PIX_SLOT_LIMIT (others are ignored). */
-void kvh_add(struct kvh_index *ix, uint64_t key, uint32_t slot);
+ * PIX_SLOT_LIMIT (others are ignored, as refused). */
+enum kvh_add_result kvh_add(struct kvh_index *ix, uint64_t key, uint32_t slot);
 void kvh_remove(struct kvh_index *ix, uint64_t key, uint32_t slot);
 /* Every fact about slot goes; cost bounded by the index's size, not by the
  * number of facts (forgetting must be cheap enough to do on every gap). */
@@ -97,6 +113,9 @@ size_t kvh_longest_match(const struct kvh_index *ix, const uint64_t *chain, size
 size_t kvh_count(const struct kvh_index *ix);
 size_t kvh_slot_count(const struct kvh_index *ix, uint32_t slot);
 size_t kvh_capacity(const struct kvh_index *ix);
+/* The writer's share of slot (see above): capacity / slots holding facts,
+ * slot counted even while it holds none. 0 for a slot never recorded. */
+size_t kvh_share(const struct kvh_index *ix, uint32_t slot);
 
 /* Bytes mapped (header, slot table, buckets); pages become resident only
  * when first written. True when ix lives in a shared segment. */

@@ -12,11 +12,14 @@
  */
 #include "controlplane/kv/kv_apply.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/config.h"
 #include "common/token_chain.h"
 
 #define KVA_MODEL_MAX 256
@@ -43,6 +46,21 @@ struct kva_map {
     uint64_t next_seq;
 };
 
+/* A slot's facts held back by its share of the index (kvh_add), under
+ * the id of the worker they were counted for. The sink thread writes; the
+ * metrics page reads; the id changes under the mutex of struct kv_apply. */
+struct kva_share_stats {
+    char worker[CFG_ID_MAX]; /* "" = nothing counted yet */
+    _Atomic uint64_t self_evicted, refused;
+};
+
+/* Allocated apart, so the metrics page reaching it through a const
+ * struct kv_apply may still take its mutex. */
+struct kva_shares {
+    pthread_mutex_t mu; /* guards slot[].worker */
+    struct kva_share_stats slot[];
+};
+
 struct kv_apply {
     struct kvh_index *ix; /* borrowed */
     uint32_t block_size;
@@ -55,6 +73,7 @@ struct kv_apply {
     _Atomic uint64_t applied[3];
     _Atomic uint64_t skipped[KVA_SKIP_COUNT];
     _Atomic uint64_t blocks_stored, blocks_removed, map_evictions, forgets;
+    struct kva_shares *shares; /* slot[max_slots] */
 };
 
 static void kva_count(_Atomic uint64_t *c, uint64_t n)
@@ -214,6 +233,24 @@ static void kva_skip(struct kv_apply *a, enum kva_skip why)
     kva_count(&a->skipped[why], 1);
 }
 
+/* Counts a fact kvh_add held back for the slot's share. A slot taken by
+ * another worker starts its counts over under the new id. */
+static void kva_count_share(struct kv_apply *a, uint32_t slot, const char *worker_id,
+                            enum kvh_add_result r)
+{
+    if (r != KVH_ADD_SELF_EVICTED && r != KVH_ADD_REFUSED)
+        return;
+    struct kva_share_stats *st = &a->shares->slot[slot];
+    if (strncmp(st->worker, worker_id, sizeof(st->worker) - 1) != 0) {
+        pthread_mutex_lock(&a->shares->mu);
+        snprintf(st->worker, sizeof(st->worker), "%s", worker_id);
+        atomic_store_explicit(&st->self_evicted, 0, memory_order_relaxed);
+        atomic_store_explicit(&st->refused, 0, memory_order_relaxed);
+        pthread_mutex_unlock(&a->shares->mu);
+    }
+    kva_count(r == KVH_ADD_REFUSED ? &st->refused : &st->self_evicted, 1);
+}
+
 static void kva_forget(struct kv_apply *a, uint32_t slot)
 {
     kvh_forget_slot(a->ix, slot);
@@ -271,7 +308,7 @@ static void kva_stored(struct kv_apply *a, uint32_t slot, const char *worker_id,
         uint64_t key = tkc_next(prev, ev->token_ids + i * bs, bs);
         if (kva_insert(a, m, slot, ev->block_hashes[i], key) != 0)
             break; /* out of memory: the rest cannot be withdrawn later, so not added */
-        kvh_add(a->ix, key, slot);
+        kva_count_share(a, slot, worker_id != NULL ? worker_id : "", kvh_add(a->ix, key, slot));
         prev = key;
         added++;
     }
@@ -345,10 +382,14 @@ struct kv_apply *kva_create(struct kvh_index *ix, uint32_t block_size, uint32_t 
     if (a == NULL)
         return NULL;
     a->maps = calloc(max_slots, sizeof(*a->maps));
-    if (a->maps == NULL) {
+    a->shares = calloc(1, sizeof(*a->shares) + max_slots * sizeof(a->shares->slot[0]));
+    if (a->maps == NULL || a->shares == NULL) {
+        free(a->maps);
+        free(a->shares);
         free(a);
         return NULL;
     }
+    pthread_mutex_init(&a->shares->mu, NULL);
     a->ix = ix;
     a->block_size = block_size;
     a->max_slots = max_slots;
@@ -365,6 +406,8 @@ void kva_destroy(struct kv_apply *a)
     for (uint32_t s = 0; s < a->max_slots; s++)
         kva_map_free(a->maps[s]);
     free(a->maps);
+    pthread_mutex_destroy(&a->shares->mu);
+    free(a->shares);
     free(a);
 }
 
@@ -432,4 +475,19 @@ void kva_metrics_write(const void *arg, struct prom_writer *w)
     prom_family(w, "switchyard_kv_worker_forgets_total", PROM_COUNTER,
                 "Times a worker's facts were all dropped (AllBlocksCleared, gap, restart, leave).");
     prom_sample_u64(w, NULL, NULL, 0, st.forgets);
+    prom_family(w, "switchyard_kv_share_limited_total", PROM_COUNTER,
+                "Blocks of a worker over its share of the KV holder index that met a full "
+                "bucket: recorded in place of its own oldest fact (self_evicted) or not recorded "
+                "(refused); another worker's facts are never taken.");
+    pthread_mutex_lock(&a->shares->mu);
+    for (uint32_t s = 0; s < a->max_slots; s++) {
+        const struct kva_share_stats *sh = &a->shares->slot[s];
+        if (sh->worker[0] == '\0')
+            continue;
+        struct prom_label se[] = {{"worker", sh->worker}, {"action", "self_evicted"}};
+        struct prom_label re[] = {{"worker", sh->worker}, {"action", "refused"}};
+        prom_sample_u64(w, NULL, se, 2, kva_load(&sh->self_evicted));
+        prom_sample_u64(w, NULL, re, 2, kva_load(&sh->refused));
+    }
+    pthread_mutex_unlock(&a->shares->mu);
 }

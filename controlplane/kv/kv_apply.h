@@ -25,6 +25,10 @@
  * its oldest entry goes and so does that block's fact in the index (a fact
  * whose removal could no longer be applied must not stay).
  *
+ * Which facts a full index gives up is the index's fair-share rule
+ * (kv_holders.h); the blocks it held back from a worker over its share are
+ * counted here per worker (switchyard_kv_share_limited_total).
+ *
  * Threading: the sink's callbacks run on the subscriber's one thread, which
  * owns the maps; kva_metrics_write may run on any thread (the counters are
  * relaxed atomics, the fact count lives in the index).
@@ -86,8 +90,9 @@ void kva_stats(const struct kv_apply *a, struct kva_stats *out);
 /* The control plane's families: switchyard_kv_index_facts and
  * switchyard_kv_index_capacity, switchyard_kv_events_applied_total{type},
  * switchyard_kv_events_skipped_total{reason}, switchyard_kv_blocks_total{op},
- * switchyard_kv_map_evictions_total, switchyard_kv_worker_forgets_total.
- * arg is the struct kv_apply (adm_metrics_fn's shape). */
+ * switchyard_kv_map_evictions_total, switchyard_kv_worker_forgets_total,
+ * switchyard_kv_share_limited_total{worker,action}. arg is the struct kv_apply (adm_metrics_fn's
+ * shape). */
 void kva_metrics_write(const void *arg, struct prom_writer *w);
 
 #endif

@@ -232,6 +232,50 @@ static void test_bound_never_names_a_wrong_holder(void **state)
     kvh_destroy(ix);
 }
 
+/* security review II, row 17: one slot flooding stores (never removing)
+ * must not push out another slot's facts. Before the share rule a full
+ * bucket gave up its oldest fact, whoever held it, and a good worker's 512
+ * facts went down to a handful. The flooder ends up recycling its own. */
+static void test_flood_keeps_other_slots_facts(void **state)
+{
+    (void)state;
+    struct kvh_index *ix = kvh_create(4096);
+    size_t cap = kvh_capacity(ix);
+    enum { GOOD = 3, BAD = 7, KEPT = 512 };
+    for (unsigned i = 0; i < KEPT; i++)
+        assert_int_equal(kvh_add(ix, key_of(i), GOOD), KVH_ADD_STORED);
+    assert_int_equal(kvh_share(ix, GOOD), cap);
+    assert_int_equal(kvh_share(ix, BAD), cap / 2); /* a newcomer counts itself */
+    size_t limited = 0;
+    for (unsigned i = 0; i < 20 * cap; i++) {
+        enum kvh_add_result r = kvh_add(ix, key_of(100000 + i), BAD);
+        assert_int_not_equal(r, KVH_ADD_EVICTED);
+        limited += r == KVH_ADD_SELF_EVICTED || r == KVH_ADD_REFUSED;
+    }
+    size_t kept = 0;
+    for (unsigned i = 0; i < KEPT; i++)
+        kept += kvh_has(ix, key_of(i), GOOD);
+    assert_int_equal(kept, KEPT);
+    assert_int_equal(kvh_slot_count(ix, GOOD), KEPT);
+    assert_true(limited > 0);
+    /* It still fills what nobody else uses: free room is lent, not lost. */
+    assert_true(kvh_slot_count(ix, BAD) > cap / 2);
+    assert_int_equal(kvh_count(ix), KEPT + kvh_slot_count(ix, BAD));
+    /* The good slot wins its room back from the flooder, over its share. */
+    for (unsigned i = 0; i < 1000; i++)
+        kvh_add(ix, key_of(200000 + i), GOOD);
+    kept = 0;
+    for (unsigned i = 0; i < 1000; i++)
+        kept += kvh_has(ix, key_of(200000 + i), GOOD);
+    assert_int_equal(kept, 1000);
+    /* A single slot uses the whole index. */
+    kvh_forget_all(ix);
+    for (unsigned i = 0; i < 4 * cap; i++)
+        kvh_add(ix, key_of(i), GOOD);
+    assert_true(kvh_slot_count(ix, GOOD) > cap * 9 / 10);
+    kvh_destroy(ix);
+}
+
 static void test_segment_shared_kept_emptied_replaced(void **state)
 {
     (void)state;
@@ -399,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_forget_slot),
         cmocka_unit_test(test_longest_match),
         cmocka_unit_test(test_bound_never_names_a_wrong_holder),
+        cmocka_unit_test(test_flood_keeps_other_slots_facts),
         cmocka_unit_test(test_segment_shared_kept_emptied_replaced),
         cmocka_unit_test(test_attach_validates),
         cmocka_unit_test(test_segment_name),
