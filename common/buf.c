@@ -184,3 +184,15 @@ char *buf_detach(struct buf *b, size_t *len)
     buf_init(b, b->max);
     return data;
 }
+
+int buf_adopt(struct buf *b, char *data, size_t len)
+{
+    if (len > b->max)
+        return -E2BIG;
+    free(b->data);
+    b->data = data;
+    b->len = len;
+    b->alloc = len + 1;
+    b->err = 0;
+    return 0;
+}

@@ -80,6 +80,14 @@ void buf_consume(struct buf *b, size_t n);
 char *buf_detach(struct buf *b, size_t *len);
 
 /*
+ * The other way: b's contents become data[0..len) (malloc'd, NUL at
+ * data[len]; a body rewritten elsewhere), b owns it and frees its old
+ * bytes. Returns 0, or -E2BIG when len > max (b unchanged, data still the
+ * caller's): the cap holds for adopted bytes too.
+ */
+int buf_adopt(struct buf *b, char *data, size_t len);
+
+/*
  * Gives back the growth slack: the allocation becomes len + 1 bytes, for a
  * buffer that is complete and will be kept a long time (a request body
  * held by a stream). Contents, cap and error are unchanged; when the

@@ -18,9 +18,25 @@
  * text chain by construction of its seed. */
 #define TKC_DOMAIN UINT64_C(0x6b762d746f6b656e) /* "kv-token" */
 
+/* Keeps a salt's hash apart from any model's seed. */
+#define TKC_SALT_DOMAIN UINT64_C(0x63616368652d736c) /* "cache-sl" */
+
 uint64_t tkc_seed(const char *model)
 {
     return XXH3_64bits_withSeed(model, strlen(model), TKC_DOMAIN);
+}
+
+uint64_t tkc_salt_hash(const char *salt, size_t len)
+{
+    return XXH3_64bits_withSeed(salt, len, TKC_SALT_DOMAIN);
+}
+
+uint64_t tkc_salt_seed(uint64_t seed, uint64_t salt_hash)
+{
+    unsigned char le[8];
+    for (size_t i = 0; i < sizeof le; i++)
+        le[i] = (unsigned char)(salt_hash >> (8 * i));
+    return XXH3_64bits_withSeed(le, sizeof le, seed);
 }
 
 uint64_t tkc_next(uint64_t prev, const uint32_t *tokens, size_t n)

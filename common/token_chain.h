@@ -14,6 +14,13 @@
  * A chain is seeded per model (the model or LoRA adapter name the tokens
  * belong to), so different models never share keys; block i's hash covers
  * blocks 0..i, so equal hashes mean equal prefixes, as in vLLM.
+ *
+ * A request's cache_salt (vLLM mixes it into the first block's hash as an
+ * extra key, so requests of different salts never share a block) is mixed
+ * into the seed instead: tkc_salt_seed(seed, tkc_salt_hash(salt)). Every
+ * block of the chain then differs from the unsalted one's, as every block
+ * of vLLM's does (each hash covers the first). cache_aware's text chain is
+ * salted the same way, so a salt has one definition for both indexes.
  */
 #ifndef SY_COMMON_TOKEN_CHAIN_H
 #define SY_COMMON_TOKEN_CHAIN_H
@@ -23,6 +30,14 @@
 
 /* The seed of every chain for `model` (NUL-terminated; "" is allowed). */
 uint64_t tkc_seed(const char *model);
+
+/* The hash of a cache_salt's bytes salt[0..len) (as the worker receives
+ * them, JSON escapes decoded). */
+uint64_t tkc_salt_hash(const char *salt, size_t len);
+
+/* The seed of a salted chain: `seed` (of the unsalted chain) and the
+ * salt's tkc_salt_hash. Never equal to `seed` but by a 64-bit collision. */
+uint64_t tkc_salt_seed(uint64_t seed, uint64_t salt_hash);
 
 /* The hash of the block `tokens[0..n)` that follows the block hashed
  * `prev` (or starts the chain when prev is tkc_seed's value). n is the

@@ -30,6 +30,7 @@
 #include "dataplane/obs/access_log.h"
 #include "dataplane/core/admin_client.h"
 #include "dataplane/admission/admission.h"
+#include "dataplane/admission/cache_salt.h"
 #include "dataplane/core/hot_restart_run.h"
 #include "dataplane/http/listener.h"
 #include "dataplane/loop_run.h"
@@ -58,6 +59,7 @@ struct dp_daemon {
     int sigfd;
     int tickfd;
     struct dp_shared sh;
+    struct dp_salt_key salt_key; /* dataplane.cache_salt_key_file's secret */
     struct dp_loop *loops;
     unsigned n_loops;
     struct adm_client *admin; /* the admin channel to the control plane */
@@ -487,6 +489,12 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
         log_error("%s: %s", cfg->path, err);
         goto out_close_signals;
     }
+    if (dp_salt_key_load(&d.salt_key, cfg->dataplane.cache_salt_key_file, err, sizeof(err)) !=
+        0) {
+        log_error("%s: %s", cfg->path, err);
+        goto out_close_signals;
+    }
+    d.sh.salt_key = d.salt_key.on ? &d.salt_key : NULL;
     if (dp_hot_init(&d.hot, cfg, &hot_ops, opts->hot_restart) != 0)
         goto out_close_signals;
     if (dp_wait_segment(&d, opts->segment_wait_ms) != 0)
@@ -596,6 +604,7 @@ out_close_segment:
     dp_resp_fini();
     shm_segment_close(&d.seg);
 out_close_signals:
+    dp_salt_key_fini(&d.salt_key);
     dp_tls_destroy(d.sh.tls);
     close(d.sigfd);
     return code;

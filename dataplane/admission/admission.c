@@ -117,6 +117,12 @@ static int adm_load_keys(struct dp_loop *loop, bool first)
     struct dp_keys k;
     char err[512];
     int rc = dp_keys_load_file(&k, path, err, sizeof(err));
+    if (rc == 0) {
+        bool salt_key = loop->sh->cfg->dataplane.cache_salt_key_file[0] != '\0';
+        rc = dp_keys_check_isolation(&k, path, salt_key, err, sizeof(err));
+        if (rc != 0)
+            dp_keys_fini(&k);
+    }
     if (rc != 0) {
         if (first)
             log_error("dataplane.api_keys_file: %s", err);
@@ -290,6 +296,7 @@ bool dp_adm_authenticate(struct dp_request *req)
     req->adm.requests_per_s = t->requests_per_s;
     req->adm.burst = t->burst;
     req->adm.tokens_per_min = t->tokens_per_min;
+    req->adm.cache_isolation = t->cache_isolation;
     return true;
 }
 

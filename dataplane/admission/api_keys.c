@@ -21,6 +21,8 @@
 #include <nettle/sha2.h>
 #include <yaml.h>
 
+#include "common/secret_file.h"
+
 #define DP_KEYS_FILE_MAX (1u << 20)
 
 const char *dp_prio_name(enum dp_prio p)
@@ -195,10 +197,21 @@ static int keys_tenant(struct keys_parse *p, const yaml_node_t *m, size_t i, str
                                  "1..1000000000000, got '%.32s'",
                                  i, val);
             t->tokens_per_min = u;
+        } else if (strcmp(key, "cache_isolation") == 0) {
+            if (strcmp(val, "true") == 0)
+                t->cache_isolation = true;
+            else if (strcmp(val, "false") == 0)
+                t->cache_isolation = false;
+            else
+                return keys_fail(p, vn,
+                                 "tenants[%zu].cache_isolation: expected true or false, got "
+                                 "'%.32s'",
+                                 i, val);
         } else {
             return keys_fail(p, kn,
                              "tenants[%zu]: unknown key '%.64s' (expected "
-                             "name|key_sha256|priority|requests_per_s|burst|tokens_per_min)",
+                             "name|key_sha256|priority|requests_per_s|burst|tokens_per_min|"
+                             "cache_isolation)",
                              i, key);
         }
     }
@@ -378,12 +391,27 @@ const struct dp_tenant *dp_keys_match(const struct dp_keys *k, const char *autho
     return (const struct dp_tenant *)found;
 }
 
+int dp_keys_check_isolation(const struct dp_keys *k, const char *name, bool have_salt_key,
+                            char *err, size_t err_len)
+{
+    for (size_t i = 0; i < k->n && !have_salt_key; i++)
+        if (k->tenants[i].cache_isolation) {
+            snprintf(err, err_len,
+                     "%s: tenants[%zu] ('%s') asks for cache_isolation, but "
+                     "dataplane.cache_salt_key_file is not set (the salts derive from its "
+                     "secret)",
+                     name, i, k->tenants[i].name);
+            return -EINVAL;
+        }
+    return 0;
+}
+
 int dp_keys_read_secret(const char *path, char *out, size_t cap)
 {
     struct stat st;
     if (stat(path, &st) != 0)
         return -errno;
-    if ((st.st_mode & 0007) != 0)
+    if (secret_file_check(&st, NULL, 0) != 0)
         return -EPERM; /* a secret other users can read is not one */
     char *data;
     size_t len;

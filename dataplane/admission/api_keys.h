@@ -47,6 +47,10 @@ struct dp_tenant {
     double requests_per_s; /* 0 = no request-rate limit */
     uint32_t burst;        /* requests; default: requests_per_s rounded up, at least 1 */
     uint64_t tokens_per_min;
+    /* Forwarded with a cache_salt derived from the router's secret and the
+     * tenant's name (cache_salt.h): its prompts share no cached block with
+     * another tenant's, and routing matches only its own prefixes. */
+    bool cache_isolation;
 };
 
 struct dp_keys {
@@ -75,6 +79,15 @@ void dp_keys_fini(struct dp_keys *k);
  * tenant (if any) matches.
  */
 const struct dp_tenant *dp_keys_match(const struct dp_keys *k, const char *authorization);
+
+/*
+ * A keys file may ask for cache_isolation only when the router has a salt
+ * secret (have_salt_key: dataplane.cache_salt_key_file is set). Returns 0,
+ * or -EINVAL with a message naming the file (name), the first tenant
+ * asking and both keys in err.
+ */
+int dp_keys_check_isolation(const struct dp_keys *k, const char *name, bool have_salt_key,
+                            char *err, size_t err_len);
 
 /* SHA-256 of data into out (32 bytes). */
 void dp_keys_sha256(const void *data, size_t len, uint8_t out[DP_KEY_HASH_LEN]);

@@ -102,6 +102,7 @@ struct dp_adm_req {
     double requests_per_s;
     uint32_t burst;
     uint64_t tokens_per_min;
+    bool cache_isolation; /* the tenant's requests carry its derived cache_salt */
     int64_t max_tokens;   /* max_tokens or max_completion_tokens of the body; -1 = absent */
     const char *rejected; /* x-switchyard-rejected of our answer (static), NULL = none */
     /* queued */

@@ -55,6 +55,7 @@
 
 struct dp_alog;
 struct dp_tracer;
+struct dp_salt_key;
 
 enum dp_cmd {
     DP_CMD_NONE = 0,
@@ -85,6 +86,9 @@ struct dp_shared {
     struct dp_alog *alog;     /* the access log (access_log.h); NULL = off */
     struct dp_tracer *tracer; /* span export (trace_export.h); NULL = off */
     struct dp_tls *tls;       /* dataplane.tls (tls_server.h); NULL = plain HTTP */
+    /* dataplane.cache_salt_key_file's secret (cache_salt.h), read-only;
+     * NULL when none is configured. */
+    const struct dp_salt_key *salt_key;
     /* dataplane.plain_listen resolved; plain_addr_len 0 = none. */
     struct sockaddr_storage plain_addr;
     socklen_t plain_addr_len;

@@ -72,6 +72,11 @@ struct pol_request {
     const char *text;  /* routing text, not NUL-terminated */
     size_t text_len;
     const char *user; /* the body's "user" ("" when absent) */
+    /* The cache_salt the worker receives (the client's, or the tenant's
+     * under cache_isolation): a salted request matches only blocks routed
+     * with the same salt (tkc_salt_seed of both chains, token_chain.h). */
+    bool salted;
+    uint64_t salt_hash; /* tkc_salt_hash of it, when salted */
     pol_header_fn header;
     void *header_ctx;
     /* precise_cache_aware: the prompt's chain of block hashes (token_chain.h). */

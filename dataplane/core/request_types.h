@@ -225,6 +225,10 @@ struct dp_request {
     char request_id[DP_REQUEST_ID_MAX];
     struct buf routing_text;    /* capped at DP_ROUTING_TEXT_MAX; data NULL until parsed */
     char user[DP_USER_MAX];     /* the body's "user", for consistent_hash */
+    /* The cache_salt forwarded (the body's, or the one cache_isolation
+     * set: salt_body.h): routing keys its prefixes with it (pol_request). */
+    bool salted;
+    uint64_t salt_hash;
     enum pol_decision decision; /* the last routing decision */
     char worker_id[CFG_ID_MAX]; /* the worker of the last attempt (debug headers) */
     struct curl_slist *up_headers;

@@ -32,6 +32,7 @@
 #include "dataplane/http/errors.h"
 #include "dataplane/obs/journal.h"
 #include "dataplane/policy/lora_affinity.h"
+#include "dataplane/forward/salt_body.h"
 #include "dataplane/http/id_route.h"
 #include "dataplane/http/listener.h"
 #include "dataplane/core/loop.h"
@@ -391,6 +392,8 @@ pick_again:;
         .text = req->routing_text.data,
         .text_len = req->routing_text.len,
         .user = req->user,
+        .salted = req->salted,
+        .salt_hash = req->salt_hash,
         .header = fwd_header_lookup,
         .header_ctx = req,
     };
@@ -533,6 +536,25 @@ void dp_fwd_begin(struct dp_request *req)
     }
     if (!dp_adm_limit(req))
         return;
+    /* Before a plan: both P/D legs and every retry start from this body. */
+    switch (dp_salt_body_apply(req)) {
+    case 0:
+        break;
+    case -EINVAL:
+        fwd_reply(req, 400, "invalid_field", "'cache_salt' must be a non-empty string");
+        return;
+    case -E2BIG:
+        fwd_reply(req, 413, "request_too_large",
+                  "the request body with its cache_salt exceeds the router's limit");
+        return;
+    case -ENOMEM:
+        fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
+        return;
+    default:
+        fwd_reply(req, 500, "cache_isolation_unavailable",
+                  "the router cannot isolate this tenant's cache");
+        return;
+    }
     /* A request naming a stored response goes to the worker storing it. */
     char *pin_body = NULL;
     int pin_status = dp_resp_pin(req, &pin_body);

@@ -26,7 +26,6 @@
 #include "dataplane/http/json_skeleton.h"
 #include "dataplane/obs/metrics.h"
 #include "dataplane/core/loop.h"
-#include "dataplane/core/random64.h"
 #include "dataplane/http/request.h"
 #include "dataplane/core/routes.h"
 
@@ -43,42 +42,6 @@ static json_t *pd_load_object(const char *body, size_t len)
         root = NULL;
     }
     return root;
-}
-
-/* The client's body, parsed as its skeleton. */
-struct pd_body {
-    const char *body;
-    struct dp_skel skel;
-    json_t *root;
-};
-
-static int pd_body_open(struct pd_body *b, const char *body, size_t len)
-{
-    b->body = body != NULL ? body : "";
-    if (dp_skel_build(&b->skel, b->body, body != NULL ? len : 0, DP_SKEL_MIN_STRING,
-                      dp_random64()) != 0)
-        return -ENOMEM;
-    b->root = pd_load_object(b->skel.text, b->skel.len);
-    if (b->root == NULL) {
-        dp_skel_fini(&b->skel);
-        return -EINVAL;
-    }
-    return 0;
-}
-
-/* Dumps the (modified) skeleton with the long strings put back, and frees b. */
-static int pd_body_close(struct pd_body *b, char **out, size_t *out_len)
-{
-    int rc = -ENOMEM;
-    char *text = out != NULL ? json_dumps(b->root, JSON_COMPACT) : NULL;
-    if (text != NULL) {
-        *out = dp_skel_splice(&b->skel, b->body, text, strlen(text), out_len);
-        rc = *out != NULL ? 0 : -ENOMEM;
-        free(text);
-    }
-    json_decref(b->root);
-    dp_skel_fini(&b->skel);
-    return rc;
 }
 
 /*
@@ -98,8 +61,8 @@ static bool pd_is_batch(const json_t *root)
 
 int dp_pd_prefill_body(const char *body, size_t len, char **out, size_t *out_len)
 {
-    struct pd_body b;
-    int rc = pd_body_open(&b, body, len);
+    struct dp_skel_doc b;
+    int rc = dp_skel_doc_open(&b, body, len);
     if (rc != 0)
         return rc;
     json_t *root = b.root;
@@ -123,9 +86,9 @@ int dp_pd_prefill_body(const char *body, size_t len, char **out, size_t *out_len
     /* vLLM rejects min_tokens > max_tokens, and the prefill's max_tokens is 1. */
     json_object_del(root, "min_tokens");
     json_object_del(root, "min_completion_tokens");
-    return pd_body_close(&b, out, out_len);
+    return dp_skel_doc_close(&b, out, out_len);
 out_decref:
-    pd_body_close(&b, NULL, NULL);
+    dp_skel_doc_close(&b, NULL, NULL);
     return rc;
 }
 
@@ -179,14 +142,14 @@ int dp_pd_decode_body(const char *body, size_t len, const char *resp, size_t res
     int rc = pd_check_params(kv, err, err_len);
     if (rc != 0)
         goto out_answer;
-    struct pd_body b;
-    rc = pd_body_open(&b, body, len);
+    struct dp_skel_doc b;
+    rc = dp_skel_doc_open(&b, body, len);
     if (rc != 0)
         goto out_answer;
     if (json_object_set(b.root, "kv_transfer_params", kv) == 0) {
-        rc = pd_body_close(&b, out, out_len);
+        rc = dp_skel_doc_close(&b, out, out_len);
     } else {
-        pd_body_close(&b, NULL, NULL);
+        dp_skel_doc_close(&b, NULL, NULL);
         rc = -ENOMEM;
     }
 out_answer:

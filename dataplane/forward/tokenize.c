@@ -259,7 +259,12 @@ static int tok_set_chain(const struct dp_request *req, struct dp_tok_req *t, con
     t->chain = blocks > 0 ? malloc(blocks * sizeof(*t->chain)) : NULL;
     if (blocks > 0 && t->chain == NULL)
         return -ENOMEM;
-    t->n_chain = tkc_chain(tkc_seed(req->model), ids, n_ids, bs, t->chain, blocks);
+    /* Salted as the worker keys its blocks (token_chain.h): a salted prompt
+     * matches only blocks stored under the same salt. */
+    uint64_t seed = tkc_seed(req->model);
+    if (req->salted)
+        seed = tkc_salt_seed(seed, req->salt_hash);
+    t->n_chain = tkc_chain(seed, ids, n_ids, bs, t->chain, blocks);
     t->status = POL_TOKENS_OK;
     return 0;
 }
@@ -413,7 +418,9 @@ bool dp_tok_prepare(struct dp_request *req, const struct pol_candidate *cands, s
         dp_tok_count_fallback(rc == -ENOTSUP ? DP_TOK_FB_UNSUPPORTED : DP_TOK_FB_ERROR);
         return false;
     }
-    t->key = XXH3_64bits(t->body, strlen(t->body)) | 1u;
+    /* The chain depends on the salt, the /tokenize body does not: the key
+     * covers both (seed 0 is XXH3_64bits itself: unsalted keys as before). */
+    t->key = XXH3_64bits_withSeed(t->body, strlen(t->body), req->salted ? req->salt_hash : 0) | 1u;
     const struct tok_entry *hit = tok_cache_get(tok_loop(req->loop), t->key);
     if (hit != NULL) {
         dp_tok_count_cache_hit();

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/buf.h"
+#include "dataplane/core/random64.h"
 
 #define SKEL_MARK_RAW     "\"\\u0001sy" /* as written into the skeleton and as dumped */
 #define SKEL_MARK_DECODED "\001sy"      /* as jansson decodes it */
@@ -173,4 +174,61 @@ void dp_skel_fini(struct dp_skel *s)
     free(s->text);
     free(s->spans);
     memset(s, 0, sizeof(*s));
+}
+
+json_t *dp_skel_string(const struct dp_skel *s, const char *body, json_t *str)
+{
+    const struct dp_skel_span *sp =
+        json_is_string(str) ? dp_skel_span(s, json_string_value(str), json_string_length(str))
+                            : NULL;
+    if (sp == NULL)
+        return json_incref(str);
+    char *quoted = malloc(sp->len + 2);
+    if (quoted == NULL)
+        return NULL;
+    quoted[0] = '"';
+    memcpy(quoted + 1, body + sp->off, sp->len);
+    quoted[sp->len + 1] = '"';
+    json_t *v = json_loadb(quoted, sp->len + 2, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    free(quoted);
+    if (v != NULL && !json_is_string(v)) {
+        json_decref(v);
+        v = NULL;
+    }
+    return v;
+}
+
+int dp_skel_doc_open(struct dp_skel_doc *d, const char *body, size_t len)
+{
+    d->body = body != NULL ? body : "";
+    d->root = NULL;
+    if (dp_skel_build(&d->skel, d->body, body != NULL ? len : 0, DP_SKEL_MIN_STRING,
+                      dp_random64()) != 0)
+        return -ENOMEM;
+    json_error_t jerr;
+    /* As the request parser: an escaped NUL is valid JSON (and is dumped
+     * back escaped). */
+    d->root = json_loadb(d->skel.text, d->skel.len, JSON_ALLOW_NUL, &jerr);
+    if (d->root == NULL || !json_is_object(d->root)) {
+        json_decref(d->root);
+        d->root = NULL;
+        dp_skel_fini(&d->skel);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int dp_skel_doc_close(struct dp_skel_doc *d, char **out, size_t *out_len)
+{
+    int rc = -ENOMEM;
+    char *text = out != NULL ? json_dumps(d->root, JSON_COMPACT) : NULL;
+    if (text != NULL) {
+        *out = dp_skel_splice(&d->skel, d->body, text, strlen(text), out_len);
+        rc = *out != NULL ? 0 : -ENOMEM;
+        free(text);
+    }
+    json_decref(d->root);
+    d->root = NULL;
+    dp_skel_fini(&d->skel);
+    return rc;
 }

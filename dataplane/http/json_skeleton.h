@@ -28,6 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 /* Strings at least this long (raw bytes) are set aside by the dataplane. */
 #define DP_SKEL_MIN_STRING 256u
 
@@ -61,5 +63,34 @@ char *dp_skel_splice(const struct dp_skel *s, const char *body, const char *dump
                      size_t dumped_len, size_t *out_len);
 
 void dp_skel_fini(struct dp_skel *s);
+
+/* The decoded value of a string jansson read from s's text: str itself (a
+ * new reference) when it is not a marker, else the marker's original raw
+ * contents decoded into a new string. NULL when they are not a valid JSON
+ * string, or without memory. For the rare field whose value the router
+ * needs and which may be long (a cache_salt). */
+json_t *dp_skel_string(const struct dp_skel *s, const char *body, json_t *str);
+
+/*
+ * A body opened for editing (the one way the data plane rewrites a
+ * forwarded JSON body: the P/D legs, a tenant's cache_salt): its skeleton
+ * parsed into root, to be changed with jansson and closed into a new body
+ * with the long strings put back. Keys keep their order and values their
+ * meaning; only the spelling of numbers, short strings and white space may
+ * differ from the client's bytes.
+ */
+struct dp_skel_doc {
+    const char *body; /* borrowed, until closed */
+    struct dp_skel skel;
+    json_t *root; /* owned: a JSON object */
+};
+
+/* 0; -ENOMEM; -EINVAL when body is not a JSON object (d is then empty). */
+int dp_skel_doc_open(struct dp_skel_doc *d, const char *body, size_t len);
+
+/* Dumps root with the long strings put back into *out (malloc'd, and
+ * *out_len), or only frees when out is NULL; d is freed either way.
+ * 0 or -ENOMEM. */
+int dp_skel_doc_close(struct dp_skel_doc *d, char **out, size_t *out_len);
 
 #endif

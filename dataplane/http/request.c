@@ -17,6 +17,7 @@
 
 #include "common/proc.h"
 #include "common/str.h"
+#include "common/token_chain.h"
 #include "dataplane/http/header_rules.h"
 #include "dataplane/obs/journal.h"
 #include "dataplane/http/json_arena.h"
@@ -523,6 +524,17 @@ enum dp_parse_result dp_request_parse(struct dp_request *req)
     json_t *user = json_object_get(root, "user");
     if (json_is_string(user))
         snprintf(req->user, sizeof(req->user), "%s", json_string_value(user));
+    /* The salt the worker will key this prompt's blocks with routes it too
+     * (token_chain.h); anything but a non-empty string is vLLM's to refuse. */
+    json_t *salt = json_object_get(root, "cache_salt");
+    if (json_is_string(salt)) {
+        json_t *v = dp_skel_string(&skel, req->body.data, salt);
+        if (v != NULL && json_string_length(v) > 0) {
+            req->salted = true;
+            req->salt_hash = tkc_salt_hash(json_string_value(v), json_string_length(v));
+        }
+        json_decref(v);
+    }
 out_decref:
     json_decref(root);
     dp_json_arena_end();

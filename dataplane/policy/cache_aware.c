@@ -10,6 +10,7 @@
 
 #include <xxhash.h>
 
+#include "common/token_chain.h"
 #include "dataplane/policy/hash_memo.h"
 #include "dataplane/policy/rendezvous.h"
 
@@ -171,14 +172,27 @@ static size_t ca_ranked_holder(const struct ca_params *p, const struct ca_candid
     return ca_walk_first(p, cands, n, total, n, holder, key, key_len, spread);
 }
 
+uint64_t ca_chain_seed(const char *model, bool salted, uint64_t salt_hash)
+{
+    uint64_t seed = pix_model_seed(model);
+    return salted ? tkc_salt_seed(seed, salt_hash) : seed;
+}
+
 int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model, const char *text,
               size_t len, const struct ca_candidate *cands, size_t n, struct ca_choice *out)
+{
+    return ca_decide_seeded(ix, p, pix_model_seed(model), text, len, cands, n, out);
+}
+
+int ca_decide_seeded(struct pix_index *ix, const struct ca_params *p, uint64_t seed,
+                     const char *text, size_t len, const struct ca_candidate *cands, size_t n,
+                     struct ca_choice *out)
 {
     if (n == 0)
         return -EINVAL;
     uint64_t hashes[PIX_MAX_BLOCKS];
     /* The same hashes as pix_hash_blocks; a head seen recently is not hashed again. */
-    size_t n_blocks = hm_hash_blocks(pix_model_seed(model), text, len, hashes, PIX_MAX_BLOCKS);
+    size_t n_blocks = hm_hash_blocks(seed, text, len, hashes, PIX_MAX_BLOCKS);
 
     /* Per thread, all zero between calls: every slot added is cleared below. */
     static _Thread_local struct pix_slot_set candidates;

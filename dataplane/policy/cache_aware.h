@@ -89,6 +89,17 @@ struct ca_choice {
 int ca_decide(struct pix_index *ix, const struct ca_params *p, const char *model, const char *text,
               size_t len, const struct ca_candidate *cands, size_t n, struct ca_choice *out);
 
+/* ca_decide with the chain's seed given: ca_chain_seed's. */
+int ca_decide_seeded(struct pix_index *ix, const struct ca_params *p, uint64_t seed,
+                     const char *text, size_t len, const struct ca_candidate *cands, size_t n,
+                     struct ca_choice *out);
+
+/* The seed of a request's text chain: its model's (pix_model_seed), mixed
+ * with its cache_salt's hash when salted (tkc_salt_seed, token_chain.h),
+ * so that a salted request matches only prefixes recorded with the same
+ * salt and an unsalted one only unsalted prefixes (docs/routing.md). */
+uint64_t ca_chain_seed(const char *model, bool salted, uint64_t salt_hash);
+
 /* The policy's parameters as the config gives them (cache_aware and
  * precise_cache_aware read the same keys). */
 struct ca_params ca_params_from_cfg(const struct cfg_policy *cfg);

@@ -98,7 +98,10 @@ static void test_errors(void **state)
                  "keys.yaml:2:5: tenants[0].burst: needs requests_per_s");
     expect_error("tenants:\n  - name: a\n    key_sha256: " HASH_TEST "\n    rps: 4\n",
                  "keys.yaml:4:5: tenants[0]: unknown key 'rps' (expected "
-                 "name|key_sha256|priority|requests_per_s|burst|tokens_per_min)");
+                 "name|key_sha256|priority|requests_per_s|burst|tokens_per_min|"
+                 "cache_isolation)");
+    expect_error("tenants:\n  - name: a\n    key_sha256: " HASH_TEST "\n    cache_isolation: yes\n",
+                 "keys.yaml:4:22: tenants[0].cache_isolation: expected true or false, got 'yes'");
     expect_error("tenants:\n  - name: a\n    key_sha256: " HASH_TEST "\n"
                  "  - name: a\n    key_sha256: " HASH_OTHER "\n",
                  "keys.yaml:4:5: tenants[1].name: 'a' is also tenants[0]'s");
@@ -110,6 +113,32 @@ static void test_errors(void **state)
                  "got '-1'");
     expect_error("users: []\n", "keys.yaml:1:1: unknown key 'users' (expected tenants)");
     expect_error("tenants: [\n", "keys.yaml:2:1: did not find expected node content");
+}
+
+/* cache_isolation defaults to off, and a file asking for it is refused
+ * unless the router has a salt secret, naming the tenant and both keys. */
+static void test_cache_isolation(void **state)
+{
+    (void)state;
+    struct dp_keys k;
+    char err[256] = "";
+    const char *y = "tenants:\n"
+                    "  - name: team-a\n"
+                    "    key_sha256: " HASH_TEST "\n"
+                    "  - name: team-b\n"
+                    "    key_sha256: " HASH_OTHER "\n"
+                    "    cache_isolation: true\n";
+    assert_int_equal(parse(&k, y, err), 0);
+    assert_false(k.tenants[0].cache_isolation);
+    assert_true(k.tenants[1].cache_isolation);
+    assert_int_equal(dp_keys_check_isolation(&k, "keys.yaml", true, err, sizeof(err)), 0);
+    assert_int_equal(dp_keys_check_isolation(&k, "keys.yaml", false, err, sizeof(err)), -EINVAL);
+    assert_string_equal(err, "keys.yaml: tenants[1] ('team-b') asks for cache_isolation, but "
+                             "dataplane.cache_salt_key_file is not set (the salts derive from "
+                             "its secret)");
+    k.tenants[1].cache_isolation = false;
+    assert_int_equal(dp_keys_check_isolation(&k, "keys.yaml", false, err, sizeof(err)), 0);
+    dp_keys_fini(&k);
 }
 
 static void test_sha256(void **state)
@@ -171,7 +200,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_example), cmocka_unit_test(test_defaults_and_empty),
-        cmocka_unit_test(test_errors),  cmocka_unit_test(test_sha256),
+        cmocka_unit_test(test_errors),  cmocka_unit_test(test_cache_isolation),
+        cmocka_unit_test(test_sha256),
         cmocka_unit_test(test_secret),  cmocka_unit_test(test_whole_digest_compared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
