@@ -22,7 +22,7 @@
 #include "shm/object.h"
 
 #define SHM_RESP_MAGIC   UINT64_C(0x3130505352595301) /* "\1SYRSP01" */
-#define SHM_RESP_VERSION 1u
+#define SHM_RESP_VERSION 2u                           /* 2: entries carry their tenant */
 #define SHM_RESP_WORDS   (SHM_RESP_ID_MAX / 8u)
 #define SHM_RESP_TRIES   4
 #define SHM_RESP_WAIT_MS 2000u /* a creator being this slow to publish is dead */
@@ -53,8 +53,10 @@ struct shm_resp_entry {
     _Atomic uint32_t generation;
     _Atomic uint32_t id_len;
     _Atomic uint32_t reserved;
+    _Atomic uint64_t tenant; /* the creating request's tenant (responses.h) */
     _Atomic uint64_t id[SHM_RESP_WORDS];
 };
+_Static_assert(sizeof(struct shm_resp_entry) == 216, "docs/shm-layout.md gives the entry's size");
 
 int shm_resp_name(const char *shm_name, char *out, size_t cap)
 {
@@ -263,7 +265,7 @@ static void shm_resp_words(const char *id, size_t len, uint64_t words[SHM_RESP_W
 /* A consistent copy of e's key, times, worker and id; false when torn
  * or being written throughout. */
 struct shm_resp_copy {
-    uint64_t key, created_ms, used_ms;
+    uint64_t key, created_ms, used_ms, tenant;
     uint32_t slot, generation, id_len;
     uint64_t id[SHM_RESP_WORDS];
 };
@@ -280,6 +282,7 @@ static bool shm_resp_read(struct shm_resp_entry *e, struct shm_resp_copy *c, boo
         c->slot = atomic_load_explicit(&e->slot, memory_order_relaxed);
         c->generation = atomic_load_explicit(&e->generation, memory_order_relaxed);
         c->id_len = atomic_load_explicit(&e->id_len, memory_order_relaxed);
+        c->tenant = atomic_load_explicit(&e->tenant, memory_order_relaxed);
         if (with_id)
             for (unsigned w = 0; w < SHM_RESP_WORDS; w++)
                 c->id[w] = atomic_load_explicit(&e->id[w], memory_order_relaxed);
@@ -290,8 +293,21 @@ static bool shm_resp_read(struct shm_resp_entry *e, struct shm_resp_copy *c, boo
     return false;
 }
 
-int shm_resp_put(struct shm_resp_table *t, const char *id, size_t len, uint32_t slot,
-                 uint32_t generation, uint64_t now_ms)
+/* True when c holds exactly this id: the hash alone is not the id. */
+static bool shm_resp_is(const struct shm_resp_copy *c, uint64_t key, size_t len,
+                        const uint64_t words[SHM_RESP_WORDS])
+{
+    return c->key == key && c->id_len == len &&
+           memcmp(c->id, words, SHM_RESP_WORDS * sizeof(uint64_t)) == 0;
+}
+
+static bool shm_resp_same_owner(const struct shm_resp_copy *c, const struct shm_resp_owner *o)
+{
+    return c->slot == o->slot && c->generation == o->generation && c->tenant == o->tenant;
+}
+
+int shm_resp_put(struct shm_resp_table *t, const char *id, size_t len,
+                 const struct shm_resp_owner *owner, uint64_t now_ms, uint64_t ttl_ms)
 {
     if (t->base == NULL || len == 0 || len > SHM_RESP_ID_MAX)
         return -EINVAL;
@@ -306,10 +322,16 @@ int shm_resp_put(struct shm_resp_table *t, const char *id, size_t len, uint32_t 
         uint64_t oldest = UINT64_MAX;
         for (unsigned w = 0; w < SHM_RESP_WAYS; w++) {
             struct shm_resp_copy c;
-            if (!shm_resp_read(&set[w], &c, false))
+            if (!shm_resp_read(&set[w], &c, true))
                 continue;
-            if (c.key == key && same < 0)
+            if (same < 0 && shm_resp_is(&c, key, len, words)) {
                 same = (int)w;
+                /* A live id keeps its worker and tenant: whoever answers
+                 * with an id that exists (a worker's bug, or its lie) must
+                 * not take over another conversation. */
+                if (now_ms - c.created_ms <= ttl_ms && !shm_resp_same_owner(&c, owner))
+                    return -EEXIST;
+            }
             if (c.key == 0 && empty < 0)
                 empty = (int)w;
             if (c.used_ms < oldest) {
@@ -325,13 +347,30 @@ int shm_resp_put(struct shm_resp_table *t, const char *id, size_t len, uint32_t 
         if ((s & 1u) || !atomic_compare_exchange_strong_explicit(
                             &e->seq, &s, s + 1, memory_order_acquire, memory_order_relaxed))
             continue;
-        bool evicts =
-            same < 0 && empty < 0 && atomic_load_explicit(&e->key, memory_order_relaxed) != 0;
+        /* Held now: it may have changed since it was read (a racing put of
+         * the same id into the entry taken as empty or least used). */
+        struct shm_resp_copy held = {
+            .key = atomic_load_explicit(&e->key, memory_order_relaxed),
+            .created_ms = atomic_load_explicit(&e->created_ms, memory_order_relaxed),
+            .tenant = atomic_load_explicit(&e->tenant, memory_order_relaxed),
+            .slot = atomic_load_explicit(&e->slot, memory_order_relaxed),
+            .generation = atomic_load_explicit(&e->generation, memory_order_relaxed),
+            .id_len = atomic_load_explicit(&e->id_len, memory_order_relaxed),
+        };
+        for (unsigned w = 0; w < SHM_RESP_WORDS; w++)
+            held.id[w] = atomic_load_explicit(&e->id[w], memory_order_relaxed);
+        if (shm_resp_is(&held, key, len, words) && now_ms - held.created_ms <= ttl_ms &&
+            !shm_resp_same_owner(&held, owner)) {
+            atomic_store_explicit(&e->seq, s + 2, memory_order_release); /* untouched */
+            return -EEXIST;
+        }
+        bool evicts = held.key != 0 && !shm_resp_is(&held, key, len, words);
         atomic_store_explicit(&e->key, key, memory_order_relaxed);
         atomic_store_explicit(&e->created_ms, now_ms, memory_order_relaxed);
         atomic_store_explicit(&e->used_ms, now_ms, memory_order_relaxed);
-        atomic_store_explicit(&e->slot, slot, memory_order_relaxed);
-        atomic_store_explicit(&e->generation, generation, memory_order_relaxed);
+        atomic_store_explicit(&e->slot, owner->slot, memory_order_relaxed);
+        atomic_store_explicit(&e->generation, owner->generation, memory_order_relaxed);
+        atomic_store_explicit(&e->tenant, owner->tenant, memory_order_relaxed);
         atomic_store_explicit(&e->id_len, (uint32_t)len, memory_order_relaxed);
         for (unsigned w = 0; w < SHM_RESP_WORDS; w++)
             atomic_store_explicit(&e->id[w], words[w], memory_order_relaxed);
@@ -345,7 +384,7 @@ int shm_resp_put(struct shm_resp_table *t, const char *id, size_t len, uint32_t 
 }
 
 int shm_resp_get(struct shm_resp_table *t, const char *id, size_t len, uint64_t now_ms,
-                 uint64_t ttl_ms, uint32_t *slot, uint32_t *generation)
+                 uint64_t ttl_ms, struct shm_resp_owner *owner)
 {
     if (t->base == NULL || len == 0 || len > SHM_RESP_ID_MAX)
         return -ENOENT;
@@ -359,14 +398,15 @@ int shm_resp_get(struct shm_resp_table *t, const char *id, size_t len, uint64_t 
         if (atomic_load_explicit(&set[w].key, memory_order_relaxed) != key ||
             !shm_resp_read(&set[w], &c, true))
             continue;
-        if (c.key != key || c.id_len != len || memcmp(c.id, words, sizeof(words)) != 0)
+        if (!shm_resp_is(&c, key, len, words))
             continue;
         if (now_ms - c.created_ms > ttl_ms)
             return -ENOENT;
         /* Only the LRU order: a racing rewrite of the entry may lose it. */
         atomic_store_explicit(&set[w].used_ms, now_ms, memory_order_relaxed);
-        *slot = c.slot;
-        *generation = c.generation;
+        owner->slot = c.slot;
+        owner->generation = c.generation;
+        owner->tenant = c.tenant;
         return 0;
     }
     return -ENOENT;

@@ -24,6 +24,13 @@
  * left unpublished by a dead creator is told from one being built and
  * replaced. A segment of another layout version is refused.
  *
+ * Each entry also names the tenant of the request that created it (a hash
+ * of its name, 0 for the anonymous tenant: the caller's), so a request of
+ * another tenant can be told apart; and holds the whole id, compared byte
+ * for byte (the hash only picks the set). A live entry (younger than the
+ * writer's TTL) is never moved to another worker, generation or tenant:
+ * whatever answers with an id that exists cannot take its conversation.
+ *
  * Entries name workers by registry slot and generation, which mean
  * something only in the registry they were read from: the table records
  * which one (registry_id, the registry segment's creation time), and an
@@ -75,16 +82,27 @@ int shm_resp_open(struct shm_resp_table *t, const char *name, uint64_t n_entries
 /* Unmaps and closes. NULL-safe; a closed table is a no-op. */
 void shm_resp_close(struct shm_resp_table *t);
 
-/* Remembers id (len bytes, 1..SHM_RESP_ID_MAX) as stored by worker (slot,
- * generation) at now_ms. 0, -EINVAL (bad id), -EBUSY (its set was being
- * written by others throughout). */
-int shm_resp_put(struct shm_resp_table *t, const char *id, size_t len, uint32_t slot,
-                 uint32_t generation, uint64_t now_ms);
+/* Who an id belongs to: the worker storing it and the tenant it was made for. */
+struct shm_resp_owner {
+    uint32_t slot;
+    uint32_t generation;
+    uint64_t tenant; /* the caller's hash of the tenant's name; 0 = anonymous */
+};
 
-/* Looks id up: 0 with *slot and *generation when known and younger than
- * ttl_ms, else -ENOENT. A hit marks the entry used at now_ms (LRU). */
+/*
+ * Remembers id (len bytes, 1..SHM_RESP_ID_MAX) as made for owner at
+ * now_ms. 0 (stored, or refreshed when the owner is the same), -EINVAL
+ * (bad id), -EEXIST (the id is held, younger than ttl_ms, by another
+ * worker, generation or tenant: left as it is), -EBUSY (its set was being
+ * written by others throughout).
+ */
+int shm_resp_put(struct shm_resp_table *t, const char *id, size_t len,
+                 const struct shm_resp_owner *owner, uint64_t now_ms, uint64_t ttl_ms);
+
+/* Looks id up: 0 with *owner when known and younger than ttl_ms, else
+ * -ENOENT. A hit marks the entry used at now_ms (LRU). */
 int shm_resp_get(struct shm_resp_table *t, const char *id, size_t len, uint64_t now_ms,
-                 uint64_t ttl_ms, uint32_t *slot, uint32_t *generation);
+                 uint64_t ttl_ms, struct shm_resp_owner *owner);
 
 /* Counters since the table was created. */
 struct shm_resp_stats {

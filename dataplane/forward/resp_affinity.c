@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,12 +29,17 @@
 #include "dataplane/core/routes.h"
 #include "dataplane/core/request_types.h"
 #include "dataplane/core/workers.h"
+#include "dataplane/http/id_route.h"
 #include "shm/responses.h"
 
 #define DP_RESP_LINE_MAX (256u * 1024u) /* an SSE data line looked at for the id */
 
 static struct shm_resp_table dp_resp_table = {.fd = -1};
 static uint64_t dp_resp_ttl_ms;
+/* Per registry slot: the generation + 1 of the last worker whose id
+ * conflict was logged, so a worker repeating one is logged once. */
+static _Atomic uint32_t *dp_resp_conflict_logged;
+static uint32_t dp_resp_max_workers;
 
 int dp_resp_init(const struct cfg *cfg, uint64_t registry_id)
 {
@@ -51,6 +57,10 @@ int dp_resp_init(const struct cfg *cfg, uint64_t registry_id)
         return rc;
     }
     dp_resp_ttl_ms = cfg->dataplane.response_ttl_ms;
+    dp_resp_max_workers = cfg->shm.max_workers;
+    dp_resp_conflict_logged = calloc(dp_resp_max_workers, sizeof(*dp_resp_conflict_logged));
+    if (dp_resp_conflict_logged == NULL)
+        dp_resp_max_workers = 0; /* conflicts are then counted, not logged */
     if (forgot > 0)
         log_info("response table %s: forgot %llu responses of a previous registry (their "
                  "workers' slots mean nothing in this one)",
@@ -68,6 +78,9 @@ int dp_resp_init(const struct cfg *cfg, uint64_t registry_id)
 void dp_resp_fini(void)
 {
     shm_resp_close(&dp_resp_table);
+    free(dp_resp_conflict_logged);
+    dp_resp_conflict_logged = NULL;
+    dp_resp_max_workers = 0;
 }
 
 bool dp_resp_applies(const struct dp_request *req)
@@ -86,15 +99,51 @@ static char *dp_resp_unavailable(int status, const char *id, const char *worker,
     return dp_error_body(status, "previous_response_unavailable", msg);
 }
 
+/* vLLM's answer for an id it does not hold (serving_responses.py), byte for
+ * byte as the mock worker writes it: what another tenant's id must look
+ * like. */
+static char *dp_resp_not_found(const char *id)
+{
+    char msg[DP_RESP_ID_MAX + 48];
+    snprintf(msg, sizeof(msg), "Response with id '%s' not found.", id);
+    json_t *o = json_pack("{s:{s:s, s:s, s:s, s:i}}", "error", "message", msg, "type",
+                          "invalid_request_error", "param", "response_id", "code", 404);
+    char *text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return text;
+}
+
+/* The tenant a response made by req belongs to: admission's hash of the
+ * tenant's name, 0 for the anonymous tenant (no keys file). */
+static uint64_t dp_resp_tenant(const struct dp_request *req)
+{
+    return req->adm.tenant_hash;
+}
+
 int dp_resp_pin(struct dp_request *req, char **body)
 {
     *body = NULL;
-    if (!dp_resp_applies(req) || req->resp_id[0] == '\0')
+    if (!dp_resp_applies(req))
         return 0;
-    uint32_t slot = 0, generation = 0;
+    if (dp_route_row(req->route)->id_suffix != NULL && !dp_id_route_id_is_valid(req->resp_id)) {
+        *body = dp_error_body(400, "invalid_response_id",
+                              "a response id is 1 to 159 letters, digits, '_' or '-'");
+        return 400;
+    }
+    if (req->resp_id[0] == '\0')
+        return 0;
+    struct shm_resp_owner o;
     if (shm_resp_get(&dp_resp_table, req->resp_id, strlen(req->resp_id), proc_monotonic_ms(),
-                     dp_resp_ttl_ms, &slot, &generation) != 0)
+                     dp_resp_ttl_ms, &o) != 0)
         return 0; /* not made here (or forgotten): the policy decides */
+    /* Another tenant's: answered as vLLM answers an id it lacks, before
+     * anything (the holder's health included) can tell that it exists.
+     * Not sent by the policy either: it could pick the holder. */
+    if (o.tenant != dp_resp_tenant(req)) {
+        *body = dp_resp_not_found(req->resp_id);
+        return 404;
+    }
+    uint32_t slot = o.slot, generation = o.generation;
     struct dp_workers *v = &req->loop->workers;
     dp_workers_refresh(v);
     for (size_t i = 0; i < v->n; i++) {
@@ -156,7 +205,19 @@ static void dp_resp_remember(struct dp_request *req, const char *id, size_t len)
     const struct dp_attempt *a = req->active;
     if (a == NULL || len == 0 || len >= DP_RESP_ID_MAX)
         return;
-    int rc = shm_resp_put(&dp_resp_table, id, len, a->slot, a->generation, proc_monotonic_ms());
+    struct shm_resp_owner o = {
+        .slot = a->slot, .generation = a->generation, .tenant = dp_resp_tenant(req)};
+    int rc = shm_resp_put(&dp_resp_table, id, len, &o, proc_monotonic_ms(), dp_resp_ttl_ms);
+    if (rc == -EEXIST) {
+        dp_metrics_response_id_conflict(&req->loop->sh->metrics);
+        if (a->slot < dp_resp_max_workers &&
+            atomic_exchange_explicit(&dp_resp_conflict_logged[a->slot], a->generation + 1,
+                                     memory_order_relaxed) != a->generation + 1)
+            log_warn("request %s: worker %s answered with response id %.*s, which another worker "
+                     "or tenant holds: left with its holder (logged once per worker)",
+                     req->request_id, a->worker_id, (int)len, id);
+        return;
+    }
     if (rc != 0 && rc != -EINVAL)
         log_warn("request %s: response %.*s not remembered: %s", req->request_id, (int)len, id,
                  strerror(-rc));

@@ -17,6 +17,16 @@
  *     there but unhealthy or draining (it may come back: retry later).
  *     Another worker would only answer "not found", or worse, continue a
  *     conversation it never saw.
+ *   - binds each id to the tenant of the request that made it: another
+ *     tenant naming it gets vLLM's own 404 for an id that does not exist,
+ *     from the router, before the holder's health or any worker is looked
+ *     at (docs/security.md, finding 12);
+ *   - never moves a live id: a worker answering with an id the table
+ *     holds for another worker or tenant is counted
+ *     (switchyard_response_id_conflicts_total) and logged once per
+ *     worker, and the id stays with its holder (finding 13);
+ *   - refuses an id in the path that is not vLLM's alphabet with a 400
+ *     (id_route.h, finding 21).
  *
  * The table is opened once per process (dp_resp_init) and shared by every
  * loop; a request's capture state is its own.
@@ -47,9 +57,10 @@ bool dp_resp_applies(const struct dp_request *req);
 
 /*
  * Before the first attempt: pins req to the worker of the id it names,
- * when the table knows it. Returns 0 (pinned, or left to the policy), or
- * an HTTP status (404, 503) with a new error body in *body (NULL = out of
- * memory) to answer with.
+ * when the table knows it for req's tenant. Returns 0 (pinned, or left to
+ * the policy), or an HTTP status (400 for a malformed id in the path, 404,
+ * 503) with a new error body in *body (NULL = out of memory) to answer
+ * with.
  */
 int dp_resp_pin(struct dp_request *req, char **body);
 

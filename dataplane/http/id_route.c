@@ -15,6 +15,8 @@
 #include "dataplane/core/routes.h"
 #include "dataplane/core/request_types.h"
 
+_Static_assert(DP_ID_ROUTE_ID_MAX < DP_RESP_ID_MAX, "a valid id fits a request's resp_id");
+
 struct id_query {
     char *out;
     size_t cap, len;
@@ -58,8 +60,23 @@ static enum MHD_Result id_add_arg(void *cls, enum MHD_ValueKind kind, const char
     return q->rc == 0 ? MHD_YES : MHD_NO;
 }
 
+bool dp_id_route_id_is_valid(const char *id)
+{
+    size_t n = 0;
+    for (; id[n] != '\0'; n++) {
+        unsigned char c = (unsigned char)id[n];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '-';
+        if (!ok || n >= DP_ID_ROUTE_ID_MAX)
+            return false;
+    }
+    return n > 0;
+}
+
 int dp_id_route_url(const struct dp_request *req, const char *base, char *out, size_t cap)
 {
+    if (!dp_id_route_id_is_valid(req->resp_id))
+        return -EINVAL;
     const struct dp_route_row *row = dp_route_row(req->route);
     int n = snprintf(out, cap, "%s%s%s%s", base, row->upstream_path, req->resp_id,
                      row->id_suffix != NULL ? row->id_suffix : "");

@@ -45,9 +45,8 @@ struct dp_request *dp_request_create(struct dp_loop *loop, struct MHD_Connection
     const char *id = NULL;
     size_t id_len = 0;
     req->route = dp_route_match(url, &id, &id_len);
-    if (id != NULL && id_len >= sizeof(req->resp_id))
-        req->route = DP_ROUTE_OTHER; /* no worker makes ids this long */
-    else if (id != NULL)
+    /* An id too long to keep stays empty: refused as malformed (id_route.h). */
+    if (id != NULL && id_len < sizeof(req->resp_id))
         memcpy(req->resp_id, id, id_len);
     req->method_ok = dp_route_allows(req->route, method);
     buf_init(&req->body, (size_t)max_body);

@@ -102,6 +102,7 @@ int dp_metrics_init(struct dp_metrics *m, uint32_t max_workers)
     for (int p = 0; p <= DP_PD_DECODE; p++)
         hist_init(&m->pd_phase[p]);
     atomic_init(&m->access_log_dropped, 0);
+    atomic_init(&m->resp_id_conflicts, 0);
     atomic_init(&m->trace_spans_dropped, 0);
     atomic_init(&m->trace_spans_exported, 0);
     atomic_init(&m->trace_export_failures, 0);
@@ -234,6 +235,11 @@ void dp_metrics_pd_phase(struct dp_metrics *m, enum dp_pd_phase phase, uint64_t 
     if (phase != DP_PD_PREFILL && phase != DP_PD_DECODE)
         return;
     hist_observe(&m->pd_phase[phase], us);
+}
+
+void dp_metrics_response_id_conflict(struct dp_metrics *m)
+{
+    atomic_fetch_add_explicit(&m->resp_id_conflicts, 1, memory_order_relaxed);
 }
 
 void dp_metrics_connection_shed(struct dp_metrics *m, bool refused)
@@ -480,6 +486,11 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
         };
         prom_sample_u64(w, NULL, labels, 2, v);
     }
+    prom_family(w, "switchyard_response_id_conflicts_total", PROM_COUNTER,
+                "Responses a worker answered with an id another worker or tenant holds (left "
+                "bound to its holder).");
+    prom_sample_u64(w, NULL, NULL, 0,
+                    atomic_load_explicit(&m->resp_id_conflicts, memory_order_relaxed));
     prom_family(w, "switchyard_prefix_index_bytes", PROM_GAUGE,
                 "Bytes mapped by cache_aware's prefix index (shared by the node's data planes).");
     prom_sample_u64(w, NULL, NULL, 0, pol_cache_aware_index_bytes());

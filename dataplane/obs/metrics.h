@@ -52,8 +52,9 @@ struct dp_metrics {
     struct shm_el_params load;         /* how the effective load is combined (set by main) */
     _Atomic uint64_t retries;
     _Atomic uint64_t disconnects[DP_PHASE_COUNT];
-    _Atomic uint64_t slow_clients[2]; /* shut down: [0] headers, [1] body (listener.c) */
-    _Atomic uint64_t conns_shed[2];   /* at the cap: [0] idle evicted, [1] new refused */
+    _Atomic uint64_t slow_clients[2];   /* shut down: [0] headers, [1] body (listener.c) */
+    _Atomic uint64_t conns_shed[2];     /* at the cap: [0] idle evicted, [1] new refused */
+    _Atomic uint64_t resp_id_conflicts; /* live response ids a worker answered again */
     /* DP_MODEL_SERIES + 1 slots, the last one "other"; slots below
      * n_models are published (a loop adds one under models_lock). */
     struct dp_model_latency *latency;
@@ -97,6 +98,9 @@ void dp_metrics_slow_client(struct dp_metrics *m, bool in_body);
 /* A connection closed to keep the loop within its cap: an idle one evicted,
  * or (refused) the new one itself when none was idle. */
 void dp_metrics_connection_shed(struct dp_metrics *m, bool refused);
+/* A worker answered with a response id another worker or tenant holds
+ * (resp_affinity.h): the id was left where it was. */
+void dp_metrics_response_id_conflict(struct dp_metrics *m);
 /* Counts one routing decision of a regular request. */
 void dp_metrics_decision(struct dp_metrics *m, enum pol_decision decision);
 /* Counts one routing decision of a P/D leg (phase PREFILL or DECODE). */

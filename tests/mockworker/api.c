@@ -388,8 +388,13 @@ static void handle_responses(struct mw_server *s, json_t *root, struct mw_api_re
     uint64_t n = max_tokens_of(s, root, "max_output_tokens");
     json_t *deltas = NULL;
     char *text = answer_text(s, &prompt, n, &deltas);
-    char id[64], msg_id[64];
-    new_id(s, "resp_", id, sizeof(id));
+    char id[MW_FAULT_ID_MAX], msg_id[64];
+    struct mw_faults f;
+    mw_fault_state_get(&s->faults, &f);
+    if (f.response_id[0] != '\0')
+        snprintf(id, sizeof(id), "%s", f.response_id);
+    else
+        new_id(s, "resp_", id, sizeof(id));
     new_id(s, "msg_", msg_id, sizeof(msg_id));
     const char *model = model_name(s, root);
     uint64_t in_tok = tokens_of(prompt.len);

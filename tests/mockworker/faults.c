@@ -127,6 +127,14 @@ int mw_faults_merge_json(struct mw_faults *f, const json_t *obj, char *err, size
             rc = get_bool(v, key, &next.kv_events_reorder, err, err_len);
         } else if (strcmp(key, "kv_events_replay_off") == 0) {
             rc = get_bool(v, key, &next.kv_events_replay_off, err, err_len);
+        } else if (strcmp(key, "response_id") == 0) {
+            if (!json_is_string(v) || json_string_length(v) >= sizeof(next.response_id)) {
+                snprintf(err, err_len, "fault 'response_id': expected a string under %zu bytes",
+                         sizeof(next.response_id));
+                rc = -EINVAL;
+            } else {
+                snprintf(next.response_id, sizeof(next.response_id), "%s", json_string_value(v));
+            }
         } else {
             snprintf(err, err_len, "unknown fault field '%s'", key);
             rc = -EINVAL;
@@ -161,6 +169,7 @@ json_t *mw_faults_to_json(const struct mw_faults *f)
                             json_integer((json_int_t)f->kv_events_drop_batches));
         json_object_set_new(o, "kv_events_reorder", json_boolean(f->kv_events_reorder));
         json_object_set_new(o, "kv_events_replay_off", json_boolean(f->kv_events_replay_off));
+        json_object_set_new(o, "response_id", json_string(f->response_id));
     }
     return o;
 }

@@ -29,6 +29,11 @@
  *   kv_events_replay_off        KV events: replay requests get no answer
  *                               (the first two are armed by each body that
  *                               names them; the third holds until cleared)
+ *   response_id                 POST /v1/responses answers (and stores the
+ *                               response) under this id instead of a new one
+ *                               ("" = off): a worker that repeats an id
+ *                               another worker made, by a bug or a lie
+ *                               (docs/security.md, finding 13)
  *
  * Each request takes a snapshot of the faults when it arrives
  * (mw_fault_state_arrival), so a change applies to requests arriving after
@@ -48,6 +53,7 @@
 
 #define MW_FAIL_COUNT_UNLIMITED (-1)
 #define MW_FAULT_MESSAGE_MAX    256
+#define MW_FAULT_ID_MAX         160 /* response_id, NUL included */
 
 struct mw_faults {
     int fail_status;    /* 0 = off, else 100..599 */
@@ -67,6 +73,7 @@ struct mw_faults {
     uint64_t kv_events_drop_batches;
     bool kv_events_reorder;
     bool kv_events_replay_off;
+    char response_id[MW_FAULT_ID_MAX]; /* "" = off */
 };
 
 /* What one request does, decided when it arrives. */

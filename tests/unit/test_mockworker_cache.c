@@ -376,6 +376,11 @@ static void test_faults_merge_rules(void **state)
     assert_int_equal(merge(&f, "{\"stall_ms\":true}"), -EINVAL);
     assert_int_equal(merge(&f, "{\"fail_status\":42}"), -EINVAL);
     assert_int_equal(merge(&f, "[]"), -EINVAL);
+    assert_int_equal(merge(&f, "{\"response_id\":\"resp_x\"}"), 0);
+    assert_string_equal(f.response_id, "resp_x");
+    assert_int_equal(merge(&f, "{\"response_id\":1}"), -EINVAL);
+    assert_int_equal(merge(&f, "{\"response_id\":\"\"}"), 0);
+    assert_string_equal(f.response_id, "");
 }
 
 static void test_faults_arrival_consumes_count(void **state)

@@ -4,7 +4,8 @@
  * least recently used id, a second opener (another data plane, or a hot
  * restart's successor) sees the same entries, and a table that is not
  * ours, of another layout, or left unpublished by a dead creator is
- * refused or replaced.
+ * refused or replaced; an entry keeps its tenant, and a live id is never
+ * moved to another worker or tenant (security findings 12 and 13).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <xxhash.h>
 
 #include "shm/responses.h"
 
@@ -57,34 +59,56 @@ static void open_ok(struct shm_resp_table *t, uint64_t n, bool want_created)
     assert_int_equal(open_for(t, n, want_created, REGISTRY), 0);
 }
 
+#define TTL 60000u
+
+/* put and get with a worker (slot, gen) of the anonymous tenant. */
+static int put(struct shm_resp_table *t, const char *id, size_t len, uint32_t slot, uint32_t gen,
+               uint64_t now)
+{
+    struct shm_resp_owner o = {.slot = slot, .generation = gen};
+    return shm_resp_put(t, id, len, &o, now, TTL);
+}
+
+static int get(struct shm_resp_table *t, const char *id, size_t len, uint64_t now, uint64_t ttl,
+               uint32_t *slot, uint32_t *gen)
+{
+    struct shm_resp_owner o = {0};
+    int rc = shm_resp_get(t, id, len, now, ttl, &o);
+    *slot = o.slot;
+    *gen = o.generation;
+    return rc;
+}
+
 static void test_put_get_and_shared(void **state)
 {
     (void)state;
     struct shm_resp_table a, b;
     open_ok(&a, 100, true);
     assert_int_equal(a.n_entries, 104); /* rounded up to whole sets */
-    assert_int_equal(shm_resp_put(&a, "resp_1", 6, 3, 7, 1000), 0);
+    assert_int_equal(put(&a, "resp_1", 6, 3, 7, 1000), 0);
     uint32_t slot = 0, gen = 0;
-    assert_int_equal(shm_resp_get(&a, "resp_1", 6, 1001, 60000, &slot, &gen), 0);
+    assert_int_equal(get(&a, "resp_1", 6, 1001, 60000, &slot, &gen), 0);
     assert_int_equal(slot, 3);
     assert_int_equal(gen, 7);
-    assert_int_equal(shm_resp_get(&a, "resp_2", 6, 1001, 60000, &slot, &gen), -ENOENT);
-    assert_int_equal(shm_resp_get(&a, "resp_", 5, 1001, 60000, &slot, &gen), -ENOENT);
+    assert_int_equal(get(&a, "resp_2", 6, 1001, 60000, &slot, &gen), -ENOENT);
+    assert_int_equal(get(&a, "resp_", 5, 1001, 60000, &slot, &gen), -ENOENT);
     /* A second opener (another data plane) keeps the size and sees the id. */
     open_ok(&b, 5000, false);
     assert_int_equal(b.n_entries, 104);
-    assert_int_equal(shm_resp_get(&b, "resp_1", 6, 1002, 60000, &slot, &gen), 0);
-    /* Rebinding an id moves it. */
-    assert_int_equal(shm_resp_put(&b, "resp_1", 6, 4, 1, 1003), 0);
-    assert_int_equal(shm_resp_get(&a, "resp_1", 6, 1004, 60000, &slot, &gen), 0);
-    assert_int_equal(slot, 4);
+    assert_int_equal(get(&b, "resp_1", 6, 1002, 60000, &slot, &gen), 0);
+    /* A live id is not moved to another worker (security finding 13). */
+    assert_int_equal(put(&b, "resp_1", 6, 4, 1, 1003), -EEXIST);
+    assert_int_equal(get(&a, "resp_1", 6, 1004, 60000, &slot, &gen), 0);
+    assert_int_equal(slot, 3);
+    /* Its own worker may store it again. */
+    assert_int_equal(put(&b, "resp_1", 6, 3, 7, 1005), 0);
     /* Ids too long or empty are refused. */
     char longid[SHM_RESP_ID_MAX + 2];
     memset(longid, 'x', sizeof(longid));
-    assert_int_equal(shm_resp_put(&a, longid, sizeof(longid), 1, 1, 1), -EINVAL);
-    assert_int_equal(shm_resp_put(&a, "", 0, 1, 1, 1), -EINVAL);
-    assert_int_equal(shm_resp_put(&a, longid, SHM_RESP_ID_MAX, 2, 2, 1), 0);
-    assert_int_equal(shm_resp_get(&b, longid, SHM_RESP_ID_MAX, 2, 60000, &slot, &gen), 0);
+    assert_int_equal(put(&a, longid, sizeof(longid), 1, 1, 1), -EINVAL);
+    assert_int_equal(put(&a, "", 0, 1, 1, 1), -EINVAL);
+    assert_int_equal(put(&a, longid, SHM_RESP_ID_MAX, 2, 2, 1), 0);
+    assert_int_equal(get(&b, longid, SHM_RESP_ID_MAX, 2, 60000, &slot, &gen), 0);
     assert_int_equal(slot, 2);
     shm_resp_close(&a);
     shm_resp_close(&b);
@@ -96,10 +120,10 @@ static void test_ttl(void **state)
     (void)state;
     struct shm_resp_table t;
     open_ok(&t, 64, true);
-    assert_int_equal(shm_resp_put(&t, "r", 1, 1, 1, 1000), 0);
+    assert_int_equal(put(&t, "r", 1, 1, 1, 1000), 0);
     uint32_t slot, gen;
-    assert_int_equal(shm_resp_get(&t, "r", 1, 1000 + 500, 500, &slot, &gen), 0);
-    assert_int_equal(shm_resp_get(&t, "r", 1, 1000 + 501, 500, &slot, &gen), -ENOENT);
+    assert_int_equal(get(&t, "r", 1, 1000 + 500, 500, &slot, &gen), 0);
+    assert_int_equal(get(&t, "r", 1, 1000 + 501, 500, &slot, &gen), -ENOENT);
     shm_resp_close(&t);
 }
 
@@ -113,14 +137,14 @@ static void test_lru_when_full(void **state)
     char id[16];
     for (unsigned i = 0; i < SHM_RESP_WAYS; i++) {
         snprintf(id, sizeof(id), "id%u", i);
-        assert_int_equal(shm_resp_put(&t, id, strlen(id), i, 1, 100 + i), 0);
+        assert_int_equal(put(&t, id, strlen(id), i, 1, 100 + i), 0);
     }
     uint32_t slot, gen;
-    assert_int_equal(shm_resp_get(&t, "id0", 3, 200, 60000, &slot, &gen), 0); /* id0 used */
-    assert_int_equal(shm_resp_put(&t, "new", 3, 99, 1, 201), 0);
-    assert_int_equal(shm_resp_get(&t, "id1", 3, 202, 60000, &slot, &gen), -ENOENT);
-    assert_int_equal(shm_resp_get(&t, "id0", 3, 202, 60000, &slot, &gen), 0);
-    assert_int_equal(shm_resp_get(&t, "new", 3, 202, 60000, &slot, &gen), 0);
+    assert_int_equal(get(&t, "id0", 3, 200, 60000, &slot, &gen), 0); /* id0 used */
+    assert_int_equal(put(&t, "new", 3, 99, 1, 201), 0);
+    assert_int_equal(get(&t, "id1", 3, 202, 60000, &slot, &gen), -ENOENT);
+    assert_int_equal(get(&t, "id0", 3, 202, 60000, &slot, &gen), 0);
+    assert_int_equal(get(&t, "new", 3, 202, 60000, &slot, &gen), 0);
     assert_int_equal(slot, 99);
     struct shm_resp_stats st;
     shm_resp_stats(&t, &st);
@@ -172,15 +196,15 @@ static void test_another_registry_forgets(void **state)
     (void)state;
     struct shm_resp_table a, b, c;
     open_ok(&a, 64, true);
-    assert_int_equal(shm_resp_put(&a, "r1", 2, 0, 1, 10), 0);
-    assert_int_equal(shm_resp_put(&a, "r2", 2, 1, 1, 10), 0);
+    assert_int_equal(put(&a, "r1", 2, 0, 1, 10), 0);
+    assert_int_equal(put(&a, "r2", 2, 1, 1, 10), 0);
     assert_int_equal(open_for(&b, 64, false, REGISTRY + 1), 2);
     uint32_t slot, gen;
-    assert_int_equal(shm_resp_get(&a, "r1", 2, 11, 60000, &slot, &gen), -ENOENT);
-    assert_int_equal(shm_resp_put(&b, "r3", 2, 0, 1, 12), 0);
+    assert_int_equal(get(&a, "r1", 2, 11, 60000, &slot, &gen), -ENOENT);
+    assert_int_equal(put(&b, "r3", 2, 0, 1, 12), 0);
     /* A second opener of the new registry keeps what it holds. */
     assert_int_equal(open_for(&c, 64, false, REGISTRY + 1), 0);
-    assert_int_equal(shm_resp_get(&c, "r3", 2, 13, 60000, &slot, &gen), 0);
+    assert_int_equal(get(&c, "r3", 2, 13, 60000, &slot, &gen), 0);
     shm_resp_close(&a);
     shm_resp_close(&b);
     shm_resp_close(&c);
@@ -206,11 +230,70 @@ static void test_new_table_costs_no_memory(void **state)
     free(vec);
     assert_true(pages > 1000);
     assert_true(resident <= 2);
-    assert_int_equal(shm_resp_put(&a, "r1", 2, 0, 1, 10), 0);
+    assert_int_equal(put(&a, "r1", 2, 0, 1, 10), 0);
     uint32_t slot, gen;
-    assert_int_equal(shm_resp_get(&b, "r1", 2, 11, 60000, &slot, &gen), 0);
+    assert_int_equal(get(&b, "r1", 2, 11, 60000, &slot, &gen), 0);
     shm_resp_close(&a);
     shm_resp_close(&b);
+}
+
+/* Security finding 12 and 13: an entry keeps the tenant it was made for,
+ * and a live id is never moved to another worker, generation or tenant;
+ * an expired one may be. */
+static void test_owner_is_kept(void **state)
+{
+    (void)state;
+    struct shm_resp_table t;
+    open_ok(&t, 64, true);
+    struct shm_resp_owner a = {.slot = 1, .generation = 2, .tenant = 0xa11ce};
+    struct shm_resp_owner got = {0};
+    assert_int_equal(shm_resp_put(&t, "resp_a", 6, &a, 1000, 500), 0);
+    assert_int_equal(shm_resp_get(&t, "resp_a", 6, 1001, 500, &got), 0);
+    assert_int_equal(got.slot, 1);
+    assert_int_equal(got.generation, 2);
+    assert_int_equal(got.tenant, 0xa11ce);
+    struct shm_resp_owner other[] = {
+        {.slot = 9, .generation = 2, .tenant = 0xa11ce}, /* another worker */
+        {.slot = 1, .generation = 3, .tenant = 0xa11ce}, /* its slot's next occupant */
+        {.slot = 1, .generation = 2, .tenant = 0xb0b},   /* another tenant, same worker */
+    };
+    for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
+        assert_int_equal(shm_resp_put(&t, "resp_a", 6, &other[i], 1100, 500), -EEXIST);
+    assert_int_equal(shm_resp_get(&t, "resp_a", 6, 1200, 500, &got), 0);
+    assert_int_equal(got.slot, 1);
+    assert_int_equal(got.generation, 2);
+    assert_int_equal(got.tenant, 0xa11ce);
+    /* Past the TTL it is absent, and may be made again by anyone. */
+    assert_int_equal(shm_resp_put(&t, "resp_a", 6, &other[0], 1501, 500), 0);
+    assert_int_equal(shm_resp_get(&t, "resp_a", 6, 1502, 500, &got), 0);
+    assert_int_equal(got.slot, 9);
+    shm_resp_close(&t);
+}
+
+/* An entry of another id with the same hash is another id: a put does not
+ * take it over as "the same id" (the whole id is compared, finding 13).
+ * The colliding entry is forged: an XXH3 collision is not at hand. */
+static void test_same_hash_is_not_same_id(void **state)
+{
+    (void)state;
+    struct shm_resp_table t;
+    open_ok(&t, SHM_RESP_WAYS, true); /* one set */
+    struct shm_resp_owner victim = {.slot = 5, .generation = 1, .tenant = 7};
+    assert_int_equal(shm_resp_put(&t, "resp_X", 6, &victim, 100, TTL), 0);
+    /* Entry 0 (header 64 bytes; key at +8): resp_X under resp_1's hash. */
+    uint64_t *entry0 = (uint64_t *)((char *)t.base + 64);
+    entry0[1] = XXH3_64bits("resp_1", 6);
+    struct shm_resp_owner got;
+    assert_int_equal(shm_resp_get(&t, "resp_1", 6, 101, TTL, &got), -ENOENT);
+    struct shm_resp_owner w = {.slot = 6, .generation = 1, .tenant = 8};
+    assert_int_equal(shm_resp_put(&t, "resp_1", 6, &w, 102, TTL), 0);
+    assert_int_equal(shm_resp_get(&t, "resp_1", 6, 103, TTL, &got), 0);
+    assert_int_equal(got.slot, 6);
+    /* The forged entry is still there, resp_X's bytes and owner untouched. */
+    assert_int_equal(entry0[1], XXH3_64bits("resp_1", 6));
+    assert_int_equal(((uint32_t *)entry0)[8], 5);
+    assert_memory_equal((char *)t.base + 64 + 56, "resp_X", 6);
+    shm_resp_close(&t);
 }
 
 int main(void)
@@ -222,6 +305,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refuses_foreign_and_other_layouts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_another_registry_forgets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_new_table_costs_no_memory, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_owner_is_kept, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_same_hash_is_not_same_id, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
