@@ -35,6 +35,7 @@
 #include "common/mhd_log.h"
 #include "common/proc.h"
 #include "common/prom.h"
+#include "common/secret_file.h"
 #include "controlplane/admin/admin_guard.h"
 #include "controlplane/admin/admin_reply.h"
 #include "controlplane/admin/admin_routes.h"
@@ -336,15 +337,16 @@ static int adm_load_token(struct adm_http *h, const char *path)
         return -errno;
     }
     /* The token grants every admin action: a file others can read is as
-     * good as none. Group access is accepted only for the daemon's own
-     * group, which is how Kubernetes projects a Secret for a non-root
-     * container (owner root, group fsGroup, defaultMode 0440). */
+     * good as none (common/secret_file.h says who "others" are). */
     struct stat st;
-    if (fstat(fd, &st) != 0 || (st.st_mode & 0007) != 0 ||
-        ((st.st_mode & 0070) != 0 && st.st_gid != getegid())) {
-        log_error("admin_token_file %s is open to other users (mode %04o, group %u): make it "
-                  "0600 or 0400, or 0440 with the control plane's own group",
-                  path, (unsigned)(st.st_mode & 07777), (unsigned)st.st_gid);
+    char why[160];
+    if (fstat(fd, &st) != 0) {
+        log_error("admin_token_file %s: %s", path, strerror(errno));
+        close(fd);
+        return -EIO;
+    }
+    if (secret_file_check(&st, why, sizeof(why)) != 0) {
+        log_error("admin_token_file %s is %s", path, why);
         close(fd);
         return -EPERM;
     }
