@@ -489,8 +489,7 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
         log_error("%s: %s", cfg->path, err);
         goto out_close_signals;
     }
-    if (dp_salt_key_load(&d.salt_key, cfg->dataplane.cache_salt_key_file, err, sizeof(err)) !=
-        0) {
+    if (dp_salt_key_load(&d.salt_key, cfg->dataplane.cache_salt_key_file, err, sizeof(err)) != 0) {
         log_error("%s: %s", cfg->path, err);
         goto out_close_signals;
     }

@@ -100,9 +100,9 @@ static int ca_pick(void *state, const struct pol_request *req, const struct pol_
             .rdv_seed = rdv_worker_seed(cands[i].worker->id),
         };
     struct ca_choice choice;
-    int rc = ca_decide_seeded(s->ix, &s->params,
-                              ca_chain_seed(req->model, req->salted, req->salt_hash),
-                              req->text != NULL ? req->text : "", req->text_len, cc, n, &choice);
+    int rc =
+        ca_decide_seeded(s->ix, &s->params, ca_chain_seed(req->model, req->salted, req->salt_hash),
+                         req->text != NULL ? req->text : "", req->text_len, cc, n, &choice);
     if (on_heap)
         free(cc);
     if (rc != 0)

@@ -35,9 +35,9 @@
 #include "tests/e2e/harness_fleet.h"
 #include "tests/e2e/harness_routed.h"
 
-#define SECRET      "router-cache-salt-secret-0123456789abcdef"
-#define PROMPT_LEN  3000u /* a dozen blocks of the prefix index */
-#define SALT_HEX    64u
+#define SECRET     "router-cache-salt-secret-0123456789abcdef"
+#define PROMPT_LEN 3000u /* a dozen blocks of the prefix index */
+#define SALT_HEX   64u
 
 /* ---- set-up -------------------------------------------------------------------- */
 
@@ -87,8 +87,8 @@ static void start_fleet(struct h_fleet *f)
     write_secret(SECRET "\n", 0600, secret, sizeof(secret));
     snprintf(extra, sizeof(extra),
              "debug_headers: true\napi_keys_file: %s\ncache_salt_key_file: %s\n", keys, secret);
-    h_fleet_start(f, &(struct h_fleet_opts){
-                         .n = 2, .policy = "cache_aware", .dataplane_extra = extra});
+    h_fleet_start(
+        f, &(struct h_fleet_opts){.n = 2, .policy = "cache_aware", .dataplane_extra = extra});
 }
 
 /* ---- requests ------------------------------------------------------------------- */
@@ -120,8 +120,7 @@ static void chat(const struct h_fleet *f, const char *key, const char *prompt, c
     assert_int_equal(h_http(&req, &r), 0);
     if (r.status != 200)
         fail_msg("status %ld: %s", r.status, r.body);
-    assert_int_equal(h_resp_header(&r, "x-switchyard-worker", out->worker, sizeof(out->worker)),
-                     0);
+    assert_int_equal(h_resp_header(&r, "x-switchyard-worker", out->worker, sizeof(out->worker)), 0);
     assert_int_equal(
         h_resp_header(&r, "x-switchyard-decision", out->decision, sizeof(out->decision)), 0);
     h_resp_fini(&r);
@@ -231,8 +230,7 @@ static void test_client_salt_is_combined_with_the_tenants(void **state)
     /* Not a non-empty string: vLLM's own rule, answered by the router. */
     char url[128];
     snprintf(url, sizeof(url), "%s/v1/chat/completions", f.base);
-    const char *headers[] = {"Content-Type: application/json", "Authorization: Bearer key-b",
-                             NULL};
+    const char *headers[] = {"Content-Type: application/json", "Authorization: Bearer key-b", NULL};
     struct h_req req = {.url = url,
                         .body = "{\"model\":\"" H_FLEET_MODEL "\",\"messages\":[{\"role\":"
                                 "\"user\",\"content\":\"hi\"}],\"cache_salt\":7}",

@@ -199,10 +199,13 @@ static void test_secret(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_example), cmocka_unit_test(test_defaults_and_empty),
-        cmocka_unit_test(test_errors),  cmocka_unit_test(test_cache_isolation),
+        cmocka_unit_test(test_example),
+        cmocka_unit_test(test_defaults_and_empty),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_cache_isolation),
         cmocka_unit_test(test_sha256),
-        cmocka_unit_test(test_secret),  cmocka_unit_test(test_whole_digest_compared),
+        cmocka_unit_test(test_secret),
+        cmocka_unit_test(test_whole_digest_compared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
