@@ -1,10 +1,10 @@
 /*
  * The data plane's TLS credentials and their replacement (see
- * tls_server.h). A struct dp_tls_cred is one generation of the files;
- * retired generations wait on a list until no connection holds them and
- * the last one let go a while ago (libmicrohttpd tells of a connection's
- * end just before it deinitialises the GnuTLS session), then are freed by
- * a later reload or by destroy.
+ * tls_server.h). A struct dp_tls_cred is one generation of the files and
+ * its own session-ticket key; retired generations wait on a list until no
+ * connection holds them and the last one let go a while ago
+ * (libmicrohttpd tells of a connection's end just before it deinitialises
+ * the GnuTLS session), then are freed by a later reload or by destroy.
  */
 #include "dataplane/http/tls_server.h"
 
@@ -14,17 +14,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 
 #include "common/proc.h"
+#include "common/secret_file.h"
 
 #define DP_TLS_RETIRED_GRACE_MS 2000u
 
 struct dp_tls_cred {
     gnutls_certificate_credentials_t cred;
+    /* This generation's session-ticket key (NULL data: no tickets). A
+     * ticket resumes only a connection of the generation that issued it,
+     * so it never outlives the client CA that verified its certificate:
+     * GnuTLS does not verify again on resumption. */
+    gnutls_datum_t ticket_key;
     unsigned refs;        /* connections holding it; under dp_tls.lock */
     uint64_t last_end_ms; /* when the last holder let go */
     struct dp_tls_cred *next_retired;
@@ -33,12 +40,9 @@ struct dp_tls_cred {
 struct dp_tls {
     const struct cfg_dataplane_tls *cfg; /* borrowed */
     bool mtls;
-    char priorities[96];
+    char priorities[CFG_PATH_MAX + 64]; /* the string, then min_version's removals */
     /* The files as read at start, for libmicrohttpd's own set-up. */
     gnutls_datum_t cert_pem, key_pem, ca_pem;
-    /* Session tickets (tls_server.h): the key lives as long as the
-     * process; GnuTLS rotates the keys it derives from it. */
-    gnutls_datum_t ticket_key;
     pthread_mutex_t lock;
     struct dp_tls_cred *current;
     struct dp_tls_cred *retired;
@@ -49,6 +53,9 @@ static void cred_free(struct dp_tls_cred *c)
     if (c == NULL)
         return;
     gnutls_certificate_free_credentials(c->cred);
+    if (c->ticket_key.data != NULL)
+        gnutls_memset(c->ticket_key.data, 0, c->ticket_key.size);
+    gnutls_free(c->ticket_key.data);
     free(c);
 }
 
@@ -89,10 +96,30 @@ static void crts_free(gnutls_x509_crt_t *crts, unsigned n)
     gnutls_free(crts);
 }
 
+/* The key file's mode (common/secret_file.h), at start and on reload. */
+static int key_check_mode(const char *path, char *err, size_t err_len)
+{
+    struct stat st;
+    char why[160];
+    if (stat(path, &st) != 0) {
+        int rc = -errno;
+        snprintf(err, err_len, "dataplane.tls.key_file: %s: %s", path, strerror(-rc));
+        return rc;
+    }
+    if (secret_file_check(&st, why, sizeof(why)) != 0) {
+        snprintf(err, err_len, "dataplane.tls.key_file: %s is %s", path, why);
+        return -EPERM;
+    }
+    return 0;
+}
+
 static int key_load(const char *path, gnutls_x509_privkey_t *key, char *err, size_t err_len)
 {
     gnutls_datum_t pem = {NULL, 0};
-    int rc = gnutls_load_file(path, &pem);
+    int rc = key_check_mode(path, err, err_len);
+    if (rc != 0)
+        return rc;
+    rc = gnutls_load_file(path, &pem);
     if (rc < 0)
         return tls_fail(err, err_len, "key_file", path, rc);
     rc = gnutls_x509_privkey_init(key);
@@ -145,6 +172,8 @@ static int cred_load(const struct cfg_dataplane_tls *t, struct dp_tls_cred **out
         rc = -ENOMEM;
         goto out_free;
     }
+    if (gnutls_session_ticket_key_generate(&c->ticket_key) < 0)
+        c->ticket_key.data = NULL; /* no tickets: full handshakes only */
     /* Copies the chain and key; refuses a key that is not the leaf's. */
     rc = gnutls_certificate_set_x509_key(c->cred, chain, n_chain, key);
     if (rc < 0) {
@@ -181,6 +210,32 @@ static int load_pem(const char *key, const char *path, gnutls_datum_t *out, char
     return 0;
 }
 
+/* What dataplane.tls.priorities says ("" = DP_TLS_DEFAULT_PRIORITIES),
+ * with the versions below min_version taken out after it, checked by
+ * GnuTLS here so that a bad string stops the start with its position. */
+static int priorities_build(struct dp_tls *tls, const struct cfg_dataplane_tls *t, char *err,
+                            size_t err_len)
+{
+    const char *base = t->priorities[0] != '\0' ? t->priorities : DP_TLS_DEFAULT_PRIORITIES;
+    snprintf(tls->priorities, sizeof(tls->priorities),
+             "%s:-VERS-SSL3.0:-VERS-TLS1.0:-VERS-TLS1.1%s", base,
+             strcmp(t->min_version, "1.3") == 0 ? ":-VERS-TLS1.2" : "");
+    gnutls_priority_t cache;
+    const char *at = NULL;
+    int rc = gnutls_priority_init2(&cache, tls->priorities, &at, 0);
+    if (rc == 0) {
+        gnutls_priority_deinit(cache);
+        return 0;
+    }
+    size_t pos = at != NULL && at >= tls->priorities ? (size_t)(at - tls->priorities) : 0;
+    size_t base_len = strlen(base);
+    snprintf(err, err_len,
+             "dataplane.tls.priorities: GnuTLS rejects '%s' at character %zu ('%.*s'): %s", base,
+             pos + 1, (int)(pos < base_len ? base_len - pos : 0), pos < base_len ? base + pos : "",
+             gnutls_strerror(rc));
+    return -EINVAL;
+}
+
 int dp_tls_create(const struct cfg_dataplane_tls *t, struct dp_tls **out, char *err, size_t err_len)
 {
     *out = NULL;
@@ -192,19 +247,15 @@ int dp_tls_create(const struct cfg_dataplane_tls *t, struct dp_tls **out, char *
     tls->cfg = t;
     tls->mtls = t->client_ca_file[0] != '\0';
     pthread_mutex_init(&tls->lock, NULL);
-    /* GnuTLS's defaults, without the versions below the minimum. */
-    snprintf(tls->priorities, sizeof(tls->priorities), "%s",
-             strcmp(t->min_version, "1.3") == 0 ? "NORMAL:-VERS-ALL:+VERS-TLS1.3"
-                                                : "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2");
-    int rc = cred_load(t, &tls->current, err, err_len);
+    int rc = priorities_build(tls, t, err, err_len);
+    if (rc == 0)
+        rc = cred_load(t, &tls->current, err, err_len);
     if (rc == 0)
         rc = load_pem("cert_file", t->cert_file, &tls->cert_pem, err, err_len);
     if (rc == 0)
         rc = load_pem("key_file", t->key_file, &tls->key_pem, err, err_len);
     if (rc == 0)
         rc = load_pem("client_ca_file", t->client_ca_file, &tls->ca_pem, err, err_len);
-    if (rc == 0 && gnutls_session_ticket_key_generate(&tls->ticket_key) < 0)
-        tls->ticket_key.data = NULL; /* no tickets: full handshakes only */
     if (rc != 0) {
         dp_tls_destroy(tls);
         return rc;
@@ -226,9 +277,6 @@ void dp_tls_destroy(struct dp_tls *tls)
     gnutls_free(tls->cert_pem.data);
     gnutls_free(tls->key_pem.data);
     gnutls_free(tls->ca_pem.data);
-    if (tls->ticket_key.data != NULL)
-        gnutls_memset(tls->ticket_key.data, 0, tls->ticket_key.size);
-    gnutls_free(tls->ticket_key.data);
     pthread_mutex_destroy(&tls->lock);
     free(tls);
 }
@@ -301,16 +349,18 @@ void *dp_tls_conn_start(struct dp_tls *tls, struct MHD_Connection *conn)
         gnutls_certificate_server_set_request(session, GNUTLS_CERT_REQUIRE);
         gnutls_session_set_verify_cert(session, NULL, 0);
     }
-    if (tls->ticket_key.data != NULL)
-        (void)gnutls_session_ticket_enable_server(session, &tls->ticket_key);
     pthread_mutex_lock(&tls->lock);
     struct dp_tls_cred *c = tls->current;
     c->refs++;
     pthread_mutex_unlock(&tls->lock);
     if (gnutls_credentials_set(session, GNUTLS_CRD_CERTIFICATE, c->cred) < 0) {
         dp_tls_conn_end(tls, c);
-        return NULL;
+        return NULL; /* libmicrohttpd's credentials, and no tickets */
     }
+    /* Only with c's credentials: the key and the CA that its tickets'
+     * certificates were verified against go together. GnuTLS copies it. */
+    if (c->ticket_key.data != NULL)
+        (void)gnutls_session_ticket_enable_server(session, &c->ticket_key);
     return c;
 }
 

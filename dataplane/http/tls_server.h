@@ -17,14 +17,24 @@
  * parked stream, which this does not touch at all.
  *
  * Session tickets are on: a client that reconnects resumes its session
- * (TLS 1.3 PSK, no certificate exchange) instead of a full handshake. The
- * ticket key is made at start, kept in memory only and never written; a
- * hot restart's successor has its own, so clients then do one full
- * handshake each.
+ * (TLS 1.2 ticket or TLS 1.3 PSK, no certificate exchange) instead of a
+ * full handshake. GnuTLS verifies no client certificate on a resumption,
+ * so a ticket must never outlive the files that verified it: each
+ * generation of credentials has its own ticket key, made when it loads,
+ * kept in memory only and never written. A reload therefore invalidates
+ * every ticket issued before it (their clients do one full handshake,
+ * against the new client CA), and so does a hot restart. There is no
+ * session cache to drop: libmicrohttpd sets no GnuTLS session database, so
+ * session-ID resumption is off.
  *
- * With client_ca_file every handshake requires a client certificate that
- * CA signed (GnuTLS verifies it during the handshake): a client without
- * one gets a TLS alert and no HTTP answer at all.
+ * With client_ca_file every full handshake requires a client certificate
+ * that CA signed (GnuTLS verifies it during the handshake): a client
+ * without one gets a TLS alert and no HTTP answer at all.
+ *
+ * The cipher suites: dataplane.tls.priorities, or DP_TLS_DEFAULT_PRIORITIES
+ * when it is "", with the versions below min_version removed after it. The
+ * key file must be closed to other users (common/secret_file.h), at start
+ * and on reload.
  *
  * Threading: dp_tls_conn_start/end run on every loop's thread; reload and
  * destroy on the main thread (destroy after the loops stopped). The
@@ -43,13 +53,21 @@
 
 struct dp_tls;
 
+/* AEAD suites only (AES-GCM, ChaCha20-Poly1305) with ECDHE or DHE key
+ * exchange, TLS 1.3 and 1.2: no CBC, no SHA-1 or SHA-2 MACs, no static RSA
+ * key exchange (no forward secrecy). docs/security.md shows it. */
+#define DP_TLS_DEFAULT_PRIORITIES                                                                  \
+    "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-CIPHER-ALL:+AES-256-GCM:+CHACHA20-POLY1305:"      \
+    "+AES-128-GCM:-MAC-ALL:+AEAD:-RSA"
+
 /* Options dp_tls_mhd_options writes, MHD_OPTION_END included. */
 #define DP_TLS_OPTIONS_MAX 8
 
 /*
- * Loads t's files (borrowed: t must outlive the result). *out is NULL when
- * TLS is off (no cert_file). 0, or -errno with "dataplane.tls.KEY: PATH:
- * reason" in err.
+ * Loads t's files (borrowed: t must outlive the result) and checks its
+ * priority string. *out is NULL when TLS is off (no cert_file). 0, or
+ * -errno with "dataplane.tls.KEY: PATH: reason" (or GnuTLS's complaint
+ * about the priority string, with its position) in err.
  */
 int dp_tls_create(const struct cfg_dataplane_tls *t, struct dp_tls **out, char *err,
                   size_t err_len);

@@ -7,10 +7,14 @@
 #include "tests/e2e/harness_tls.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 static struct {
     char ca[H_PATH_MAX];
@@ -123,4 +127,122 @@ int h_tls_https_url(char *url, size_t len)
     memmove(url + 5, url + 4, n - 4 + 1);
     url[4] = 's';
     return 0;
+}
+
+static int h_tls_raw_connect(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    /* Bounds every blocking read and write of the handshake and answer. */
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        int rc = -errno;
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+/* Sends the request and reads the answer until the server closes; the
+ * status of its first line, or 0. The session goes to *session_out (when
+ * not NULL) once the answer starts: a TLS 1.3 ticket arrives after the
+ * handshake, before the answer, and the server closes without a
+ * close_notify, after which GnuTLS gives no session. */
+static long h_tls_raw_exchange(gnutls_session_t s, const char *path, gnutls_datum_t *session_out,
+                               int *session_rc)
+{
+    char req[H_PATH_MAX + 96];
+    int n = snprintf(req, sizeof(req),
+                     "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path);
+    ssize_t w;
+    do
+        w = gnutls_record_send(s, req, (size_t)n);
+    while (w == GNUTLS_E_AGAIN || w == GNUTLS_E_INTERRUPTED);
+    if (w != n)
+        return 0;
+    char head[64] = "";
+    size_t got = 0;
+    int64_t deadline = h_now_ms() + 5000;
+    for (;;) {
+        char buf[4096];
+        ssize_t r = gnutls_record_recv(s, buf, sizeof(buf));
+        /* AGAIN also follows a post-handshake message (a TLS 1.3 ticket). */
+        if ((r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED) && h_now_ms() < deadline)
+            continue;
+        if (r <= 0)
+            break; /* EOF, an alert, or the 5 s timeout */
+        if (session_out != NULL && session_out->data == NULL)
+            *session_rc = gnutls_session_get_data2(s, session_out);
+        size_t take = (size_t)r < sizeof(head) - 1 - got ? (size_t)r : sizeof(head) - 1 - got;
+        memcpy(head + got, buf, take);
+        got += take;
+        head[got] = '\0';
+    }
+    long status = 0;
+    if (strncmp(head, "HTTP/1.", 7) == 0 && got >= 12)
+        status = strtol(head + 9, NULL, 10);
+    return status;
+}
+
+int h_tls_raw_get(uint16_t port, const char *path, const struct h_tls_raw *opt,
+                  struct h_tls_raw_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    if (opt->session_out != NULL)
+        *opt->session_out = (gnutls_datum_t){NULL, 0};
+    gnutls_certificate_credentials_t cred = NULL;
+    gnutls_session_t s = NULL;
+    int fd = -1, rc = -EINVAL;
+    if (gnutls_certificate_allocate_credentials(&cred) < 0)
+        return -ENOMEM;
+    if (gnutls_certificate_set_x509_trust_file(cred, opt->ca, GNUTLS_X509_FMT_PEM) <= 0)
+        goto out_free;
+    if (opt->cert != NULL &&
+        gnutls_certificate_set_x509_key_file(cred, opt->cert, opt->key, GNUTLS_X509_FMT_PEM) < 0)
+        goto out_free;
+    if (gnutls_init(&s, GNUTLS_CLIENT) < 0)
+        goto out_free;
+    const char *prio = opt->priorities != NULL ? opt->priorities : "NORMAL";
+    if (gnutls_priority_set_direct(s, prio, NULL) < 0 ||
+        gnutls_credentials_set(s, GNUTLS_CRD_CERTIFICATE, cred) < 0)
+        goto out_free;
+    gnutls_session_set_verify_cert(s, NULL, 0); /* the chain; the test's certs name an IP */
+    if (opt->resume != NULL && gnutls_session_set_data(s, opt->resume->data, opt->resume->size) < 0)
+        goto out_free;
+    fd = h_tls_raw_connect(port);
+    if (fd < 0) {
+        rc = fd;
+        goto out_free;
+    }
+    gnutls_transport_set_int(s, fd);
+    gnutls_handshake_set_timeout(s, 5000);
+    int hs;
+    do
+        hs = gnutls_handshake(s);
+    while (hs < 0 && gnutls_error_is_fatal(hs) == 0);
+    res->handshake = hs < 0 ? hs : 0;
+    rc = 0;
+    if (hs < 0)
+        goto out_free;
+    res->resumed = gnutls_session_is_resumed(s) != 0;
+    snprintf(res->version, sizeof(res->version), "%s",
+             gnutls_protocol_get_name(gnutls_protocol_get_version(s)));
+    const char *suite = gnutls_ciphersuite_get(s);
+    snprintf(res->suite, sizeof(res->suite), "%s", suite != NULL ? suite : "?");
+    int session_rc = 0;
+    res->status = h_tls_raw_exchange(s, path, opt->session_out, &session_rc);
+    if (session_rc < 0)
+        rc = -EIO;
+out_free:
+    if (s != NULL)
+        gnutls_deinit(s);
+    if (fd >= 0)
+        close(fd);
+    gnutls_certificate_free_credentials(cred);
+    return rc;
 }

@@ -12,6 +12,10 @@
  *   wrong_ca.pem, wrong_ca.key  another CA, which signed none of them
  *   wrong_client.pem, wrong_client.key  a client certificate of wrong_ca
  *
+ * h_tls_raw_get is a second client, GnuTLS's own API, for what curl does
+ * not let a test choose: the exact priority string (cipher suites and
+ * versions offered), and a saved session to resume.
+ *
  * Threading: the client settings are process-wide, set by the test's own
  * thread before it starts requests (h_tls_client_use), cleared by
  * h_tls_client_use(NULL, NULL, NULL).
@@ -23,6 +27,7 @@
 #include <stddef.h>
 
 #include <curl/curl.h>
+#include <gnutls/gnutls.h>
 
 #include "tests/e2e/harness.h"
 
@@ -54,6 +59,30 @@ void h_tls_client_setup(CURL *easy);
 
 /* Whether a mock's extra arguments make it serve HTTPS (--tls-cert). */
 bool h_tls_args_https(const char *const extra[]);
+
+/* What h_tls_raw_get offers. */
+struct h_tls_raw {
+    const char *priorities;       /* GnuTLS priority string; NULL = "NORMAL" */
+    const char *ca;               /* the server's CA (its chain is verified) */
+    const char *cert, *key;       /* client certificate, or NULL */
+    const gnutls_datum_t *resume; /* a session from an earlier call to offer, or NULL */
+    gnutls_datum_t *session_out;  /* gets this one (gnutls_free its data), or NULL */
+};
+
+/* What came of it. */
+struct h_tls_raw_result {
+    int handshake;    /* 0, or GnuTLS's error code */
+    bool resumed;     /* the server resumed the offered session */
+    long status;      /* the HTTP status, 0 for none (closed, alert) */
+    char version[16]; /* "TLS1.2", ... ("" without a handshake) */
+    char suite[64];   /* the negotiated cipher suite ("" without one) */
+};
+
+/* One GET of path at https://127.0.0.1:port over a connection of its own,
+ * with every wait bounded (5 s). 0 whatever the server did (see *res), or
+ * a negative errno when the client could not even try. */
+int h_tls_raw_get(uint16_t port, const char *path, const struct h_tls_raw *opt,
+                  struct h_tls_raw_result *res);
 
 /* Rewrites an "http://..." URL in place to "https://...". 0 or -ENOSPC. */
 int h_tls_https_url(char *url, size_t len);

@@ -164,8 +164,21 @@ static void test_server_min_version_13(void **state)
     struct MHD_OptionItem items[DP_TLS_OPTIONS_MAX];
     dp_tls_mhd_options(tls, items);
     assert_int_equal(items[2].option, MHD_OPTION_HTTPS_PRIORITIES);
-    assert_null(strstr(items[2].ptr_value, "TLS1.2"));
+    /* The default string, then the versions below the minimum removed. */
+    assert_true(strncmp(items[2].ptr_value, DP_TLS_DEFAULT_PRIORITIES,
+                        strlen(DP_TLS_DEFAULT_PRIORITIES)) == 0);
+    assert_non_null(strstr(items[2].ptr_value, ":-VERS-TLS1.2"));
     dp_tls_destroy(tls);
+
+    /* A configured string replaces the default; one GnuTLS rejects fails. */
+    snprintf(t.priorities, sizeof(t.priorities), "NORMAL:-VERS-TLS1.3");
+    assert_int_equal(dp_tls_create(&t, &tls, err, sizeof(err)), 0);
+    dp_tls_mhd_options(tls, items);
+    assert_true(strncmp(items[2].ptr_value, "NORMAL:-VERS-TLS1.3:", 20) == 0);
+    dp_tls_destroy(tls);
+    snprintf(t.priorities, sizeof(t.priorities), "NORMAL:+BOGUS");
+    assert_int_equal(dp_tls_create(&t, &tls, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "at character 8 ('+BOGUS')"));
 }
 
 static void test_client_check_files(void **state)
