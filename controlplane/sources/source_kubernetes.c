@@ -11,7 +11,17 @@
  * pass.
  *
  * States: idle (waiting for the next attempt, with backoff after a
- * failure), listing (pages of limit 500 until no continue token), watching.
+ * failure), listing (pages of limit 500, or max_list_items when smaller,
+ * until no continue token), watching.
+ *
+ * A hostile or broken API server is bounded: a list page is read item by
+ * item (source_kubernetes_http.h) and refused, before it is read further,
+ * at its max_list_items + 1st item, or when the list's items exceed
+ * max_pods; the refusal is a failed list (stale: the registry keeps the
+ * last good view) whose line names the key. A page's pods are staged and
+ * only applied once the page is whole. Watch events adding pods beyond
+ * max_pods are dropped and counted. Per-pod warnings go to a tally
+ * (source_kubernetes_warn.c): one line per reason and list.
  * A failed request makes the source stale and the next attempt a list;
  * a watch that ended or was cut after it started resumes from the last
  * resourceVersion.
@@ -42,11 +52,13 @@
 #define KUBE_BACKOFF_MAX_MS 5000u
 #define KUBE_PAGE_LIMIT     500
 #define KUBE_URL_MAX        2048
+#define KUBE_TALLY_MS       1000u /* a watch's warnings: one line per reason per second */
 
 static const char *const kube_ev_names[KUBE_EV_COUNT] = {"ADDED", "MODIFIED", "DELETED", "BOOKMARK",
                                                          "ERROR"};
 
 static void kube_on_event(void *user, const json_t *ev);
+static bool kube_on_item(void *user, const json_t *item);
 static void kube_on_done(void *user, const struct kube_result *r);
 
 /* ---- setup ------------------------------------------------------------------ */
@@ -155,8 +167,11 @@ int cp_kube_create(struct cp_registry *reg, const struct cfg *cfg, struct cp_kub
     k->snap = calloc(seg->max_workers, sizeof(*k->snap));
     k->snap_ix = calloc(seg->max_workers, sizeof(*k->snap_ix));
     k->selector_q = curl_easy_escape(NULL, k->kc->label_selector, 0);
-    struct kube_api_opts o = {
-        .ca_file = k->kc->ca_file, .on_event = kube_on_event, .on_done = kube_on_done, .user = k};
+    struct kube_api_opts o = {.ca_file = k->kc->ca_file,
+                              .on_event = kube_on_event,
+                              .on_item = kube_on_item,
+                              .on_done = kube_on_done,
+                              .user = k};
     if (k->snap == NULL || k->snap_ix == NULL || k->selector_q == NULL ||
         kube_api_create(&o, &k->api) != 0) {
         snprintf(err, err_len, "out of memory starting Kubernetes discovery");
@@ -181,6 +196,7 @@ void cp_kube_destroy(struct cp_kube *k)
     kube_api_destroy(k->api);
     curl_free(k->selector_q);
     free(k->entries);
+    free(k->page);
     free(k->snap);
     free(k->snap_ix);
     free(k->proposal);
@@ -237,20 +253,23 @@ static void kube_set_rv(struct cp_kube *k, const char *rv)
         snprintf(k->rv, sizeof(k->rv), "%s", rv);
 }
 
-/* A pod as listed or as an ADDED/MODIFIED event says it is now. */
-static void kube_upsert(struct cp_kube *k, const json_t *obj)
+/* A pod as listed or as an ADDED/MODIFIED event says it is now. A watch
+ * event adding a pod beyond max_pods is dropped (a list is bounded before:
+ * kube_on_item). */
+static void kube_upsert_pod(struct cp_kube *k, const struct kube_pod *pp, bool from_watch)
 {
-    struct kube_pod p;
-    if (kube_pod_parse(obj, k->kc, &p) != 0) {
-        log_warn("discovery: Kubernetes sent a pod without name or uid; ignored");
-        return;
-    }
+    const struct kube_pod p = *pp;
     struct kube_entry *e = kube_find(k, p.name);
     if (e == NULL) {
         /* A worker adopted after a restart is known by its id only. */
         e = kube_find_id(k, p.id);
         if (e != NULL && e->pod.uid[0] != '\0')
             e = NULL;
+    }
+    if (e == NULL && from_watch && k->n >= k->kc->max_pods) {
+        k->dropped_pods++;
+        kube_tally_add(k, KUBE_SKIP_MAX_PODS, p.name);
+        return;
     }
     if (e == NULL) {
         e = kube_new_entry(k);
@@ -266,17 +285,16 @@ static void kube_upsert(struct cp_kube *k, const json_t *obj)
         e->warned = false;
     }
     if (p.bad_kv_events && !e->warned) {
-        log_warn("discovery: pod %s: its %s or %s annotation is no tcp://HOST:PORT endpoint; "
-                 "ignored",
-                 p.name, KUBE_KV_EVENTS_ANNOTATION, KUBE_KV_EVENTS_REPLAY_ANNOTATION);
+        kube_tally_add(k, KUBE_SKIP_BAD_KV, p.name);
         e->warned = true;
     }
     bool was_worker = e->exists && kube_pod_is_worker(&e->pod);
     if ((p.bad_role || p.bad_model || p.no_port) && !e->warned) {
-        log_warn("discovery: pod %s: %s", p.name,
-                 p.no_port     ? "no container port is named by discovery.kubernetes.port_name"
-                 : p.bad_model ? "its model label is no usable model name; asking /v1/models"
-                               : "its role label is not regular|prefill|decode; using regular");
+        kube_tally_add(k,
+                       p.no_port     ? KUBE_SKIP_NO_PORT
+                       : p.bad_model ? KUBE_SKIP_BAD_MODEL
+                                     : KUBE_SKIP_BAD_ROLE,
+                       p.name);
         e->warned = true;
     }
     e->pod = p;
@@ -289,6 +307,16 @@ static void kube_upsert(struct cp_kube *k, const json_t *obj)
                  : p.terminating        ? "terminating: draining its worker"
                                         : "not Ready: no new requests for its worker");
     k->dirty = true;
+}
+
+static void kube_upsert(struct cp_kube *k, const json_t *obj)
+{
+    struct kube_pod p;
+    if (kube_pod_parse(obj, k->kc, &p) != 0) {
+        kube_tally_add(k, KUBE_SKIP_NO_NAME, "an event's object");
+        return;
+    }
+    kube_upsert_pod(k, &p, true);
 }
 
 static void kube_gone(struct cp_kube *k, struct kube_entry *e, uint64_t now_ms)
@@ -418,10 +446,15 @@ static int kube_start(struct cp_kube *k, bool watch)
         silence = t * 1000 + (t * 1000 / 4 > 1000 ? t * 1000 / 4 : 1000);
     } else {
         char *cont = k->cont[0] != '\0' ? curl_easy_escape(NULL, k->cont, 0) : NULL;
-        snprintf(url, sizeof(url), "%s/api/v1/namespaces/%s/pods?limit=%d%s%s%s%s", k->base, k->ns,
-                 KUBE_PAGE_LIMIT, k->selector_q[0] != '\0' ? "&labelSelector=" : "", k->selector_q,
+        uint32_t limit =
+            k->kc->max_list_items < KUBE_PAGE_LIMIT ? k->kc->max_list_items : KUBE_PAGE_LIMIT;
+        snprintf(url, sizeof(url), "%s/api/v1/namespaces/%s/pods?limit=%u%s%s%s%s", k->base, k->ns,
+                 limit, k->selector_q[0] != '\0' ? "&labelSelector=" : "", k->selector_q,
                  cont != NULL ? "&continue=" : "", cont != NULL ? cont : "");
         curl_free(cont);
+        k->page_n = 0;
+        k->page_items = 0;
+        k->refusal[0] = '\0';
     }
     int rc =
         kube_api_start(k->api, watch ? KUBE_XFER_WATCH : KUBE_XFER_LIST, url, k->token, silence);
@@ -446,6 +479,7 @@ static void kube_start_list(struct cp_kube *k)
 {
     k->cont[0] = '\0';
     k->list_rv[0] = '\0';
+    k->list_items = 0;
     for (size_t i = 0; i < k->n; i++)
         k->entries[i].seen = false;
     k->relists++;
@@ -520,29 +554,98 @@ static bool kube_retry_401(struct cp_kube *k, const struct kube_result *r)
     return strcmp(before, k->token) != 0;
 }
 
+/*
+ * One item of the list page being read, as it arrives. Refused, and with
+ * it the page, at the max_list_items + 1st item of the page or when the
+ * list's items exceed max_pods: before the rest is read. A pod is staged
+ * until the page is whole (kube_list_done applies it).
+ */
+static bool kube_on_item(void *user, const json_t *item)
+{
+    struct cp_kube *k = user;
+    k->page_items++;
+    if (k->page_items > k->kc->max_list_items) {
+        k->refused_pages[0]++;
+        snprintf(k->refusal, sizeof(k->refusal),
+                 "a list page of more than %u items, refused by "
+                 "discovery.kubernetes.max_list_items",
+                 k->kc->max_list_items);
+        return false;
+    }
+    if (k->list_items + k->page_items > k->kc->max_pods) {
+        k->refused_pages[1]++;
+        snprintf(k->refusal, sizeof(k->refusal),
+                 "a list of more than %u pods, refused by discovery.kubernetes.max_pods",
+                 k->kc->max_pods);
+        return false;
+    }
+    if (k->page_n == k->page_cap) {
+        size_t cap = k->page_cap ? k->page_cap * 2 : 64;
+        struct kube_pod *p = realloc(k->page, cap * sizeof(*p));
+        if (p == NULL) {
+            snprintf(k->refusal, sizeof(k->refusal), "out of memory reading a list page");
+            return false;
+        }
+        k->page = p;
+        k->page_cap = cap;
+    }
+    if (kube_pod_parse(item, k->kc, &k->page[k->page_n]) != 0) {
+        char where[32];
+        snprintf(where, sizeof(where), "item %zu", k->list_items + k->page_items);
+        kube_tally_add(k, KUBE_SKIP_NO_NAME, where);
+        return true;
+    }
+    k->page_n++;
+    return true;
+}
+
+/* The page buffer is sized by the largest page: a big one is given back. */
+static void kube_page_release(struct cp_kube *k)
+{
+    k->page_n = 0;
+    if (k->page_cap > 1024) {
+        free(k->page);
+        k->page = NULL;
+        k->page_cap = 0;
+    }
+}
+
 static void kube_list_done(struct cp_kube *k, const struct kube_result *r)
 {
     uint64_t now = proc_monotonic_ms();
+    if (k->refusal[0] != '\0') {
+        struct kube_result refused = *r;
+        snprintf(refused.why, sizeof(refused.why), "%s", k->refusal);
+        kube_page_release(k);
+        kube_tally_flush(k, "list");
+        kube_failed(k, "list", &refused);
+        return;
+    }
     if (r->http_status == 410) {
         log_info("discovery: the Kubernetes list's continue token expired; listing again");
+        kube_page_release(k);
         k->failures++;
         kube_schedule(k, false, k->failures > 1 ? kube_backoff_ms(k) : 0);
         return;
     }
     if (kube_retry_401(k, r)) {
+        kube_page_release(k);
         kube_start_list(k);
         return;
     }
     const json_t *items = json_object_get(r->body, "items");
     if (!r->transport_ok || r->http_status != 200 || !json_is_array(items)) {
+        kube_page_release(k);
+        kube_tally_flush(k, "list");
         kube_failed(k, "list", r);
         return;
     }
     if (!k->listed_once)
         kube_adopt(k, now);
-    size_t i;
-    const json_t *item;
-    json_array_foreach(items, i, item) kube_upsert(k, item);
+    for (size_t i = 0; i < k->page_n; i++)
+        kube_upsert_pod(k, &k->page[i], false);
+    k->list_items += k->page_items;
+    kube_page_release(k);
     const json_t *meta = json_object_get(r->body, "metadata");
     const char *rv = json_string_value(json_object_get(meta, "resourceVersion"));
     const char *cont = json_string_value(json_object_get(meta, "continue"));
@@ -553,12 +656,15 @@ static void kube_list_done(struct cp_kube *k, const struct kube_result *r)
         kube_start(k, false);
         return;
     }
+    kube_tally_flush(k, "list");
     kube_list_complete(k, now);
 }
 
 static void kube_watch_done(struct cp_kube *k, const struct kube_result *r)
 {
     uint64_t now = proc_monotonic_ms();
+    kube_tally_flush(k, "watch");
+    k->next_tally_ms = now + KUBE_TALLY_MS;
     bool lasted = now >= k->watch_started_ms + 1000;
     if (k->want_relist || r->http_status == 410) {
         kube_relist_after_410(k, lasted);
@@ -625,8 +731,15 @@ void cp_kube_run(struct cp_kube *k, uint64_t now_ms)
         else
             kube_start_list(k);
     }
+    if (k->state == KUBE_WATCHING && k->tally.pending && now_ms >= k->next_tally_ms) {
+        kube_tally_flush(k, "events"); /* a watch's, and the registry sync's */
+        k->next_tally_ms = now_ms + KUBE_TALLY_MS;
+    }
     /* Nothing is decided on a stale view, and nothing before the first list. */
     if (!k->listed_once || k->stale)
+        return;
+    /* Nor on a list half read: a later page may still refuse it. */
+    if (k->state == KUBE_LISTING)
         return;
     if (k->dirty || (now_ms >= k->next_sweep_ms && kube_sync_has_leaving(k)))
         kube_sync(k, now_ms);
@@ -642,9 +755,11 @@ int cp_kube_timeout_ms(const struct cp_kube *k, uint64_t now_ms)
         next = k->last_list_ms + k->kc->resync_ms;
     if (k->token_read_ms + KUBE_TOKEN_REREAD < next)
         next = k->token_read_ms + KUBE_TOKEN_REREAD;
-    if (k->listed_once && !k->stale && (k->dirty || kube_sync_has_leaving(k)) &&
-        k->next_sweep_ms < next)
+    if (k->listed_once && !k->stale && k->state != KUBE_LISTING &&
+        (k->dirty || kube_sync_has_leaving(k)) && k->next_sweep_ms < next)
         next = k->dirty ? now_ms : k->next_sweep_ms;
+    if (k->state == KUBE_WATCHING && k->tally.pending && k->next_tally_ms < next)
+        next = k->next_tally_ms;
     if (k->want_relist)
         next = now_ms;
     int u = next <= now_ms ? 0 : (next - now_ms > 60000 ? 60000 : (int)(next - now_ms));
@@ -698,6 +813,17 @@ void cp_kube_metrics(const struct cp_kube *k, struct prom_writer *w)
     prom_family(w, "switchyard_discovery_errors_total", PROM_COUNTER,
                 "Failed requests to the discovery API server.");
     prom_sample_u64(w, NULL, &src, 1, k->errors);
+    prom_family(w, "switchyard_discovery_lists_refused_total", PROM_COUNTER,
+                "Lists refused for a bound: a page beyond discovery.kubernetes.max_list_items "
+                "items, or more pods than discovery.kubernetes.max_pods.");
+    static const char *const keys[2] = {"max_list_items", "max_pods"};
+    for (int i = 0; i < 2; i++) {
+        struct prom_label l[] = {src, {"limit", keys[i]}};
+        prom_sample_u64(w, NULL, l, 2, k->refused_pages[i]);
+    }
+    prom_family(w, "switchyard_discovery_pods_dropped_total", PROM_COUNTER,
+                "Watch events adding a pod beyond discovery.kubernetes.max_pods, dropped.");
+    prom_sample_u64(w, NULL, &src, 1, k->dropped_pods);
 }
 
 /* ---- fuzzing ---------------------------------------------------------------- */
@@ -723,6 +849,8 @@ void cp_kube_reset(struct cp_kube *k)
     k->rng = keep->rng;
     k->entries = keep->entries; /* the table's storage, emptied */
     k->cap = keep->cap;
+    k->page = keep->page;
+    k->page_cap = keep->page_cap;
     k->snap = keep->snap;
     k->snap_ix = keep->snap_ix;
     k->proposal = keep->proposal;

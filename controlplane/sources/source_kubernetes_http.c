@@ -18,6 +18,7 @@
 #include "common/curl_epoll.h"
 #include "common/log.h"
 #include "common/proc.h"
+#include "controlplane/sources/source_kubernetes_list.h"
 
 #define KUBE_CONNECT_TIMEOUT_MS 5000L
 #define KUBE_LIST_TIMEOUT_MS    60000L
@@ -33,8 +34,9 @@ struct kube_api {
     uint64_t silence_ms;
     uint64_t last_rx_ms;
     bool got_body;
-    bool failed_line; /* the write callback refused a line */
-    char *data;       /* list: the body; watch: the unfinished line */
+    bool failed_line;         /* the write callback refused a line */
+    struct kube_list_scan ls; /* a list answered 200 */
+    char *data;               /* a watch: the unfinished line; an error status: its body */
     size_t len, cap;
     size_t scanned; /* watch: data[0..scanned) holds no newline (searched already) */
     bool done;
@@ -55,6 +57,7 @@ int kube_api_create(const struct kube_api_opts *opts, struct kube_api **out)
     if (a == NULL)
         return -ENOMEM;
     a->opts = *opts;
+    kube_ls_init(&a->ls, KUBE_LINE_MAX, opts->on_item, opts->user);
     a->epfd = epoll_create1(EPOLL_CLOEXEC);
     a->easy = curl_easy_init();
     if (a->epfd < 0 || a->easy == NULL ||
@@ -98,6 +101,7 @@ void kube_api_destroy(struct kube_api *a)
     if (a->epfd >= 0)
         close(a->epfd);
     free(a->data);
+    kube_ls_fini(&a->ls);
     free(a);
 }
 
@@ -175,7 +179,18 @@ static size_t kube_write(char *ptr, size_t size, size_t n, void *arg)
     size_t len = size * n;
     a->last_rx_ms = proc_monotonic_ms();
     a->got_body = true;
-    size_t max = a->kind == KUBE_XFER_WATCH ? KUBE_LINE_MAX : KUBE_LIST_BODY_MAX;
+    long code = 0;
+    curl_easy_getinfo(a->easy, CURLINFO_RESPONSE_CODE, &code);
+    if (a->kind == KUBE_XFER_LIST && code == 200) {
+        /* Read as it comes: never more than one item held. */
+        if (!kube_ls_feed(&a->ls, ptr, len)) {
+            a->failed_line = true;
+            return 0;
+        }
+        return len;
+    }
+    /* A non-200 answer is a Status body: keep it whole for on_done. */
+    size_t max = a->kind == KUBE_XFER_WATCH && code == 200 ? KUBE_LINE_MAX : KUBE_STATUS_BODY_MAX;
     if (kube_reserve(a, len, max) != 0) {
         a->failed_line = true;
         return 0;
@@ -183,9 +198,6 @@ static size_t kube_write(char *ptr, size_t size, size_t n, void *arg)
     memcpy(a->data + a->len, ptr, len);
     a->len += len;
     if (a->kind == KUBE_XFER_WATCH) {
-        long code = 0;
-        curl_easy_getinfo(a->easy, CURLINFO_RESPONSE_CODE, &code);
-        /* A non-200 answer is a Status body: keep it whole for on_done. */
         if (code == 200 && !kube_take_lines(a)) {
             a->failed_line = true;
             return 0;
@@ -253,6 +265,7 @@ int kube_api_start(struct kube_api *a, enum kube_xfer kind, const char *url, con
     a->failed_line = false;
     a->done = false;
     kube_clear_data(a);
+    kube_ls_reset(&a->ls);
     if (cep_add(&a->cep, e) != 0) {
         a->kind = KUBE_XFER_NONE;
         return -EIO;
@@ -266,13 +279,19 @@ static void kube_report(struct kube_api *a, bool silent)
     curl_easy_getinfo(a->easy, CURLINFO_RESPONSE_CODE, &r.http_status);
     r.transport_ok = !silent && a->done_res == CURLE_OK;
     json_t *body = NULL;
-    if (!silent && a->len > 0 && (a->kind == KUBE_XFER_LIST || r.http_status != 200)) {
+    bool scanned = a->kind == KUBE_XFER_LIST && r.http_status == 200;
+    if (!silent && scanned && !a->failed_line && a->done_res == CURLE_OK) {
+        body = kube_ls_finish(&a->ls);
+    } else if (!silent && !scanned && a->len > 0 &&
+               (a->kind == KUBE_XFER_LIST || r.http_status != 200)) {
         json_error_t jerr;
         body = json_loadb(a->data, a->len, 0, &jerr);
     }
     r.body = body;
     if (silent)
         snprintf(r.why, sizeof(r.why), "no data for %llu ms", (unsigned long long)a->silence_ms);
+    else if (scanned && a->ls.failed)
+        snprintf(r.why, sizeof(r.why), "%s", a->ls.why);
     else if (a->failed_line)
         snprintf(r.why, sizeof(r.why), "the answer exceeded its bounds or was malformed");
     else if (a->done_res != CURLE_OK)

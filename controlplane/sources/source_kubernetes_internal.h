@@ -48,6 +48,27 @@ enum kube_ev_type {
     KUBE_EV_COUNT,
 };
 
+/* Why a pod (or a list item) was ignored or held back, for the warning
+ * tally: one line per reason per list, or per second of a watch, with a
+ * count and the first name, however many items deserve one. */
+enum kube_skip {
+    KUBE_SKIP_NO_NAME,   /* an item without metadata.name or uid: no pod */
+    KUBE_SKIP_BAD_KV,    /* a kv-events annotation that is no endpoint */
+    KUBE_SKIP_NO_PORT,   /* no container port named port_name */
+    KUBE_SKIP_BAD_MODEL, /* a model label no model name can be */
+    KUBE_SKIP_BAD_ROLE,  /* a role label that is no role */
+    KUBE_SKIP_MAX_PODS,  /* a watch event adding a pod beyond max_pods: dropped */
+    KUBE_SKIP_CONFLICT,  /* another source's worker has its id or url */
+    KUBE_SKIP_WAITING,   /* another pod's worker has its id or url */
+    KUBE_SKIP_COUNT,
+};
+
+struct kube_tally {
+    uint64_t n[KUBE_SKIP_COUNT];
+    char first[KUBE_SKIP_COUNT][KUBE_NAME_MAX + 16];
+    bool pending;
+};
+
 /* One pod (or one adopted worker). Owned by the table. */
 struct kube_entry {
     struct kube_pod pod; /* last known state; pod.uid "" for an adopted worker not listed yet */
@@ -93,7 +114,17 @@ struct cp_kube {
 
     struct kube_entry *entries;
     size_t n, cap;
-    bool dirty; /* the table changed since the last sync */
+    /* The list page being read (kube_on_item): every item counted, the
+     * pods among them staged until the page is whole, so a refused page
+     * changes nothing. At most max_list_items of them. */
+    struct kube_pod *page;
+    size_t page_n, page_cap;
+    size_t page_items; /* items of this page so far */
+    size_t list_items; /* items of the list's earlier pages */
+    char refusal[160]; /* why kube_on_item refused the page; "" = it did not */
+    struct kube_tally tally;
+    uint64_t next_tally_ms; /* a watch's tally is written at most once a second */
+    bool dirty;             /* the table changed since the last sync */
     /* The sync's (source_kubernetes_sync.c); allocated by cp_kube_create. */
     uint64_t next_sweep_ms;
     struct shm_worker_info *snap; /* max_workers scratch */
@@ -105,10 +136,22 @@ struct cp_kube {
 
     uint64_t events[KUBE_EV_COUNT];
     uint64_t relists, errors, watches;
+    uint64_t refused_pages[2]; /* by max_list_items, max_pods */
+    uint64_t dropped_pods;     /* watch events adding pods beyond max_pods */
 
     void (*tap)(void *user, const json_t *event); /* cp_kube_set_event_tap */
     void *tap_user;
 };
+
+/* ---- source_kubernetes_warn.c ---------------------------------------------- */
+
+/* Counts one skipped item or pod under why (name: the first one's, for the
+ * line). */
+void kube_tally_add(struct cp_kube *k, enum kube_skip why, const char *name);
+
+/* Writes one line per reason counted since the last flush ("list" or
+ * "watch" says where they came from), then starts over. */
+void kube_tally_flush(struct cp_kube *k, const char *where);
 
 /* ---- source_kubernetes_sync.c ---------------------------------------------- */
 

@@ -14,7 +14,7 @@
  * slot, draining. Registered workers are placed first, so that when two
  * pods claim one url the worker already in its slot keeps it; a pod whose
  * id or url another source's worker (or a pod placed before it) uses
- * waits, logged once, instead of making the registry sync refuse the whole
+ * waits, counted once in the warning tally, instead of making the registry sync refuse the whole
  * set. The source clears only the drains it set itself (an operator's
  * drain stays), and sets its own on a worker drained only by a reset_load,
  * whose drain ends with the reset.
@@ -171,17 +171,13 @@ static size_t kube_build_proposal(struct cp_kube *k, uint64_t now_ms)
             const struct shm_worker_info *c = kube_conflict(k, w->id, w->url, any_other);
             if (c != NULL) {
                 if (!e->warned)
-                    log_warn("discovery: pod %s is not added: worker %s (%s) of the %s already "
-                             "uses its id or url",
-                             e->pod.name, c->id, c->url, cp_source_name(c->source));
+                    kube_tally_add(k, KUBE_SKIP_CONFLICT, e->pod.name);
                 e->warned = true;
                 continue;
             }
             if (kube_proposed(k, np, w->id, w->url)) {
                 if (!e->warned)
-                    log_warn("discovery: pod %s is not added yet: another pod's worker uses its "
-                             "id or url (%s)",
-                             e->pod.name, w->url);
+                    kube_tally_add(k, KUBE_SKIP_WAITING, e->pod.name);
                 e->warned = true;
                 continue;
             }

@@ -185,10 +185,248 @@ static void test_kv_flood_keeps_other_workers_facts(void **state)
     h_precise_fleet_stop(&f);
 }
 
+/* ---- row 20: a hostile Kubernetes API server ---------------------------------- */
+
+#define KUBE_NS        "default"
+#define KUBE_MAX_ITEMS 500 /* per page; pages are asked of this size */
+#define KUBE_MAX_PODS  1000
+#define KUBE_RSS_KIB   (100 * 1024) /* the control plane's peak RSS bound */
+#define KUBE_WAIT_MS   30000
+
+/* Everything the Kubernetes test started; in its stack frame. */
+struct kube_env {
+    char fk[64]; /* http://127.0.0.1:PORT of the fake API server */
+    struct h_proc *fk_proc, *cp;
+    struct h_mock mock;
+    struct h_config cfg;
+    struct shm_segment seg;
+    bool attached;
+    char admin[64];
+    size_t lines0; /* the control plane's log lines before an attack */
+};
+
+static bool kube_fake_answers(void *arg)
+{
+    const struct kube_env *e = arg;
+    char url[128];
+    snprintf(url, sizeof(url), "%s/api/v1/namespaces/" KUBE_NS "/pods", e->fk);
+    struct h_resp r;
+    struct h_req q = {.url = url, .timeout_ms = 500};
+    bool ok = h_http(&q, &r) == 0 && r.status == 200;
+    h_resp_fini(&r);
+    return ok;
+}
+
+static bool kube_attach(void *arg)
+{
+    struct kube_env *e = arg;
+    char err[256];
+    return shm_segment_attach(&e->seg, e->cfg.shm_name, err, sizeof(err)) == 0;
+}
+
+static void kube_fault(const struct kube_env *e, const char *json)
+{
+    char url[128];
+    snprintf(url, sizeof(url), "%s/fake/faults", e->fk);
+    struct h_req q = {.method = "POST", .url = url, .body = json};
+    struct h_resp r;
+    assert_int_equal(h_http(&q, &r), 0);
+    if (r.status != 200)
+        fail_msg("fault %s: %ld %s", json, r.status, r.body);
+    h_resp_fini(&r);
+}
+
+/* Fake, one mock as pod p0's container, the control plane (no data plane:
+ * the registry is what is watched). */
+static void kube_start(struct kube_env *e)
+{
+    memset(e, 0, sizeof(*e));
+    uint16_t port;
+    assert_int_equal(h_free_port(&port), 0);
+    char bin[H_PATH_MAX], listen[32];
+    assert_int_equal(h_bin_path("switchyard-fakekube", bin, sizeof(bin)), 0);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", (unsigned)port);
+    snprintf(e->fk, sizeof(e->fk), "http://%s", listen);
+    const char *argv[] = {bin, "--listen", listen, NULL};
+    assert_int_equal(h_spawn("fakekube", argv, &e->fk_proc), 0);
+    assert_int_equal(h_wait_until(kube_fake_answers, e, H_READY_TIMEOUT_MS), 0);
+    assert_int_equal(h_mock_startv(&e->mock, (const char *const[]){"--model", "mock", NULL}), 0);
+    static char yaml[1024];
+    snprintf(yaml, sizeof(yaml),
+             "discovery:\n"
+             "  kubernetes:\n"
+             "    api_server: http://127.0.0.1:%u\n"
+             "    insecure_http: true\n"
+             "    namespace: " KUBE_NS "\n"
+             "    label_selector: app=vllm\n"
+             "    port_name: http\n"
+             "    token_file: /nonexistent\n"
+             "    ca_file: \"\"\n"
+             "    resync: 1s\n"
+             "    watch_timeout: 30s\n"
+             "    max_list_items: %d\n"
+             "    max_pods: %d\n",
+             (unsigned)port, KUBE_MAX_ITEMS, KUBE_MAX_PODS);
+    e->cfg.extra_yaml = yaml;
+    assert_int_equal(h_config_write(&e->cfg, NULL), 0);
+    snprintf(e->admin, sizeof(e->admin), "http://127.0.0.1:%u", (unsigned)e->cfg.admin_port);
+    assert_int_equal(h_start_controlplane(e->cfg.path, &e->cp), 0);
+    assert_int_equal(h_wait_until(kube_attach, e, H_READY_TIMEOUT_MS), 0);
+    e->attached = true;
+}
+
+static void kube_put_p0(const struct kube_env *e)
+{
+    char url[192], body[1024];
+    snprintf(url, sizeof(url), "%s/fake/namespaces/" KUBE_NS "/pods/p0", e->fk);
+    snprintf(body, sizeof(body),
+             "{\"metadata\":{\"labels\":{\"app\":\"vllm\",\"switchyard.io/model\":\"mock\"}},"
+             "\"spec\":{\"containers\":[{\"name\":\"vllm\",\"ports\":[{\"name\":\"http\","
+             "\"containerPort\":%u}]}]},"
+             "\"status\":{\"phase\":\"Running\",\"podIP\":\"127.0.0.1\",\"conditions\":[{"
+             "\"type\":\"Ready\",\"status\":\"True\"}]}}",
+             (unsigned)e->mock.port);
+    struct h_req q = {.method = "PUT", .url = url, .body = body};
+    struct h_resp r;
+    assert_int_equal(h_http(&q, &r), 0);
+    assert_true(r.status == 200 || r.status == 201);
+    h_resp_fini(&r);
+}
+
+static bool kube_p0_registered(void *arg)
+{
+    struct kube_env *e = arg;
+    struct shm_worker_info w;
+    return shm_registry_find(&e->seg, "p0", &w) == 0;
+}
+
+/* The control plane's peak resident memory (VmHWM), in KiB; -1 if unknown. */
+static long kube_cp_peak_kib(const struct kube_env *e)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)e->cp->pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return -1;
+    long kib = -1;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}
+
+static size_t kube_cp_log_lines(const struct kube_env *e)
+{
+    FILE *f = fopen(e->cp->log_path, "re");
+    if (f == NULL)
+        return 0;
+    size_t n = 0;
+    int c;
+    while ((c = getc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+/* What an attack is waited on: the control plane says `needle`, or it
+ * went over a bound already (then the asserts after the wait say which). */
+struct kube_attack_wait {
+    struct kube_env *e;
+    const char *needle;
+};
+
+static bool kube_attack_settled(void *arg)
+{
+    const struct kube_attack_wait *w = arg;
+    return h_proc_log_contains(w->e->cp, w->needle) || kube_cp_peak_kib(w->e) > KUBE_RSS_KIB ||
+           kube_cp_log_lines(w->e) > w->e->lines0 + 1000 || !h_proc_is_running(w->e->cp);
+}
+
+/* Waits for the needle, then checks the bounds: memory, log lines (at most
+ * max_new more than before the attack). */
+static void kube_expect(struct kube_env *e, const char *needle, size_t max_new)
+{
+    struct kube_attack_wait w = {e, needle};
+    (void)h_wait_until(kube_attack_settled, &w, KUBE_WAIT_MS);
+    long peak = kube_cp_peak_kib(e);
+    size_t lines = kube_cp_log_lines(e);
+    fprintf(stderr, "control plane: peak RSS %ld KiB, %zu new log lines, waiting for \"%s\"\n",
+            peak, lines - e->lines0, needle);
+    assert_true(h_proc_is_running(e->cp));
+    assert_true(peak > 0 && peak < KUBE_RSS_KIB);
+    if (lines > e->lines0 + max_new)
+        fail_msg("%zu new log lines (at most %zu)", lines - e->lines0, max_new);
+    if (!h_proc_log_contains(e->cp, needle))
+        fail_msg("the control plane never said \"%s\"", needle);
+}
+
+/* Bogus pods that each deserve a warning (a role label that is no role),
+ * with the container port the config names (else that is the warning). */
+#define KUBE_BAD_ROLE_POD                                                                          \
+    "{\"metadata\":{\"labels\":{\"app\":\"vllm\",\"switchyard.io/role\":\"bogus\"}},"              \
+    "\"spec\":{\"containers\":[{\"ports\":[{\"name\":\"http\",\"containerPort\":1}]}]}}"
+
+struct kube_fresh_wait {
+    struct kube_env *e;
+    const char *metrics;
+};
+
+/* p0 is registered and the source sees its API server. */
+static bool kube_fresh(void *arg)
+{
+    const struct kube_fresh_wait *w = arg;
+    return kube_p0_registered(w->e) &&
+           h_metric_at(w->metrics, "switchyard_discovery_stale{source=\"kubernetes\"}") == 0;
+}
+
+static void test_kube_hostile_lists_bounded(void **state)
+{
+    (void)state;
+    struct kube_env e;
+    kube_start(&e);
+    kube_put_p0(&e);
+    assert_int_equal(h_wait_until(kube_p0_registered, &e, KUBE_WAIT_MS), 0);
+    char stale[160];
+    snprintf(stale, sizeof(stale), "%s/metrics", e.admin);
+
+    /* 1. Two million items of "{}" (6 MB) in one page, whatever the limit
+     * asked: refused at item 501, the last good view kept. */
+    e.lines0 = kube_cp_log_lines(&e);
+    kube_fault(&e, "{\"flood_list\": {\"items\": 2000000}, \"expire\": true}");
+    kube_expect(&e, "discovery.kubernetes.max_list_items", 40);
+    assert_true(kube_p0_registered(&e));
+    assert_int_equal(h_metric_at(stale, "switchyard_discovery_stale{source=\"kubernetes\"}"), 1);
+    assert_true(h_metric_at(stale, "switchyard_discovery_lists_refused_total{source=\"kubernetes\","
+                                   "limit=\"max_list_items\"}") >= 1);
+
+    /* 2. More pods than max_pods, paged by 500 as the real server pages
+     * them: the list is refused once its pages pass the bound. */
+    e.lines0 = kube_cp_log_lines(&e);
+    kube_fault(&e, "{\"flood_list\": {\"items\": 1500, \"named\": true, \"honour_limit\": true, "
+                   "\"item\": " KUBE_BAD_ROLE_POD "}}");
+    kube_expect(&e, "discovery.kubernetes.max_pods", 40);
+    assert_true(kube_p0_registered(&e));
+
+    /* 3. The server behaves again: p0 is listed again, the source fresh. */
+    kube_fault(&e, "{\"flood_list\": null, \"expire\": true}");
+    struct kube_fresh_wait fw = {&e, stale};
+    assert_int_equal(h_wait_until(kube_fresh, &fw, KUBE_WAIT_MS), 0);
+
+    /* 4. Within the bounds, 800 pods each worth a warning: one line says
+     * how many (the first version wrote one a pod). */
+    e.lines0 = kube_cp_log_lines(&e);
+    kube_fault(&e, "{\"flood_list\": {\"items\": 800, \"named\": true, \"honour_limit\": true, "
+                   "\"item\": " KUBE_BAD_ROLE_POD "}}");
+    kube_expect(&e, "800 pods whose role label", 40);
+    shm_segment_close(&e.seg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         H_TEST(test_kv_flood_keeps_other_workers_facts),
+        H_TEST(test_kube_hostile_lists_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -105,6 +105,151 @@ static void fk_stream_free(void *cls)
     free(s);
 }
 
+/* A flood_list answer, made as it is sent: millions of items are never
+ * held whole, so the fake can play a hostile server cheaply. */
+struct fk_flood_stream {
+    struct fk_flood f;
+    size_t next, end; /* items [next, end) are still to send */
+    char *piece;      /* the text being sent */
+    size_t off, len;
+    int phase; /* 0: head, 1: items, 2: tail, 3: done */
+    char head[320], tail[8];
+    char rv[32]; /* of the list and its items */
+};
+
+/* The next item's text (malloc'd). */
+static char *fk_flood_item(struct fk_flood_stream *s, size_t *len)
+{
+    size_t i = s->next++;
+    char *text;
+    if (!s->f.named) {
+        text = strdup(s->f.item);
+    } else {
+        json_error_t jerr;
+        json_t *item = json_loads(s->f.item, 0, &jerr);
+        json_t *meta = json_object_get(item, "metadata");
+        if (!json_is_object(meta)) {
+            meta = json_object();
+            json_object_set_new(item, "metadata", meta);
+        }
+        char name[64], uid[64];
+        snprintf(name, sizeof(name), "flood-%07zu", i);
+        snprintf(uid, sizeof(uid), "flood-uid-%07zu", i);
+        json_object_set_new(meta, "name", json_string(name));
+        json_object_set_new(meta, "uid", json_string(uid));
+        json_object_set_new(meta, "resourceVersion", json_string(s->rv));
+        text = json_dumps(item, JSON_COMPACT);
+        json_decref(item);
+    }
+    if (text == NULL)
+        return NULL;
+    *len = strlen(text);
+    return text;
+}
+
+static ssize_t fk_flood_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct fk_flood_stream *s = cls;
+    size_t out = 0;
+    while (out < max) {
+        if (s->piece == NULL) {
+            if (s->phase == 0) {
+                s->piece = strdup(s->head);
+                s->len = strlen(s->head);
+                s->phase = 1;
+            } else if (s->phase == 1 && s->next < s->end) {
+                size_t n = 0;
+                char *item = fk_flood_item(s, &n);
+                if (item == NULL)
+                    return MHD_CONTENT_READER_END_WITH_ERROR;
+                /* A comma after every item but the last. */
+                if (s->next < s->end) {
+                    char *withc = realloc(item, n + 2);
+                    if (withc == NULL) {
+                        free(item);
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                    }
+                    item = withc;
+                    item[n++] = ',';
+                    item[n] = '\0';
+                }
+                s->piece = item;
+                s->len = n;
+            } else if (s->phase == 1) {
+                s->phase = 2;
+                continue;
+            } else if (s->phase == 2) {
+                s->piece = strdup(s->tail);
+                s->len = strlen(s->tail);
+                s->phase = 3;
+            } else {
+                break;
+            }
+            if (s->piece == NULL)
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            s->off = 0;
+        }
+        size_t n = s->len - s->off < max - out ? s->len - s->off : max - out;
+        memcpy(buf + out, s->piece + s->off, n);
+        out += n;
+        s->off += n;
+        if (s->off == s->len) {
+            free(s->piece);
+            s->piece = NULL;
+        }
+    }
+    if (out == 0)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    return (ssize_t)out;
+}
+
+static void fk_flood_free(void *cls)
+{
+    struct fk_flood_stream *s = cls;
+    free(s->piece);
+    free(s->f.item);
+    free(s);
+}
+
+/* A list answered by the flood_list fault (takes f's item). */
+static enum MHD_Result fk_flood_list(struct MHD_Connection *c, struct fk_flood *f, long limit,
+                                     const char *cont)
+{
+    struct fk_flood_stream *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        free(f->item);
+        return MHD_NO;
+    }
+    s->f = *f;
+    size_t start = 0;
+    if (s->f.honour_limit && cont != NULL && cont[0] != '\0' &&
+        sscanf(cont, "flood:%zu", &start) != 1) {
+        fk_flood_free(s);
+        return fk_error(c, 400, "BadRequest", "invalid continue token");
+    }
+    s->next = start < s->f.items ? start : s->f.items;
+    s->end = s->f.items;
+    if (s->f.honour_limit && limit > 0 && s->end - s->next > (size_t)limit)
+        s->end = s->next + (size_t)limit;
+    char next[64] = "";
+    if (s->end < s->f.items)
+        snprintf(next, sizeof(next), ",\"continue\":\"flood:%zu\"", s->end);
+    snprintf(s->rv, sizeof(s->rv), "%llu", (unsigned long long)s->f.rv);
+    const char *rv = s->rv;
+    snprintf(s->head, sizeof(s->head),
+             "{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":"
+             "\"%s\"%s},\"items\":[",
+             rv, next);
+    snprintf(s->tail, sizeof(s->tail), "]}");
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024,
+                                                               fk_flood_read, s, fk_flood_free);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 static bool fk_arg_true(struct MHD_Connection *c, const char *key)
 {
     const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
@@ -172,6 +317,9 @@ static enum MHD_Result fk_api(struct MHD_Connection *c, const char *method, cons
         return fk_watch(c, ns, &sel);
     const char *lim = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
     const char *cont = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "continue");
+    struct fk_flood flood;
+    if (fk_store_flood(&flood))
+        return fk_flood_list(c, &flood, lim != NULL ? strtol(lim, NULL, 10) : 0, cont);
     int status = 200;
     json_t *list = fk_store_list(ns, &sel, lim != NULL ? strtol(lim, NULL, 10) : 0, cont, &status);
     return fk_send_json(c, (unsigned)status, list);

@@ -50,6 +50,7 @@ static struct {
     bool drop_next_event;
     int fail_status;
     char require_token[512];
+    struct fk_flood flood;
     bool stopping;
 } fk = {.mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
@@ -196,6 +197,7 @@ void fk_store_fini(void)
     }
     free(fk.pods);
     free(fk.log);
+    free(fk.flood.item);
 }
 
 static struct fk_pod *fk_find(const char *ns, const char *name)
@@ -416,6 +418,50 @@ json_t *fk_store_list(const char *ns, const struct fk_selector *sel, long limit,
                      meta, "items", items);
 }
 
+bool fk_store_flood(struct fk_flood *out)
+{
+    pthread_mutex_lock(&fk.mu);
+    *out = fk.flood;
+    out->item = fk.flood.items > 0 ? strdup(fk.flood.item) : NULL;
+    out->rv = fk.rv;
+    pthread_mutex_unlock(&fk.mu);
+    if (out->items > 0 && out->item == NULL)
+        out->items = 0;
+    return out->items > 0;
+}
+
+/* Checks a flood_list value (null, or an object of the documented keys)
+ * into *out; 0 or -EINVAL with err. */
+static int fk_parse_flood(const json_t *v, struct fk_flood *out, char *err, size_t err_len)
+{
+    memset(out, 0, sizeof(*out));
+    if (json_is_null(v))
+        return 0;
+    const json_t *n = json_object_get(v, "items");
+    const json_t *item = json_object_get(v, "item");
+    const json_t *named = json_object_get(v, "named");
+    const json_t *honour = json_object_get(v, "honour_limit");
+    if (!json_is_object(v) || !json_is_integer(n) || json_integer_value(n) < 0 ||
+        (item != NULL && !json_is_object(item)) || (named != NULL && !json_is_boolean(named)) ||
+        (honour != NULL && !json_is_boolean(honour))) {
+        snprintf(err, err_len,
+                 "'flood_list' must be null or {\"items\": N, \"item\": {...}, \"named\": "
+                 "bool, \"honour_limit\": bool}");
+        return -EINVAL;
+    }
+    out->items = (size_t)json_integer_value(n);
+    out->named = json_is_true(named);
+    out->honour_limit = json_is_true(honour);
+    json_t *empty = json_object();
+    out->item = json_dumps(item != NULL ? item : empty, JSON_COMPACT);
+    json_decref(empty);
+    if (out->item == NULL) {
+        snprintf(err, err_len, "out of memory");
+        return -EINVAL;
+    }
+    return 0;
+}
+
 int fk_store_faults(const json_t *body, char *err, size_t err_len)
 {
     if (!json_is_object(body)) {
@@ -426,6 +472,8 @@ int fk_store_faults(const json_t *body, char *err, size_t err_len)
     json_t *v;
     json_object_foreach((json_t *)body, key, v)
     {
+        if (strcmp(key, "flood_list") == 0)
+            continue;
         bool known = strcmp(key, "expire") == 0 || strcmp(key, "drop_next_event") == 0 ||
                      strcmp(key, "sever_watches") == 0 || strcmp(key, "silence_watches") == 0;
         if (known && !json_is_boolean(v)) {
@@ -443,12 +491,20 @@ int fk_store_faults(const json_t *body, char *err, size_t err_len)
         if (!known && strcmp(key, "fail_status") != 0 && strcmp(key, "require_token") != 0) {
             snprintf(err, err_len,
                      "unknown fault '%s' (expected expire, drop_next_event, sever_watches, "
-                     "silence_watches, fail_status, require_token)",
+                     "silence_watches, fail_status, require_token, flood_list)",
                      key);
             return -EINVAL;
         }
     }
+    struct fk_flood flood = {0};
+    const json_t *fv = json_object_get(body, "flood_list");
+    if (fv != NULL && fk_parse_flood(fv, &flood, err, err_len) != 0)
+        return -EINVAL;
     pthread_mutex_lock(&fk.mu);
+    if (fv != NULL) {
+        free(fk.flood.item);
+        fk.flood = flood;
+    }
     if (json_is_true(json_object_get(body, "expire"))) {
         /* A compaction at a fresh version: every version a client holds is
          * now too old, while a new list's version is not. */

@@ -75,6 +75,22 @@ json_t *fk_store_get(const char *ns, const char *name);
 json_t *fk_store_list(const char *ns, const struct fk_selector *sel, long limit, const char *cont,
                       int *status);
 
+/* The flood_list fault (docs/fakekube.md): while items > 0, every list of
+ * pods answers `items` copies of the item template instead of the store,
+ * named flood-0000000.. when `named`, paged by limit/continue as the real
+ * server pages when `honour_limit`, else all in one page whatever the
+ * limit (a hostile server). */
+struct fk_flood {
+    size_t items;
+    bool named;
+    bool honour_limit;
+    char *item;  /* the template as JSON text (malloc'd) */
+    uint64_t rv; /* fk_store_flood: the store's version now, which the list is "taken at" */
+};
+
+/* A copy of the flood fault (free out->item): false when it is off. */
+bool fk_store_flood(struct fk_flood *out);
+
 /* Faults (POST /fake/faults): the body's keys applied at once. 0 or -EINVAL. */
 int fk_store_faults(const json_t *body, char *err, size_t err_len);
 
