@@ -46,6 +46,7 @@ struct dp_adm_metrics {
     _Atomic uint64_t left[DP_ADM_LEFT_COUNT];
     struct shm_buckets *buckets; /* borrowed; NULL = none (no keys, no admission limits) */
     uint32_t lease;
+    bool hide_tenants; /* dataplane.metrics_tenant_labels: false */
 };
 
 static const char *const reason_names[DP_ADM_REASON_COUNT] = {
@@ -213,6 +214,11 @@ void dp_adm_metrics_left(struct dp_adm_metrics *m, enum dp_adm_left why)
         atomic_fetch_add_explicit(&m->left[why], 1, memory_order_relaxed);
 }
 
+void dp_adm_metrics_hide_tenants(struct dp_adm_metrics *m, bool hide)
+{
+    m->hide_tenants = hide;
+}
+
 uint64_t dp_adm_metrics_model_depth(struct dp_adm_metrics *m, const char *model)
 {
     struct adm_model_row *r = adm_model(m, model);
@@ -222,13 +228,9 @@ uint64_t dp_adm_metrics_model_depth(struct dp_adm_metrics *m, const char *model)
     return sum > 0 ? (uint64_t)sum : 0;
 }
 
-void dp_adm_metrics_render(const struct dp_adm_metrics *cm, struct prom_writer *w)
+/* The per-tenant families, one series per tenant. */
+static void adm_render_tenants(struct dp_adm_metrics *m, size_t nt, struct prom_writer *w)
 {
-    if (cm == NULL)
-        return;
-    struct dp_adm_metrics *m = (struct dp_adm_metrics *)cm; /* atomics are read only */
-    size_t nt = atomic_load_explicit(&m->n_tenants, memory_order_acquire);
-    size_t nm = atomic_load_explicit(&m->n_models, memory_order_acquire);
     prom_family(w, "switchyard_admission_admitted_total", PROM_COUNTER,
                 "Requests admitted (key and rate limits passed), by tenant.");
     for (size_t i = 0; i < nt; i++)
@@ -272,6 +274,44 @@ void dp_adm_metrics_render(const struct dp_adm_metrics *cm, struct prom_writer *
                 w, NULL, labels, 2,
                 shm_buckets_available(m->buckets, hash, (enum shm_bucket_kind)k, &lim, now_us));
         }
+}
+
+/*
+ * The same families without tenant names (dataplane.metrics_tenant_labels:
+ * false): whoever reads /metrics learns neither who the tenants are nor how
+ * full their buckets are, only the fleet's sums.
+ */
+static void adm_render_tenants_summed(struct dp_adm_metrics *m, size_t nt, struct prom_writer *w)
+{
+    uint64_t admitted = 0, rejected[DP_ADM_REASON_COUNT] = {0};
+    for (size_t i = 0; i < nt; i++) {
+        admitted += atomic_load_explicit(&m->tenants[i].admitted, memory_order_relaxed);
+        for (int r = DP_ADM_REASON_UNSET + 1; r < DP_ADM_REASON_COUNT; r++)
+            rejected[r] += atomic_load_explicit(&m->tenants[i].rejected[r], memory_order_relaxed);
+    }
+    prom_family(w, "switchyard_admission_admitted_total", PROM_COUNTER,
+                "Requests admitted (key and rate limits passed), summed over tenants.");
+    prom_sample_u64(w, NULL, NULL, 0, admitted);
+    prom_family(w, "switchyard_admission_rejected_total", PROM_COUNTER,
+                "Requests refused by admission control, by reason, summed over tenants.");
+    for (int r = DP_ADM_REASON_UNSET + 1; r < DP_ADM_REASON_COUNT; r++)
+        if (rejected[r] != 0)
+            prom_sample_u64(w, NULL,
+                            &(struct prom_label){"reason", dp_adm_reason_name((enum dp_adm_reason)r)},
+                            1, rejected[r]);
+}
+
+void dp_adm_metrics_render(const struct dp_adm_metrics *cm, struct prom_writer *w)
+{
+    if (cm == NULL)
+        return;
+    struct dp_adm_metrics *m = (struct dp_adm_metrics *)cm; /* atomics are read only */
+    size_t nt = atomic_load_explicit(&m->n_tenants, memory_order_acquire);
+    size_t nm = atomic_load_explicit(&m->n_models, memory_order_acquire);
+    if (m->hide_tenants)
+        adm_render_tenants_summed(m, nt, w);
+    else
+        adm_render_tenants(m, nt, w);
     prom_family(w, "switchyard_admission_queue_depth", PROM_GAUGE,
                 "Requests waiting for a worker, by model and priority band.");
     for (size_t i = 0; i < nm; i++)

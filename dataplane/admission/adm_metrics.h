@@ -12,6 +12,7 @@
 #ifndef SY_DATAPLANE_ADM_METRICS_H
 #define SY_DATAPLANE_ADM_METRICS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/prom.h"
@@ -29,6 +30,9 @@ void dp_adm_metrics_admitted(struct dp_adm_metrics *m, const char *tenant);
 /* The buckets (NULL = none) whose available tokens the metrics show and
  * where queue depths are published for the control plane (lease's column). */
 void dp_adm_metrics_set_buckets(struct dp_adm_metrics *m, struct shm_buckets *b, uint32_t lease);
+/* Set once at start: true renders the tenant families summed, without
+ * tenant names or bucket levels (dataplane.metrics_tenant_labels: false). */
+void dp_adm_metrics_hide_tenants(struct dp_adm_metrics *m, bool hide);
 /* A tenant's current limits (capacity 0 = no limit), for the available-tokens gauge. */
 void dp_adm_metrics_limits(struct dp_adm_metrics *m, const char *tenant, uint64_t hash,
                            const struct shm_bucket_limit lim[SHM_BUCKET_KINDS]);

@@ -47,6 +47,7 @@ int dp_adm_shared_init(struct dp_adm_shared *s, const struct cfg *cfg, uint32_t 
     s->hub = dp_adm_hub_create();
     if (s->metrics == NULL || s->hub == NULL)
         return -ENOMEM;
+    dp_adm_metrics_hide_tenants(s->metrics, !cfg->dataplane.metrics_tenant_labels);
     const struct cfg_admission *a = &cfg->admission;
     if (cfg->dataplane.api_keys_file[0] == '\0' && a->max_inflight_per_worker == 0 &&
         a->max_waiting_per_worker == 0 && a->max_kv_usage <= 0)
@@ -269,25 +270,43 @@ static void adm_reject(struct dp_request *req, int status, enum dp_adm_reason wh
     req->loop->adm.ops->reply(req, status, code, msg);
 }
 
+/* The client's key: Authorization: Bearer (OpenAI's convention) or, when
+ * that header is absent, x-api-key (Anthropic's, which its SDKs send). */
+static const struct dp_tenant *adm_match_client_key(const struct dp_request *req,
+                                                    const struct dp_keys *keys, bool *sent)
+{
+    const char *auth = NULL, *api_key = NULL;
+    if (req->conn != NULL) {
+        auth = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Authorization");
+        if (auth == NULL)
+            api_key = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "x-api-key");
+    }
+    *sent = auth != NULL || api_key != NULL;
+    return auth != NULL ? dp_keys_match(keys, auth) : dp_keys_match_key(keys, api_key);
+}
+
 bool dp_adm_authenticate(struct dp_request *req)
 {
+    if (req->adm.authenticated)
+        return true;
     struct dp_adm_loop *a = &req->loop->adm;
     req->adm.max_tokens = -1;
+    req->adm.choices = 1;
     req->adm.prio = DP_PRIO_NORMAL;
     if (!a->keys_on) {
         snprintf(req->adm.tenant, sizeof(req->adm.tenant), "%s", DP_ADM_ANONYMOUS);
+        req->adm.authenticated = true;
         return true;
     }
-    const char *auth =
-        req->conn != NULL ? MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Authorization")
-                          : NULL;
-    const struct dp_tenant *t = dp_keys_match(&a->keys, auth);
+    bool sent = false;
+    const struct dp_tenant *t = adm_match_client_key(req, &a->keys, &sent);
     if (t == NULL) {
         snprintf(req->adm.tenant, sizeof(req->adm.tenant), "%s", "unknown");
         /* No Retry-After: waiting does not make a key valid. */
         adm_reject(req, 401, DP_ADM_REASON_UNAUTHORIZED, 0, "invalid_api_key",
-                   auth == NULL ? "missing API key: send 'Authorization: Bearer <key>'"
-                                : "incorrect API key provided");
+                   !sent ? "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: "
+                           "<key>'"
+                         : "incorrect API key provided");
         return false;
     }
     snprintf(req->adm.tenant, sizeof(req->adm.tenant), "%s", t->name);
@@ -297,25 +316,27 @@ bool dp_adm_authenticate(struct dp_request *req)
     req->adm.burst = t->burst;
     req->adm.tokens_per_min = t->tokens_per_min;
     req->adm.cache_isolation = t->cache_isolation;
+    req->adm.authenticated = true;
     return true;
 }
 
-/* The token estimate of a request: prompt bytes / 4 plus the output cap. */
+/* The token estimate of a request: prompt bytes / 4 plus the output cap
+ * of every choice. */
 static uint64_t adm_token_cost(const struct dp_request *req)
 {
     uint64_t c = req->routing_text.len / 4;
-    if (req->adm.max_tokens > 0)
-        c += (uint64_t)req->adm.max_tokens;
+    uint64_t choices = req->adm.choices > 0 ? req->adm.choices : 1;
+    if (req->adm.max_tokens > 0) {
+        uint64_t out = (uint64_t)req->adm.max_tokens;
+        /* Saturating: the take clamps a cost to the bucket's capacity. */
+        c = out > (UINT64_MAX - c) / choices ? UINT64_MAX : c + out * choices;
+    }
     return c > 0 ? c : 1;
 }
 
-static bool adm_rate_limit(struct dp_request *req)
+/* The tenant's bucket limits (capacity 0 = that limit is off). */
+static void adm_limits_of(const struct dp_request *req, struct shm_bucket_limit *lim)
 {
-    struct dp_adm_shared *s = &req->loop->sh->adm;
-    if (!s->buckets_ok || (req->adm.requests_per_s <= 0 && req->adm.tokens_per_min == 0))
-        return true;
-    uint64_t now = proc_monotonic_ms() * 1000;
-    struct shm_bucket_limit lim[SHM_BUCKET_KINDS] = {{0}};
     struct shm_bucket_limit *tok = &lim[SHM_BUCKET_TOKENS], *rq = &lim[SHM_BUCKET_REQUESTS];
     if (req->adm.tokens_per_min > 0) {
         /* One token every 60e6 / tokens_per_min us, rounded up (at least 1 us). */
@@ -326,6 +347,32 @@ static bool adm_rate_limit(struct dp_request *req)
         rq->interval_us = (uint64_t)ceil(1e6 / req->adm.requests_per_s);
         rq->capacity = req->adm.burst;
     }
+}
+
+static bool adm_has_limits(const struct dp_request *req)
+{
+    return req->loop->sh->adm.buckets_ok &&
+           (req->adm.requests_per_s > 0 || req->adm.tokens_per_min > 0);
+}
+
+static void adm_reject_rate(struct dp_request *req, uint64_t wait_us)
+{
+    uint32_t secs = (uint32_t)((wait_us + 999999) / 1000000);
+    char msg[160];
+    snprintf(msg, sizeof(msg), "rate limit of tenant '%s' reached: retry in %u s", req->adm.tenant,
+             secs);
+    adm_reject(req, 429, DP_ADM_REASON_RATE_LIMIT, secs, "rate_limit_exceeded", msg);
+}
+
+static bool adm_rate_limit(struct dp_request *req)
+{
+    struct dp_adm_shared *s = &req->loop->sh->adm;
+    if (!adm_has_limits(req))
+        return true;
+    uint64_t now = proc_monotonic_ms() * 1000;
+    struct shm_bucket_limit lim[SHM_BUCKET_KINDS] = {{0}};
+    adm_limits_of(req, lim);
+    struct shm_bucket_limit *tok = &lim[SHM_BUCKET_TOKENS], *rq = &lim[SHM_BUCKET_REQUESTS];
     dp_adm_metrics_limits(s->metrics, req->adm.tenant, req->adm.tenant_hash, lim);
     uint64_t cost = adm_token_cost(req), wait_us = 0;
     if (tok->capacity > 0)
@@ -339,15 +386,45 @@ static bool adm_rate_limit(struct dp_request *req)
     }
     if (wait_us == 0)
         return true;
-    uint32_t secs = (uint32_t)((wait_us + 999999) / 1000000);
-    char msg[160];
-    snprintf(msg, sizeof(msg), "rate limit of tenant '%s' reached: retry in %u s", req->adm.tenant,
-             secs);
-    adm_reject(req, 429, DP_ADM_REASON_RATE_LIMIT, secs, "rate_limit_exceeded", msg);
+    adm_reject_rate(req, wait_us);
     return false;
 }
 
-/* The upstream headers: no client key toward workers when keys are ours;
+/* At the headers the cost is unknown: a bucket holding not even one unit
+ * refuses now, before the body is read; the take comes with the body. */
+static bool adm_rate_peek(struct dp_request *req)
+{
+    if (!adm_has_limits(req))
+        return true;
+    const struct shm_buckets *b = &req->loop->sh->adm.buckets;
+    uint64_t now = proc_monotonic_ms() * 1000;
+    struct shm_bucket_limit lim[SHM_BUCKET_KINDS] = {{0}};
+    adm_limits_of(req, lim);
+    for (int kind = 0; kind < SHM_BUCKET_KINDS; kind++) {
+        if (lim[kind].capacity == 0)
+            continue;
+        if (shm_buckets_available(b, req->adm.tenant_hash, (enum shm_bucket_kind)kind, &lim[kind],
+                                  now) == 0) {
+            adm_reject_rate(req, lim[kind].interval_us);
+            return false;
+        }
+    }
+    return true;
+}
+
+bool dp_adm_screen(struct dp_request *req)
+{
+    return dp_adm_authenticate(req) && adm_rate_peek(req);
+}
+
+/* A client credential header line ("authorization:" or "x-api-key:"). */
+static bool adm_is_client_key_line(const char *line)
+{
+    return strncasecmp(line, "authorization:", 14) == 0 || strncasecmp(line, "x-api-key:", 10) == 0;
+}
+
+/* The upstream headers: no client key toward workers when keys are ours
+ * (neither OpenAI's Authorization nor Anthropic's x-api-key);
  * the worker key when one is configured. Edited in place: other modules
  * keep pointers to their own lines of the list (the trace context's
  * traceparent, rewritten for every attempt), so it must not be rebuilt. */
@@ -360,7 +437,12 @@ static int adm_rewrite_auth(struct dp_request *req)
     struct curl_slist **link = &req->up_headers;
     while (*link != NULL) {
         struct curl_slist *it = *link;
-        if (strncasecmp(it->data, "authorization:", 14) != 0) {
+        /* Without a keys file a client's own Authorization is the
+         * workers' business (vLLM's --api-key) and only the worker key
+         * replaces it. */
+        bool strip = a->keys_on ? adm_is_client_key_line(it->data)
+                                : strncasecmp(it->data, "authorization:", 14) == 0;
+        if (!strip) {
             link = &it->next;
             continue;
         }

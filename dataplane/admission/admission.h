@@ -67,8 +67,13 @@ void dp_adm_slot_freed(struct dp_loop *loop);
  * the pass. */
 void dp_adm_woken(struct dp_loop *loop);
 
-/* Before parsing: the client's key. False when answered (401). */
+/* Before parsing: the client's key. False when answered (401). Once a
+ * request is authenticated, later calls return true at once. */
 bool dp_adm_authenticate(struct dp_request *req);
+
+/* When the headers are complete, before a body byte is buffered: the key,
+ * and a tenant whose rate bucket is empty (429). False when answered. */
+bool dp_adm_screen(struct dp_request *req);
 
 /* After parsing: the tenant's rate limits (429), and the upstream
  * Authorization (the client's removed with a keys file; the worker key

@@ -366,8 +366,14 @@ const struct dp_tenant *dp_keys_match(const struct dp_keys *k, const char *autho
 {
     if (authorization == NULL || strncasecmp(authorization, "bearer ", 7) != 0)
         return NULL;
-    const char *key = authorization + 7;
-    while (*key == ' ')
+    return dp_keys_match_key(k, authorization + 7);
+}
+
+const struct dp_tenant *dp_keys_match_key(const struct dp_keys *k, const char *key)
+{
+    if (key == NULL)
+        return NULL;
+    while (*key == ' ' || *key == '\t')
         key++;
     size_t len = strlen(key);
     while (len > 0 && (key[len - 1] == ' ' || key[len - 1] == '\t'))

@@ -79,6 +79,8 @@ void dp_keys_fini(struct dp_keys *k);
  * tenant (if any) matches.
  */
 const struct dp_tenant *dp_keys_match(const struct dp_keys *k, const char *authorization);
+/* The same for a bare key (Anthropic's x-api-key header carries one). */
+const struct dp_tenant *dp_keys_match_key(const struct dp_keys *k, const char *key);
 
 /*
  * A keys file may ask for cache_isolation only when the router has a salt
@@ -93,8 +95,8 @@ int dp_keys_check_isolation(const struct dp_keys *k, const char *name, bool have
 void dp_keys_sha256(const void *data, size_t len, uint8_t out[DP_KEY_HASH_LEN]);
 
 /* Reads a one-line secret file (the worker key): trailing white space
- * dropped. 0, -EPERM (other users may read it), -EINVAL (empty, several
- * lines, or longer than cap - 1) or an errno. */
+ * dropped. 0, -EPERM (other users may read it: common/secret_file.h),
+ * -EINVAL (empty, several lines, or longer than cap - 1) or an errno. */
 int dp_keys_read_secret(const char *path, char *out, size_t cap);
 
 #endif

@@ -18,6 +18,9 @@
 #include "shm/buckets.h"
 
 #define DP_UPSTREAM_KEY_MAX 512u
+/* An n above this is charged as this many choices (vLLM refuses such n
+ * anyway; the bound keeps the estimate's product in range). */
+#define DP_ADM_CHOICES_MAX 1024u
 
 struct dp_request;
 struct dp_adm_metrics;
@@ -96,6 +99,7 @@ struct dp_adm_loop {
 
 /* A request's admission state. */
 struct dp_adm_req {
+    bool authenticated;              /* the key was checked (at the headers) */
     char tenant[DP_TENANT_NAME_MAX]; /* "anonymous" without a keys file */
     uint64_t tenant_hash;
     enum dp_prio prio;
@@ -103,7 +107,8 @@ struct dp_adm_req {
     uint32_t burst;
     uint64_t tokens_per_min;
     bool cache_isolation; /* the tenant's requests carry its derived cache_salt */
-    int64_t max_tokens;   /* max_tokens or max_completion_tokens of the body; -1 = absent */
+    int64_t max_tokens; /* max_completion_tokens, max_tokens or max_output_tokens; -1 = absent */
+    uint32_t choices;   /* the body's n (1 when absent; at most DP_ADM_CHOICES_MAX) */
     const char *rejected; /* x-switchyard-rejected of our answer (static), NULL = none */
     /* queued */
     bool queued;

@@ -72,6 +72,22 @@ static void fwd_reply(struct dp_request *req, int status, const char *code, cons
     fwd_reply_body(req, status, dp_error_body_shaped(anthropic, status, code, msg));
 }
 
+/*
+ * The fleet failed the request after attempts. Clients are not told which
+ * worker failed or how (worker ids and slots are the operator's): the
+ * detail, req->last_cause, goes to the log here, to the access log's
+ * attempts and, with dataplane.debug_headers, to x-switchyard-error-cause.
+ */
+static void fwd_reply_attempts_failed(struct dp_request *req, int status, const char *code)
+{
+    log_info("request %s: failed after %u attempt%s: %s", req->request_id, req->attempts,
+             req->attempts == 1 ? "" : "s", req->last_cause);
+    char msg[CFG_MODEL_MAX + 96];
+    snprintf(msg, sizeof(msg), "no worker available for model '%s' (%u attempt%s failed)",
+             req->model, req->attempts, req->attempts == 1 ? "" : "s");
+    fwd_reply(req, status, code, msg);
+}
+
 /* Every attempt ended in a worker's 429 or 503: say the fleet is
  * overloaded, with that status and the shortest Retry-After (overload.h). */
 static bool fwd_reply_overloaded(struct dp_request *req)
@@ -199,14 +215,7 @@ static void fwd_failed(struct dp_request *req, int status, const char *code, boo
     }
     if (fwd_reply_overloaded(req))
         return;
-    if (req->attempts > 1 || status == 502) {
-        char msg[DP_CAUSE_MAX + 64];
-        snprintf(msg, sizeof(msg), "upstream failed after %u attempt%s: %s", req->attempts,
-                 req->attempts == 1 ? "" : "s", req->last_cause);
-        fwd_reply(req, status, code, msg);
-    } else {
-        fwd_reply(req, status, code, req->last_cause);
-    }
+    fwd_reply_attempts_failed(req, status, code);
 }
 
 static bool fwd_slot_in(const uint32_t *slots, size_t n, uint32_t slot)
@@ -348,10 +357,7 @@ pick_again:;
                      req->model);
             fwd_reply(req, 503, "no_healthy_worker", msg);
         } else if (!fwd_reply_overloaded(req)) {
-            char msg[DP_CAUSE_MAX + 64];
-            snprintf(msg, sizeof(msg), "upstream failed after %u attempt%s: %s", req->attempts,
-                     req->attempts == 1 ? "" : "s", req->last_cause);
-            fwd_reply(req, 502, "upstream_error", msg);
+            fwd_reply_attempts_failed(req, 502, "upstream_error");
         }
         goto out_free;
     }
@@ -448,7 +454,10 @@ pick_again:;
         free(a);
         snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: %s", req->leg->label,
                  w->id, strerror(-rc));
-        fwd_reply(req, 503, "no_healthy_worker", req->last_cause);
+        log_info("request %s: %s", req->request_id, req->last_cause);
+        char msg[CFG_MODEL_MAX + 64];
+        snprintf(msg, sizeof(msg), "no worker available for model '%s'", req->model);
+        fwd_reply(req, 503, "no_healthy_worker", msg);
         goto out_free;
     }
     char url[CFG_URL_MAX + DP_RESP_ID_MAX + 512]; /* + id and query of an id route */
@@ -476,7 +485,8 @@ pick_again:;
         snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s: cannot start transfer: %s",
                  a->leg->label, a->worker_id, strerror(-rc));
         attempt_end(a);
-        fwd_reply(req, 500, "internal_error", req->last_cause);
+        log_warn("request %s: %s", req->request_id, req->last_cause);
+        fwd_reply(req, 500, "internal_error", "the router could not start the request");
     }
 out_free:
     return;
@@ -843,7 +853,7 @@ static void fwd_on_done(struct dp_attempt *a, CURLcode result)
             char msg[DP_CAUSE_MAX];
             snprintf(msg, sizeof(msg), "worker %s: %s", a->worker_id, curl_easy_strerror(result));
             log_info("request %s: stream cut: %s", req->request_id, msg);
-            fwd_cut_stream(req, 502, "upstream_error", msg);
+            fwd_cut_stream(req, 502, "upstream_error", "the worker's stream broke off");
         } else {
             dp_legs_next(req, DP_LEG_EV_DONE, NULL);
             req->up_done = true;
@@ -993,18 +1003,26 @@ static void fwd_timeout(struct dp_attempt *a)
         snprintf(req->last_cause, sizeof(req->last_cause), "%sworker %s was silent for %llu ms",
                  label, worker_id, (unsigned long long)loop->sh->cfg->dataplane.idle_timeout_ms);
         log_info("request %s: %s", req->request_id, req->last_cause);
-        fwd_reply(req, 504, "upstream_timeout", req->last_cause);
+        char msg[96];
+        snprintf(msg, sizeof(msg), "the %sworker was silent for %llu ms", label,
+                 (unsigned long long)loop->sh->cfg->dataplane.idle_timeout_ms);
+        fwd_reply(req, 504, "upstream_timeout", msg);
     } else if (active && state == DP_ATT_WAITING) {
         snprintf(req->last_cause, sizeof(req->last_cause),
                  "%sworker %s sent no response headers within %llu ms", label, worker_id,
                  (unsigned long long)loop->sh->cfg->dataplane.first_byte_timeout_ms);
         log_info("request %s: %s", req->request_id, req->last_cause);
-        fwd_reply(req, 504, "upstream_timeout", req->last_cause);
+        char msg[96];
+        snprintf(msg, sizeof(msg), "the %sworker sent no response headers within %llu ms", label,
+                 (unsigned long long)loop->sh->cfg->dataplane.first_byte_timeout_ms);
+        fwd_reply(req, 504, "upstream_timeout", msg);
     } else if (state == DP_ATT_RELAYING) {
+        unsigned long long idle = (unsigned long long)loop->sh->cfg->dataplane.idle_timeout_ms;
+        log_info("request %s: stream cut: worker %s was silent for %llu ms", req->request_id,
+                 worker_id, idle);
+        /* The id stays in the log: the client's stream says what, not who. */
         char msg[DP_CAUSE_MAX];
-        snprintf(msg, sizeof(msg), "worker %s was silent for %llu ms", worker_id,
-                 (unsigned long long)loop->sh->cfg->dataplane.idle_timeout_ms);
-        log_info("request %s: stream cut: %s", req->request_id, msg);
+        snprintf(msg, sizeof(msg), "the worker was silent for %llu ms", idle);
         fwd_cut_stream(req, 504, "upstream_timeout", msg);
     }
     dp_request_unref(req);
@@ -1070,7 +1088,13 @@ const struct dp_adm_ops dp_fwd_adm_ops = {
     .reply = fwd_adm_reply,
 };
 
+static bool fwd_screen(struct dp_request *req)
+{
+    return dp_adm_screen(req);
+}
+
 const struct dp_lst_handlers dp_fwd_lst_handlers = {
+    .screen = fwd_screen,
     .begin = dp_fwd_begin,
     .cancel = dp_fwd_cancel,
     .read = dp_fwd_read,

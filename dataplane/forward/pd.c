@@ -475,8 +475,7 @@ static int pd_start_decode(struct dp_request *req, const char *prefill_worker, c
                                &pd->decode_body, &pd->decode_len, why, sizeof(why));
     }
     if (rc == -EPROTO || rc == -EINVAL) {
-        snprintf(err, err_len, "prefill worker %s: %s", prefill_worker,
-                 rc == -EINVAL ? "the request body is not a JSON object" : why);
+        snprintf(err, err_len, "%s", rc == -EINVAL ? "the request body is not a JSON object" : why);
         return -EPROTO;
     }
     if (rc != 0)
@@ -511,7 +510,9 @@ static char *pd_error_body(const struct dp_request *req, int status, const char 
     if (openai)
         return strdup(pd->resp.data);
     char msg[CFG_ID_MAX + 64];
-    snprintf(msg, sizeof(msg), "prefill worker %s answered HTTP %d", worker_id, status);
+    /* The worker's id is the operator's: it goes to the log, not here. */
+    log_info("request %s: prefill worker %s answered HTTP %d", req->request_id, worker_id, status);
+    snprintf(msg, sizeof(msg), "the prefill worker answered HTTP %d", status);
     return dp_error_body(status, "upstream_error", msg);
 }
 
@@ -561,13 +562,13 @@ static enum dp_leg_action pd_collected(struct dp_request *req, struct dp_leg_ste
     if (rc == -EPROTO && req->loop->sh->cfg->policy.pd_fallback == CFG_PD_FALLBACK_LOCAL_PREFILL) {
         /* A format change costs speed, not availability: the decode
          * worker prefills the client's body itself. */
-        log_warn("request %s: %s; sent to a decode worker to prefill locally", req->request_id,
-                 err);
+        log_warn("request %s: prefill worker %s: %s; sent to a decode worker to prefill locally",
+                 req->request_id, step->worker_id, err);
         pd_fallback(req, step->worker_id);
         return DP_LEG_ACT_NEXT;
     }
     if (rc == -EPROTO) {
-        log_warn("request %s: %s", req->request_id, err);
+        log_warn("request %s: prefill worker %s: %s", req->request_id, step->worker_id, err);
         pd_finish(req, DP_PD_OUT_BAD_KV_PARAMS);
         step->reply_status = 502;
         step->reply_body = dp_error_body(502, "bad_kv_transfer_params", err);

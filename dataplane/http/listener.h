@@ -43,6 +43,10 @@ struct dp_conn {
 /* What the listener hands a request to (the forwarder), registered at
  * dp_listener_start: this module never names the forwarder. */
 struct dp_lst_handlers {
+    /* The headers are complete, no body byte is buffered yet, and the
+     * request is to be forwarded: false when it was refused (reply_status
+     * set), so its body is never read (the key is checked here). */
+    bool (*screen)(struct dp_request *req);
     /* The upload is complete and the request is to be forwarded: after it,
      * either req->reply_status is set or the request is forwarding. */
     void (*begin)(struct dp_request *req);

@@ -22,6 +22,7 @@
 #include "dataplane/obs/journal.h"
 #include "dataplane/http/json_arena.h"
 #include "dataplane/http/json_skeleton.h"
+#include "dataplane/core/loop.h"
 #include "dataplane/core/random64.h"
 #include "dataplane/core/routes.h"
 #include "dataplane/obs/trace.h"
@@ -515,11 +516,20 @@ enum dp_parse_result dp_request_parse(struct dp_request *req)
                           hint < DP_ROUTING_TEXT_MAX ? hint : DP_ROUTING_TEXT_MAX);
         dp_text_parsers[shape](req, &skel, root);
     }
-    /* The output cap, for admission's token estimate (admission.h). */
+    /* The output cap, for admission's token estimate (admission.h): chat's
+     * max_completion_tokens or max_tokens, the Responses API's
+     * max_output_tokens, and n choices of it each. */
     json_t *max_tokens = json_object_get(root, "max_completion_tokens");
     if (!json_is_integer(max_tokens))
         max_tokens = json_object_get(root, "max_tokens");
+    if (!json_is_integer(max_tokens))
+        max_tokens = json_object_get(root, "max_output_tokens");
     req->adm.max_tokens = json_is_integer(max_tokens) ? json_integer_value(max_tokens) : -1;
+    json_t *n = json_object_get(root, "n");
+    req->adm.choices = json_is_integer(n) && json_integer_value(n) > 1 &&
+                               json_integer_value(n) <= DP_ADM_CHOICES_MAX
+                           ? (uint32_t)json_integer_value(n)
+                           : 1;
     json_t *user = json_object_get(root, "user");
     if (json_is_string(user))
         snprintf(req->user, sizeof(req->user), "%s", json_string_value(user));
@@ -578,7 +588,8 @@ bool dp_header_is_hop_by_hop(const char *name, size_t len)
 
 struct hdr_ctx {
     struct curl_slist *list;
-    const char *connection; /* the client's Connection header, or NULL */
+    const char *connection;            /* the client's Connection header, or NULL */
+    const struct cfg_str_list *strip;  /* dataplane.strip_headers */
     bool failed;
     bool replace_trace;   /* trace context headers are the journal's (journal.h) */
     bool keep_tracestate; /* ... the client's tracestate goes on */
@@ -605,6 +616,9 @@ static enum MHD_Result add_client_header(void *cls, enum MHD_ValueKind kind, con
         return MHD_YES;
     if (c->replace_trace && dp_trace_header_is_replaced(key, len, c->keep_tracestate))
         return MHD_YES;
+    for (size_t i = 0; i < c->strip->n; i++)
+        if (strlen(c->strip->item[i]) == len && strncasecmp(c->strip->item[i], key, len) == 0)
+            return MHD_YES;
     /* "name: value" by hand: snprintf's format parsing was a third of
      * building a small request's header list. */
     char line[8192];
@@ -655,7 +669,7 @@ int dp_request_prepare_upstream(struct dp_request *req)
         strcpy(req->request_id, id);
     else
         new_request_id(req->request_id);
-    struct hdr_ctx c = {0};
+    struct hdr_ctx c = {.strip = &req->loop->sh->cfg->dataplane.strip_headers};
     c.connection = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Connection");
     dp_journal_trace_begin(req, &c.replace_trace, &c.keep_tracestate);
     MHD_get_connection_values(req->conn, MHD_HEADER_KIND, add_client_header, &c);

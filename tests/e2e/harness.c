@@ -39,6 +39,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <nettle/sha2.h>
+
 /* The chaos soak (tests/soak/) restarts daemons hundreds of times. */
 #define H_MAX_PROCS       1024
 #define H_MAX_SHM         32
@@ -1001,4 +1003,15 @@ int h_wait_until(h_cond_fn cond, void *arg, int timeout_ms)
             return cond(arg) ? 0 : -ETIMEDOUT;
         h_sleep_ms(left < H_POLL_MS ? (int)left : H_POLL_MS);
     }
+}
+
+void h_sha256_hex(const char *text, char out[65])
+{
+    struct sha256_ctx ctx;
+    uint8_t digest[SHA256_DIGEST_SIZE];
+    sha256_init(&ctx);
+    sha256_update(&ctx, strlen(text), (const uint8_t *)text);
+    sha256_digest(&ctx, sizeof(digest), digest);
+    for (size_t i = 0; i < sizeof(digest); i++)
+        snprintf(out + 2 * i, 3, "%02x", digest[i]);
 }

@@ -138,6 +138,9 @@ int h_url(char *buf, size_t len, uint16_t port, const char *path);
  */
 int h_write_file(const char *name, const char *text, char *path, size_t path_len);
 
+/* The lower-case hex SHA-256 of text: a keys file's key_sha256 for a key. */
+void h_sha256_hex(const char *text, char out[65]);
+
 struct h_worker_spec {
     char url[H_URL_MAX];    /* required */
     char id[H_NAME_MAX];    /* empty = omitted (router derives it) */

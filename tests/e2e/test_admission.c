@@ -41,17 +41,6 @@ static const char chat_body[] = CHAT("hello");
 
 /* ---- helpers ----------------------------------------------------------------- */
 
-static void sha_hex(const char *key, char out[65])
-{
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "printf %%s '%s' | sha256sum", key);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    assert_non_null(fgets(out, 65, p));
-    pclose(p);
-    out[64] = '\0';
-}
-
 /* One sample of the /metrics of the data plane at base (-1 when absent):
  * base, not a fleet, since the rate-limit test runs a second data plane. */
 static long long dp_metric(const char *base, const char *sample)
@@ -231,7 +220,7 @@ static void write_keys(const char *file, const char *const *tenants, char *path,
     size_t n = (size_t)snprintf(text, sizeof(text), "tenants:\n");
     for (size_t i = 0; tenants[i] != NULL; i += 4) {
         char hex[65];
-        sha_hex(tenants[i + 1], hex);
+        h_sha256_hex(tenants[i + 1], hex);
         n += (size_t)snprintf(text + n, sizeof(text) - n,
                               "  - name: %s\n    key_sha256: %s\n    priority: %s\n%s", tenants[i],
                               hex, tenants[i + 2], tenants[i + 3]);

@@ -73,17 +73,6 @@ static void post_completion(const char *base, const char *body, const char *key,
     h_resp_fini(&r);
 }
 
-static void sha_hex(const char *key, char out[65])
-{
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "printf %%s '%s' | sha256sum", key);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    assert_non_null(fgets(out, 65, p));
-    pclose(p);
-    out[64] = '\0';
-}
-
 /* ---- tokens_per_min --------------------------------------------------------------- */
 
 /*
@@ -114,7 +103,7 @@ static void test_tokens_per_min(void **state)
 {
     (void)state;
     char hex[65], text[512], keys[H_PATH_MAX], dp_extra[H_PATH_MAX + 32];
-    sha_hex("key-t", hex);
+    h_sha256_hex("key-t", hex);
     snprintf(text, sizeof(text),
              "tenants:\n  - name: team-t\n    key_sha256: %s\n    tokens_per_min: %d\n", hex, TPM);
     assert_int_equal(h_write_file("keys.yaml", text, keys, sizeof(keys)), 0);
