@@ -91,10 +91,15 @@ bool dp_resp_applies(const struct dp_request *req)
 
 /* ---- pinning ------------------------------------------------------------------ */
 
-static char *dp_resp_unavailable(int status, const char *id, const char *worker, const char *why)
+/* The worker's id is the operator's (the log has it); the client is told
+ * only why its conversation cannot go on. */
+static char *dp_resp_unavailable(const struct dp_request *req, int status, const char *worker,
+                                 const char *why)
 {
-    char msg[DP_RESP_ID_MAX + CFG_ID_MAX + 160];
-    snprintf(msg, sizeof(msg), "response '%s' is stored only by worker %s, which %s", id, worker,
+    log_info("request %s: response '%s' is stored only by worker %s, which %s", req->request_id,
+             req->resp_id, worker, why);
+    char msg[DP_RESP_ID_MAX + 160];
+    snprintf(msg, sizeof(msg), "response '%s' is stored only by a worker that %s", req->resp_id,
              why);
     return dp_error_body(status, "previous_response_unavailable", msg);
 }
@@ -153,8 +158,10 @@ int dp_resp_pin(struct dp_request *req, char **body)
         /* A reset_load's drain ends within its timeout: the request waits
          * for it in the pick (forwarder.c) instead of failing here. */
         if (!dp_workers_is_eligible(w) && !dp_workers_back_after_reset(w, dp_workers_is_eligible)) {
-            *body = dp_resp_unavailable(503, req->resp_id, w->id,
-                                        w->draining ? "is draining" : "is unhealthy");
+            /* It may come back (a probe, an un-drain): say when to ask again. */
+            req->retry_after_s = 1;
+            *body =
+                dp_resp_unavailable(req, 503, w->id, w->draining ? "is draining" : "is unhealthy");
             return 503;
         }
         req->pinned = true;
@@ -164,7 +171,7 @@ int dp_resp_pin(struct dp_request *req, char **body)
     }
     char gone[32];
     snprintf(gone, sizeof(gone), "in slot %u", slot);
-    *body = dp_resp_unavailable(404, req->resp_id, gone, "is no longer in the fleet");
+    *body = dp_resp_unavailable(req, 404, gone, "is no longer in the fleet");
     return 404;
 }
 

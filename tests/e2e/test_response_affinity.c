@@ -255,6 +255,11 @@ static void test_unavailable_holder(void **state)
     assert_int_equal(h_http_get(url, &r), 0);
     assert_int_equal(r.status, 503);
     assert_non_null(strstr(r.body, "previous_response_unavailable"));
+    /* When to ask again, and no worker id (the log has it). */
+    char ra[16];
+    assert_int_equal(h_resp_header(&r, "Retry-After", ra, sizeof(ra)), 0);
+    assert_string_equal(ra, "1");
+    assert_null(strstr(r.body, holder));
     h_resp_fini(&r);
     /* Back in service: the conversation goes on there. */
     assert_int_equal(admin(&f, "POST", path, "{\"draining\":false}"), 0);
