@@ -275,6 +275,7 @@ struct dp_request {
     uint64_t reset_wait_until_ms;
     int last_status; /* of the last failed attempt, 0 when none */
     char last_cause[DP_CAUSE_MAX];
+    char parse_error[DP_CAUSE_MAX]; /* why the body is not a JSON object, for the 400 */
     struct list_node retry_link;   /* loop->fwd.retrying while retry_at_ms != 0 */
     struct list_node attempt_list; /* head: live attempts of this request (dp_attempt.sibling) */
     int final_status;              /* what the client was sent, for metrics */

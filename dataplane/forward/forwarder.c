@@ -531,7 +531,9 @@ void dp_fwd_begin(struct dp_request *req)
                   "'model' must be a non-empty string and 'stream' a boolean");
         return;
     default:
-        fwd_reply(req, 400, "invalid_json", "the request body is not a JSON object");
+        fwd_reply(req, 400, "invalid_json",
+                  req->parse_error[0] != '\0' ? req->parse_error
+                                               : "the request body is not a JSON object");
         return;
     }
     if (!by_id && !dp_workers_has_model(&loop->workers, req->model)) {

@@ -454,6 +454,28 @@ static const text_parser_fn dp_text_parsers[DP_BODY_COUNT] = {
     [DP_BODY_MESSAGES] = text_add_anthropic,
 };
 
+/*
+ * Where jansson stopped, for the client's 400. jansson parsed the skeleton
+ * (long strings set aside as markers), whose lines are the body's (a JSON
+ * string holds no raw newline) but whose columns and text are not: only the
+ * line is given, and jansson's "near '...'" is cut, since it may quote a
+ * marker and its nonce.
+ */
+static void parse_error_of(struct dp_request *req, const json_error_t *jerr)
+{
+    char what[96]; /* jansson's messages are short; a longer one is cut */
+    snprintf(what, sizeof(what), "%.95s", jerr->text);
+    char *near = strstr(what, " near ");
+    if (near != NULL)
+        *near = '\0';
+    if (jerr->line > 0)
+        snprintf(req->parse_error, sizeof(req->parse_error),
+                 "the request body is not valid JSON: %s (line %d)", what, jerr->line);
+    else
+        snprintf(req->parse_error, sizeof(req->parse_error),
+                 "the request body is not valid JSON: %s", what);
+}
+
 enum dp_parse_result dp_request_parse(struct dp_request *req)
 {
     enum dp_body shape = dp_route_row(req->route)->body;
@@ -477,10 +499,13 @@ enum dp_parse_result dp_request_parse(struct dp_request *req)
     if (root == NULL) {
         dp_json_arena_end();
         dp_skel_fini(&skel);
+        parse_error_of(req, &jerr);
         return DP_PARSE_BAD_JSON;
     }
     enum dp_parse_result res = DP_PARSE_OK;
     if (!json_is_object(root)) {
+        snprintf(req->parse_error, sizeof(req->parse_error),
+                 "the request body is JSON but not an object");
         res = DP_PARSE_BAD_JSON;
         goto out_decref;
     }

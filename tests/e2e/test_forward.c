@@ -865,6 +865,22 @@ static void test_bad_inputs(void **state)
     const char *chat = "/v1/chat/completions";
     post_expect(&f, NULL, chat, "{not json", 400, "invalid_json");
     post_expect(&f, NULL, chat, "[1,2]", 400, "invalid_json");
+    /* A truncated body says where parsing stopped, not "not an object"; a
+     * long string (set aside before parsing) never shows in the message. */
+    char url2[128];
+    route_url(&f, chat, url2, sizeof(url2));
+    static const char *const cut[][2] = {
+        {"{\"model\":\"m\",\n\"messages\":[", "(line 2)"},
+        {"[1,2]", "JSON but not an object"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        struct h_resp cr;
+        assert_int_equal(h_http_post_json(url2, cut[i][0], &cr), 0);
+        assert_error_body(&cr, 400, "invalid_json");
+        if (strstr(cr.body, cut[i][1]) == NULL)
+            fail_msg("case %zu: %s", i, cr.body);
+        h_resp_fini(&cr);
+    }
     post_expect(&f, NULL, chat, "{\"model\":7}", 400, "invalid_field");
     post_expect(&f, NULL, chat, "{\"messages\":[]}", 400, "model_required");
     post_expect(&f, NULL, chat, "{\"model\":\"nope\"}", 404, "model_not_found");
