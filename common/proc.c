@@ -67,6 +67,14 @@ int proc_start_time(pid_t pid, uint64_t *out_ticks)
     return proc_read_stat(pid, &state, out_ticks);
 }
 
+uint64_t proc_boot_ticks_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    uint64_t hz = (uint64_t)sysconf(_SC_CLK_TCK);
+    return (uint64_t)ts.tv_sec * hz + (uint64_t)ts.tv_nsec / (1000000000u / hz);
+}
+
 int proc_pid_namespace(uint64_t *out_inode)
 {
     struct stat st;

@@ -16,6 +16,9 @@
  * process), or another negative errno (-EMFILE, -EACCES, -EIO...) when /proc
  * could not be read. */
 int proc_start_time(pid_t pid, uint64_t *out_ticks);
+/* Now, in the unit and from the origin of proc_start_time: clock ticks
+ * since boot (CLOCK_BOOTTIME, as the kernel counts a process's start). */
+uint64_t proc_boot_ticks_now(void);
 
 /* Inode number of this process's PID namespace (/proc/self/ns/pid). */
 int proc_pid_namespace(uint64_t *out_inode);

@@ -80,6 +80,12 @@ static struct kv_event_sink cp_kv_events_sink(struct cp_kv_count *count)
 struct cp_daemon {
     const struct cfg *cfg; /* the config in force: borrowed at start, then reloaded */
     struct cfg *reloaded;  /* owned: the last reloaded config (cfg points to it), or NULL */
+    /* The config the running data planes started with, as far as the
+     * control plane can tell: cfg, or an older one still owned here
+     * (dp_base_owned) while a data plane older than the reload runs. */
+    const struct cfg *dp_base;
+    struct cfg *dp_base_owned;
+    uint64_t reload_ticks; /* boot ticks of the last reload (0: none) */
     struct shm_segment seg;
     struct cp_registry reg;       /* the registry's writer over seg (registry_sync.h) */
     struct pix_index *prefix;     /* the node's prefix index segment; NULL if none */
@@ -292,12 +298,39 @@ static void cp_restart_discovery(struct cp_daemon *d, const struct cfg *next)
                   err);
 }
 
+/* True when every live data plane started after the last reload: they all
+ * read the config in force. One started in the reload's own clock tick
+ * (10 ms) may have read the file before it: counted as older. */
+static bool cp_dataplanes_run_current(const struct cp_daemon *d)
+{
+    for (uint32_t i = 0; i < d->seg.max_dataplanes; i++) {
+        struct shm_lease_info l;
+        shm_lease_snapshot(&d->seg, i, &l);
+        if (l.active && l.start_time <= d->reload_ticks)
+            return false;
+    }
+    return true;
+}
+
+static void cp_drop_dp_base(struct cp_daemon *d)
+{
+    if (d->dp_base_owned != NULL && d->dp_base_owned != d->reloaded) {
+        cfg_fini(d->dp_base_owned);
+        free(d->dp_base_owned);
+    }
+    d->dp_base_owned = NULL;
+    d->dp_base = d->cfg;
+}
+
 static int cp_reload_now(void *arg, char *msg, size_t msg_len)
 {
     struct cp_daemon *d = arg;
     struct cfg *next = NULL;
     bool discovery_changed = false;
-    int rc = cp_reload(d->cfg, &d->reg, d->ctx.hc, &next, &discovery_changed, msg, msg_len);
+    if (d->dp_base != d->cfg && cp_dataplanes_run_current(d))
+        cp_drop_dp_base(d);
+    int rc = cp_reload(d->cfg, d->dp_base, &d->reg, d->ctx.hc, &next, &discovery_changed, msg,
+                       msg_len);
     if (rc != 0) {
         log_warn("%s", msg);
         return rc;
@@ -311,7 +344,11 @@ static int cp_reload_now(void *arg, char *msg, size_t msg_len)
     d->cfg = next;
     d->ctx.cfg = next;
     d->reloaded = next;
-    if (old != NULL) {
+    d->reload_ticks = proc_boot_ticks_now();
+    /* The old config stays while it is what the data planes run. */
+    if (old != NULL && old == d->dp_base)
+        d->dp_base_owned = old;
+    else if (old != NULL) {
         cfg_fini(old);
         free(old);
     }
@@ -536,7 +573,7 @@ static int cp_loop(struct cp_daemon *d)
 
 int cp_run(const struct cfg *cfg)
 {
-    struct cp_daemon d = {.cfg = cfg, .epfd = -1, .sigfd = -1, .tickfd = -1};
+    struct cp_daemon d = {.cfg = cfg, .dp_base = cfg, .epfd = -1, .sigfd = -1, .tickfd = -1};
     int code = 1;
     d.sigfd = evfd_signals_open();
     if (d.sigfd < 0) {
@@ -569,6 +606,10 @@ out_close_loop:
     if (d.tickfd >= 0)
         close(d.tickfd);
     shm_segment_close(&d.seg);
+    if (d.dp_base_owned != NULL && d.dp_base_owned != d.reloaded) {
+        cfg_fini(d.dp_base_owned);
+        free(d.dp_base_owned);
+    }
     if (d.reloaded != NULL) {
         cfg_fini(d.reloaded);
         free(d.reloaded);

@@ -71,6 +71,7 @@ static void ctl_usage(FILE *out)
           "EXIT STATUS\n"
           "    0  success\n"
           "    1  usage: bad command or arguments, unreadable config or token file\n"
+          "       (for reload, a config that does not load is a refusal: 6)\n"
           "    2  not found: no worker with that id (HTTP 404)\n"
           "    3  authentication: token missing or wrong (HTTP 401)\n"
           "    4  unreachable: no answer from the admin API (refused, timed out)\n"
@@ -240,6 +241,14 @@ int ctl_args_resolve(struct ctl_args *a)
     char err[512];
     if (a->config != NULL) {
         if (cfg_load_file(&cfg, a->config, err, sizeof(err)) != 0) {
+            /* reload asks the control plane to read this very file: one
+             * that does not load is a refused reload (as the control plane
+             * would answer), not a usage error. */
+            if (a->argc > 0 && strcmp(a->argv[0], "reload") == 0) {
+                fprintf(stderr, "switchyard-ctl: reload refused, the running config stays: %s\n",
+                        err);
+                return CTL_EXIT_REFUSED;
+            }
             fprintf(stderr, "switchyard-ctl: %s\n", err);
             return CTL_EXIT_USAGE;
         }

@@ -67,6 +67,9 @@ struct dp_daemon {
     /* /metrics on dataplane.metrics_listen when set (else on listen). */
     struct dp_metrics_listener *metrics_listener;
     bool draining;
+    const char *drain_reason;   /* why it drains (for the exit's log line) */
+    uint64_t drain_started_ms;  /* monotonic */
+    uint64_t in_flight_at_drain; /* load guards held when the drain began */
     unsigned ticks;
 };
 
@@ -240,9 +243,12 @@ static void dp_reload_tls(struct dp_daemon *d)
                  d->cfg->dataplane.tls.cert_file);
 }
 
-static void dp_start_drain(struct dp_daemon *d)
+static void dp_start_drain(struct dp_daemon *d, const char *reason)
 {
     d->draining = true;
+    d->drain_reason = reason;
+    d->drain_started_ms = proc_monotonic_ms();
+    d->in_flight_at_drain = dp_guards_live_total(&d->sh.guards);
     dp_command_all(d, DP_CMD_DRAIN);
 }
 
@@ -288,7 +294,7 @@ static int dp_loop_main(struct dp_daemon *d)
                 if (!d->draining) {
                     log_info("received %s, draining (up to %llu ms)", strsignal(sig),
                              (unsigned long long)d->cfg->dataplane.drain_timeout_ms);
-                    dp_start_drain(d);
+                    dp_start_drain(d, sig == SIGTERM ? "SIGTERM" : "SIGINT");
                 } else {
                     log_info("received %s again, aborting in-flight requests", strsignal(sig));
                     dp_command_all(d, DP_CMD_STOP);
@@ -461,7 +467,27 @@ static bool dp_hot_holds_lease(void *ctx, uint32_t lease, uint64_t ns_inode, pid
 
 static void dp_hot_drain(void *ctx)
 {
-    dp_start_drain(ctx);
+    dp_start_drain(ctx, "a hot restart handed over");
+}
+
+/* A drain that ended: what it did, once, at info (an operator checking a
+ * restart wants to see it finished, not silence). */
+static void dp_log_drained(const struct dp_daemon *d)
+{
+    unsigned long long cut = 0;
+    for (unsigned i = 0; i < d->n_loops; i++)
+        cut += d->loops[i].drain_cut;
+    char ended[64] = "all finished";
+    if (cut > 0)
+        snprintf(ended, sizeof(ended), "drain_timeout ended %llu", cut);
+    uint64_t answered = 0;
+    for (int r = 0; r < DP_ROUTE_COUNT; r++)
+        for (int s = 0; s < DP_STATUS_MAX; s++)
+            answered += atomic_load_explicit(&d->sh.metrics.requests[r][s], memory_order_relaxed);
+    log_info("drained after %s in %llu ms: %llu requests to workers were in flight, %s; %llu "
+             "requests answered since start; exiting",
+             d->drain_reason, (unsigned long long)(proc_monotonic_ms() - d->drain_started_ms),
+             (unsigned long long)d->in_flight_at_drain, ended, (unsigned long long)answered);
 }
 
 int dp_run(const struct cfg *cfg, const struct dp_options *opts)
@@ -566,6 +592,10 @@ out_stop_loops:
     for (unsigned i = 0; i < d.n_loops && i < take.n_sockets; i++)
         if (dp_listener_is_running(&d.loops[i]))
             take.sockets[i] = -1;
+    if (code == 0 && d.draining) {
+        dp_log_drained(&d);
+        adm_client_goodbye(d.admin, d.drain_reason);
+    }
     adm_client_destroy(d.admin);
     dp_metrics_listener_stop(d.metrics_listener);
     dp_stop_loops(&d);

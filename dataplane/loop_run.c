@@ -130,6 +130,7 @@ static void loop_cut(struct dp_loop *loop, uint64_t now)
     log_warn("loop %u: drain timeout (%llu ms): ending %u in-flight requests", loop->index,
              (unsigned long long)loop->sh->cfg->dataplane.drain_timeout_ms, n);
     loop->cutting = true;
+    loop->drain_cut = n;
     loop->cut_deadline_ms = now + DP_CUT_GRACE_MS;
     dp_fwd_cut_all(loop, "the router restarted or shut down and drain_timeout ended this request");
 }

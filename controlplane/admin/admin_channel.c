@@ -36,6 +36,8 @@ struct adm_chan_conn {
     uint64_t accepted_ms; /* a hello is due within ADM_CHAN_HELLO_DEADLINE_MS */
     bool helloed;
     bool want_out;
+    bool leaving;         /* said Goodbye: its disconnect is planned */
+    char leaving_why[96]; /* the Goodbye's reason, printable */
     struct adm_chan_peer peer;
     uint64_t questions[ADM_CHAN_MAX_QUESTIONS]; /* request ids awaiting an answer, 0 = free */
     struct frame_reader rd;
@@ -69,8 +71,12 @@ static void adm_chan_close(struct adm_channel *ch, size_t i, const char *why)
     if (ch->shutting_down) {
         /* A clean shutdown: the data planes reconnect to the next control plane. */
     } else if (c->helloed) {
-        log_warn("admin channel: dataplane pid %d (lease %u) disconnected: %s", (int)c->peer.pid,
-                 c->peer.lease, why);
+        if (c->leaving)
+            log_info("admin channel: dataplane pid %d (lease %u) left: %s", (int)c->peer.pid,
+                     c->peer.lease, c->leaving_why);
+        else
+            log_warn("admin channel: dataplane pid %d (lease %u) disconnected: %s",
+                     (int)c->peer.pid, c->peer.lease, why);
         struct adm_chan_lease_mark *m = &ch->marks[c->peer.lease];
         if (m->nonce == c->peer.nonce && m->connected) {
             m->connected = false;
@@ -248,6 +254,16 @@ static int adm_chan_dispatch(struct adm_channel *ch, size_t i, Switchyard__Admin
     }
     case SWITCHYARD__ADMIN__ADMIN_MESSAGE__BODY_PONG:
         return 0;
+    case SWITCHYARD__ADMIN__ADMIN_MESSAGE__BODY_GOODBYE: {
+        /* Its disconnect, next, is planned: logged at info, not as a loss. */
+        const char *r = m->goodbye != NULL && m->goodbye->reason != NULL ? m->goodbye->reason : "";
+        c->leaving = true;
+        size_t k = 0;
+        for (; r[k] != '\0' && k + 1 < sizeof(c->leaving_why); k++)
+            c->leaving_why[k] = (r[k] >= 0x20 && r[k] < 0x7f) ? r[k] : '?'; /* for the log */
+        c->leaving_why[k] = '\0';
+        return 0;
+    }
     case SWITCHYARD__ADMIN__ADMIN_MESSAGE__BODY_INFLIGHT_REPLY:
         adm_chan_answer(ch, i, m->request_id, true,
                         m->inflight_reply != NULL ? m->inflight_reply->count : 0);

@@ -111,8 +111,9 @@ static void cp_workers_summary(const struct cfg *cur, const struct cfg *next, ch
              removed, changed, same);
 }
 
-int cp_reload(const struct cfg *cur, struct cp_registry *reg, struct hc_prober *hc,
-              struct cfg **next, bool *discovery_changed, char *msg, size_t msg_len)
+int cp_reload(const struct cfg *cur, const struct cfg *dp_base, struct cp_registry *reg,
+              struct hc_prober *hc, struct cfg **next, bool *discovery_changed, char *msg,
+              size_t msg_len)
 {
     *next = NULL;
     *discovery_changed = false;
@@ -143,7 +144,20 @@ int cp_reload(const struct cfg *cur, struct cp_registry *reg, struct hc_prober *
         rc = -EPERM;
         goto out_fini;
     }
+    /* Pending for the data planes: what differs from the config they run,
+     * not only what this reload changed (an earlier reload's change still
+     * waits for the same hot restart). */
+    if (dp_base != cur) {
+        n_keys = cfg_diff(dp_base, n, keys, CP_RELOAD_KEYS_MAX);
+        if (n_keys > CP_RELOAD_KEYS_MAX)
+            n_keys = CP_RELOAD_KEYS_MAX;
+    }
     cp_keys_of(keys, n_keys, CP_EFFECT_DATAPLANE_RESTART, later, sizeof(later));
+    if (dp_base != cur) { /* the health and discovery flags below are about this reload */
+        n_keys = cfg_diff(cur, n, keys, CP_RELOAD_KEYS_MAX);
+        if (n_keys > CP_RELOAD_KEYS_MAX)
+            n_keys = CP_RELOAD_KEYS_MAX;
+    }
 
     /* New configured workers start as the new health.initial says. */
     cp_registry_set_start_healthy(reg, strcmp(n->controlplane.health.initial, "healthy") == 0);

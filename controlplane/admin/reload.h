@@ -47,8 +47,12 @@ enum cp_effect cp_reload_effect_of(const char *key);
  * A registry that fills up half-way (-ENOSPC) keeps what was applied.
  * *discovery_changed says whether a discovery.* key changed: the caller
  * then makes its discovery source anew from *next.
+ * dp_base is the config the running data planes started with (cur when they
+ * all started after the last reload): the message names every key that a
+ * hot restart would apply, also those an earlier reload changed.
  */
-int cp_reload(const struct cfg *cur, struct cp_registry *reg, struct hc_prober *hc,
-              struct cfg **next, bool *discovery_changed, char *msg, size_t msg_len);
+int cp_reload(const struct cfg *cur, const struct cfg *dp_base, struct cp_registry *reg,
+              struct hc_prober *hc, struct cfg **next, bool *discovery_changed, char *msg,
+              size_t msg_len);
 
 #endif

@@ -236,6 +236,19 @@ void adm_client_destroy(struct adm_client *c)
     free(c);
 }
 
+void adm_client_goodbye(struct adm_client *c, const char *reason)
+{
+    if (c == NULL || c->fd < 0)
+        return;
+    Switchyard__Admin__Goodbye bye = SWITCHYARD__ADMIN__GOODBYE__INIT;
+    bye.reason = (char *)reason;
+    Switchyard__Admin__AdminMessage m = SWITCHYARD__ADMIN__ADMIN_MESSAGE__INIT;
+    m.body_case = SWITCHYARD__ADMIN__ADMIN_MESSAGE__BODY_GOODBYE;
+    m.goodbye = &bye;
+    if (frame_writer_queue(&c->wr, &m) == 0)
+        (void)frame_writer_flush(&c->wr, c->fd);
+}
+
 int adm_client_fd(const struct adm_client *c)
 {
     return c->epfd;

@@ -40,6 +40,10 @@ int adm_client_create(const char *socket_path, const struct shm_lease_handle *le
 /* Closes the connection and frees. NULL is a no-op. */
 void adm_client_destroy(struct adm_client *c);
 
+/* A planned exit: tells a connected control plane why, best effort (one
+ * frame on a non-blocking socket), before adm_client_destroy. */
+void adm_client_goodbye(struct adm_client *c, const char *reason);
+
 /* Stable descriptor for the caller's epoll set (EPOLLIN). */
 int adm_client_fd(const struct adm_client *c);
 

@@ -265,6 +265,15 @@ static void test_bad_arguments(void **state)
     expect(&r, 1, r.err, "no-such.yaml");
     ctl(&r, "--admin", "http://127.0.0.1:9", "--token-file", missing, "workers", NULL);
     expect(&r, 1, r.err, "token file");
+    /* reload of a file that does not load is a refusal (6), said as one. */
+    char broken[H_PATH_MAX];
+    assert_int_equal(h_write_file("broken.yaml", "dataplane:\n  lisen: 1\n", broken, sizeof(broken)),
+                     0);
+    ctl(&r, "--config", broken, "reload", NULL);
+    expect(&r, 6, r.err, "reload refused, the running config stays: ");
+    expect(&r, 6, r.err, "broken.yaml:2:3: dataplane.lisen: unknown key");
+    ctl(&r, "--config", broken, "workers", NULL);
+    expect(&r, 1, r.err, "broken.yaml:2:3");
     ctl(&r, "--help", NULL);
     expect(&r, 0, r.out, "EXIT STATUS");
 

@@ -364,6 +364,31 @@ static void test_clean_shutdown_logs_no_channel_warning(void **state)
     assert_true(h_proc_log_contains(f.cp, "admin channel: closed 1 connection on shutdown"));
 }
 
+static bool dataplane_left_logged(void *arg)
+{
+    return h_proc_log_contains(arg, "(lease 0) left: SIGTERM");
+}
+
+/*
+ * A data plane stopped with SIGTERM says when its drain ended, with its
+ * counts, and the control plane logs the planned disconnect at info: the
+ * warning was for losses only (issue 42 item 5).
+ */
+static void test_drained_exit_is_logged_as_planned(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
+    assert_int_equal(h_wait_until(channel_connected_logged, f.cp, READY_MS), 0);
+    assert_int_equal(h_proc_stop(f.dp, H_STOP_TIMEOUT_MS), 0);
+    assert_true(h_proc_log_contains(f.dp, "level=info proc=dataplane"));
+    assert_true(h_proc_log_contains(f.dp, "drained after SIGTERM in "));
+    assert_true(h_proc_log_contains(f.dp, "0 requests to workers were in flight, all finished"));
+    assert_int_equal(h_wait_until(dataplane_left_logged, f.cp, READY_MS), 0);
+    assert_false(h_proc_log_contains(f.cp, "disconnected: end of stream"));
+    h_fleet_stop(&f);
+}
+
 static bool cp_ready_logged(void *arg)
 {
     return h_proc_log_contains(arg, "control plane ready");
@@ -445,6 +470,7 @@ int main(void)
         H_TEST(test_bad_config_is_refused_with_position),
         H_TEST(test_version_names_layout),
         H_TEST(test_clean_shutdown_logs_no_channel_warning),
+        H_TEST(test_drained_exit_is_logged_as_planned),
         H_TEST(test_fresh_start_discards_runtime_state),
     };
     return cmocka_run_group_tests_name("lifecycle", tests, NULL, NULL);

@@ -22,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "common/proc.h"
 #include "shm/registry.h"
 #include "tests/e2e/harness.h"
 #include "tests/e2e/harness_fleet.h"
@@ -373,6 +374,79 @@ static void test_reload_refuses_restart_keys_as_a_whole(void **state)
     assert_true(h_proc_is_running(cp));
 }
 
+/* POST /reload on the fleet's control plane: its status, the message in msg. */
+static long fleet_reload(const struct h_fleet *f, char *msg, size_t len)
+{
+    char url[160];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/reload", (unsigned)f->cfg.admin_port);
+    const char *hdrs[] = {"Content-Type: application/json", NULL};
+    struct h_req req = {.method = "POST", .url = url, .headers = hdrs};
+    struct h_resp r = {0};
+    assert_int_equal(h_http(&req, &r), 0);
+    json_t *j = h_resp_json(&r);
+    const char *m = json_string_value(json_object_get(j, "message"));
+    snprintf(msg, len, "%s", m != NULL ? m : "");
+    json_decref(j);
+    long status = r.status;
+    h_resp_fini(&r);
+    return status;
+}
+
+static bool dataplane_gone(void *arg)
+{
+    return !h_proc_is_running(arg);
+}
+
+/* The control plane dates a data plane by its start in clock ticks: one
+ * started in the reload's own tick counts as older than the reload. */
+static bool boot_tick_passed(void *arg)
+{
+    return proc_boot_ticks_now() > *(uint64_t *)arg + 1;
+}
+
+/*
+ * A data-plane key changed by one reload stays pending in the next
+ * reload's message until a hot restart happened (issue 42 item 4): the
+ * second reload used to compare only with the first and said nothing.
+ */
+static void test_pending_dataplane_change_is_reported_until_hot_restart(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1});
+    char msg[1024];
+    static const char retry_pending[] = "dataplane.retry.max_attempts changed: the data planes "
+                                        "apply them at their next hot restart";
+    f.cfg.dataplane_extra = "retry:\n  max_attempts: 2\n";
+    assert_int_equal(h_config_write(&f.cfg, NULL), 0);
+    assert_int_equal(fleet_reload(&f, msg, sizeof(msg)), 200);
+    assert_non_null(strstr(msg, retry_pending));
+    /* An unrelated second reload: the change still waits. */
+    f.cfg.health_interval = "150ms";
+    assert_int_equal(h_config_write(&f.cfg, NULL), 0);
+    assert_int_equal(fleet_reload(&f, msg, sizeof(msg)), 200);
+    if (strstr(msg, retry_pending) == NULL)
+        fail_msg("the pending change dropped out: %s", msg);
+
+    /* A hot restart applies it: the next reload has nothing pending. */
+    uint64_t reloaded_at = proc_boot_ticks_now();
+    assert_int_equal(h_wait_until(boot_tick_passed, &reloaded_at, WAIT_MS), 0);
+    char bin[H_PATH_MAX];
+    assert_int_equal(h_bin_path("switchyard-dataplane", bin, sizeof(bin)), 0);
+    const char *argv[] = {bin, "--config", f.cfg.path, "--hot-restart", NULL};
+    struct h_proc *next = NULL;
+    assert_int_equal(h_spawn("dataplane", argv, &next), 0);
+    f.dp->expected = true;
+    assert_int_equal(h_wait_until(dataplane_gone, f.dp, WAIT_MS), 0);
+    f.dp = next;
+    f.cfg.health_interval = "120ms";
+    assert_int_equal(h_config_write(&f.cfg, NULL), 0);
+    assert_int_equal(fleet_reload(&f, msg, sizeof(msg)), 200);
+    if (strstr(msg, "retry.max_attempts") != NULL)
+        fail_msg("applied by the hot restart, still reported: %s", msg);
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -382,6 +456,7 @@ int main(void)
         H_TEST(test_sighup_resyncs_static_workers),
         H_TEST(test_reload_applies_health_settings),
         H_TEST(test_reload_refuses_restart_keys_as_a_whole),
+        H_TEST(test_pending_dataplane_change_is_reported_until_hot_restart),
     };
     return cmocka_run_group_tests_name("reload", tests, NULL, NULL);
 }
