@@ -15,6 +15,10 @@ listen=$(awk '/^dataplane:/ {d=1} d && /listen:/ {gsub(/"/, "", $2); print $2; e
 sock=$(awk '/^controlplane:/ {c=1} c && /admin_socket:/ {print $2; exit}' "$config")
 admin=$(awk '/^controlplane:/ {c=1} c && /admin_listen:/ {gsub(/"/, "", $2); print $2; exit}' "$config")
 admin=${admin:-127.0.0.1:8081}
+# The segment's name (shm.name); the objects named after it are removed at
+# the end: every make run starts from --fresh, so nothing in them is kept.
+shm_name=$(awk '/^shm:/ {s=1} s && /name:/ {gsub(/"/, "", $2); print $2; exit}' "$config")
+shm_name=${shm_name:-/switchyard}
 
 # Pids of the processes holding this config's hot-restart socket: the data
 # plane serving it, also one started with --hot-restart from another
@@ -51,6 +55,13 @@ stop() {
         [ $alive -eq 0 ] && break
         sleep 0.1
     done
+    # The segment and the objects named after it (docs/security.md lists
+    # them): the next make run makes them anew.
+    local base="/dev/shm/${shm_name#/}" removed=0
+    for f in "$base" "$base.prefix" "$base.kvholders" "$base.responses" "$base-ratelimit"; do
+        [ -e "$f" ] && rm -f "$f" && removed=1
+    done
+    [ $removed -eq 0 ] || echo "removed the segment $shm_name and the objects named after it"
 }
 trap stop INT TERM EXIT
 
