@@ -278,8 +278,8 @@ struct cfg_kubernetes {
     uint64_t resync_ms;        /* full re-list period */
     uint64_t watch_timeout_ms; /* a watch's timeoutSeconds; silence past it ends the watch */
     bool insecure_http;        /* allow an http:// api_server (tests) */
-    uint32_t max_list_items;   /* items of one list page or watch burst beyond which it is refused */
-    uint32_t max_pods;         /* pods tracked at most; beyond, the list is refused */
+    uint32_t max_list_items; /* items of one list page or watch burst beyond which it is refused */
+    uint32_t max_pods;       /* pods tracked at most; beyond, the list is refused */
 };
 
 struct cfg_discovery {
@@ -404,5 +404,24 @@ size_t cfg_diff(const struct cfg *a, const struct cfg *b, char (*names)[CFG_KEY_
 
 /* Calls fn with every key's dotted name, in schema order ("workers" once). */
 void cfg_each_key(void (*fn)(const char *name, void *arg), void *arg);
+
+/* How a change of a key's value takes effect. Each key's schema row says
+ * which (config_schema.c), so a new key brings its own; docs/operations.md's
+ * table says the same in words. The zero value: the row leaves it to its
+ * mapping's row. */
+enum cfg_reload_effect {
+    CFG_EFFECT_UNSET = 0,
+    CFG_EFFECT_RELOAD,            /* a control-plane reload applies it */
+    CFG_EFFECT_DATAPLANE_RESTART, /* the data planes read it at their (hot) restart */
+    CFG_EFFECT_RESTART,           /* only a restart of the control plane applies it */
+};
+
+/*
+ * How a change of key takes effect; key is a dotted name as cfg_diff and
+ * cfg_each_key give them ("dataplane.retry.max_attempts", "workers"). Never
+ * CFG_EFFECT_UNSET: a name that is not a key (unknown, or a mapping's) needs
+ * a restart, since refusing a reload is safe and ignoring a change is not.
+ */
+enum cfg_reload_effect cfg_key_effect(const char *key);
 
 #endif

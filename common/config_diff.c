@@ -1,10 +1,12 @@
 /*
- * What changed between two loaded configs, key by key (see cfg_diff in
- * config.h), and the list of every key's dotted name (cfg_each_key). Both
- * walk the schema tables (config_schema.c), so a key added there is
- * compared and listed with no edit here: the control plane's reload judges
- * a new config by this diff, and a test checks that the operations guide
- * documents every listed key.
+ * The schema seen by dotted key names: what changed between two loaded
+ * configs, key by key (cfg_diff), the list of every key's name
+ * (cfg_each_key), and how a change of one takes effect (cfg_key_effect,
+ * from its row or the mapping rows above it). All walk the schema tables
+ * (config_schema.c), so a key added there is compared, listed and judged
+ * with no edit here: the control plane's reload judges a new config by this
+ * diff and these effects, and a test checks that the operations guide
+ * documents every listed key with its effect.
  */
 #include "common/config.h"
 #include "common/config_internal.h"
@@ -109,4 +111,37 @@ static void cfg_each_in(const struct cfg_key *table, const char *prefix,
 void cfg_each_key(void (*fn)(const char *name, void *arg), void *arg)
 {
     cfg_each_in(cfg_schema_root, "", fn, arg);
+}
+
+/* The row of table whose name is the len bytes at name, or NULL. */
+static const struct cfg_key *cfg_row_named(const struct cfg_key *table, const char *name,
+                                           size_t len)
+{
+    for (const struct cfg_key *k = table; k->name != NULL; k++)
+        if (strlen(k->name) == len && memcmp(k->name, name, len) == 0)
+            return k;
+    return NULL;
+}
+
+enum cfg_reload_effect cfg_key_effect(const char *key)
+{
+    const struct cfg_key *table = cfg_schema_root;
+    enum cfg_reload_effect effect = CFG_EFFECT_UNSET;
+    for (const char *part = key;;) {
+        const char *dot = strchr(part, '.');
+        size_t len = dot != NULL ? (size_t)(dot - part) : strlen(part);
+        const struct cfg_key *k = cfg_row_named(table, part, len);
+        if (k == NULL)
+            return CFG_EFFECT_RESTART;
+        if (k->effect != CFG_EFFECT_UNSET)
+            effect = k->effect;
+        /* Only mappings have names below them ("workers" is one key). */
+        if (dot == NULL)
+            return k->kind == CFG_KIND_MAP || effect == CFG_EFFECT_UNSET ? CFG_EFFECT_RESTART
+                                                                         : effect;
+        if (k->kind != CFG_KIND_MAP)
+            return CFG_EFFECT_RESTART;
+        table = k->child;
+        part = dot + 1;
+    }
 }

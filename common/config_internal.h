@@ -6,8 +6,8 @@
  *                    booleans, enum names, HOST:PORT, worker URLs, paths;
  *                    pure functions of text, no YAML, no struct cfg
  *   config_schema.c  the schema: one table row per key with its kind, field,
- *                    bounds and default; cfg_schema_apply_defaults fills a
- *                    struct from those rows
+ *                    bounds, default and reload effect;
+ *                    cfg_schema_apply_defaults fills a struct from those rows
  *   config_yaml.c    the walker over libyaml events: reads a document
  *                    against the schema tables, keeps the key path and the
  *                    marks every message points at
@@ -141,6 +141,9 @@ struct cfg_key {
     const struct cfg_enum_name *names; /* ROLE, POLICY, GATE */
     const struct cfg_key *child;       /* MAP, WORKERS (one entry) */
     cfg_finish_fn finish;              /* MAP, WORKERS (each entry); optional */
+    /* How a change takes effect. On a MAP or WORKERS row: for the rows
+     * below it that give none; UNSET: as the row above it says. */
+    enum cfg_reload_effect effect;
     /* The key's default, in the member its kind reads: u for U32, DURATION
      * (ms), SIZE (bytes), BOOL (0/1) and the enums; d for DOUBLE; s for
      * STRING and ADDR; list and n for STATUS_LIST. is_set on every row but

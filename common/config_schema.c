@@ -3,12 +3,23 @@
  * A row is the whole truth about its key: its name, its kind (integer,
  * duration, size, enum, nested mapping, ...), the offset of its field inside
  * the mapping's struct, the accepted range or validity check, the text that
- * messages quote as what was expected, and its default. The walker
- * (config_yaml.c) reads a file against these rows; the unknown-key message
- * lists their names; cfg_schema_apply_defaults is the only place a default
- * is written, for struct cfg (cfg_init_defaults) and for each workers entry
- * as it is read. docs/configuration.md documents the same keys in the same
- * order.
+ * messages quote as what was expected, its default, and how a change of it
+ * takes effect (enum cfg_reload_effect). The walker (config_yaml.c) reads a
+ * file against these rows; the unknown-key message lists their names;
+ * cfg_schema_apply_defaults is the only place a default is written, for
+ * struct cfg (cfg_init_defaults) and for each workers entry as it is read;
+ * cfg_key_effect (config_diff.c) is where the control plane's reload learns
+ * whether it may apply a change. docs/configuration.md documents the same
+ * keys in the same order, and docs/operations.md's table their effects.
+ *
+ * A key's effect is its row's, or else the nearest mapping row's above it:
+ * each section is read by one daemon, so its row (KEY_SECTION) says how its
+ * keys take effect once, and the few keys that differ say so in their own
+ * row (the _EFFECT form of a row macro; add that form to another macro
+ * when a key needs it). The "workers" row gives its entries' keys theirs:
+ * the list changes as a whole. A leaf with no effect on the way up is a
+ * bug that test_config_effect catches (at run time it would need a
+ * restart).
  *
  * Adding a key means adding its field to struct cfg (config.h) and one row
  * here. The tables are constant and shared by every load on every thread.
@@ -25,7 +36,8 @@
 /*
  * One macro per shape of row; each takes the key's default as its last
  * argument, so a row cannot be written without one. Leaf rows set
- * def.is_set; a mapping's defaults are its child rows'.
+ * def.is_set; a mapping's defaults are its child rows'. The effect is
+ * left to the mapping's unless the row's macro takes one.
  */
 #define KEY_STR(n, type, field, check, what, dflt)                                                 \
     {                                                                                              \
@@ -38,11 +50,13 @@
         .name = (n), .kind = CFG_KIND_ADDR, .offset = offsetof(type, field),                       \
         .size = FIELD_SIZE(type, field), .def = {.is_set = true, .s = (dflt)},                     \
     }
-#define KEY_RANGE(n, k, type, field, lo, hi, dflt)                                                 \
+#define KEY_RANGE_EFFECT(n, k, type, field, lo, hi, dflt, eff)                                     \
     {                                                                                              \
         .name = (n), .kind = (k), .offset = offsetof(type, field), .min = (lo), .max = (hi),       \
-        .def = {.is_set = true, .u = (dflt)},                                                      \
+        .def = {.is_set = true, .u = (dflt)}, .effect = (eff),                                     \
     }
+#define KEY_RANGE(n, k, type, field, lo, hi, dflt)                                                 \
+    KEY_RANGE_EFFECT(n, k, type, field, lo, hi, dflt, CFG_EFFECT_UNSET)
 #define KEY_NUM(n, type, field, lo, hi, dflt)                                                      \
     {                                                                                              \
         .name = (n), .kind = CFG_KIND_DOUBLE, .offset = offsetof(type, field), .dmin = (lo),       \
@@ -74,6 +88,12 @@
     {                                                                                              \
         .name = (n), .kind = CFG_KIND_MAP, .offset = offsetof(type, field), .child = (keys),       \
         .expect = (what), .finish = (fin)                                                          \
+    }
+/* A mapping that says how its keys take effect. */
+#define KEY_SECTION(n, type, field, keys, eff)                                                     \
+    {                                                                                              \
+        .name = (n), .kind = CFG_KIND_MAP, .offset = offsetof(type, field), .child = (keys),       \
+        .effect = (eff)                                                                            \
     }
 #define KEY_END                                                                                    \
     {                                                                                              \
@@ -125,8 +145,10 @@ static const struct cfg_key load_reports_keys[] = {
     KEY_RANGE("interval", CFG_KIND_DURATION, struct cfg_load_reports, interval_ms, 0, MS_HOUR, 250),
     KEY_RANGE("timeout", CFG_KIND_DURATION, struct cfg_load_reports, timeout_ms, 1, MS_HOUR,
               MS_SECOND),
-    KEY_RANGE("stale_after", CFG_KIND_DURATION, struct cfg_load_reports, stale_after_ms, 1, MS_HOUR,
-              MS_SECOND),
+    /* Read by the data planes (the control plane's admin API reads it too,
+     * but only to show the same number): a hot restart applies it. */
+    KEY_RANGE_EFFECT("stale_after", CFG_KIND_DURATION, struct cfg_load_reports, stale_after_ms, 1,
+                     MS_HOUR, MS_SECOND, CFG_EFFECT_DATAPLANE_RESTART),
     KEY_END,
 };
 
@@ -147,7 +169,7 @@ static const struct cfg_key controlplane_keys[] = {
                  cfg_dns_name_is_valid, "a DNS name like router.internal (no port)"),
     KEY_RANGE("reset_load_timeout", CFG_KIND_DURATION, struct cfg_controlplane,
               reset_load_timeout_ms, 100, 10 * 60 * 1000, 2000),
-    KEY_MAP("health", struct cfg_controlplane, health, health_keys, NULL, NULL),
+    KEY_SECTION("health", struct cfg_controlplane, health, health_keys, CFG_EFFECT_RELOAD),
     KEY_MAP("load_reports", struct cfg_controlplane, load_reports, load_reports_keys, NULL, NULL),
     KEY_END,
 };
@@ -303,8 +325,11 @@ static const struct cfg_key policy_decode_keys[] = {
 };
 
 static const struct cfg_key precise_keys[] = {
-    /* vLLM's default --block-size. */
-    KEY_RANGE("block_size", CFG_KIND_U32, struct cfg_precise, block_size, 1, 4096, 16),
+    /* vLLM's default --block-size. The control plane maps the workers' KV
+     * events to chains of this size, and the data planes hash requests
+     * with it: a control-plane restart, then the data planes'. */
+    KEY_RANGE_EFFECT("block_size", CFG_KIND_U32, struct cfg_precise, block_size, 1, 4096, 16,
+                     CFG_EFFECT_RESTART),
     KEY_STR("tokenizer_url", struct cfg_precise, tokenizer_url, cfg_otlp_endpoint_is_valid,
             "an http:// or https:// URL of at most 255 characters, or \"\"", ""),
     KEY_RANGE("tokenize_timeout", CFG_KIND_DURATION, struct cfg_precise, tokenize_timeout_ms, 1,
@@ -460,14 +485,19 @@ static const struct cfg_key worker_keys[] = {
 };
 
 const struct cfg_key cfg_schema_root[] = {
-    KEY_MAP("shm", struct cfg, shm, shm_keys, NULL, NULL),
-    KEY_MAP("controlplane", struct cfg, controlplane, controlplane_keys, NULL, NULL),
-    KEY_MAP("dataplane", struct cfg, dataplane, dataplane_keys, NULL, NULL),
-    KEY_MAP("policy", struct cfg, policy, policy_keys, NULL, NULL),
-    KEY_MAP("tracing", struct cfg, tracing, tracing_keys, NULL, NULL),
-    KEY_MAP("discovery", struct cfg, discovery, discovery_keys, NULL, NULL),
-    KEY_MAP("admission", struct cfg, admission, admission_keys, NULL, NULL),
-    /* No workers by default; each entry's defaults are worker_keys'. */
+    KEY_SECTION("shm", struct cfg, shm, shm_keys, CFG_EFFECT_RESTART),
+    /* Its listener, socket, token and scrapes are set up at its start
+     * (health and load_reports.stale_after say otherwise). */
+    KEY_SECTION("controlplane", struct cfg, controlplane, controlplane_keys, CFG_EFFECT_RESTART),
+    KEY_SECTION("dataplane", struct cfg, dataplane, dataplane_keys, CFG_EFFECT_DATAPLANE_RESTART),
+    KEY_SECTION("policy", struct cfg, policy, policy_keys, CFG_EFFECT_DATAPLANE_RESTART),
+    KEY_SECTION("tracing", struct cfg, tracing, tracing_keys, CFG_EFFECT_DATAPLANE_RESTART),
+    /* The source is made anew with the new settings; discovered workers
+     * that still match keep their slots and generations. */
+    KEY_SECTION("discovery", struct cfg, discovery, discovery_keys, CFG_EFFECT_RELOAD),
+    KEY_SECTION("admission", struct cfg, admission, admission_keys, CFG_EFFECT_DATAPLANE_RESTART),
+    /* No workers by default; each entry's defaults are worker_keys'. A
+     * reload re-syncs the list, a worker's kv_events subscription too. */
     {
         .name = "workers",
         .kind = CFG_KIND_WORKERS,
@@ -475,6 +505,7 @@ const struct cfg_key cfg_schema_root[] = {
         .expect = "a mapping with url and optional id, model, role, kv_events",
         .finish = cfg_check_worker,
         .def = {.is_set = true},
+        .effect = CFG_EFFECT_RELOAD,
     },
     KEY_END,
 };
