@@ -456,7 +456,7 @@ static int cp_run_parts(struct cp_daemon *d)
     cp_reset_run(d->ctx.reset, proc_monotonic_ms());
     if (d->ctx.kube != NULL)
         cp_kube_run(d->ctx.kube, proc_monotonic_ms());
-    cp_decisions_run(d->ctx.decisions, proc_monotonic_ms());
+    cp_decisions_run(d->ctx.decisions, d->ctx.cfg, proc_monotonic_ms());
     now = proc_monotonic_ms();
     int t = hc_timeout_ms(d->ctx.hc, now);
     t = cp_min_timeout(t, lr_timeout_ms(d->ctx.lr, now));

@@ -45,6 +45,7 @@ const char *const adm_route_labels[ADM_ROUTE_COUNT] = {
     [ADM_ROUTE_RELOAD] = "/reload",
     [ADM_ROUTE_PAGE] = "/",
     [ADM_ROUTE_DECISIONS] = "/decisions",
+    [ADM_ROUTE_DECISIONS_HISTORY] = "/decisions/history",
     [ADM_ROUTE_ADAPTERS] = "/adapters",
     [ADM_ROUTE_ADAPTER] = "/adapters/{name}",
     [ADM_ROUTE_OTHER] = "other",
@@ -66,6 +67,8 @@ static enum adm_route_id adm_split(const char *url, char *id, size_t id_len)
         return ADM_ROUTE_PAGE; /* served by admin_http.c, before auth */
     if (strcmp(url, "/decisions") == 0)
         return ADM_ROUTE_DECISIONS;
+    if (strcmp(url, "/decisions/history") == 0)
+        return ADM_ROUTE_DECISIONS_HISTORY;
     if (strcmp(url, "/adapters") == 0)
         return ADM_ROUTE_ADAPTERS;
     if (strncmp(url, "/adapters/", 10) == 0) {
@@ -561,6 +564,14 @@ int adm_route_serve(struct adm_ctx *ctx, const char *method, const char *url, co
             return 1;
         }
         return cp_decisions_start(ctx->decisions, ctx->cfg, later, reply) == 0 ? 0 : 1;
+    case ADM_ROUTE_DECISIONS_HISTORY:
+        if (!adm_method_is(method, "GET", reply, "GET"))
+            return 1;
+        if (ctx->decisions == NULL)
+            adm_reply_error(reply, 503, "not available");
+        else
+            cp_decisions_history(ctx->decisions, proc_monotonic_ms(), reply);
+        return 1;
     case ADM_ROUTE_RELOAD:
         if (adm_method_is(method, "POST", reply, "POST"))
             adm_reload(ctx, reply);

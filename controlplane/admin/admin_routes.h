@@ -24,8 +24,9 @@ enum adm_route_id {
     ADM_ROUTE_RELOAD,
     ADM_ROUTE_PAGE,
     ADM_ROUTE_DECISIONS,
-    ADM_ROUTE_ADAPTERS, /* /adapters (adapters.h) */
-    ADM_ROUTE_ADAPTER,  /* /adapters/{name} */
+    ADM_ROUTE_DECISIONS_HISTORY, /* /decisions/history */
+    ADM_ROUTE_ADAPTERS,          /* /adapters (adapters.h) */
+    ADM_ROUTE_ADAPTER,           /* /adapters/{name} */
     ADM_ROUTE_OTHER,
     ADM_ROUTE_COUNT,
 };

@@ -8,6 +8,12 @@
  * directory (status-page.png) as an artefact. Without the token the page
  * renders no worker and shows its token form.
  *
+ * With the data plane's listener on HTTPS (dataplane.tls), the decisions
+ * table still has its rows (the control plane reads the metrics over
+ * HTTPS, controlplane/admin/decisions.h), the chart has its axes and starts
+ * from the control plane's samples; behind mTLS the section says why it
+ * cannot be read. Screenshots: status-page-tls.png, status-page-mtls.png.
+ *
  * Chromium comes from deploy/install-deps.sh browser (Debian's chromium),
  * installed when missing like every other dependency; the test is skipped,
  * saying why, only when it cannot be installed.
@@ -27,6 +33,8 @@
 #include <cmocka.h>
 
 #include "tests/e2e/harness.h"
+#include "tests/e2e/harness_fleet.h"
+#include "tests/e2e/harness_tls.h"
 
 #define WAIT_MS    15000
 #define TOKEN      "page-test-token"
@@ -252,6 +260,127 @@ static void test_page_renders_the_fleet(void **state)
         h_async_destroy(held[i]);
 }
 
+/* The artefact build/NAME of page (its directory from SWITCHYARD_BUILD_DIR). */
+static void screenshot(const char *page, const char *name)
+{
+    char shot[H_PATH_MAX + 64], path[H_PATH_MAX + 32], ignored[H_PATH_MAX];
+    const char *b = getenv("SWITCHYARD_BUILD_DIR");
+    snprintf(path, sizeof(path), "%s/%s", b != NULL ? b : "build", name);
+    snprintf(shot, sizeof(shot), "--screenshot=%s", path);
+    assert_int_equal(h_tmp_path("shot.out", ignored, sizeof(ignored)), 0);
+    assert_int_equal(chromium(page, shot, ignored), 0);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(st.st_size > 1000);
+}
+
+/* The DOM Chromium rendered of the fleet's status page (free() it). */
+static char *render(const struct h_fleet *f)
+{
+    char page[128], dom_path[H_PATH_MAX];
+    snprintf(page, sizeof(page), "http://127.0.0.1:%u/#interval=300", (unsigned)f->cfg.admin_port);
+    assert_int_equal(h_tmp_path("dom.html", dom_path, sizeof(dom_path)), 0);
+    assert_int_equal(chromium(page, "--dump-dom", dom_path), 0);
+    char *dom = slurp(dom_path);
+    if (getenv("SWITCHYARD_TEST_LOGS") != NULL)
+        fprintf(stderr, "%s\n", dom);
+    return dom;
+}
+
+static bool decisions_answer_200(void *arg)
+{
+    const struct h_fleet *f = arg;
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/decisions", (unsigned)f->cfg.admin_port);
+    struct h_resp r;
+    bool ok = h_http_get(url, &r) == 0 && r.status == 200;
+    h_resp_fini(&r);
+    return ok;
+}
+
+/* A fleet of one worker behind an HTTPS data plane (client_ca: mTLS, or NULL). */
+static void tls_fleet(struct h_fleet *f, const struct h_tls_certs *c, const char *client_ca)
+{
+    static char extra[3 * H_PATH_MAX];
+    int n = snprintf(extra, sizeof(extra), "tls:\n  cert_file: %s\n  key_file: %s\n", c->server,
+                     c->server_key);
+    if (client_ca != NULL)
+        snprintf(extra + n, sizeof(extra) - (size_t)n, "  client_ca_file: %s\n", client_ca);
+    h_fleet_start(f, &(struct h_fleet_opts){
+                         .n = 1, .policy = "least_load", .dataplane_extra = extra, .https = true});
+}
+
+/* Client TLS on: the decisions table has its rows, under axes, from the
+ * control plane's samples on (before the fix: "cannot be read", no row). */
+static void test_page_shows_decisions_under_tls(void **state)
+{
+    (void)state;
+    if (!ensure_chromium())
+        skip();
+    struct h_tls_certs c;
+    assert_int_equal(h_tls_make_certs(&c), 0);
+    h_tls_client_use(c.ca, NULL, NULL);
+    struct h_fleet f;
+    tls_fleet(&f, &c, NULL);
+    char url[128];
+    snprintf(url, sizeof(url), "%s/v1/completions", f.base);
+    for (int i = 0; i < 3; i++) {
+        struct h_resp r;
+        assert_int_equal(h_http(&(struct h_req){.url = url,
+                                                .body = "{\"model\":\"" H_FLEET_MODEL
+                                                        "\",\"prompt\":\"hi\",\"max_tokens\":1}"},
+                                &r),
+                         0);
+        assert_int_equal(r.status, 200);
+        h_resp_fini(&r);
+    }
+    /* A sample the page can start from. */
+    assert_int_equal(h_wait_until(decisions_answer_200, &f, WAIT_MS), 0);
+    char *dom = render(&f);
+    expect_in(dom, "<tr data-decision=\"least_load\" data-count=\"3\">");
+    expect_in(dom, "id=\"decisions-note\" class=\"\" data-state=\"ok\"");
+    expect_in(dom, "From https://127.0.0.1:");
+    /* Axes: a scale in decisions per second, time back from now. */
+    expect_in(dom, ">decisions/s</text>");
+    expect_in(dom, ">now</text>");
+    expect_in(dom, "data-max=\"");
+    const char *seeded = strstr(dom, "data-seeded=\"");
+    assert_non_null(seeded);
+    assert_true(atoi(seeded + strlen("data-seeded=\"")) >= 1);
+    assert_non_null(strstr(dom, "<polyline points=\""));
+    free(dom);
+    char page[128];
+    snprintf(page, sizeof(page), "http://127.0.0.1:%u/#interval=300", (unsigned)f.cfg.admin_port);
+    screenshot(page, "status-page-tls.png");
+    h_tls_client_use(NULL, NULL, NULL);
+    h_fleet_stop(&f);
+}
+
+/* mTLS on the only listener with /metrics: the section says why it is empty. */
+static void test_page_says_why_decisions_cannot_be_read(void **state)
+{
+    (void)state;
+    if (!ensure_chromium())
+        skip();
+    struct h_tls_certs c;
+    assert_int_equal(h_tls_make_certs(&c), 0);
+    h_tls_client_use(c.ca, c.client, c.client_key);
+    struct h_fleet f;
+    tls_fleet(&f, &c, c.ca);
+    char *dom = render(&f);
+    expect_in(dom, "data-ready=\"true\"");
+    expect_in(dom, "class=\"unreadable\" data-state=\"unreadable\">Routing decisions cannot be "
+                   "read: the data plane serves its metrics only at https://127.0.0.1:");
+    expect_in(dom, "dataplane.tls.client_ca_file");
+    assert_null(strstr(dom, "<tr data-decision="));
+    free(dom);
+    char page[128];
+    snprintf(page, sizeof(page), "http://127.0.0.1:%u/#interval=300", (unsigned)f.cfg.admin_port);
+    screenshot(page, "status-page-mtls.png");
+    h_tls_client_use(NULL, NULL, NULL);
+    h_fleet_stop(&f);
+}
+
 /* The page is served as one self-contained document: no external resource. */
 static void test_page_is_self_contained(void **state)
 {
@@ -296,6 +425,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         H_TEST(test_page_is_self_contained),
         H_TEST(test_page_renders_the_fleet),
+        H_TEST(test_page_shows_decisions_under_tls),
+        H_TEST(test_page_says_why_decisions_cannot_be_read),
     };
     return cmocka_run_group_tests_name("status_page", tests, NULL, NULL);
 }

@@ -39,6 +39,7 @@ static void test_route_match(void **state)
     assert_int_equal(adm_route_match("/metrics"), ADM_ROUTE_METRICS);
     assert_int_equal(adm_route_match("/reload"), ADM_ROUTE_RELOAD);
     assert_int_equal(adm_route_match("/decisions"), ADM_ROUTE_DECISIONS);
+    assert_int_equal(adm_route_match("/decisions/history"), ADM_ROUTE_DECISIONS_HISTORY);
     assert_int_equal(adm_route_match("/"), ADM_ROUTE_PAGE);
     assert_int_equal(adm_route_match("/index.html"), ADM_ROUTE_OTHER);
     char longid[200];
