@@ -1,10 +1,11 @@
 /*
  * Control-plane reload (see reload.h). The file is loaded and compared with
- * the running config key by key (cfg_diff) before anything is touched, so
- * a refused reload leaves no trace; then the static workers are re-synced
- * (their sync checks for clashes before changing anything), and only then
- * the health settings switch, so a reload that fails in the sync changes
- * nothing at all.
+ * the running config key by key (cfg_diff), and each changed key judged by
+ * the effect its schema row gives it (cfg_key_effect), before anything is
+ * touched, so a refused reload leaves no trace; then the static workers are
+ * re-synced (their sync checks for clashes before changing anything), and
+ * only then the health settings switch, so a reload that fails in the sync
+ * changes nothing at all.
  */
 #include "controlplane/admin/reload.h"
 
@@ -20,50 +21,14 @@
 
 #define CP_RELOAD_KEYS_MAX 128
 
-/* Most specific prefix first; a prefix ending in '.' covers a section. */
-static const struct {
-    const char *prefix;
-    enum cp_effect effect;
-} cp_effects[] = {
-    {"controlplane.health.", CP_EFFECT_RELOAD},
-    /* Also a worker's kv_events: its subscription is made anew at once. */
-    {"workers", CP_EFFECT_RELOAD},
-    /* Read by the data plane (the control plane's admin API reads it too,
-     * but only to show the same number): a hot restart applies it. */
-    {"controlplane.load_reports.stale_after", CP_EFFECT_DATAPLANE_RESTART},
-    {"dataplane.", CP_EFFECT_DATAPLANE_RESTART},
-    /* The control plane maps the workers' KV events to chains of this
-     * block size; the data planes hash requests with it too. */
-    {"policy.precise_cache_aware.block_size", CP_EFFECT_RESTART},
-    {"policy.", CP_EFFECT_DATAPLANE_RESTART},
-    {"tracing.", CP_EFFECT_DATAPLANE_RESTART},
-    {"admission.", CP_EFFECT_DATAPLANE_RESTART},
-    {"controlplane.", CP_EFFECT_RESTART},
-    /* The source is made anew with the new settings; discovered workers
-     * that still match keep their slots and generations. */
-    {"discovery.", CP_EFFECT_RELOAD},
-    {"shm.", CP_EFFECT_RESTART},
-};
-
-enum cp_effect cp_reload_effect_of(const char *key)
-{
-    for (size_t i = 0; i < sizeof(cp_effects) / sizeof(cp_effects[0]); i++) {
-        const char *p = cp_effects[i].prefix;
-        size_t n = strlen(p);
-        if (p[n - 1] == '.' ? strncmp(key, p, n) == 0 : strcmp(key, p) == 0)
-            return cp_effects[i].effect;
-    }
-    return CP_EFFECT_RESTART;
-}
-
 /* Appends the changed keys of one effect to buf as "a, b, c"; returns how many. */
-static size_t cp_keys_of(char (*keys)[CFG_KEY_NAME_MAX], size_t n, enum cp_effect effect, char *buf,
-                         size_t len)
+static size_t cp_keys_of(char (*keys)[CFG_KEY_NAME_MAX], size_t n, enum cfg_reload_effect effect,
+                         char *buf, size_t len)
 {
     size_t count = 0, used = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < n; i++) {
-        if (cp_reload_effect_of(keys[i]) != effect)
+        if (cfg_key_effect(keys[i]) != effect)
             continue;
         int w = snprintf(buf + used, used < len ? len - used : 0, "%s%s", count > 0 ? ", " : "",
                          keys[i]);
@@ -136,7 +101,7 @@ int cp_reload(const struct cfg *cur, const struct cfg *dp_base, struct cp_regist
     if (n_keys > CP_RELOAD_KEYS_MAX)
         n_keys = CP_RELOAD_KEYS_MAX;
     char restart[1024], later[1024], workers[128] = "workers: unchanged";
-    if (cp_keys_of(keys, n_keys, CP_EFFECT_RESTART, restart, sizeof(restart)) > 0) {
+    if (cp_keys_of(keys, n_keys, CFG_EFFECT_RESTART, restart, sizeof(restart)) > 0) {
         snprintf(msg, msg_len,
                  "reload refused, the running config stays: changing %s needs a restart of the "
                  "control plane",
@@ -152,7 +117,7 @@ int cp_reload(const struct cfg *cur, const struct cfg *dp_base, struct cp_regist
         if (n_keys > CP_RELOAD_KEYS_MAX)
             n_keys = CP_RELOAD_KEYS_MAX;
     }
-    cp_keys_of(keys, n_keys, CP_EFFECT_DATAPLANE_RESTART, later, sizeof(later));
+    cp_keys_of(keys, n_keys, CFG_EFFECT_DATAPLANE_RESTART, later, sizeof(later));
     if (dp_base != cur) { /* the health and discovery flags below are about this reload */
         n_keys = cfg_diff(cur, n, keys, CP_RELOAD_KEYS_MAX);
         if (n_keys > CP_RELOAD_KEYS_MAX)

@@ -5,14 +5,15 @@
  * ones keep slot and generation, so their load stays attached) and
  * controlplane.health (interval, timeout, thresholds, path, initial).
  *
- * Every key has one way it takes effect (cp_reload_effect_of; the table in
- * docs/operations.md says the same): at a control-plane reload, at the data
- * planes' hot restart (dataplane.*, policy.*: the control plane accepts
- * them and says so), or only at a restart of the control plane (the
- * segment's shape, the admin listener, socket and token). A reload that
- * changes a key of the last kind is refused as a whole, naming the keys, and
- * the running config stays in force; so is one whose file does not load or
- * whose workers clash with another source's.
+ * Every key has one way it takes effect, in its schema row (cfg_key_effect
+ * in common/config.h; the table in docs/operations.md says the same): at a
+ * control-plane reload, at the data planes' hot restart (dataplane.*,
+ * policy.*: the control plane accepts them and says so), or only at a
+ * restart of the control plane (the segment's shape, the admin listener,
+ * socket and token). A reload that changes a key of the last kind is
+ * refused as a whole, naming the keys, and the running config stays in
+ * force; so is one whose file does not load or whose workers clash with
+ * another source's.
  *
  * Control plane only, on its loop thread (the registry's one writer).
  */
@@ -24,17 +25,6 @@
 #include "common/config.h"
 #include "controlplane/probes/health_prober.h"
 #include "controlplane/sources/registry_sync.h"
-
-enum cp_effect {
-    CP_EFFECT_UNSET = 0,
-    CP_EFFECT_RELOAD,            /* control-plane reload applies it */
-    CP_EFFECT_DATAPLANE_RESTART, /* data planes read it at their (hot) restart */
-    CP_EFFECT_RESTART,           /* only a restart of the control plane applies it */
-};
-
-/* How a change of key (a dotted name from cfg_diff) takes effect. Keys no
- * row knows need a restart: refusing is safe, ignoring a change is not. */
-enum cp_effect cp_reload_effect_of(const char *key);
 
 /*
  * Loads cur->path again and applies it to reg (the registry's writer) and hc. Returns 0 with *next
