@@ -22,8 +22,9 @@
 #include "common/config.h"
 #include "common/token_chain.h"
 
-#define KVA_MODEL_MAX 256
-#define KVA_MIN_TABLE 64u
+#define KVA_MODEL_MAX  256
+#define KVA_MIN_TABLE  64u
+#define KVA_MAX_GROUPS 64u /* group kinds remembered per worker (vLLM has a handful) */
 
 struct kva_entry {
     uint64_t vh;  /* the worker's block hash */
@@ -69,10 +70,17 @@ struct kv_apply {
     kva_model_fn model_of;
     void *model_arg;
     struct kva_map **maps; /* [max_slots], NULL until a worker's first store */
+    /* [max_slots]: the KV-cache group whose blocks are routed on (-1 until
+     * a full-attention group's first store), and each group's kind as its
+     * stores said (KV_SPEC_UNSET until then), so that a BlockRemoved, which
+     * names only its group, is counted under its group's kind. */
+    int64_t *routed_group;
+    uint8_t (*group_kind)[KVA_MAX_GROUPS];
     /* Read by the metrics page from another thread. */
     _Atomic uint64_t applied[3];
     _Atomic uint64_t skipped[KVA_SKIP_COUNT];
     _Atomic uint64_t blocks_stored, blocks_removed, map_evictions, forgets;
+    _Atomic uint64_t group_skipped[KV_SPEC_COUNT];
     struct kva_shares *shares; /* slot[max_slots] */
 };
 
@@ -254,18 +262,54 @@ static void kva_count_share(struct kv_apply *a, uint32_t slot, const char *worke
 static void kva_forget(struct kv_apply *a, uint32_t slot)
 {
     kvh_forget_slot(a->ix, slot);
-    if (slot < a->max_slots && a->maps[slot] != NULL) {
+    if (slot < a->max_slots) {
         /* Freed, not kept: a forget often means the worker left, and one
          * that stays grows its map again as it stores. */
         kva_map_free(a->maps[slot]);
         a->maps[slot] = NULL;
+        a->routed_group[slot] = -1;
+        memset(a->group_kind[slot], KV_SPEC_UNSET, sizeof(a->group_kind[slot]));
     }
     kva_count(&a->forgets, 1);
+}
+
+/*
+ * Whether ev is of the group the worker is routed on; counts it by its
+ * group's kind when not. Routed on: the first full-attention group a
+ * worker stores in (or every event of a publisher without groups). Other
+ * kinds keep only part of a prompt (a sliding window's tail, a state), so
+ * their blocks never say a prefix is cheap there; a second full-attention
+ * group holds the same blocks under the same hashes, and applying it too
+ * would let its removals withdraw what the first still holds.
+ */
+static bool kva_routed_group(struct kv_apply *a, uint32_t slot, const struct kv_event *ev)
+{
+    enum kv_spec_kind kind = ev->spec_kind;
+    if (ev->kind == KV_EVENT_BLOCK_STORED && ev->has_group && ev->group_idx < KVA_MAX_GROUPS &&
+        kind != KV_SPEC_UNSET)
+        a->group_kind[slot][ev->group_idx] = (uint8_t)kind;
+    if (ev->kind == KV_EVENT_BLOCK_REMOVED && ev->has_group)
+        kind = ev->group_idx < KVA_MAX_GROUPS ? a->group_kind[slot][ev->group_idx] : KV_SPEC_OTHER;
+    bool full = kind == KV_SPEC_UNSET || kind == KV_SPEC_FULL_ATTENTION;
+    if (full && ev->has_group) {
+        if (a->routed_group[slot] < 0 && ev->kind == KV_EVENT_BLOCK_STORED)
+            a->routed_group[slot] = ev->group_idx;
+        full = a->routed_group[slot] < 0 || a->routed_group[slot] == (int64_t)ev->group_idx;
+        if (!full && kind == KV_SPEC_UNSET)
+            kind = KV_SPEC_OTHER; /* a removal of a group never stored in */
+        else if (!full)
+            kind = KV_SPEC_FULL_ATTENTION;
+    }
+    if (!full)
+        kva_count(&a->group_skipped[kind], 1);
+    return full;
 }
 
 static void kva_stored(struct kv_apply *a, uint32_t slot, const char *worker_id,
                        const struct kv_event *ev)
 {
+    if (!kva_routed_group(a, slot, ev))
+        return;
     if (ev->medium != KV_MEDIUM_GPU) {
         kva_skip(a, KVA_SKIP_MEDIUM);
         return;
@@ -275,7 +319,8 @@ static void kva_stored(struct kv_apply *a, uint32_t slot, const char *worker_id,
         return;
     }
     if (ev->n_block_hashes == 0 || ev->token_ids == NULL ||
-        ev->n_token_ids != ev->n_block_hashes * (size_t)ev->block_size) {
+        ev->n_token_ids != ev->n_block_hashes * (size_t)ev->block_size ||
+        (!ev->has_parent && ev->salt_unreadable)) {
         kva_skip(a, KVA_SKIP_MALFORMED);
         return;
     }
@@ -299,6 +344,13 @@ static void kva_stored(struct kv_apply *a, uint32_t slot, const char *worker_id,
         }
         prev = tkc_seed(model);
     }
+    /* vLLM mixes the request's cache_salt into the chain's first block, so
+     * the router's key of every block of a salted chain is salted as the
+     * data plane salts the request's (token_chain.h): a salted prompt
+     * matches only blocks stored under the same salt, and no other
+     * tenant's request ever matches them. */
+    if (!ev->has_parent && ev->salt != NULL)
+        prev = tkc_salt_seed(prev, tkc_salt_hash(ev->salt, ev->salt_len));
     if (m == NULL && (m = a->maps[slot] = kva_map_new()) == NULL) {
         kva_skip(a, KVA_SKIP_MALFORMED);
         return;
@@ -318,6 +370,8 @@ static void kva_stored(struct kv_apply *a, uint32_t slot, const char *worker_id,
 
 static void kva_removed(struct kv_apply *a, uint32_t slot, const struct kv_event *ev)
 {
+    if (!kva_routed_group(a, slot, ev))
+        return;
     if (ev->medium != KV_MEDIUM_GPU) {
         kva_skip(a, KVA_SKIP_MEDIUM);
         return;
@@ -382,13 +436,19 @@ struct kv_apply *kva_create(struct kvh_index *ix, uint32_t block_size, uint32_t 
     if (a == NULL)
         return NULL;
     a->maps = calloc(max_slots, sizeof(*a->maps));
+    a->routed_group = malloc(max_slots * sizeof(*a->routed_group));
+    a->group_kind = calloc(max_slots, sizeof(*a->group_kind));
     a->shares = calloc(1, sizeof(*a->shares) + max_slots * sizeof(a->shares->slot[0]));
-    if (a->maps == NULL || a->shares == NULL) {
+    if (a->maps == NULL || a->routed_group == NULL || a->group_kind == NULL || a->shares == NULL) {
         free(a->maps);
+        free(a->routed_group);
+        free(a->group_kind);
         free(a->shares);
         free(a);
         return NULL;
     }
+    for (uint32_t s = 0; s < max_slots; s++)
+        a->routed_group[s] = -1;
     pthread_mutex_init(&a->shares->mu, NULL);
     a->ix = ix;
     a->block_size = block_size;
@@ -406,6 +466,8 @@ void kva_destroy(struct kv_apply *a)
     for (uint32_t s = 0; s < a->max_slots; s++)
         kva_map_free(a->maps[s]);
     free(a->maps);
+    free(a->routed_group);
+    free(a->group_kind);
     pthread_mutex_destroy(&a->shares->mu);
     free(a->shares);
     free(a);
@@ -436,6 +498,8 @@ void kva_stats(const struct kv_apply *a, struct kva_stats *out)
     out->blocks_removed = kva_load(&a->blocks_removed);
     out->map_evictions = kva_load(&a->map_evictions);
     out->forgets = kva_load(&a->forgets);
+    for (int k = 0; k < KV_SPEC_COUNT; k++)
+        out->group_skipped[k] = kva_load(&a->group_skipped[k]);
 }
 
 void kva_metrics_write(const void *arg, struct prom_writer *w)
@@ -463,6 +527,21 @@ void kva_metrics_write(const void *arg, struct prom_writer *w)
     for (int r = 0; r < KVA_SKIP_COUNT; r++) {
         struct prom_label l = {"reason", reasons[r]};
         prom_sample_u64(w, NULL, &l, 1, st.skipped[r]);
+    }
+    prom_family(w, "switchyard_kv_events_group_skipped_total", PROM_COUNTER,
+                "KV-cache events of a group not routed on (hybrid models), by the group's kind: "
+                "sliding-window and state groups keep only part of a prompt, a second "
+                "full-attention group repeats the first.");
+    static const char *const spec_names[KV_SPEC_COUNT] = {
+        [KV_SPEC_FULL_ATTENTION] = "full_attention",
+        [KV_SPEC_SLIDING_WINDOW] = "sliding_window",
+        [KV_SPEC_CHUNKED_LOCAL] = "chunked_local_attention",
+        [KV_SPEC_MAMBA] = "mamba",
+        [KV_SPEC_OTHER] = "other",
+    };
+    for (int k = KV_SPEC_UNSET + 1; k < KV_SPEC_COUNT; k++) {
+        struct prom_label l = {"kind", spec_names[k]};
+        prom_sample_u64(w, NULL, &l, 1, st.group_skipped[k]);
     }
     prom_family(w, "switchyard_kv_blocks_total", PROM_COUNTER,
                 "Blocks placed in (stored) and withdrawn from (removed) the holder index.");

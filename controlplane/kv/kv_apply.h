@@ -19,7 +19,19 @@
  * CPU or storage copy must be loaded before it helps a prefill, and vLLM
  * reports it as separate events; only GPU blocks make a worker the cheap
  * place to send a prefix), events of a worker whose model is not known, and
- * events whose token count does not match their blocks.
+ * events whose token count does not match their blocks (or whose salt the
+ * decoder could not keep).
+ *
+ * Hybrid models: only one KV-cache group is routed on, the first
+ * full-attention group a worker stores in (every event, for a publisher
+ * without groups); events of other groups (sliding-window, chunked-local,
+ * mamba, a second full-attention group) are skipped and counted by kind
+ * (switchyard_kv_events_group_skipped_total), BlockRemoved included, so a
+ * removal in one group never withdraws what the routed group holds.
+ *
+ * A chain's first block (no parent) whose extra keys carry the request's
+ * cache_salt is keyed from the salted seed (tkc_salt_seed), as the data
+ * plane keys a salted request: salted blocks match only their salt.
  *
  * Bounds: each worker's map holds at most map_blocks entries; when full,
  * its oldest entry goes and so does that block's fact in the index (a fact
@@ -59,10 +71,11 @@ enum kva_skip {
 struct kva_stats {
     uint64_t applied[3]; /* by enum kv_event_kind */
     uint64_t skipped[KVA_SKIP_COUNT];
-    uint64_t blocks_stored;  /* facts added */
-    uint64_t blocks_removed; /* facts withdrawn */
-    uint64_t map_evictions;  /* map entries (and their facts) dropped for the bound */
-    uint64_t forgets;        /* AllBlocksCleared and on_forget */
+    uint64_t blocks_stored;                /* facts added */
+    uint64_t blocks_removed;               /* facts withdrawn */
+    uint64_t map_evictions;                /* map entries (and their facts) dropped for the bound */
+    uint64_t forgets;                      /* AllBlocksCleared and on_forget */
+    uint64_t group_skipped[KV_SPEC_COUNT]; /* events of groups not routed on, by kind */
 };
 
 struct kv_apply;
@@ -89,7 +102,8 @@ void kva_stats(const struct kv_apply *a, struct kva_stats *out);
 
 /* The control plane's families: switchyard_kv_index_facts and
  * switchyard_kv_index_capacity, switchyard_kv_events_applied_total{type},
- * switchyard_kv_events_skipped_total{reason}, switchyard_kv_blocks_total{op},
+ * switchyard_kv_events_skipped_total{reason},
+ * switchyard_kv_events_group_skipped_total{kind}, switchyard_kv_blocks_total{op},
  * switchyard_kv_map_evictions_total, switchyard_kv_worker_forgets_total,
  * switchyard_kv_share_limited_total{worker,action}. arg is the struct kv_apply (adm_metrics_fn's
  * shape). */

@@ -24,7 +24,7 @@
 #define KVD_DEFAULT_MAX_EVENTS    4096
 #define KVD_DEFAULT_MAX_HASHES    65536
 #define KVD_DEFAULT_MAX_TOKEN_IDS (1u << 20)
-#define KVD_LORA_ARENA            (64 * 1024)
+#define KVD_LORA_ARENA            (64 * 1024) /* LoRA names and salts of a batch */
 
 struct kvd_decoder {
     struct kvd_limits lim;
@@ -292,7 +292,10 @@ enum field {
     F_BLOCK_SIZE,
     F_MEDIUM,
     F_LORA_NAME,
-    F_IGNORED, /* known, not needed: lora_id, extra_keys, group_idx, ... */
+    F_EXTRA_KEYS,
+    F_GROUP_IDX,
+    F_SPEC_KIND,
+    F_IGNORED, /* known, not needed: lora_id, kv_cache_spec_sliding_window, ... */
 };
 
 struct field_name {
@@ -309,15 +312,17 @@ static const struct field_name stored_fields[] = {
     {"lora_id", F_IGNORED},
     {"medium", F_MEDIUM},
     {"lora_name", F_LORA_NAME},
-    {"extra_keys", F_IGNORED},
-    {"group_idx", F_IGNORED},
-    {"kv_cache_spec_kind", F_IGNORED},
+    {"extra_keys", F_EXTRA_KEYS},
+    {"group_idx", F_GROUP_IDX},
+    {"kv_cache_spec_kind", F_SPEC_KIND},
     {"kv_cache_spec_sliding_window", F_IGNORED},
+    {"locality", F_IGNORED},
 };
 static const struct field_name removed_fields[] = {
     {"block_hashes", F_BLOCK_HASHES},
     {"medium", F_MEDIUM},
-    {"group_idx", F_IGNORED},
+    {"group_idx", F_GROUP_IDX},
+    {"locality", F_IGNORED},
 };
 
 struct kind_def {
@@ -406,7 +411,95 @@ static int read_tokens(struct kvd_decoder *d, struct cursor *c, struct kv_event 
     return 0;
 }
 
-static int read_field(struct kvd_decoder *d, struct cursor *c, enum field f, struct kv_event *e)
+/* The strings of extra_keys[0], the first block's extra keys: vLLM's
+ * generate_block_hash_extra_keys makes them lora_name (with a LoRA), the
+ * multimodal keys (arrays), cache_salt (the first block only), then
+ * prompt-embedding digests (bytes). Only strings are kept, in place. */
+struct extra_strs {
+    const unsigned char *first, *last;
+    size_t first_len, last_len, n;
+};
+
+static int read_extra_keys(struct kvd_decoder *d, struct cursor *c, struct extra_strs *x)
+{
+    uint64_t n;
+    if (take_nil(c))
+        return 0;
+    if (!take_header(c, false, &n))
+        return fail(d, -EINVAL, "extra_keys: expected nil or an array");
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t k;
+        if (i > 0) {
+            if (!skip(c, 2))
+                return fail(d, -EINVAL, "extra_keys: truncated");
+            continue;
+        }
+        if (take_nil(c))
+            continue;
+        if (!take_header(c, false, &k))
+            return fail(d, -EINVAL, "extra_keys[0]: expected nil or an array");
+        for (uint64_t j = 0; j < k; j++) {
+            const unsigned char *s;
+            size_t len;
+            if (take_bytes(c, false, &s, &len)) {
+                if (x->n++ == 0) {
+                    x->first = s;
+                    x->first_len = len;
+                }
+                x->last = s;
+                x->last_len = len;
+            } else if (!skip(c, 3)) {
+                return fail(d, -EINVAL, "extra_keys[0][%llu]: truncated", (unsigned long long)j);
+            }
+        }
+    }
+    return 0;
+}
+
+/* The salt among extra_keys[0]'s strings: the last one, unless the only
+ * one is the LoRA name vLLM puts first. Copied into the arena. */
+static void resolve_salt(struct kvd_decoder *d, const struct extra_strs *x, struct kv_event *e)
+{
+    if (x->n == 0 || e->has_parent)
+        return; /* vLLM salts a chain's first block only */
+    if (x->n == 1 && e->lora_name != NULL && strlen(e->lora_name) == x->first_len &&
+        memcmp(e->lora_name, x->first, x->first_len) == 0)
+        return;
+    if (x->last_len > KVD_SALT_MAX || x->last_len + 1 > KVD_LORA_ARENA - d->arena_used) {
+        e->salt_unreadable = true;
+        return;
+    }
+    char *dst = d->arena + d->arena_used;
+    memcpy(dst, x->last, x->last_len);
+    dst[x->last_len] = '\0';
+    d->arena_used += x->last_len + 1;
+    e->salt = dst;
+    e->salt_len = x->last_len;
+}
+
+static const struct {
+    const char *name;
+    enum kv_spec_kind kind;
+} spec_kinds[] = {
+    {"full_attention", KV_SPEC_FULL_ATTENTION},
+    {"mla_attention", KV_SPEC_FULL_ATTENTION},
+    {"sink_full_attention", KV_SPEC_FULL_ATTENTION},
+    {"sliding_window", KV_SPEC_SLIDING_WINDOW},
+    {"sliding_window_mla", KV_SPEC_SLIDING_WINDOW},
+    {"chunked_local_attention", KV_SPEC_CHUNKED_LOCAL},
+    {"mamba", KV_SPEC_MAMBA},
+};
+
+static enum kv_spec_kind spec_kind_of(const unsigned char *s, size_t n)
+{
+    for (size_t i = 0; i < sizeof(spec_kinds) / sizeof(spec_kinds[0]); i++)
+        if (strlen(spec_kinds[i].name) == n && memcmp(spec_kinds[i].name, s, n) == 0)
+            return spec_kinds[i].kind;
+    return KV_SPEC_OTHER;
+}
+
+static int read_field(struct kvd_decoder *d, struct cursor *c, enum field f, struct kv_event *e,
+                      struct extra_strs *x)
 {
     const unsigned char *s;
     size_t n;
@@ -461,6 +554,27 @@ static int read_field(struct kvd_decoder *d, struct cursor *c, enum field f, str
         d->arena_used += n + 1;
         e->lora_name = dst;
         return 0;
+    case F_EXTRA_KEYS:
+        return read_extra_keys(d, c, x);
+    case F_GROUP_IDX:
+        if (take_nil(c)) {
+            e->has_group = false;
+            return 0;
+        }
+        if (!take_int(c, &v, &neg) || neg || v > UINT32_MAX)
+            return fail(d, -EINVAL, "group_idx: expected nil or an integer in 0..2^32-1");
+        e->has_group = true;
+        e->group_idx = (uint32_t)v;
+        return 0;
+    case F_SPEC_KIND:
+        if (take_nil(c)) {
+            e->spec_kind = KV_SPEC_UNSET;
+            return 0;
+        }
+        if (!take_bytes(c, false, &s, &n))
+            return fail(d, -EINVAL, "kv_cache_spec_kind: expected nil or a string");
+        e->spec_kind = spec_kind_of(s, n);
+        return 0;
     case F_UNKNOWN:
         d->counts.unknown_fields++;
         __attribute__((fallthrough));
@@ -488,18 +602,6 @@ static int map_tag(struct kvd_decoder *d, struct cursor c, const unsigned char *
             return fail(d, -EINVAL, "event: truncated map");
     }
     return 1;
-}
-
-static int check_event(struct kvd_decoder *d, const struct kv_event *e)
-{
-    if (e->kind != KV_EVENT_BLOCK_STORED)
-        return 0;
-    if (e->n_block_hashes > 0 && e->block_size == 0)
-        return fail(d, -EINVAL, "BlockStored: block_size 0");
-    if ((uint64_t)e->n_token_ids != (uint64_t)e->n_block_hashes * e->block_size)
-        return fail(d, -EINVAL, "BlockStored: %zu token ids for %zu blocks of %u", e->n_token_ids,
-                    e->n_block_hashes, e->block_size);
-    return 0;
 }
 
 /* One event into d->events (unless its tag is unknown: skipped, counted). */
@@ -533,6 +635,7 @@ static int read_event(struct kvd_decoder *d, struct cursor *c)
     memset(e, 0, sizeof(*e));
     e->kind = k->kind;
     e->medium = KV_MEDIUM_GPU;
+    struct extra_strs x = {0};
     for (uint64_t i = 0; i < n; i++) {
         enum field f;
         if (map) {
@@ -553,13 +656,12 @@ static int read_event(struct kvd_decoder *d, struct cursor *c)
         } else {
             f = i < k->n_fields ? k->fields[i].f : F_UNKNOWN;
         }
-        int rc = read_field(d, &body, f, e);
+        int rc = read_field(d, &body, f, e, &x);
         if (rc != 0)
             return rc;
     }
-    int rc = check_event(d, e);
-    if (rc != 0)
-        return rc;
+    if (e->kind == KV_EVENT_BLOCK_STORED)
+        resolve_salt(d, &x, e);
     d->n_events++;
     *c = body;
     return 0;

@@ -13,6 +13,9 @@
  *  - block hashes as integers (vLLM's default, taken as unsigned 64-bit)
  *    or as bytes/strings (raw digests), reduced to the value of their last
  *    8 bytes big-endian, as vLLM's own int form is.
+ *  - group_idx and kv_cache_spec_kind (hybrid models: one BlockStored per
+ *    KV-cache group), and the request's cache_salt from extra_keys[0] of
+ *    an event without a parent (see struct kv_event).
  * Unknown map keys, extra array elements and events with an unknown tag are
  * skipped and counted (a newer vLLM adds fields); a wrong type on a field
  * this decoder reads is an error.
@@ -20,9 +23,13 @@
  * Bounded: the decoder owns fixed arrays sized by its limits at creation
  * and allocates nothing while decoding; a batch with more events, hashes or
  * token ids than the limits, nesting deeper than KVD_MAX_DEPTH or a LoRA
- * name over KVD_LORA_NAME_MAX bytes is refused with -E2BIG. A BlockStored
- * whose token_ids are not n_block_hashes * block_size is refused (-EINVAL):
- * the index maps hashes through exactly those tokens.
+ * name over KVD_LORA_NAME_MAX bytes is refused with -E2BIG. An event that
+ * is well formed but odd (token_ids not n_block_hashes * block_size, as a
+ * sliding-window group sends them; block_size 0; a salt over KVD_SALT_MAX
+ * bytes, marked salt_unreadable) is decoded as it is: whether it can be
+ * applied is the index's call (kv_apply.h), and one such event must never
+ * cost the whole batch, since a batch refused means the worker's holdings
+ * are resynced.
  *
  * Threading: one decoder per thread; the batch it returns points into the
  * decoder and stays valid until its next decode or its destruction.
@@ -37,6 +44,7 @@
 
 #define KVD_MAX_DEPTH     32
 #define KVD_LORA_NAME_MAX 255
+#define KVD_SALT_MAX      4096
 
 /* 0 = the default of that field. */
 struct kvd_limits {

@@ -36,6 +36,11 @@ char *h_precise_blocks(unsigned seed, size_t blocks)
 
 size_t h_precise_chain(const char *content, uint64_t *out, size_t max)
 {
+    return h_precise_chain_seeded(tkc_seed(H_FLEET_MODEL), content, out, max);
+}
+
+size_t h_precise_chain_seeded(uint64_t seed, const char *content, uint64_t *out, size_t max)
+{
     size_t len = 4 + strlen(content);
     char *text = malloc(len);
     assert_non_null(text);
@@ -46,7 +51,7 @@ size_t h_precise_chain(const char *content, uint64_t *out, size_t max)
     assert_non_null(tok);
     for (size_t i = 0; i < len; i++)
         tok[i / 4] |= (uint32_t)(unsigned char)text[i] << (8 * (i % 4));
-    size_t n = tkc_chain(tkc_seed(H_FLEET_MODEL), tok, n_tok, H_PRECISE_BLOCK_SIZE, out, max);
+    size_t n = tkc_chain(seed, tok, n_tok, H_PRECISE_BLOCK_SIZE, out, max);
     free(tok);
     free(text);
     return n;
@@ -189,7 +194,8 @@ void h_precise_fleet_restart_mock(struct h_precise_fleet *f, size_t i)
 
 /* Starts mock i publishing its events, and configures its worker with the
  * matching kv_events ('*' = the worker's host). */
-static void h_precise_start_worker(struct h_precise_fleet *f, size_t i, const char *kv_blocks)
+static void h_precise_start_worker(struct h_precise_fleet *f, size_t i, const char *kv_blocks,
+                                   const char *const *mock_args)
 {
     struct h_precise_worker *w = &f->w[i];
     uint16_t p, q;
@@ -211,6 +217,10 @@ static void h_precise_start_worker(struct h_precise_fleet *f, size_t i, const ch
         w->argv[k++] = "--kv-blocks";
         w->argv[k++] = kv_blocks;
     }
+    for (size_t a = 0; mock_args != NULL && mock_args[a] != NULL; a++) {
+        assert_true(k + 1 < sizeof(w->argv) / sizeof(w->argv[0]));
+        w->argv[k++] = mock_args[a];
+    }
     w->argv[k] = NULL;
     struct h_fleet *fl = &f->fleet;
     assert_int_equal(h_mock_startv(&fl->mock[i], w->argv), 0);
@@ -224,14 +234,16 @@ void h_precise_fleet_start(struct h_precise_fleet *f, const struct h_precise_fle
     assert_true(o->n <= H_PRECISE_MAX_WORKERS);
     f->fleet.n = o->n;
     for (size_t i = 0; i < o->n; i++)
-        h_precise_start_worker(f, i, o->kv_blocks);
+        h_precise_start_worker(f, i, o->kv_blocks, o->mock_args);
     snprintf(f->policy_extra, sizeof(f->policy_extra), "%s%s", H_PRECISE_POLICY_EXACT,
              o->policy_extra != NULL ? o->policy_extra : "  tokenize_timeout: 2s\n");
+    snprintf(f->dataplane_extra, sizeof(f->dataplane_extra), "%s%s", H_PRECISE_DATAPLANE_EXTRA,
+             o->dataplane_extra != NULL ? o->dataplane_extra : "");
     h_fleet_start_router(&f->fleet, &(struct h_fleet_opts){
                                         .policy = "precise_cache_aware",
                                         .policy_extra = f->policy_extra,
                                         .health_interval = "100ms",
-                                        .dataplane_extra = H_PRECISE_DATAPLANE_EXTRA,
+                                        .dataplane_extra = f->dataplane_extra,
                                     });
     assert_int_equal(
         h_url(f->cp_metrics, sizeof(f->cp_metrics), f->fleet.cfg.admin_port, "/metrics"), 0);

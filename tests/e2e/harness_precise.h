@@ -51,6 +51,9 @@ char *h_precise_blocks(unsigned seed, size_t blocks);
  * the model. Writes up to max hashes into out; returns how many. */
 size_t h_precise_chain(const char *content, uint64_t *out, size_t max);
 
+/* As h_precise_chain from another seed (a salted chain: tkc_salt_seed). */
+size_t h_precise_chain_seeded(uint64_t seed, const char *content, uint64_t *out, size_t max);
+
 /* A chat completion request of H_FLEET_MODEL with one user message
  * (malloc'd JSON; the caller frees it). */
 char *h_precise_chat_body(const char *content, int max_tokens);
@@ -107,14 +110,17 @@ struct h_precise_fleet {
     struct kvh_index *ix;
     char cp_metrics[128]; /* the control plane's /metrics */
     char policy_extra[512];
+    char dataplane_extra[1024];
     unsigned probes; /* probe prompts sent so far (each one fresh) */
 };
 
 struct h_precise_fleet_opts {
-    size_t n;                 /* at most H_PRECISE_MAX_WORKERS */
-    const char *kv_blocks;    /* the mocks' --kv-blocks, NULL = default */
-    const char *policy_extra; /* more precise_cache_aware keys, indented by 2;
-                               * NULL = "  tokenize_timeout: 2s\n" */
+    size_t n;                     /* at most H_PRECISE_MAX_WORKERS */
+    const char *kv_blocks;        /* the mocks' --kv-blocks, NULL = default */
+    const char *policy_extra;     /* more precise_cache_aware keys, indented by 2;
+                                   * NULL = "  tokenize_timeout: 2s\n" */
+    const char *const *mock_args; /* more flags of every mock, NULL-terminated; NULL = none */
+    const char *dataplane_extra;  /* more dataplane keys after H_PRECISE_DATAPLANE_EXTRA */
 };
 
 /*

@@ -215,24 +215,17 @@ static const msgpack_object *map_get(const msgpack_object *m, const char *key)
     return NULL;
 }
 
-/* The batch's events array and rank, in either form. */
+/* The batch's events array, after checking the batch: positional in both
+ * forms ([ts, events, data_parallel_rank]: vLLM's EventBatch is an
+ * array_like msgspec struct). */
 static const msgpack_object *batch_events(const msgpack_object *b, bool array_form)
 {
-    if (array_form) {
-        assert_int_equal(b->type, MSGPACK_OBJECT_ARRAY);
-        assert_int_equal(b->via.array.size, 3);
-        assert_true(b->via.array.ptr[0].type == MSGPACK_OBJECT_FLOAT64);
-        assert_int_equal(b->via.array.ptr[2].via.u64, 0); /* data_parallel_rank */
-        return &b->via.array.ptr[1];
-    }
-    assert_int_equal(b->type, MSGPACK_OBJECT_MAP);
-    assert_non_null(map_get(b, "ts"));
-    const msgpack_object *r = map_get(b, "data_parallel_rank");
-    assert_non_null(r);
-    assert_int_equal(r->via.u64, 0);
-    const msgpack_object *e = map_get(b, "events");
-    assert_non_null(e);
-    return e;
+    (void)array_form;
+    assert_int_equal(b->type, MSGPACK_OBJECT_ARRAY);
+    assert_int_equal(b->via.array.size, 3);
+    assert_true(b->via.array.ptr[0].type == MSGPACK_OBJECT_FLOAT64);
+    assert_int_equal(b->via.array.ptr[2].via.u64, 0); /* data_parallel_rank */
+    return &b->via.array.ptr[1];
 }
 
 /* One event, whichever form: its tag and named fields. */
@@ -277,9 +270,26 @@ static struct ev event_at(const msgpack_object *events, uint32_t i, bool array_f
     out.tokens = map_get(e, "token_ids");
     out.block_size = map_get(e, "block_size");
     out.medium = map_get(e, "medium");
-    /* Fields with defaults are omitted, as msgspec's omit_defaults does. */
-    assert_null(map_get(e, "extra_keys"));
-    assert_null(map_get(e, "group_idx"));
+    /* vLLM's current fields: one group (0, full attention), no salt, so
+     * every extra_keys entry is nil; a nil sliding window is a default,
+     * omitted as msgspec's omit_defaults does. */
+    if (strcmp(out.tag, "AllBlocksCleared") != 0) {
+        const msgpack_object *g = map_get(e, "group_idx");
+        assert_non_null(g);
+        assert_int_equal(g->via.u64, 0);
+    }
+    if (strcmp(out.tag, "BlockStored") == 0) {
+        const msgpack_object *x = map_get(e, "extra_keys");
+        assert_non_null(x);
+        assert_int_equal(x->type, MSGPACK_OBJECT_ARRAY);
+        assert_int_equal(x->via.array.size, out.hashes->via.array.size);
+        for (uint32_t k = 0; k < x->via.array.size; k++)
+            assert_int_equal(x->via.array.ptr[k].type, MSGPACK_OBJECT_NIL);
+        const msgpack_object *kind = map_get(e, "kv_cache_spec_kind");
+        assert_non_null(kind);
+        assert_true(str_is(kind, "full_attention"));
+        assert_null(map_get(e, "kv_cache_spec_sliding_window"));
+    }
     return out;
 }
 

@@ -42,6 +42,11 @@ void mw_block_hashes_from(uint64_t none_hash, const char *text, size_t len, uint
     }
 }
 
+uint64_t mw_salted_seed(uint64_t none_hash, const char *salt, size_t salt_len)
+{
+    return salt_len > 0 ? XXH3_64bits_withSeed(salt, salt_len, none_hash) : none_hash;
+}
+
 /* ---- KV cache ------------------------------------------------------------ */
 
 static uint32_t kv_bucket(const struct mw_kv_cache *kv, uint64_t hash)
@@ -278,7 +283,7 @@ static void insert_observed(struct mw_engine *e, struct mw_sched_entry *x)
         while (i < n && !was[i] && mw_kv_find(&e->kv, x->hashes[i]) != MW_KV_NONE)
             i++;
         o->stored(o->ctx, x->hashes + start, i - start, start > 0 ? &x->hashes[start - 1] : NULL,
-                  x->text + start * bytes);
+                  x->text + start * bytes, x->salt, x->salt_len);
     }
     o->flush(o->ctx);
     free(was);

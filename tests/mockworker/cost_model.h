@@ -6,7 +6,10 @@
  *    cut into full blocks of block_tokens*4 bytes (a partial tail block is
  *    never cached, as in vLLM); block i's hash is
  *    h_i = XXH3_64bits_withSeed(block_i bytes, seed = h_{i-1}), h_{-1} = 0,
- *    so a block hash names the whole prefix up to and including it.
+ *    so a block hash names the whole prefix up to and including it. A
+ *    request's cache_salt enters the first block's hash (as vLLM's extra
+ *    keys do): h_{-1} is then XXH3 of the salt seeded with the unsalted
+ *    h_{-1}, so salted chains share no block with unsalted ones.
  *
  *  - KV cache (struct mw_kv_cache). A fixed number of block slots with LRU
  *    eviction. The prefix hit of a prompt is the run of its leading block
@@ -65,6 +68,10 @@ void mw_block_hashes(const char *text, size_t len, uint32_t block_tokens, uint64
  */
 void mw_block_hashes_from(uint64_t none_hash, const char *text, size_t len, uint32_t block_tokens,
                           uint64_t *out, size_t n);
+
+/* The h_{-1} of a chain salted by salt[0..salt_len) (see above); none_hash
+ * itself when salt_len is 0. */
+uint64_t mw_salted_seed(uint64_t none_hash, const char *salt, size_t salt_len);
 
 /* ---- KV cache ------------------------------------------------------------ */
 
@@ -138,7 +145,9 @@ struct mw_sched_entry {
     /* Inputs. */
     const uint64_t *hashes; /* full-block hashes of the prompt (may be NULL if n_hashes 0) */
     size_t n_hashes;
-    const char *text;    /* the prompt text (n_hashes full blocks at least), for the observer */
+    const char *text; /* the prompt text (n_hashes full blocks at least), for the observer */
+    const char *salt; /* the request's cache_salt (NULL = none), for the observer */
+    size_t salt_len;
     uint32_t *block_ids; /* NULL, or n_hashes slots to receive block ids */
     uint64_t prompt_tokens;
     uint64_t remote_tokens; /* tokens whose KV arrives from a prefill worker */
@@ -175,9 +184,11 @@ struct mw_kv_observer {
     void *ctx;
     /* n consecutive blocks of a prompt, newly cached; parent is the hash
      * of the block before them (NULL for a prompt's first block); text
-     * holds their n * block_tokens * 4 bytes. */
+     * holds their n * block_tokens * 4 bytes; salt is the request's
+     * cache_salt (NULL when none), which a prompt's first block carries in
+     * its extra keys. */
     void (*stored)(void *ctx, const uint64_t *hashes, size_t n, const uint64_t *parent,
-                   const char *text);
+                   const char *text, const char *salt, size_t salt_len);
     void (*removed)(void *ctx, const uint64_t *hashes, size_t n); /* evicted */
     void (*cleared)(void *ctx);                                   /* the whole cache */
     void (*flush)(void *ctx);

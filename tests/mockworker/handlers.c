@@ -324,12 +324,15 @@ static int infer_submit(struct mw_req *req)
         req->block_ids = malloc(sizeof(*req->block_ids) * n);
         if (req->hashes == NULL || req->block_ids == NULL)
             return -ENOMEM;
-        mw_block_hashes_from(s->none_hash, in->prompt, in->prompt_len, bt, req->hashes, n);
+        mw_block_hashes_from(mw_salted_seed(s->none_hash, in->salt, in->salt_len), in->prompt,
+                             in->prompt_len, bt, req->hashes, n);
     }
     struct mw_sched_entry *x = &req->sched;
     x->hashes = req->hashes;
     x->n_hashes = n;
     x->text = in->prompt;
+    x->salt = in->salt;
+    x->salt_len = in->salt_len;
     x->block_ids = req->block_ids;
     x->prompt_tokens = in->prompt_tokens;
     x->use_prefix_cache = cached;

@@ -24,6 +24,7 @@
 #include <zmq.h>
 
 #define KV_DIGEST_BYTES 32
+#define KV_SW_CAP       4 /* blocks the hybrid sliding-window group holds */
 
 /* One packed batch: on the queue, then in the replay ring. */
 struct kv_batch {
@@ -48,6 +49,8 @@ struct mw_kv_events {
     msgpack_sbuffer pending;
     msgpack_packer pending_pk;
     size_t pending_events;
+    uint64_t sw[KV_SW_CAP]; /* hybrid: the sliding group's blocks, oldest at sw_start */
+    size_t sw_start, sw_n;
 
     /* Queue from the observer to the thread, and the fault knobs. */
     pthread_mutex_t lock;
@@ -120,13 +123,27 @@ static void pack_key(struct mw_kv_events *ev, const char *key)
         pack_cstr(&ev->pending_pk, key);
 }
 
-static void obs_stored(void *ctx, const uint64_t *hashes, size_t n, const uint64_t *parent,
-                       const char *text)
+/* The sliding-window group's window: this many blocks of a run are kept
+ * (the run's tail); the blocks before them are masked, as vLLM's sliding
+ * window manager masks blocks wholly outside the window with its null
+ * block, which cache_full_blocks leaves out of block_hashes. */
+#define KV_WINDOW_BLOCKS 2u
+
+/*
+ * One BlockStored of group `group` (map form: every field vLLM's current
+ * struct sends; array form: the older 7 positional fields). hashes[0..n)
+ * are the group's blocks, which in the sliding-window group are the tail
+ * of the run of n_run blocks whose tokens token_ids still covers whole.
+ */
+static void pack_stored(struct mw_kv_events *ev, int group, const uint64_t *hashes, size_t n,
+                        size_t n_run, const uint64_t *parent, const char *text, const char *salt,
+                        size_t salt_len)
 {
-    struct mw_kv_events *ev = ctx;
     msgpack_packer *pk = &ev->pending_pk;
-    size_t n_tokens = n * ev->cfg.block_tokens;
-    pack_event_head(ev, "BlockStored", 7);
+    bool sliding = group == 1;
+    size_t n_tokens = n_run * ev->cfg.block_tokens;
+    pack_event_head(ev, "BlockStored", ev->cfg.array_format ? 7 : 10 + (sliding ? 1 : 0));
+    ev->pending_events++;
     pack_key(ev, "block_hashes");
     pack_hashes(ev, hashes, n);
     pack_key(ev, "parent_block_hash");
@@ -149,24 +166,113 @@ static void obs_stored(void *ctx, const uint64_t *hashes, size_t n, const uint64
     pack_cstr(pk, "GPU");
     pack_key(ev, "lora_name");
     msgpack_pack_nil(pk);
+    if (ev->cfg.array_format)
+        return;
+    /* One entry per hash: the cache_salt is the first block's only extra
+     * key (generate_block_hash_extra_keys: start_token_idx == 0), which a
+     * group that masked that block does not send. */
+    pack_key(ev, "extra_keys");
+    msgpack_pack_array(pk, n);
+    for (size_t i = 0; i < n; i++) {
+        if (salt != NULL && parent == NULL && i == 0 && n == n_run) {
+            msgpack_pack_array(pk, 1);
+            msgpack_pack_str(pk, salt_len);
+            msgpack_pack_str_body(pk, salt, salt_len);
+        } else {
+            msgpack_pack_nil(pk);
+        }
+    }
+    pack_key(ev, "group_idx");
+    msgpack_pack_uint32(pk, (uint32_t)group);
+    pack_key(ev, "kv_cache_spec_kind");
+    pack_cstr(pk, sliding ? "sliding_window" : "full_attention");
+    if (sliding) {
+        pack_key(ev, "kv_cache_spec_sliding_window");
+        msgpack_pack_uint32(pk, KV_WINDOW_BLOCKS * ev->cfg.block_tokens);
+    }
+}
+
+static void pack_removed(struct mw_kv_events *ev, int group, const uint64_t *hashes, size_t n)
+{
+    pack_event_head(ev, "BlockRemoved", ev->cfg.array_format ? 2 : 3);
+    pack_key(ev, "block_hashes");
+    pack_hashes(ev, hashes, n);
+    pack_key(ev, "medium");
+    pack_cstr(&ev->pending_pk, "GPU");
+    if (!ev->cfg.array_format) {
+        pack_key(ev, "group_idx");
+        msgpack_pack_uint32(&ev->pending_pk, (uint32_t)group);
+    }
     ev->pending_events++;
+}
+
+/* Index of h among the sliding group's blocks, or sw_n. */
+static size_t sw_find(const struct mw_kv_events *ev, uint64_t h)
+{
+    size_t i = 0;
+    while (i < ev->sw_n && ev->sw[(ev->sw_start + i) % KV_SW_CAP] != h)
+        i++;
+    return i;
+}
+
+/* The sliding group's pool is small (its blocks are freed as the window
+ * moves on, so vLLM reuses them first): storing past its capacity evicts
+ * its oldest block, reported as a BlockRemoved of group 1 alone while the
+ * full-attention group still holds that block. */
+static void sw_store(struct mw_kv_events *ev, uint64_t h)
+{
+    if (sw_find(ev, h) < ev->sw_n)
+        return;
+    if (ev->sw_n == KV_SW_CAP) {
+        uint64_t old = ev->sw[ev->sw_start];
+        ev->sw_start = (ev->sw_start + 1) % KV_SW_CAP;
+        ev->sw_n--;
+        pack_removed(ev, 1, &old, 1);
+    }
+    ev->sw[(ev->sw_start + ev->sw_n) % KV_SW_CAP] = h;
+    ev->sw_n++;
+}
+
+/* Drops h from the sliding group (the full group evicted it): true when it
+ * was there. */
+static bool sw_drop(struct mw_kv_events *ev, uint64_t h)
+{
+    size_t i = sw_find(ev, h);
+    if (i == ev->sw_n)
+        return false;
+    for (; i + 1 < ev->sw_n; i++)
+        ev->sw[(ev->sw_start + i) % KV_SW_CAP] = ev->sw[(ev->sw_start + i + 1) % KV_SW_CAP];
+    ev->sw_n--;
+    return true;
+}
+
+static void obs_stored(void *ctx, const uint64_t *hashes, size_t n, const uint64_t *parent,
+                       const char *text, const char *salt, size_t salt_len)
+{
+    struct mw_kv_events *ev = ctx;
+    pack_stored(ev, 0, hashes, n, n, parent, text, salt, salt_len);
+    if (!ev->cfg.hybrid)
+        return;
+    size_t keep = n < KV_WINDOW_BLOCKS ? n : KV_WINDOW_BLOCKS;
+    pack_stored(ev, 1, hashes + (n - keep), keep, n, parent, text, salt, salt_len);
+    for (size_t i = n - keep; i < n; i++)
+        sw_store(ev, hashes[i]);
 }
 
 static void obs_removed(void *ctx, const uint64_t *hashes, size_t n)
 {
     struct mw_kv_events *ev = ctx;
-    pack_event_head(ev, "BlockRemoved", 2);
-    pack_key(ev, "block_hashes");
-    pack_hashes(ev, hashes, n);
-    pack_key(ev, "medium");
-    pack_cstr(&ev->pending_pk, "GPU");
-    ev->pending_events++;
+    pack_removed(ev, 0, hashes, n);
+    for (size_t i = 0; ev->cfg.hybrid && i < n; i++)
+        if (sw_drop(ev, hashes[i]))
+            pack_removed(ev, 1, &hashes[i], 1);
 }
 
 static void obs_cleared(void *ctx)
 {
     struct mw_kv_events *ev = ctx;
     pack_event_head(ev, "AllBlocksCleared", 0);
+    ev->sw_n = 0;
     ev->pending_events++;
 }
 
@@ -190,20 +296,11 @@ static void obs_flush(void *ctx)
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     double ts = (double)now.tv_sec + (double)now.tv_nsec / 1e9;
-    if (ev->cfg.array_format) {
-        msgpack_pack_array(&pk, 3);
-        msgpack_pack_double(&pk, ts);
-        msgpack_pack_array(&pk, ev->pending_events);
-    } else {
-        msgpack_pack_map(&pk, 3);
-        pack_cstr(&pk, "ts");
-        msgpack_pack_double(&pk, ts);
-        pack_cstr(&pk, "events");
-        msgpack_pack_array(&pk, ev->pending_events);
-    }
+    /* KVEventBatch is an array_like struct in every vLLM: positional. */
+    msgpack_pack_array(&pk, 3);
+    msgpack_pack_double(&pk, ts);
+    msgpack_pack_array(&pk, ev->pending_events);
     msgpack_sbuffer_write(&sb, ev->pending.data, ev->pending.size);
-    if (!ev->cfg.array_format)
-        pack_cstr(&pk, "data_parallel_rank");
     msgpack_pack_int(&pk, ev->cfg.dp_rank);
     msgpack_sbuffer_clear(&ev->pending);
     ev->pending_events = 0;
@@ -438,8 +535,11 @@ int mw_kv_events_create(const struct mw_kv_events_config *cfg, struct mw_kv_even
 {
     *out = NULL;
     if (cfg->endpoint == NULL || cfg->endpoint[0] == '\0' || cfg->buffer_steps == 0 ||
-        cfg->block_tokens == 0) {
-        snprintf(err, err_len, "kv events: bad configuration");
+        cfg->block_tokens == 0 || (cfg->hybrid && cfg->array_format)) {
+        snprintf(err, err_len, "kv events: bad configuration%s",
+                 cfg->hybrid && cfg->array_format
+                     ? " (KV-cache groups came with the map format: --kv-groups hybrid needs it)"
+                     : "");
         return -EINVAL;
     }
     struct mw_kv_events *ev = calloc(1, sizeof(*ev));

@@ -7,15 +7,29 @@
  * Wire (as vLLM's ZmqEventPublisher):
  *  - PUB socket (--kv-events-endpoint): multipart (topic "", sequence
  *    number as 8 bytes big-endian from 0, msgpack batch).
- *  - The batch: format "map" (vLLM's current msgspec structs without
- *    array_like) is {"ts", "events", "data_parallel_rank"} with events as
- *    maps tagged "type": BlockStored {block_hashes, parent_block_hash (nil
- *    for a prompt's first block), token_ids, block_size, lora_id: nil,
- *    medium: "GPU", lora_name: nil}, BlockRemoved {block_hashes, medium},
- *    AllBlocksCleared {}; fields that have a default in vLLM (extra_keys,
- *    group_idx, ...) are omitted as msgspec's omit_defaults does. Format
- *    "array" (vLLM before) is [ts, events, data_parallel_rank] with events
- *    as positional arrays whose first element is the tag.
+ *  - The batch is [ts, events, data_parallel_rank] in both formats
+ *    (vLLM's EventBatch is an array_like msgspec struct). Format "map"
+ *    (vLLM now: its events are tagged structs without array_like) sends
+ *    events as maps tagged "type": BlockStored {block_hashes,
+ *    parent_block_hash (nil for a prompt's first block), token_ids,
+ *    block_size, lora_id: nil, medium: "GPU", lora_name: nil, extra_keys
+ *    (one entry per hash: [cache_salt] for a salted prompt's first block,
+ *    else nil), group_idx, kv_cache_spec_kind ("full_attention",
+ *    "sliding_window"), kv_cache_spec_sliding_window (sliding group only:
+ *    msgspec's omit_defaults leaves out a nil)}, BlockRemoved
+ *    {block_hashes, medium, group_idx}, AllBlocksCleared {}. Format
+ *    "array" (vLLM before groups and extra keys) sends events as
+ *    positional arrays whose first element is the tag, with the older
+ *    fields only (BlockStored's 7, BlockRemoved's 2).
+ *  - hybrid (--kv-groups hybrid, map format only): a hybrid model's two
+ *    KV-cache groups, as vLLM's block pool reports them. Group 0
+ *    (full_attention) stores every block; group 1 (sliding_window, a
+ *    window of 2 blocks) stores, for each run of blocks, only the run's
+ *    last 2 under the same hashes, while its token_ids cover the whole run
+ *    (the masked blocks are skipped, their tokens are not), and its own
+ *    small pool (4 blocks) evicts its oldest block when full: a
+ *    BlockRemoved of group 1 for a block group 0 still holds. A block the
+ *    main LRU evicts is removed from group 0, and from group 1 if there.
  *  - Block hashes are ints (the default) or, with --kv-events-hash bytes,
  *    32-byte digests whose last 8 bytes big-endian are the int.
  *  - ROUTER socket (--kv-events-replay-endpoint): a request is the start
@@ -55,6 +69,7 @@ struct mw_kv_events_config {
     const char *replay_endpoint; /* ROUTER, bound; NULL or "" = no replay */
     bool array_format;           /* vLLM's older positional arrays */
     bool hash_bytes;             /* hashes as 32-byte digests instead of ints */
+    bool hybrid;                 /* two KV-cache groups (full + sliding window); map format */
     uint32_t buffer_steps;       /* batches kept for replay, >= 1 */
     uint32_t block_tokens;       /* block_size of BlockStored */
     int dp_rank;                 /* data_parallel_rank of every batch */

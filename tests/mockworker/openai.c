@@ -264,6 +264,17 @@ int mw_openai_parse(enum mw_endpoint ep, const char *body, size_t len,
         goto out_decref;
     }
     out->n_inputs = n_items;
+    /* vLLM mixes a non-empty cache_salt into the first block's hash. */
+    json_t *salt = json_object_get(root, "cache_salt");
+    if (json_is_string(salt) && json_string_length(salt) > 0) {
+        out->salt_len = json_string_length(salt);
+        out->salt = malloc(out->salt_len + 1);
+        if (out->salt == NULL) {
+            rc = fail(err, 500, "out of memory");
+            goto out_decref;
+        }
+        memcpy(out->salt, json_string_value(salt), out->salt_len + 1);
+    }
     out->prompt_tokens = (out->prompt_len + 3) / 4;
     out->prompt_hash = XXH3_64bits(out->prompt != NULL ? out->prompt : "", out->prompt_len);
     if (ep != MW_EP_EMBEDDINGS) {
@@ -285,6 +296,9 @@ void mw_infer_fini(struct mw_infer *r)
     free(r->prompt);
     r->prompt = NULL;
     r->prompt_len = 0;
+    free(r->salt);
+    r->salt = NULL;
+    r->salt_len = 0;
 }
 
 /* ---- small bodies ------------------------------------------------------------ */

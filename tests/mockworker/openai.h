@@ -62,6 +62,8 @@ struct mw_infer {
     size_t prompt_len;
     uint64_t prompt_tokens;
     uint64_t prompt_hash; /* XXH3 of prompt, seeds the generated text */
+    char *salt;           /* owned: the request's cache_salt, NULL when none or "" */
+    size_t salt_len;
     bool stream;
     bool include_usage;
     uint64_t max_tokens;   /* tokens to generate */

@@ -113,6 +113,9 @@ static const struct opt_def opt_defs[] = {
      "events as tagged maps (vLLM now) or positional arrays (before) (default map)"},
     {"--kv-events-hash", OPT_KIND_CHOICE, OFF(kv_events_hash_bytes), 0, 0, 0, "int|bytes",
      "block hashes as 64-bit ints (vLLM's default) or digest bytes (default int)"},
+    {"--kv-groups", OPT_KIND_CHOICE, OFF(kv_groups_hybrid), 0, 0, 0, "single|hybrid",
+     "KV-cache groups the events report: one full-attention group, or a hybrid model's "
+     "full-attention and sliding-window groups (default single)"},
     {"--kv-events-buffer-steps", OPT_KIND_U32, OFF(kv_events_buffer_steps), sizeof(uint32_t), 1,
      1u << 20, "N", "KV event batches kept for replay (default 10000)"},
     {"--help", OPT_KIND_HELP, 0, 0, 0, 0, NULL, "print this help and exit"},

@@ -75,6 +75,7 @@ struct mw_options {
     char kv_events_replay_endpoint[MW_ENDPOINT_MAX]; /* ROUTER; "" = no replay */
     bool kv_events_array;                            /* --kv-events-format array */
     bool kv_events_hash_bytes;                       /* --kv-events-hash bytes */
+    bool kv_groups_hybrid;                           /* --kv-groups hybrid */
     uint32_t kv_events_buffer_steps;                 /* batches kept for replay */
 };
 

@@ -497,6 +497,7 @@ int mw_server_init(struct mw_server *s, const struct mw_options *opts, char *err
             .replay_endpoint = opts->kv_events_replay_endpoint,
             .array_format = opts->kv_events_array,
             .hash_bytes = opts->kv_events_hash_bytes,
+            .hybrid = opts->kv_groups_hybrid,
             .buffer_steps = opts->kv_events_buffer_steps,
             .block_tokens = opts->block_tokens,
             .dp_rank = 0,
@@ -506,9 +507,11 @@ int mw_server_init(struct mw_server *s, const struct mw_options *opts, char *err
             goto out_listener;
         mw_engine_set_observer(&s->engine, mw_kv_events_observer(s->kv_events));
         log_info(
-            "kv events on %s (replay %s, format %s, hashes %s)", opts->kv_events_endpoint,
+            "kv events on %s (replay %s, format %s, hashes %s, groups %s)",
+            opts->kv_events_endpoint,
             opts->kv_events_replay_endpoint[0] != '\0' ? opts->kv_events_replay_endpoint : "off",
-            opts->kv_events_array ? "array" : "map", opts->kv_events_hash_bytes ? "bytes" : "int");
+            opts->kv_events_array ? "array" : "map", opts->kv_events_hash_bytes ? "bytes" : "int",
+            opts->kv_groups_hybrid ? "hybrid" : "single");
     }
     return 0;
 
