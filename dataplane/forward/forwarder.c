@@ -284,51 +284,66 @@ static void fwd_resume_tokenized(struct dp_request *req)
     fwd_try(req);
 }
 
-/* Picks a worker and starts an attempt on it; on failure answers req. */
-static void fwd_try(struct dp_request *req)
+/*
+ * One call of fwd_try's pick state: the loop's buffers (reused by every
+ * pick, allocated at the first) and what this call learnt. refused holds
+ * the workers that refused a guard in this call (draining since the
+ * snapshot was taken, removed, or saturated by another loop): never picked
+ * again by this call, which bounds its retries by the fleet's size.
+ */
+struct fwd_pick {
+    struct pol_candidate *cands;
+    uint32_t *slots, *gens; /* gens: the second half of the loop's pick_slots */
+    uint64_t *loads;
+    uint32_t *refused;
+    size_t n_refused;
+    bool saturated; /* a worker was refused as saturated (admission.h) */
+    /* How own counts and reports combine: derived once from the config at
+     * start (dataplane.c), not per request. */
+    const struct shm_el_params *elp;
+    uint64_t now_unix_ms;
+};
+
+/* Points p at the loop's pick buffers, sized for the snapshot's capacity.
+ * 0, or -ENOMEM (the buffers are dropped, to be taken again next time). */
+static int fwd_pick_init(struct dp_loop *loop, struct fwd_pick *p)
 {
-    struct dp_loop *loop = req->loop;
-    /* A new request does not overtake those already waiting for its
-     * model (adm_queue.h). This comes before the pick's buffers (the
-     * loop's, reused by every pick) are filled, since the queue's
-     * dispatches pick too; those come back here dispatching, which
-     * before_pick lets through at once, so it nests one level at most
-     * (the arrival itself among them, when the queue keeps it and it is
-     * next: the inner call is then its whole pick). */
-    if (req->attempts == 0 && dp_adm_checks_saturation(loop) && dp_adm_before_pick(req))
-        return; /* queued behind the waiting, or answered */
-    struct dp_workers *v = &loop->workers;
-    dp_workers_refresh(v);
-    size_t cap = v->cap ? v->cap : 1; /* v->n never exceeds it */
-    if (loop->fwd.pick_cands == NULL) {
-        loop->fwd.pick_cands = malloc(sizeof(*loop->fwd.pick_cands) * cap);
-        loop->fwd.pick_slots = malloc(sizeof(*loop->fwd.pick_slots) * cap * 2);
-        loop->fwd.pick_loads = malloc(sizeof(*loop->fwd.pick_loads) * cap);
-        loop->fwd.pick_refused = malloc(sizeof(*loop->fwd.pick_refused) * cap);
+    struct dp_fwd *f = &loop->fwd;
+    size_t cap = loop->workers.cap ? loop->workers.cap : 1; /* workers.n never exceeds it */
+    if (f->pick_cands == NULL) {
+        f->pick_cands = malloc(sizeof(*f->pick_cands) * cap);
+        f->pick_slots = malloc(sizeof(*f->pick_slots) * cap * 2);
+        f->pick_loads = malloc(sizeof(*f->pick_loads) * cap);
+        f->pick_refused = malloc(sizeof(*f->pick_refused) * cap);
     }
-    struct pol_candidate *cands = loop->fwd.pick_cands;
-    uint32_t *slots = loop->fwd.pick_slots;
-    uint64_t *loads = loop->fwd.pick_loads;
-    /* Workers that refused a guard in this call (draining since the snapshot
-     * was taken, or removed): never picked again by this call. */
-    uint32_t *refused = loop->fwd.pick_refused;
-    size_t n_refused = 0;
-    bool saturated = false; /* a worker was refused as saturated (admission.h) */
-    if (cands == NULL || slots == NULL || loads == NULL || refused == NULL) {
-        free(cands);
-        free(slots);
-        free(loads);
-        free(refused);
-        loop->fwd.pick_cands = NULL;
-        loop->fwd.pick_slots = loop->fwd.pick_refused = NULL;
-        loop->fwd.pick_loads = NULL;
-        fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
-        return;
+    if (f->pick_cands == NULL || f->pick_slots == NULL || f->pick_loads == NULL ||
+        f->pick_refused == NULL) {
+        free(f->pick_cands);
+        free(f->pick_slots);
+        free(f->pick_loads);
+        free(f->pick_refused);
+        f->pick_cands = NULL;
+        f->pick_slots = f->pick_refused = NULL;
+        f->pick_loads = NULL;
+        return -ENOMEM;
     }
-    uint32_t *gens = slots + cap;
-pick_again:;
+    *p = (struct fwd_pick){
+        .cands = f->pick_cands,
+        .slots = f->pick_slots,
+        .gens = f->pick_slots + cap,
+        .loads = f->pick_loads,
+        .refused = f->pick_refused,
+        .elp = &loop->sh->metrics.load,
+    };
+    return 0;
+}
+
+/* The workers req may go to now, into p->cands: untried workers first, a
+ * worker already tried only when none is left. Returns how many. */
+static size_t fwd_gather(const struct dp_request *req, struct fwd_pick *p)
+{
+    const struct dp_workers *v = &req->loop->workers;
     size_t n = 0;
-    /* Untried workers first; a worker already tried only when none is left. */
     for (int pass = 0; pass < 2 && n == 0; pass++)
         for (size_t i = 0; i < v->n; i++) {
             const struct shm_worker_info *w = &v->w[i];
@@ -336,62 +351,90 @@ pick_again:;
                 continue;
             if (pass == 0 && fwd_was_tried(req, w->slot))
                 continue;
-            if (fwd_slot_in(refused, n_refused, w->slot))
+            if (fwd_slot_in(p->refused, p->n_refused, w->slot))
                 continue;
-            cands[n].worker = w;
-            slots[n] = w->slot;
-            gens[n] = w->generation;
+            p->cands[n].worker = w;
+            p->slots[n] = w->slot;
+            p->gens[n] = w->generation;
             n++;
         }
-    if (n == 0 && saturated) {
+    return n;
+}
+
+/* No worker can take req: it waits (for a slot, or the end of a reset_load)
+ * holding no load, or is answered. */
+static void fwd_no_candidate(struct dp_request *req, bool saturated)
+{
+    if (saturated) {
         dp_adm_wait(req);
-        goto out_free;
+        return;
     }
-    if (n == 0 && fwd_wait_for_reset(req))
-        goto out_free;
-    if (n == 0) {
-        if (req->attempts == 0) {
-            req->retry_after_s = 1;
-            char msg[CFG_MODEL_MAX + 64];
-            snprintf(msg, sizeof(msg), "no healthy %sworker serves model '%s'", req->leg->label,
-                     req->model);
-            fwd_reply(req, 503, "no_healthy_worker", msg);
-        } else if (!fwd_reply_overloaded(req)) {
-            fwd_reply_attempts_failed(req, 502, "upstream_error");
-        }
-        goto out_free;
+    if (fwd_wait_for_reset(req))
+        return;
+    if (req->attempts == 0) {
+        req->retry_after_s = 1;
+        char msg[CFG_MODEL_MAX + 64];
+        snprintf(msg, sizeof(msg), "no healthy %sworker serves model '%s'", req->leg->label,
+                 req->model);
+        fwd_reply(req, 503, "no_healthy_worker", msg);
+    } else if (!fwd_reply_overloaded(req)) {
+        fwd_reply_attempts_failed(req, 502, "upstream_error");
     }
-    shm_load_read_many(loop->sh->seg, slots, gens, n, loads);
-    /* How own counts and reports combine: derived once from the config at
-     * start (dataplane.c), not per request. */
-    const struct shm_el_params *elp = &loop->sh->metrics.load;
-    uint64_t now_unix_ms = proc_wall_ms();
+}
+
+/* Gives each of the n candidates its effective load: this node's own count
+ * combined with the worker's report (effective_load.h). */
+static void fwd_rate(struct dp_loop *loop, struct fwd_pick *p, size_t n)
+{
+    shm_load_read_many(loop->sh->seg, p->slots, p->gens, n, p->loads);
+    p->now_unix_ms = proc_wall_ms();
     for (size_t i = 0; i < n; i++) {
         struct shm_el_load el;
-        shm_el_of(loop->sh->seg, elp, slots[i], gens[i], loads[i], now_unix_ms, &el);
-        cands[i].load = el.effective;
-        cands[i].kv_overloaded = el.kv_overloaded;
+        shm_el_of(loop->sh->seg, p->elp, p->slots[i], p->gens[i], p->loads[i], p->now_unix_ms, &el);
+        p->cands[i].load = el.effective;
+        p->cands[i].kv_overloaded = el.kv_overloaded;
         if (el.stale)
-            dp_metrics_report_stale(&loop->sh->metrics, slots[i]);
+            dp_metrics_report_stale(&loop->sh->metrics, p->slots[i]);
     }
+}
+
+/*
+ * What stands between the candidates and the policy: admission's
+ * saturation, LoRA adapters already running, and precise_cache_aware's
+ * tokens. Narrows *n; false when req now waits (for a slot or its tokens),
+ * holding no load.
+ */
+static bool fwd_gate(struct dp_request *req, struct fwd_pick *p, size_t *n)
+{
+    struct dp_loop *loop = req->loop;
     if (dp_adm_checks_saturation(loop)) {
-        n = dp_adm_filter_saturated(loop, cands, n);
-        if (n == 0) {
+        *n = dp_adm_filter_saturated(loop, p->cands, *n);
+        if (*n == 0) {
             /* Every eligible worker is busy: wait for one, holding no load. */
             dp_adm_wait(req);
-            goto out_free;
+            return false;
         }
     }
     /* LoRA: prefer the workers already running the adapter (lora_affinity.h). */
     if (!req->pinned)
-        n = dp_lora_keep_running(loop->sh->seg, elp, &loop->sh->cfg->policy, req->model, cands, n,
-                                 now_unix_ms);
+        *n = dp_lora_keep_running(loop->sh->seg, p->elp, &loop->sh->cfg->policy, req->model,
+                                  p->cands, *n, p->now_unix_ms);
     /* precise_cache_aware routes on the prompt's tokens: fetched once,
      * before the first pick; the request waits for them holding no load. */
     struct pol_policy *policy = req->leg->policy(loop);
     if (!req->pinned && pol_needs_tokens(policy) && fwd_tokenizes(req) &&
-        dp_tok_prepare(req, cands, n, fwd_resume_tokenized))
-        goto out_free;
+        dp_tok_prepare(req, p->cands, *n, fwd_resume_tokenized))
+        return false;
+    return true;
+}
+
+/* Asks the leg's policy for one of the n candidates (a pinned request has
+ * its one), journals and counts the decision. NULL when it chose none
+ * (req is answered). */
+static const struct shm_worker_info *fwd_choose(struct dp_request *req,
+                                                const struct pol_candidate *cands, size_t n)
+{
+    struct dp_loop *loop = req->loop;
     struct pol_request pr = {
         .path = dp_route_row(req->route)->upstream_path,
         .model = req->model,
@@ -407,7 +450,7 @@ pick_again:;
     enum pol_decision decision = POL_DECISION_UNSET;
     uint64_t pick_ns = dp_journal_now_ns();
     /* A pinned request (resp_affinity.h) has its one candidate. */
-    int pick = req->pinned ? 0 : pol_pick(policy, &pr, cands, n, &decision);
+    int pick = req->pinned ? 0 : pol_pick(req->leg->policy(loop), &pr, cands, n, &decision);
     if (req->pinned)
         decision = POL_DECISION_RESPONSE_AFFINITY;
     dp_journal_decision(req, decision, n, pick >= 0 ? cands[pick].worker->id : NULL, pick_ns);
@@ -415,13 +458,48 @@ pick_again:;
     req->leg->count_decision(&loop->sh->metrics, decision);
     if (pick < 0) {
         fwd_reply(req, 503, "no_worker_selected", "the routing policy selected no worker");
-        goto out_free;
+        return NULL;
     }
-    const struct shm_worker_info *w = cands[pick].worker;
+    return cands[pick].worker;
+}
+
+/* Picks the worker for req's next attempt among those p has not seen
+ * refuse. NULL when req was answered or now waits, holding no load. */
+static const struct shm_worker_info *fwd_pick(struct dp_request *req, struct fwd_pick *p)
+{
+    size_t n = fwd_gather(req, p);
+    if (n == 0) {
+        fwd_no_candidate(req, p->saturated);
+        return NULL;
+    }
+    fwd_rate(req->loop, p, n);
+    if (!fwd_gate(req, p, &n))
+        return NULL;
+    return fwd_choose(req, p->cands, n);
+}
+
+/* What became of an attempt's guard on its picked worker. */
+enum fwd_acquired {
+    FWD_ACQ_UNSET = 0,
+    FWD_ACQ_HELD,      /* counted: the attempt may start */
+    FWD_ACQ_REFUSED,   /* draining or gone since the snapshot: nothing counted */
+    FWD_ACQ_SATURATED, /* its last admission slot went elsewhere: nothing counted */
+    FWD_ACQ_FAILED,    /* req was answered */
+};
+
+/*
+ * A new attempt of req on w, with w's load counted in its guard (*out,
+ * FWD_ACQ_HELD). A refused guard leaves nothing behind, for the caller to
+ * pick among the rest; any other failure answers req.
+ */
+static enum fwd_acquired fwd_acquire(struct dp_request *req, const struct shm_worker_info *w,
+                                     struct dp_attempt **out)
+{
+    struct dp_loop *loop = req->loop;
     struct dp_attempt *a = calloc(1, sizeof(*a));
     if (a == NULL) {
         fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
-        goto out_free;
+        return FWD_ACQ_FAILED;
     }
     a->loop = loop;
     a->req = req;
@@ -439,16 +517,13 @@ pick_again:;
         /* The worker started draining (a reset_load) or left the registry
          * after our snapshot: nothing was counted, choose among the rest. */
         free(a);
-        refused[n_refused++] = w->slot;
-        goto pick_again;
+        return FWD_ACQ_REFUSED;
     }
     if (rc == 0 && !dp_adm_confirm(loop, w->slot, w->generation)) {
         /* Another loop or data plane took the worker's last slot first. */
         dp_guard_release(&loop->sh->guards, &a->guard);
         free(a);
-        refused[n_refused++] = w->slot;
-        saturated = true;
-        goto pick_again;
+        return FWD_ACQ_SATURATED;
     }
     if (rc != 0) {
         free(a);
@@ -458,9 +533,20 @@ pick_again:;
         char msg[CFG_MODEL_MAX + 64];
         snprintf(msg, sizeof(msg), "no worker available for model '%s'", req->model);
         fwd_reply(req, 503, "no_healthy_worker", msg);
-        goto out_free;
+        return FWD_ACQ_FAILED;
     }
+    *out = a;
+    return FWD_ACQ_HELD;
+}
+
+/* Starts the transfer of a (its guard held) to w; on failure a ends and
+ * req is answered. */
+static void fwd_launch(struct dp_request *req, struct dp_attempt *a,
+                       const struct shm_worker_info *w)
+{
+    struct dp_loop *loop = req->loop;
     char url[CFG_URL_MAX + DP_RESP_ID_MAX + 512]; /* + id and query of an id route */
+    int rc = 0;
     if (dp_route_row(req->route)->id_suffix != NULL)
         rc = dp_id_route_url(req, w->url, url, sizeof(url));
     else {
@@ -471,7 +557,7 @@ pick_again:;
         dp_guard_release(&loop->sh->guards, &a->guard);
         free(a);
         fwd_reply(req, 414, "uri_too_long", "the request's path and query are too long");
-        goto out_free;
+        return;
     }
     dp_request_ref(req);
     attempt_link(a);
@@ -488,8 +574,44 @@ pick_again:;
         log_warn("request %s: %s", req->request_id, req->last_cause);
         fwd_reply(req, 500, "internal_error", "the router could not start the request");
     }
-out_free:
-    return;
+}
+
+/* Picks a worker and starts an attempt on it; on failure answers req. */
+static void fwd_try(struct dp_request *req)
+{
+    struct dp_loop *loop = req->loop;
+    /* A new request does not overtake those already waiting for its
+     * model (adm_queue.h). This comes before the pick's buffers (the
+     * loop's, reused by every pick) are filled, since the queue's
+     * dispatches pick too; those come back here dispatching, which
+     * before_pick lets through at once, so it nests one level at most
+     * (the arrival itself among them, when the queue keeps it and it is
+     * next: the inner call is then its whole pick). */
+    if (req->attempts == 0 && dp_adm_checks_saturation(loop) && dp_adm_before_pick(req))
+        return; /* queued behind the waiting, or answered */
+    dp_workers_refresh(&loop->workers);
+    struct fwd_pick p;
+    if (fwd_pick_init(loop, &p) != 0) {
+        fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
+        return;
+    }
+    /* A worker that refuses the guard is dropped and the pick runs again
+     * among the rest; each round refuses a new worker or ends. */
+    for (;;) {
+        const struct shm_worker_info *w = fwd_pick(req, &p);
+        if (w == NULL)
+            return; /* answered, or waiting */
+        struct dp_attempt *a = NULL;
+        enum fwd_acquired got = fwd_acquire(req, w, &a);
+        if (got == FWD_ACQ_HELD) {
+            fwd_launch(req, a, w);
+            return;
+        }
+        if (got == FWD_ACQ_FAILED)
+            return;
+        p.refused[p.n_refused++] = w->slot;
+        p.saturated = p.saturated || got == FWD_ACQ_SATURATED;
+    }
 }
 
 /* ---- the request's start --------------------------------------------------- */
