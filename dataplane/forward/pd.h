@@ -19,9 +19,10 @@
  * params is never retried with them elsewhere (its blocks may be gone):
  * the request runs again from a new prefill instead.
  *
- * This module owns the rewriting of bodies (pure functions, unit-tested),
- * the legs' choice of role and policy, the phase transitions and the P/D
- * metrics: it is the two-leg plan of legs.h. The forwarder runs the
+ * This module owns the legs' choice of role and policy, the phase
+ * transitions and the P/D metrics: it is the two-leg plan of legs.h. The
+ * bodies and answers it rewrites are pd_body.h's (pure functions), the
+ * decode stream's usage rewriting pd_usage_filter.h's. The forwarder runs the
  * attempts and knows the plan only through that interface; plan.c chooses
  * it for a request (dp_pd_applies, dp_pd_begin).
  *
@@ -31,8 +32,7 @@
  * request counts exactly one outcome: the first of the plan's ending
  * events (done, failed, cut, aborted, a bad prefill answer, the fallback).
  *
- * Threading: the loop's thread only, except the pure body functions (any
- * thread).
+ * Threading: the loop's thread only.
  */
 #ifndef SY_DATAPLANE_PD_H
 #define SY_DATAPLANE_PD_H
@@ -48,66 +48,6 @@ struct dp_loop;
 struct dp_request;
 
 #define DP_PD_RESP_MAX (4u << 20) /* largest prefill response kept */
-
-/* ---- bodies (pure) --------------------------------------------------------- */
-
-/*
- * The prefill leg's body from the client's: max_tokens 1, max_completion_tokens
- * 1 when present, stream false, stream_options removed, kv_transfer_params
- * {do_remote_decode: true, do_remote_prefill: false, remote_*: null}.
- * min_tokens and min_completion_tokens removed. Returns 0 and a malloc'd
- * NUL-terminated body in *out (caller frees), -EDOM when body is a
- * completions request with several prompts (not disaggregated: vLLM returns
- * the first prompt's params only), -EINVAL when body is not a JSON object,
- * -ENOMEM.
- */
-int dp_pd_prefill_body(const char *body, size_t len, char **out, size_t *out_len);
-
-/*
- * The decode leg's body: the client's body with kv_transfer_params set to
- * the object the prefill response (resp) carries. Returns 0 and *out as
- * above; -EPROTO when resp has no usable kv_transfer_params (err says what
- * is wrong), -EINVAL when body is not a JSON object, -ENOMEM.
- */
-int dp_pd_decode_body(const char *body, size_t len, const char *resp, size_t resp_len, char **out,
-                      size_t *out_len, char *err, size_t err_len);
-
-/*
- * The usage the client gets under P/D (as vLLM's own router does): the
- * prompt and cached tokens of the prefill answer, the completion tokens of
- * the decode answer (whose cached tokens count the pulled KV), the total
- * recomputed.
- *
- * dp_pd_prefill_usage reads the prefill answer's usage into u (u->known
- * false when it has none). dp_pd_merge_answer rewrites a non-streamed
- * decode answer: its usage from u, and when prefill is not NULL the
- * prompt_logprobs of the prefill answer (top level, and per choice)
- * wherever the decode answer has them null. dp_pd_merge_line rewrites one
- * SSE line ("data: {...}") whose chunk carries a usage object. Both return
- * 0 and a malloc'd *out, -ENOENT when nothing changes (use the input),
- * -EINVAL when the input is not what they expect, -ENOMEM.
- */
-void dp_pd_prefill_usage(const char *resp, size_t len, struct dp_pd_usage *u);
-int dp_pd_merge_answer(const char *body, size_t len, const struct dp_pd_usage *u,
-                       const char *prefill, size_t prefill_len, char **out, size_t *out_len);
-int dp_pd_merge_line(const char *line, size_t len, const struct dp_pd_usage *u, char **out,
-                     size_t *out_len);
-
-/*
- * The decode leg's relay filter on a request's P/D state (legs.h's filter
- * and filter_commit; public for the unit tests): with sse and a known
- * prefill usage, the lines of a stream whose chunk carries a usage object
- * are rewritten by dp_pd_merge_line; a partial last line is held back
- * (at most 16 KiB; a longer one ends the rewriting) until the chunk that
- * ends it. dp_pd_filter sets *out (data itself, or pd's buffer) without
- * changing what is held; dp_pd_filter_commit, once the relay took *out,
- * does. dp_pd_filter_fini frees pd's buffers.
- */
-struct dp_pd_state;
-void dp_pd_filter(struct dp_pd_state *pd, bool sse, const char *data, size_t len, const char **out,
-                  size_t *out_len);
-void dp_pd_filter_commit(struct dp_pd_state *pd, bool sse, const char *data, size_t len);
-void dp_pd_filter_fini(struct dp_pd_state *pd);
 
 /* ---- legs ------------------------------------------------------------------ */
 

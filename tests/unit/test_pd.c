@@ -16,6 +16,8 @@
 #include <cmocka.h>
 
 #include "dataplane/forward/pd.h"
+#include "dataplane/forward/pd_body.h"
+#include "dataplane/forward/pd_usage_filter.h"
 #include "dataplane/core/request_types.h"
 
 static json_t *prefill_of(const char *body)
