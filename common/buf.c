@@ -160,6 +160,16 @@ int buf_reserve(struct buf *b, size_t n)
     return 0;
 }
 
+int buf_make_room(struct buf *b, size_t n)
+{
+    if (b->err != 0)
+        return b->err;
+    int rc = buf_grow(b, n);
+    if (rc == 0 && b->len == 0)
+        b->data[0] = '\0'; /* a first allocation reads as "" */
+    return rc;
+}
+
 void buf_shrink(struct buf *b)
 {
     if (b->data == NULL || b->alloc <= b->len + 1)

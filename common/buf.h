@@ -104,6 +104,16 @@ void buf_shrink(struct buf *b);
  */
 int buf_reserve(struct buf *b, size_t n);
 
+/*
+ * Makes room for n more bytes the way an append grows (doubling, clamped
+ * to the cap) but records no error: for a writer to whom "no room now" is
+ * back-pressure rather than failure (the relay pauses its producer and
+ * tries again once its reader made room). After it returns 0, appending up
+ * to n bytes cannot fail. Returns 0, -E2BIG when n passes the cap (or the
+ * sticky error, when there is one) or -ENOMEM; nothing changes on failure.
+ */
+int buf_make_room(struct buf *b, size_t n);
+
 /* The sticky error, 0 when every append so far succeeded. */
 int buf_error(const struct buf *b);
 

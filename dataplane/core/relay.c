@@ -1,11 +1,16 @@
 /*
- * The relay buffer (see relay.h). A byte window [head, tail) in a buffer of
- * cap bytes: reads advance head, and an empty window starts again at 0 (a
- * streamed one without its buffer); an append that does not fit at the
- * tail first compacts the window to the start, then doubles the buffer up
- * to DP_RELAY_CAP. Freeing and taking DP_RELAY_INIT bytes once per relayed
- * event is a hit in malloc's per-thread cache, cheaper than holding 1 KiB
- * per idle stream.
+ * The relay buffer (see relay.h). A byte window [head, buf.len) in a
+ * capped buffer (common/buf.h): reads advance head, and an empty window
+ * starts again at 0 (a streamed one without its memory); an append that
+ * does not fit at the tail first compacts the window to the start, then
+ * lets the buffer grow (doubling) up to DP_RELAY_CAP. Freeing and taking
+ * DP_RELAY_INIT bytes once per relayed event is a hit in malloc's
+ * per-thread cache, cheaper than holding 1 KiB per idle stream.
+ *
+ * "No room" is back-pressure here, not a failure: the producer pauses and
+ * tries again once the reader made room, so the buffer is grown with
+ * buf_make_room (which records no error) before every append, and an
+ * append never fails once room was made.
  */
 #include "dataplane/core/relay.h"
 
@@ -13,15 +18,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The buffer's first memory: exactly DP_RELAY_INIT bytes, as many events need no more. */
+static int relay_take_memory(struct dp_relay *r)
+{
+    return buf_reserve(&r->buf, DP_RELAY_INIT) == 0 ? 0 : -ENOMEM;
+}
+
 int dp_relay_open(struct dp_relay *r, bool whole)
 {
+    buf_init(&r->buf, DP_RELAY_CAP);
+    r->head = 0;
     /* Taken now, although a streamed relay may give it back at once: a
      * relay that cannot start fails here, where the caller can answer. */
-    r->buf = malloc(DP_RELAY_INIT);
-    if (r->buf == NULL)
+    if (relay_take_memory(r) != 0)
         return -ENOMEM;
-    r->cap = DP_RELAY_INIT;
-    r->head = r->tail = 0;
     r->open = true;
     r->whole = whole;
     return 0;
@@ -29,9 +39,8 @@ int dp_relay_open(struct dp_relay *r, bool whole)
 
 void dp_relay_fini(struct dp_relay *r)
 {
-    free(r->buf);
-    r->buf = NULL;
-    r->head = r->tail = r->cap = 0;
+    buf_fini(&r->buf);
+    r->head = 0;
     r->open = false;
 }
 
@@ -52,7 +61,7 @@ void dp_relay_stream(struct dp_relay *r)
 
 size_t dp_relay_pending(const struct dp_relay *r)
 {
-    return r->tail - r->head;
+    return r->buf.len - r->head;
 }
 
 bool dp_relay_has_room(const struct dp_relay *r, size_t n)
@@ -63,77 +72,55 @@ bool dp_relay_has_room(const struct dp_relay *r, size_t n)
 /* Room for n more bytes at the tail: compacts, then grows up to DP_RELAY_CAP. */
 static int relay_reserve(struct dp_relay *r, size_t n)
 {
-    size_t used = r->tail - r->head;
-    if (used + n > DP_RELAY_CAP)
+    if (dp_relay_pending(r) + n > DP_RELAY_CAP)
         return -ENOSPC;
-    if (r->buf == NULL) {
-        /* Drained earlier (dp_relay_read): a fresh buffer, grown below if
-         * n needs more. */
-        r->buf = malloc(DP_RELAY_INIT);
-        if (r->buf == NULL)
-            return -ENOSPC;
-        r->cap = DP_RELAY_INIT;
-    }
-    if (r->tail + n > r->cap && r->head > 0) {
-        memmove(r->buf, r->buf + r->head, used);
-        r->tail = used;
+    /* Drained earlier (dp_relay_read): a fresh buffer, grown below if n needs more. */
+    if (r->buf.data == NULL && relay_take_memory(r) != 0)
+        return -ENOSPC;
+    if (r->buf.len + n >= r->buf.alloc && r->head > 0) {
+        buf_consume(&r->buf, r->head);
         r->head = 0;
     }
-    if (r->tail + n > r->cap) {
-        size_t cap = r->cap * 2;
-        while (cap < r->tail + n)
-            cap *= 2;
-        if (cap > DP_RELAY_CAP)
-            cap = DP_RELAY_CAP;
-        unsigned char *grown = realloc(r->buf, cap);
-        if (grown == NULL)
-            return -ENOSPC;
-        r->buf = grown;
-        r->cap = cap;
-    }
-    return 0;
+    return buf_make_room(&r->buf, n) == 0 ? 0 : -ENOSPC;
 }
 
 int dp_relay_append(struct dp_relay *r, const void *data, size_t len)
 {
     if (!r->open || relay_reserve(r, len) != 0)
         return -ENOSPC;
-    memcpy(r->buf + r->tail, data, len);
-    r->tail += len;
-    return 0;
+    return buf_append(&r->buf, data, len) == 0 ? 0 : -ENOSPC;
 }
 
 size_t dp_relay_read(struct dp_relay *r, void *buf, size_t max)
 {
-    size_t have = r->tail - r->head;
+    size_t have = dp_relay_pending(r);
     size_t n = have < max ? have : max;
     if (n == 0)
         return 0;
-    memcpy(buf, r->buf + r->head, n);
+    memcpy(buf, r->buf.data + r->head, n);
     r->head += n;
-    if (r->head == r->tail) {
-        r->head = r->tail = 0;
-        if (!r->whole) {
-            free(r->buf);
-            r->buf = NULL;
-            r->cap = 0;
-        }
+    if (r->head == r->buf.len) {
+        r->head = 0;
+        if (r->whole)
+            buf_reset(&r->buf);
+        else
+            buf_fini(&r->buf);
     }
     return n;
 }
 
 unsigned char *dp_relay_release(struct dp_relay *r, size_t *len)
 {
-    unsigned char *b = r->buf;
     if (!r->open)
         return NULL;
     *len = 0;
-    if (b != NULL && r->head > 0)
-        memmove(b, b + r->head, r->tail - r->head);
-    if (b != NULL)
-        *len = r->tail - r->head;
-    r->buf = NULL;
-    r->head = r->tail = r->cap = 0;
+    unsigned char *b = NULL;
+    if (r->buf.data != NULL) {
+        buf_consume(&r->buf, r->head);
+        b = (unsigned char *)buf_detach(&r->buf, len);
+    }
+    buf_fini(&r->buf);
+    r->head = 0;
     r->open = false;
     return b;
 }

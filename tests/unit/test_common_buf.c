@@ -158,6 +158,39 @@ static void test_reserve(void **state)
     buf_fini(&b);
 }
 
+/* Back-pressure: refusing room records nothing, so the writer tries again
+ * once a reader consumed; room made is room an append cannot be refused. */
+static void test_make_room(void **state)
+{
+    (void)state;
+    struct buf b = BUF_INIT(1000);
+    assert_int_equal(buf_make_room(&b, 1001), -E2BIG);
+    assert_int_equal(buf_error(&b), 0);
+    assert_null(b.data);
+    assert_int_equal(buf_make_room(&b, 10), 0);
+    assert_string_equal(b.data, ""); /* allocated, and a valid empty string */
+    assert_int_equal(b.alloc, 256);  /* as an append grows: from 256 */
+    assert_int_equal(buf_append(&b, "0123456789", 10), 0);
+    assert_int_equal(buf_make_room(&b, 991), -E2BIG); /* 10 + 991 > 1000 */
+    assert_int_equal(buf_error(&b), 0);
+    assert_int_equal(buf_make_room(&b, 300), 0);
+    assert_int_equal(b.alloc, 512); /* doubled, not fitted */
+    char *at = b.data;
+    for (int i = 0; i < 30; i++)
+        assert_int_equal(buf_append(&b, "0123456789", 10), 0);
+    assert_ptr_equal(b.data, at);
+    buf_consume(&b, 300);
+    assert_int_equal(buf_make_room(&b, 990), 0); /* consumed bytes are room again */
+    assert_int_equal(b.alloc, 1001);             /* clamped to the cap */
+    /* A sticky error stays in charge. */
+    static const char big[1000];
+    assert_int_equal(buf_append(&b, big, sizeof(big)), -E2BIG);
+    assert_int_equal(buf_make_room(&b, 1), -E2BIG);
+    buf_reset(&b);
+    assert_int_equal(buf_make_room(&b, 1), 0);
+    buf_fini(&b);
+}
+
 static void test_detach(void **state)
 {
     (void)state;
@@ -190,6 +223,7 @@ int main(void)
         cmocka_unit_test(test_shrink),
         cmocka_unit_test(test_detach),
         cmocka_unit_test(test_reserve),
+        cmocka_unit_test(test_make_room),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,12 +31,12 @@ static void test_stream_drained_holds_nothing(void **state)
         assert_int_equal(dp_relay_append(&r, "data: b\n\n", 9), 0);
         assert_int_equal(dp_relay_pending(&r), 18);
         assert_int_equal(dp_relay_read(&r, out, 4), 4);
-        assert_non_null(r.buf); /* bytes left: kept */
+        assert_non_null(r.buf.data); /* bytes left: kept */
         assert_int_equal(dp_relay_read(&r, out + 4, sizeof(out) - 4), 14);
         assert_memory_equal(out, "data: a\n\ndata: b\n\n", 18);
         /* Drained: between two events a stream holds no buffer, and stays open. */
-        assert_null(r.buf);
-        assert_int_equal(r.cap, 0);
+        assert_null(r.buf.data);
+        assert_int_equal(r.buf.alloc, 0);
         assert_true(dp_relay_is_open(&r));
         assert_int_equal(dp_relay_read(&r, out, sizeof(out)), 0);
     }
@@ -56,7 +56,7 @@ static void test_bound_and_growth(void **state)
     assert_int_equal(dp_relay_append(&r, big, 10), 0);
     static unsigned char out[DP_RELAY_CAP];
     assert_int_equal(dp_relay_read(&r, out, sizeof(out)), 10);
-    assert_null(r.buf);
+    assert_null(r.buf.data);
     assert_int_equal(dp_relay_append(&r, big, DP_RELAY_INIT * 3), 0);
     assert_int_equal(dp_relay_append(&r, big + DP_RELAY_INIT * 3, DP_RELAY_CAP - DP_RELAY_INIT * 3),
                      0);
@@ -69,7 +69,7 @@ static void test_bound_and_growth(void **state)
     assert_false(dp_relay_has_room(&r, 101));
     assert_int_equal(dp_relay_read(&r, out + 100, sizeof(out) - 100), DP_RELAY_CAP - 100);
     assert_memory_equal(out, big, DP_RELAY_CAP);
-    assert_null(r.buf);
+    assert_null(r.buf.data);
     assert_true(dp_relay_has_room(&r, DP_RELAY_CAP));
     dp_relay_fini(&r);
 }
@@ -95,7 +95,7 @@ static void test_whole_kept_until_released(void **state)
     dp_relay_stream(&r);
     char out[8];
     assert_int_equal(dp_relay_read(&r, out, sizeof(out)), 3);
-    assert_null(r.buf);
+    assert_null(r.buf.data);
     dp_relay_fini(&r);
 }
 
