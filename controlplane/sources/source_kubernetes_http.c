@@ -15,6 +15,7 @@
 
 #include <curl/curl.h>
 
+#include "common/buf.h"
 #include "common/curl_epoll.h"
 #include "common/log.h"
 #include "common/proc.h"
@@ -36,9 +37,10 @@ struct kube_api {
     bool got_body;
     bool failed_line;         /* the write callback refused a line */
     struct kube_list_scan ls; /* a list answered 200 */
-    char *data;               /* a watch: the unfinished line; an error status: its body */
-    size_t len, cap;
-    size_t scanned; /* watch: data[0..scanned) holds no newline (searched already) */
+    /* A watch: the unfinished line; an error status: its body. Capped at
+     * the larger bound; kube_append applies the one of the answer. */
+    struct buf data;
+    size_t scanned; /* watch: data.data[0..scanned) holds no newline (searched already) */
     bool done;
     CURLcode done_res;
 };
@@ -57,6 +59,7 @@ int kube_api_create(const struct kube_api_opts *opts, struct kube_api **out)
     if (a == NULL)
         return -ENOMEM;
     a->opts = *opts;
+    buf_init(&a->data, KUBE_LINE_MAX > KUBE_STATUS_BODY_MAX ? KUBE_LINE_MAX : KUBE_STATUS_BODY_MAX);
     kube_ls_init(&a->ls, KUBE_LINE_MAX, opts->on_item, opts->user);
     a->epfd = epoll_create1(EPOLL_CLOEXEC);
     a->easy = curl_easy_init();
@@ -72,10 +75,10 @@ int kube_api_create(const struct kube_api_opts *opts, struct kube_api **out)
     return 0;
 }
 
-/* Empties the body or unfinished line (the buffer is kept for the next). */
+/* Empties the body or unfinished line (the memory is kept for the next). */
 static void kube_clear_data(struct kube_api *a)
 {
-    a->len = 0;
+    buf_reset(&a->data);
     a->scanned = 0;
 }
 
@@ -100,7 +103,7 @@ void kube_api_destroy(struct kube_api *a)
     curl_slist_free_all(a->headers);
     if (a->epfd >= 0)
         close(a->epfd);
-    free(a->data);
+    buf_fini(&a->data);
     kube_ls_fini(&a->ls);
     free(a);
 }
@@ -115,23 +118,13 @@ bool kube_api_busy(const struct kube_api *a)
     return a->kind != KUBE_XFER_NONE;
 }
 
-static int kube_reserve(struct kube_api *a, size_t more, size_t max)
+/* Appends n bytes, the whole held at most max - 1 bytes (max counts the
+ * NUL). 0, -E2BIG or -ENOMEM; the caller drops the transfer on failure. */
+static int kube_append(struct kube_api *a, const char *bytes, size_t n, size_t max)
 {
-    if (a->len + more + 1 > max)
+    if (a->data.len + n + 1 > max)
         return -E2BIG;
-    if (a->len + more + 1 <= a->cap)
-        return 0;
-    size_t cap = a->cap ? a->cap : 64 * 1024;
-    while (cap < a->len + more + 1)
-        cap *= 2;
-    if (cap > max)
-        cap = max;
-    char *d = realloc(a->data, cap);
-    if (d == NULL)
-        return -ENOMEM;
-    a->data = d;
-    a->cap = cap;
-    return 0;
+    return buf_append(&a->data, bytes, n);
 }
 
 /*
@@ -147,13 +140,13 @@ static bool kube_take_lines(struct kube_api *a)
     size_t start = 0;
     for (;;) {
         size_t from = start > a->scanned ? start : a->scanned;
-        char *nl = memchr(a->data + from, '\n', a->len - from);
+        char *nl = memchr(a->data.data + from, '\n', a->data.len - from);
         if (nl == NULL)
             break;
-        size_t end = (size_t)(nl - a->data);
+        size_t end = (size_t)(nl - a->data.data);
         if (end > start) {
             json_error_t jerr;
-            json_t *ev = json_loadb(a->data + start, end - start, 0, &jerr);
+            json_t *ev = json_loadb(a->data.data + start, end - start, 0, &jerr);
             if (!json_is_object(ev)) {
                 log_warn("discovery: Kubernetes watch sent a line that is no JSON object (%s); "
                          "dropping the watch",
@@ -166,10 +159,8 @@ static bool kube_take_lines(struct kube_api *a)
         }
         start = end + 1;
     }
-    if (start > 0)
-        memmove(a->data, a->data + start, a->len - start);
-    a->len -= start;
-    a->scanned = a->len;
+    buf_consume(&a->data, start);
+    a->scanned = a->data.len;
     return true;
 }
 
@@ -191,12 +182,10 @@ static size_t kube_write(char *ptr, size_t size, size_t n, void *arg)
     }
     /* A non-200 answer is a Status body: keep it whole for on_done. */
     size_t max = a->kind == KUBE_XFER_WATCH && code == 200 ? KUBE_LINE_MAX : KUBE_STATUS_BODY_MAX;
-    if (kube_reserve(a, len, max) != 0) {
+    if (kube_append(a, ptr, len, max) != 0) {
         a->failed_line = true;
         return 0;
     }
-    memcpy(a->data + a->len, ptr, len);
-    a->len += len;
     if (a->kind == KUBE_XFER_WATCH) {
         if (code == 200 && !kube_take_lines(a)) {
             a->failed_line = true;
@@ -208,12 +197,10 @@ static size_t kube_write(char *ptr, size_t size, size_t n, void *arg)
 
 bool kube_api_feed_watch(struct kube_api *a, const char *bytes, size_t len)
 {
-    if (kube_reserve(a, len, KUBE_LINE_MAX) != 0) {
+    if (kube_append(a, bytes, len, KUBE_LINE_MAX) != 0) {
         kube_clear_data(a);
         return false;
     }
-    memcpy(a->data + a->len, bytes, len);
-    a->len += len;
     if (!kube_take_lines(a)) {
         kube_clear_data(a);
         return false;
@@ -282,10 +269,10 @@ static void kube_report(struct kube_api *a, bool silent)
     bool scanned = a->kind == KUBE_XFER_LIST && r.http_status == 200;
     if (!silent && scanned && !a->failed_line && a->done_res == CURLE_OK) {
         body = kube_ls_finish(&a->ls);
-    } else if (!silent && !scanned && a->len > 0 &&
+    } else if (!silent && !scanned && a->data.len > 0 &&
                (a->kind == KUBE_XFER_LIST || r.http_status != 200)) {
         json_error_t jerr;
-        body = json_loadb(a->data, a->len, 0, &jerr);
+        body = json_loadb(a->data.data, a->data.len, 0, &jerr);
     }
     r.body = body;
     if (silent)
