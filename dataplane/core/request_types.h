@@ -137,11 +137,11 @@ struct dp_pd_state {
     struct dp_pd_usage usage;   /* the prefill answer's, for the decode answer */
     char *prefill_answer;       /* owned; kept when the client asked for prompt_logprobs */
     size_t prefill_answer_len;
-    /* The decode stream's rewriting (pd.c): a partial line held back, and
-     * the output of the last chunk, committed once the relay took it. */
-    char *line, *fout;
-    size_t line_len, line_cap, fout_len, fout_cap;
-    int keep;        /* what the commit does with the chunk (pd.c) */
+    /* The decode stream's rewriting (pd_usage_filter.h): a partial line
+     * held back, and the output of the last chunk, committed once the
+     * relay took it. */
+    struct buf line, fout;
+    int keep;        /* what the commit does with the chunk (pd_usage_filter.c) */
     bool no_rewrite; /* a line too long to hold: the rest passes as is */
     char prefill_worker[CFG_ID_MAX];
 };

@@ -177,6 +177,7 @@ enum dp_leg_action dp_pd_begin(struct dp_request *req, struct dp_leg_step *step)
 {
     struct dp_pd_state *pd = &req->pd;
     buf_init(&pd->resp, DP_PD_RESP_MAX);
+    dp_pd_filter_init(pd);
     int rc = dp_pd_prefill_body(req->body.data, req->body.len, &pd->prefill_body, &pd->prefill_len);
     if (rc == -EDOM) {
         /* Several prompts: not a P/D request. A regular worker takes it when
@@ -344,9 +345,9 @@ static void pd_decode_done(struct dp_request *req)
     if (req->leg != &pd_decode_leg)
         return;
     if (req->sse) {
-        if (pd->line_len > 0)
-            (void)dp_relay_append(&req->relay, pd->line, pd->line_len);
-        pd->line_len = 0;
+        if (pd->line.len > 0)
+            (void)dp_relay_append(&req->relay, pd->line.data, pd->line.len);
+        buf_reset(&pd->line);
         return;
     }
     if (!dp_relay_is_whole(&req->relay) || (!pd->usage.known && pd->prefill_answer == NULL))

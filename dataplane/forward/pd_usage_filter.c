@@ -12,28 +12,26 @@
 
 #define PD_LINE_MAX (16u << 10) /* longest SSE line held back to rewrite */
 #define PD_USAGE    "\"usage\":{"
+/* A chunk's output: the held line and the chunk, rewritten. Chunks are at
+ * most curl's buffer (4 KiB, upstream.c), so this never binds in use; past
+ * it the chunk is relayed as it is, as when memory runs out. */
+#define PD_OUT_MAX (1u << 20)
 
 /* What pd_filter_commit does: nothing; hold the whole chunk; hold the
  * chunk's partial last line; drop what was held and stop rewriting. */
 enum { PD_KEEP_NONE, PD_KEEP_ALL, PD_KEEP_TAIL, PD_KEEP_GIVE_UP };
 
+void dp_pd_filter_init(struct dp_pd_state *pd)
+{
+    buf_init(&pd->line, PD_LINE_MAX);
+    buf_init(&pd->fout, PD_OUT_MAX);
+    pd->keep = PD_KEEP_NONE;
+    pd->no_rewrite = false;
+}
+
 static int pd_out_add(struct dp_pd_state *pd, const char *p, size_t n)
 {
-    if (n == 0)
-        return 0;
-    if (pd->fout_len + n > pd->fout_cap) {
-        size_t cap = pd->fout_cap ? pd->fout_cap : 4096;
-        while (cap < pd->fout_len + n)
-            cap *= 2;
-        char *nb = realloc(pd->fout, cap);
-        if (nb == NULL)
-            return -ENOMEM;
-        pd->fout = nb;
-        pd->fout_cap = cap;
-    }
-    memcpy(pd->fout + pd->fout_len, p, n);
-    pd->fout_len += n;
-    return 0;
+    return buf_append(&pd->fout, p, n);
 }
 
 /* One whole line (n bytes, its '\n' included), its usage rewritten. */
@@ -69,35 +67,35 @@ void dp_pd_filter(struct dp_pd_state *pd, bool sse, const char *data, size_t len
     if (!sse || !pd->usage.known || pd->no_rewrite || len == 0)
         return;
     const char *last = memrchr(data, '\n', len);
-    if (pd->line_len == 0 && last == data + len - 1 &&
+    if (pd->line.len == 0 && last == data + len - 1 &&
         memmem(data, len, PD_USAGE, sizeof(PD_USAGE) - 1) == NULL)
         return; /* whole lines, no usage: as they are */
-    pd->fout_len = 0;
-    if (last == NULL && pd->line_len + len <= PD_LINE_MAX) {
+    buf_reset(&pd->fout);
+    if (last == NULL && pd->line.len + len <= PD_LINE_MAX) {
         pd->keep = PD_KEEP_ALL; /* all of it held back */
         *out_len = 0;
         return;
     }
     if (last == NULL) {
         /* Too long to hold: what was held, then the rest as it comes. */
-        if (pd_out_add(pd, pd->line, pd->line_len) != 0 || pd_out_add(pd, data, len) != 0)
+        if (pd_out_add(pd, pd->line.data, pd->line.len) != 0 || pd_out_add(pd, data, len) != 0)
             return;
         pd->keep = PD_KEEP_GIVE_UP;
-        *out = pd->fout;
-        *out_len = pd->fout_len;
+        *out = pd->fout.data;
+        *out_len = pd->fout.len;
         return;
     }
     size_t upto = (size_t)(last - data) + 1;
     const char *nl = memchr(data, '\n', upto);
     size_t first = (size_t)(nl - data) + 1;
     int rc = 0;
-    if (pd->line_len > 0) {
-        char *joined = malloc(pd->line_len + first);
+    if (pd->line.len > 0) {
+        char *joined = malloc(pd->line.len + first);
         if (joined == NULL)
             return;
-        memcpy(joined, pd->line, pd->line_len);
-        memcpy(joined + pd->line_len, data, first);
-        rc = pd_out_line(pd, joined, pd->line_len + first);
+        memcpy(joined, pd->line.data, pd->line.len);
+        memcpy(joined + pd->line.len, data, first);
+        rc = pd_out_line(pd, joined, pd->line.len + first);
         free(joined);
     } else {
         rc = pd_out_line(pd, data, first);
@@ -109,17 +107,17 @@ void dp_pd_filter(struct dp_pd_state *pd, bool sse, const char *data, size_t len
     }
     if (rc != 0 || len - upto > PD_LINE_MAX) {
         /* Out of memory, or a tail too long to hold: relay as is. */
-        pd->fout_len = 0;
-        if (pd_out_add(pd, pd->line, pd->line_len) != 0 || pd_out_add(pd, data, len) != 0)
+        buf_reset(&pd->fout);
+        if (pd_out_add(pd, pd->line.data, pd->line.len) != 0 || pd_out_add(pd, data, len) != 0)
             return;
-        *out = pd->fout;
-        *out_len = pd->fout_len;
+        *out = pd->fout.data;
+        *out_len = pd->fout.len;
         pd->keep = PD_KEEP_GIVE_UP;
         return;
     }
     pd->keep = PD_KEEP_TAIL;
-    *out = pd->fout;
-    *out_len = pd->fout_len;
+    *out = pd->fout.data;
+    *out_len = pd->fout.len;
 }
 
 void dp_pd_filter_commit(struct dp_pd_state *pd, bool sse, const char *data, size_t len)
@@ -129,34 +127,24 @@ void dp_pd_filter_commit(struct dp_pd_state *pd, bool sse, const char *data, siz
     if (pd->keep == PD_KEEP_NONE)
         return;
     if (pd->keep == PD_KEEP_GIVE_UP) {
-        pd->line_len = 0;
+        buf_reset(&pd->line);
         pd->no_rewrite = true;
         return;
     }
     const char *last = memrchr(data, '\n', len);
     size_t from = pd->keep == PD_KEEP_ALL ? 0 : (size_t)(last - data) + 1;
     if (pd->keep == PD_KEEP_TAIL)
-        pd->line_len = 0;
+        buf_reset(&pd->line);
     size_t n = len - from;
     if (n == 0)
         return;
-    if (pd->line_len + n > pd->line_cap) {
-        char *nb = realloc(pd->line, PD_LINE_MAX);
-        if (nb == NULL) {
-            pd->no_rewrite = true; /* the held bytes are lost with the rewriting: rare */
-            return;
-        }
-        pd->line = nb;
-        pd->line_cap = PD_LINE_MAX;
-    }
-    memcpy(pd->line + pd->line_len, data + from, n);
-    pd->line_len += n;
+    /* The filter held back at most PD_LINE_MAX bytes: only memory can fail. */
+    if (buf_append(&pd->line, data + from, n) != 0)
+        pd->no_rewrite = true; /* the held bytes are lost with the rewriting: rare */
 }
 
 void dp_pd_filter_fini(struct dp_pd_state *pd)
 {
-    free(pd->line);
-    free(pd->fout);
-    pd->line = pd->fout = NULL;
-    pd->line_len = pd->line_cap = pd->fout_len = pd->fout_cap = 0;
+    buf_fini(&pd->line);
+    buf_fini(&pd->fout);
 }

@@ -12,8 +12,9 @@
  * (data itself, or pd's output buffer) without changing what is held;
  * dp_pd_filter_commit, once the relay took *out, does.
  *
- * Ownership: the buffers live in struct dp_pd_state (request_types.h),
- * owned by the request; dp_pd_filter_fini frees them. Threading: the
+ * Ownership: the buffers (common/buf.h, capped) live in struct
+ * dp_pd_state (request_types.h), owned by the request;
+ * dp_pd_filter_init readies them, dp_pd_filter_fini frees them. Threading: the
  * request's loop.
  */
 #ifndef SY_DATAPLANE_PD_USAGE_FILTER_H
@@ -23,6 +24,9 @@
 #include <stddef.h>
 
 struct dp_pd_state;
+
+/* Readies pd's filter state (empty buffers with their caps); allocates nothing. */
+void dp_pd_filter_init(struct dp_pd_state *pd);
 
 void dp_pd_filter(struct dp_pd_state *pd, bool sse, const char *data, size_t len, const char **out,
                   size_t *out_len);

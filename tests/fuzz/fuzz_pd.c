@@ -23,6 +23,7 @@ static void filter_in_reads(const char *stream, size_t len, size_t step,
 {
     struct dp_pd_state pd;
     memset(&pd, 0, sizeof(pd));
+    dp_pd_filter_init(&pd);
     pd.usage = *u;
     for (size_t off = 0; off < len; off += step) {
         size_t c = len - off < step ? len - off : step;

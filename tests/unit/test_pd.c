@@ -343,6 +343,7 @@ static char *filter_stream(const char *stream, size_t step, size_t *out_len)
 {
     struct dp_pd_state pd;
     memset(&pd, 0, sizeof(pd));
+    dp_pd_filter_init(&pd);
     pd.usage = (struct dp_pd_usage){.known = true, .cached_known = true, .prompt_tokens = 7};
     size_t len = strlen(stream), n = 0;
     char *got = malloc(4 * len + 64);
@@ -358,9 +359,9 @@ static char *filter_stream(const char *stream, size_t step, size_t *out_len)
         n += ol;
         dp_pd_filter_commit(&pd, true, stream + off, c);
     }
-    if (pd.line_len > 0)
-        memcpy(got + n, pd.line, pd.line_len);
-    n += pd.line_len;
+    if (pd.line.len > 0)
+        memcpy(got + n, pd.line.data, pd.line.len);
+    n += pd.line.len;
     got[n] = '\0';
     dp_pd_filter_fini(&pd);
     *out_len = n;
