@@ -22,6 +22,7 @@
 #include "tests/mockworker/lora.h"
 #include "tests/mockworker/pd_kv.h"
 #include "tests/mockworker/server.h"
+#include "tests/mockworker/vllm_metrics.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -801,6 +802,8 @@ static enum MHD_Result respond_metrics(struct mw_req *req)
     struct buf b = BUF_INIT(TEXT_MAX);
     struct prom_writer w;
     prom_init(&w, &b);
+    if (s->opts.metrics_vllm)
+        mw_vllm_metrics_head(&w, s);
     uint32_t n = s->opts.data_parallel_size;
     vllm_metric(&w, "vllm:num_requests_running", PROM_GAUGE,
                 "Number of requests in model execution batches.", m, n, snap.running, NULL);
@@ -838,6 +841,8 @@ static enum MHD_Result respond_metrics(struct mw_req *req)
                                         {"engine", engine}};
         prom_sample_text(&w, "", cl, sizeof(cl) / sizeof(cl[0]), "1.0");
     }
+    if (s->opts.metrics_vllm)
+        mw_vllm_metrics_tail(&w, s, &snap);
     if (mw_lora_enabled()) {
         /* As vLLM: an info gauge whose value is the time it was last set,
          * labels say the state; old label sets stay in the output. */

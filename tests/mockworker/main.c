@@ -8,6 +8,7 @@
  */
 #include "common/log.h"
 #include "common/version.h"
+#include "tests/mockworker/fleet.h"
 #include "tests/mockworker/options.h"
 #include "tests/mockworker/server.h"
 
@@ -43,6 +44,14 @@ int main(int argc, char **argv)
     sigaddset(&stop, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
 
+    if (opts.workers > 0) {
+        if (mw_fleet_run(&opts, err, sizeof(err)) != 0) {
+            log_error("%s", err);
+            return 1;
+        }
+        log_info("stopped");
+        return 0;
+    }
     struct mw_server server;
     if (mw_server_init(&server, &opts, err, sizeof(err)) != 0) {
         log_error("%s", err);

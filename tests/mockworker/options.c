@@ -118,6 +118,12 @@ static const struct opt_def opt_defs[] = {
      "full-attention and sliding-window groups (default single)"},
     {"--kv-events-buffer-steps", OPT_KIND_U32, OFF(kv_events_buffer_steps), sizeof(uint32_t), 1,
      1u << 20, "N", "KV event batches kept for replay (default 10000)"},
+    {"--workers", OPT_KIND_U32, OFF(workers), sizeof(uint32_t), 1, 65535, "N",
+     "fleet mode: N workers in this process, one listener each on --listen's port + i, each "
+     "with its own cache, scheduler and (port + i) KV-event endpoints (default: one worker)"},
+    {"--metrics-page", OPT_KIND_CHOICE, OFF(metrics_vllm), 0, 0, 0, "small|vllm",
+     "/metrics: the families routers read, or every family of vLLM's page (tens of kB) "
+     "(default small)"},
     {"--help", OPT_KIND_HELP, 0, 0, 0, 0, NULL, "print this help and exit"},
     {"--version", OPT_KIND_VERSION, 0, 0, 0, 0, NULL, "print the version and exit"},
 };
@@ -430,6 +436,12 @@ enum mw_options_result mw_options_parse(struct mw_options *opts, int argc, char 
     }
     if (!have_listen) {
         snprintf(err, err_len, "--listen HOST:PORT is required (see --help)");
+        return MW_OPTIONS_ERROR;
+    }
+    if (opts->workers > 0 && (opts->port == 0 || opts->port + (uint64_t)opts->workers > 65536)) {
+        snprintf(err, err_len,
+                 "--workers %" PRIu32 ": needs --listen HOST:PORT, PORT > 0, PORT + N - 1 <= 65535",
+                 opts->workers);
         return MW_OPTIONS_ERROR;
     }
     /* The first served name is the one responses carry (vLLM's model_name). */

@@ -77,6 +77,9 @@ struct mw_options {
     bool kv_events_hash_bytes;                       /* --kv-events-hash bytes */
     bool kv_groups_hybrid;                           /* --kv-groups hybrid */
     uint32_t kv_events_buffer_steps;                 /* batches kept for replay */
+    /* Fleet mode (fleet.h): workers served by this process, 0 = one, as before. */
+    uint32_t workers;
+    bool metrics_vllm; /* --metrics-page vllm: every family of vLLM's page (vllm_metrics.h) */
 };
 
 enum mw_options_result {

@@ -542,7 +542,7 @@ static void stop_loops(struct mw_server *s)
     }
 }
 
-int mw_server_run(struct mw_server *s)
+int mw_server_start(struct mw_server *s)
 {
     s->loops = calloc(s->opts.threads, sizeof(*s->loops));
     if (s->loops == NULL)
@@ -565,6 +565,21 @@ int mw_server_run(struct mw_server *s)
             log_info("listening on %s:%u", s->opts.host, (unsigned)s->port);
         log_info("model=%s role=%s engine_id=%s threads=%u", s->opts.model,
                  mw_role_name(s->opts.role), s->engine_id, s->n_loops);
+    }
+    return rc;
+}
+
+void mw_server_stop(struct mw_server *s)
+{
+    stop_loops(s);
+    for (unsigned i = 0; i < s->n_loops; i++)
+        loop_fini(&s->loops[i]);
+}
+
+int mw_server_run(struct mw_server *s)
+{
+    int rc = mw_server_start(s);
+    if (rc == 0) {
         sigset_t set;
         sigemptyset(&set);
         sigaddset(&set, SIGTERM);
@@ -574,9 +589,7 @@ int mw_server_run(struct mw_server *s)
             ;
         log_info("signal %d: stopping", sig);
     }
-    stop_loops(s);
-    for (unsigned i = 0; i < s->n_loops; i++)
-        loop_fini(&s->loops[i]);
+    mw_server_stop(s);
     return rc;
 }
 

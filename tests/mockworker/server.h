@@ -41,6 +41,14 @@ int mw_server_run(struct mw_server *s);
 
 void mw_server_fini(struct mw_server *s);
 
+/*
+ * mw_server_run in two halves, for a process serving many servers (fleet.h):
+ * start runs the loops and returns (0 or a negative errno; stop must follow
+ * either way), stop ends and joins them. Main thread only.
+ */
+int mw_server_start(struct mw_server *s);
+void mw_server_stop(struct mw_server *s);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t mw_now_ns(void);
 
