@@ -66,6 +66,15 @@ enum dp_route {
     DP_ROUTE_CLASSIFY,
     DP_ROUTE_TOKENIZE,
     DP_ROUTE_DETOKENIZE,
+    DP_ROUTE_PING,               /* GET/POST /ping (SageMaker's health) */
+    DP_ROUTE_EMBED_V2,           /* POST /v2/embed (Cohere's embed) */
+    DP_ROUTE_INVOCATIONS,        /* POST /invocations (SageMaker: the body's shape decides) */
+    DP_ROUTE_CHAT_RENDER,        /* POST /v1/chat/completions/render */
+    DP_ROUTE_COMPLETIONS_RENDER, /* POST /v1/completions/render */
+    DP_ROUTE_MESSAGES_RENDER,    /* POST /v1/messages/render */
+    DP_ROUTE_GENERATE,           /* POST /inference/v1/generate (token ids in and out) */
+    DP_ROUTE_TRANSCRIPTIONS,     /* POST /v1/audio/transcriptions (multipart) */
+    DP_ROUTE_TRANSLATIONS,       /* POST /v1/audio/translations (multipart) */
     DP_ROUTE_OTHER,
     DP_ROUTE_COUNT,
 };
@@ -154,6 +163,7 @@ enum dp_req_phase {
 };
 
 struct dp_journal;
+struct dp_form;
 struct dp_tok_req;
 struct dp_leg;
 struct dp_request;
@@ -222,9 +232,14 @@ struct dp_request {
     /* parsed */
     char model[CFG_MODEL_MAX];
     bool stream;
+    /* The shape the body was parsed as, an enum dp_body (routes.h, which
+     * includes this file): its route's, or for /invocations the one its
+     * fields name, as vLLM picks (dp_request_shape). */
+    int shape;
+    struct dp_form *form; /* owned; a multipart body's fields (form.h), or NULL */
     char request_id[DP_REQUEST_ID_MAX];
-    struct buf routing_text;    /* capped at DP_ROUTING_TEXT_MAX; data NULL until parsed */
-    char user[DP_USER_MAX];     /* the body's "user", for consistent_hash */
+    struct buf routing_text; /* capped at DP_ROUTING_TEXT_MAX; data NULL until parsed */
+    char user[DP_USER_MAX];  /* the body's "user", for consistent_hash */
     /* The cache_salt forwarded (the body's, or the one cache_isolation
      * set: salt_body.h): routing keys its prefixes with it (pol_request). */
     bool salted;
@@ -276,13 +291,13 @@ struct dp_request {
     int last_status; /* of the last failed attempt, 0 when none */
     char last_cause[DP_CAUSE_MAX];
     char parse_error[DP_CAUSE_MAX]; /* why the body is not a JSON object, for the 400 */
-    struct list_node retry_link;   /* loop->fwd.retrying while retry_at_ms != 0 */
-    struct list_node attempt_list; /* head: live attempts of this request (dp_attempt.sibling) */
-    int final_status;              /* what the client was sent, for metrics */
-    const struct dp_leg *leg;      /* the plan's current leg (legs.h); NULL until forwarding */
-    struct dp_pd_state pd;         /* the prefill/decode plan's state (pd.h) */
-    struct list_node req_link;     /* loop->requests while MHD knows it */
-    struct dp_adm_req adm;         /* tenant, limits, queue place (admission.h) */
+    struct list_node retry_link;    /* loop->fwd.retrying while retry_at_ms != 0 */
+    struct list_node attempt_list;  /* head: live attempts of this request (dp_attempt.sibling) */
+    int final_status;               /* what the client was sent, for metrics */
+    const struct dp_leg *leg;       /* the plan's current leg (legs.h); NULL until forwarding */
+    struct dp_pd_state pd;          /* the prefill/decode plan's state (pd.h) */
+    struct list_node req_link;      /* loop->requests while MHD knows it */
+    struct dp_adm_req adm;          /* tenant, limits, queue place (admission.h) */
 
     struct dp_request *dead_next; /* loop->graveyard */
     struct dp_journal *journal;   /* owned; what the access log and tracing read (journal.h) */

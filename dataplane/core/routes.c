@@ -218,6 +218,97 @@ static const struct dp_route_row dp_routes[DP_ROUTE_COUNT] = {
             .upstream_path = "/detokenize",
             .body = DP_BODY_BY_LOAD,
         },
+    [DP_ROUTE_PING] =
+        {
+            .path = "/ping",
+            .methods = DP_METHODS_GET | DP_METHOD_POST,
+            .allow = "GET, HEAD, POST",
+            .label = "/ping",
+            .serve = DP_SERVE_LOCAL,
+            .body = DP_BODY_NONE,
+            .answer = DP_ANSWER_HEALTH,
+        },
+    [DP_ROUTE_EMBED_V2] =
+        {
+            .path = "/v2/embed",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/v2/embed",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/v2/embed",
+            .body = DP_BODY_BY_LOAD,
+        },
+    [DP_ROUTE_INVOCATIONS] =
+        {
+            .path = "/invocations",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/invocations",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/invocations",
+            .body = DP_BODY_INVOCATIONS,
+        },
+    [DP_ROUTE_CHAT_RENDER] =
+        {
+            .path = "/v1/chat/completions/render",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/v1/chat/completions/render",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/v1/chat/completions/render",
+            .body = DP_BODY_BY_LOAD,
+        },
+    [DP_ROUTE_COMPLETIONS_RENDER] =
+        {
+            .path = "/v1/completions/render",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/v1/completions/render",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/v1/completions/render",
+            .body = DP_BODY_BY_LOAD,
+        },
+    [DP_ROUTE_MESSAGES_RENDER] =
+        {
+            .path = "/v1/messages/render",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/v1/messages/render",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/v1/messages/render",
+            .body = DP_BODY_BY_LOAD,
+            .anthropic_errors = true,
+        },
+    [DP_ROUTE_GENERATE] =
+        {
+            .path = "/inference/v1/generate",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/inference/v1/generate",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/inference/v1/generate",
+            .body = DP_BODY_GENERATE,
+        },
+    [DP_ROUTE_TRANSCRIPTIONS] =
+        {
+            .path = "/v1/audio/transcriptions",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/v1/audio/transcriptions",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/v1/audio/transcriptions",
+            .body = DP_BODY_FORM,
+        },
+    [DP_ROUTE_TRANSLATIONS] =
+        {
+            .path = "/v1/audio/translations",
+            .methods = DP_METHOD_POST,
+            .allow = "POST",
+            .label = "/v1/audio/translations",
+            .serve = DP_SERVE_PROXY,
+            .upstream_path = "/v1/audio/translations",
+            .body = DP_BODY_FORM,
+        },
     [DP_ROUTE_OTHER] =
         {
             .label = "other",

@@ -58,6 +58,18 @@ enum dp_body {
     /* Not read: the request names its object by the id in its path
      * (GET /v1/responses/{id}); no model is needed. */
     DP_BODY_ID,
+    /* SageMaker's /invocations: vLLM tries its request types in order and
+     * serves the first that validates (chat, completion, then pooling
+     * ones); the parser does the same by the fields each requires
+     * (messages, prompt) and parses the body as that shape, else by load. */
+    DP_BODY_INVOCATIONS,
+    /* Token in, token out (/inference/v1/generate): token_ids are the
+     * routing text, as a completion's token-id prompt is. */
+    DP_BODY_GENERATE,
+    /* multipart/form-data (audio uploads): model and stream are form
+     * fields, read as the upload arrives (form.h); the bytes go on as
+     * they came. */
+    DP_BODY_FORM,
     DP_BODY_COUNT,
 };
 

@@ -20,7 +20,7 @@
 static bool salt_body_takes_salt(enum dp_body shape)
 {
     return shape == DP_BODY_CHAT || shape == DP_BODY_COMPLETION || shape == DP_BODY_RESPONSES ||
-           shape == DP_BODY_MESSAGES;
+           shape == DP_BODY_MESSAGES || shape == DP_BODY_GENERATE;
 }
 
 static void salt_body_route_by(struct dp_request *req, const char *salt)
@@ -37,7 +37,7 @@ int dp_salt_body_apply(struct dp_request *req)
     if (k == NULL)
         return -ENOKEY; /* the keys file check refuses this: never reached */
     char salt[DP_SALT_HEX_LEN + 1];
-    if (!salt_body_takes_salt(dp_route_row(req->route)->body)) {
+    if (!salt_body_takes_salt(dp_request_shape(req))) {
         dp_salt_derive(k, req->adm.tenant, NULL, 0, salt);
         salt_body_route_by(req, salt);
         return 0;

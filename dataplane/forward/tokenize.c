@@ -175,6 +175,48 @@ static void tok_messages_messages(json_t *root, json_t *msgs)
 }
 
 /*
+ * What else of a chat request changes its rendered prompt, onto the
+ * /tokenize body tb. vLLM's chat endpoint renders with the request's
+ * chat_template and tools and with chat_template_kwargs merged with
+ * add_generation_prompt, continue_final_message, documents and
+ * reasoning_effort (and enable_thinking when reasoning_effort is set and
+ * the client's kwargs do not say; ChatCompletionRequest.build_chat_params);
+ * /tokenize takes the first four as fields of its own and the rest only
+ * inside chat_template_kwargs (TokenizeChatRequest), where they go.
+ * 0 or -ENOMEM.
+ */
+static int tok_chat_extras(json_t *root, json_t *tb)
+{
+    static const char *const own[] = {"tools", "chat_template", "continue_final_message",
+                                      "add_generation_prompt"};
+    for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++) {
+        json_t *v = json_object_get(root, own[i]);
+        if (v != NULL && !json_is_null(v) && json_object_set(tb, own[i], v) != 0)
+            return -ENOMEM;
+    }
+    json_t *client = json_object_get(root, "chat_template_kwargs");
+    json_t *kwargs = json_is_object(client) ? json_deep_copy(client) : json_object();
+    if (kwargs == NULL)
+        return -ENOMEM;
+    json_t *documents = json_object_get(root, "documents");
+    json_t *effort = json_object_get(root, "reasoning_effort");
+    int rc = 0;
+    if (documents != NULL && !json_is_null(documents))
+        rc |= json_object_set(kwargs, "documents", documents);
+    if (effort != NULL && !json_is_null(effort)) {
+        rc |= json_object_set(kwargs, "reasoning_effort", effort);
+        if (json_object_get(kwargs, "enable_thinking") == NULL)
+            rc |= json_object_set_new(
+                kwargs, "enable_thinking",
+                json_boolean(!json_is_string(effort) || strcmp(json_string_value(effort), "none")));
+    }
+    if (rc == 0 && json_object_size(kwargs) > 0)
+        return json_object_set_new(tb, "chat_template_kwargs", kwargs) == 0 ? 0 : -ENOMEM;
+    json_decref(kwargs);
+    return rc == 0 ? 0 : -ENOMEM;
+}
+
+/*
  * The /tokenize body for req (malloc'd, into *out), or, for a completion
  * whose prompt is token ids, those ids (*direct, malloc'd, *n_direct).
  * 0, -ENOTSUP (a shape not tokenized) or -ENOMEM.
@@ -192,9 +234,11 @@ static int tok_body(const struct dp_request *req, char **out, uint32_t **direct,
     json_t *tb = json_object();
     json_object_set_new(tb, "model", json_string(req->model));
     int rc = 0;
-    enum dp_body shape = dp_route_row(req->route)->body;
-    if (shape == DP_BODY_COMPLETION) {
-        json_t *prompt = json_object_get(root, "prompt");
+    enum dp_body shape = dp_request_shape(req);
+    if (shape == DP_BODY_COMPLETION || shape == DP_BODY_GENERATE) {
+        /* A token-in request's ids are its prompt's tokens already. */
+        json_t *prompt = shape == DP_BODY_GENERATE ? json_object_get(root, "token_ids")
+                                                   : json_object_get(root, "prompt");
         if (json_is_array(prompt) && json_array_size(prompt) == 1)
             prompt = json_array_get(prompt, 0);
         if (json_is_string(prompt)) {
@@ -230,13 +274,9 @@ static int tok_body(const struct dp_request *req, char **out, uint32_t **direct,
         }
         json_object_set_new(tb, "messages", msgs);
         json_object_set_new(tb, "add_generation_prompt", json_true());
-        /* What else changes the rendered prompt goes along. */
-        static const char *const extra[] = {"tools", "chat_template_kwargs",
-                                            "continue_final_message", "add_generation_prompt"};
-        for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++) {
-            json_t *v = shape == DP_BODY_CHAT ? json_object_get(root, extra[i]) : NULL;
-            if (v != NULL)
-                json_object_set(tb, extra[i], v);
+        if (shape == DP_BODY_CHAT && tok_chat_extras(root, tb) != 0) {
+            rc = -ENOMEM;
+            goto out;
         }
     }
     *out = json_dumps(tb, JSON_COMPACT);

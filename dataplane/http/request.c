@@ -16,14 +16,15 @@
 #include <xxhash.h>
 
 #include "common/proc.h"
+#include "common/rng.h"
 #include "common/str.h"
 #include "common/token_chain.h"
+#include "dataplane/http/form.h"
 #include "dataplane/http/header_rules.h"
 #include "dataplane/obs/journal.h"
 #include "dataplane/http/json_arena.h"
 #include "dataplane/http/json_skeleton.h"
 #include "dataplane/core/loop.h"
-#include "dataplane/core/random64.h"
 #include "dataplane/core/routes.h"
 #include "dataplane/obs/trace.h"
 
@@ -50,6 +51,7 @@ struct dp_request *dp_request_create(struct dp_loop *loop, struct MHD_Connection
     if (id != NULL && id_len < sizeof(req->resp_id))
         memcpy(req->resp_id, id, id_len);
     req->method_ok = dp_route_allows(req->route, method);
+    req->shape = dp_route_row(req->route)->body;
     buf_init(&req->body, (size_t)max_body);
     buf_init(&req->routing_text, DP_ROUTING_TEXT_MAX);
     req->release = release;
@@ -73,6 +75,8 @@ void dp_request_unref(struct dp_request *req)
     free(req->resp_hdrs);
     curl_slist_free_all(req->up_headers);
     dp_journal_destroy(req->journal);
+    dp_form_destroy(req->form);
+    req->form = NULL;
     req->journal = NULL;
     req->reply_body = NULL;
     req->resp_hdrs = NULL;
@@ -108,7 +112,21 @@ int dp_request_append_body(struct dp_request *req, const char *data, size_t len)
         req->body_too_large = true;
         return 0;
     }
+    /* A form's fields are read from the chunk as it passes (form.h): the
+     * body buffer stays the upload's only copy. */
+    if (rc == 0 && req->shape == DP_BODY_FORM) {
+        if (req->form == NULL && (req->form = dp_form_create(req->conn)) == NULL)
+            return -ENOMEM;
+        dp_form_feed(req->form, data, len);
+    }
     return rc;
+}
+
+enum dp_body dp_request_shape(const struct dp_request *req)
+{
+    if (req->shape > DP_BODY_UNSET && req->shape < DP_BODY_COUNT)
+        return (enum dp_body)req->shape;
+    return dp_route_row(req->route)->body;
 }
 
 /* Appends to the routing text, growing it up to DP_ROUTING_TEXT_MAX; past
@@ -446,13 +464,52 @@ static void text_add_anthropic(struct dp_request *req, const struct dp_skel *ske
         text_add_items(req, skel, messages);
 }
 
+/* Routing text of a token-in request (/inference/v1/generate): its
+ * token_ids, keyed as a completion's token-id prompt is. */
+static void text_add_generate(struct dp_request *req, const struct dp_skel *skel, json_t *root)
+{
+    (void)skel;
+    json_t *ids = json_object_get(root, "token_ids");
+    if (json_is_array(ids))
+        text_add_token_ids(req, ids);
+}
+
+/*
+ * The shape of an /invocations body. vLLM validates it against its request
+ * types in order and serves the first that fits (sagemaker/api_router.py;
+ * chat and completion first, vllm/entrypoints/openai/generate/factories.py,
+ * then the pooling types): a chat request needs messages, a completion a
+ * prompt. The rest (embeddings' input, rerank's query, score's text_1...)
+ * are pooling requests: routed by load, whatever their fields.
+ */
+static enum dp_body invocations_shape(json_t *root)
+{
+    if (json_is_array(json_object_get(root, "messages")))
+        return DP_BODY_CHAT;
+    json_t *prompt = json_object_get(root, "prompt");
+    if (json_is_string(prompt) || json_is_array(prompt))
+        return DP_BODY_COMPLETION;
+    return DP_BODY_BY_LOAD;
+}
+
 /* The routing text's parser of each body shape (routes.h); NULL: none. */
 typedef void (*text_parser_fn)(struct dp_request *req, const struct dp_skel *skel, json_t *root);
 static const text_parser_fn dp_text_parsers[DP_BODY_COUNT] = {
     [DP_BODY_CHAT] = text_add_messages,       [DP_BODY_COMPLETION] = text_add_prompt,
     [DP_BODY_EMBEDDINGS] = text_add_messages, [DP_BODY_RESPONSES] = text_add_responses,
-    [DP_BODY_MESSAGES] = text_add_anthropic,
+    [DP_BODY_MESSAGES] = text_add_anthropic,  [DP_BODY_GENERATE] = text_add_generate,
 };
+
+/* A form's fields (form.h): model and stream, nothing to route by. */
+static enum dp_parse_result parse_form(struct dp_request *req)
+{
+    const char *why = NULL;
+    if (dp_form_result(req->form, req->model, &req->stream, &why) != 0) {
+        snprintf(req->parse_error, sizeof(req->parse_error), "%s", why);
+        return DP_PARSE_BAD_JSON;
+    }
+    return req->model[0] != '\0' ? DP_PARSE_OK : DP_PARSE_NO_MODEL;
+}
 
 /*
  * Where jansson stopped, for the client's 400. jansson parsed the skeleton
@@ -478,16 +535,18 @@ static void parse_error_of(struct dp_request *req, const json_error_t *jerr)
 
 enum dp_parse_result dp_request_parse(struct dp_request *req)
 {
-    enum dp_body shape = dp_route_row(req->route)->body;
+    enum dp_body shape = dp_request_shape(req);
     if (shape <= DP_BODY_NONE || shape == DP_BODY_ID || shape >= DP_BODY_COUNT)
         return DP_PARSE_OK;
+    if (shape == DP_BODY_FORM)
+        return parse_form(req);
     /* The body is complete: give back the growth slack, which a held stream
      * would otherwise keep for its whole life. */
     buf_shrink(&req->body);
     /* jansson parses only the structure; long strings stay in the body. */
     struct dp_skel skel;
     if (dp_skel_build(&skel, req->body.data != NULL ? req->body.data : "", req->body.len,
-                      DP_SKEL_MIN_STRING, dp_random64()) != 0)
+                      DP_SKEL_MIN_STRING, rng_secret64()) != 0)
         return DP_PARSE_NO_MEMORY;
     json_error_t jerr;
     /* The tree lives only in this function: its allocations come from the
@@ -508,6 +567,10 @@ enum dp_parse_result dp_request_parse(struct dp_request *req)
                  "the request body is JSON but not an object");
         res = DP_PARSE_BAD_JSON;
         goto out_decref;
+    }
+    if (shape == DP_BODY_INVOCATIONS) {
+        shape = invocations_shape(root);
+        req->shape = shape;
     }
     json_t *stream = json_object_get(root, "stream");
     if (stream != NULL && !json_is_boolean(stream) && !json_is_null(stream)) {
@@ -549,6 +612,8 @@ enum dp_parse_result dp_request_parse(struct dp_request *req)
         max_tokens = json_object_get(root, "max_tokens");
     if (!json_is_integer(max_tokens))
         max_tokens = json_object_get(root, "max_output_tokens");
+    if (!json_is_integer(max_tokens)) /* a token-in request's */
+        max_tokens = json_object_get(json_object_get(root, "sampling_params"), "max_tokens");
     req->adm.max_tokens = json_is_integer(max_tokens) ? json_integer_value(max_tokens) : -1;
     json_t *n = json_object_get(root, "n");
     req->adm.choices = json_is_integer(n) && json_integer_value(n) > 1 &&
@@ -613,8 +678,8 @@ bool dp_header_is_hop_by_hop(const char *name, size_t len)
 
 struct hdr_ctx {
     struct curl_slist *list;
-    const char *connection;            /* the client's Connection header, or NULL */
-    const struct cfg_str_list *strip;  /* dataplane.strip_headers */
+    const char *connection;           /* the client's Connection header, or NULL */
+    const struct cfg_str_list *strip; /* dataplane.strip_headers */
     bool failed;
     bool replace_trace;   /* trace context headers are the journal's (journal.h) */
     bool keep_tracestate; /* ... the client's tracestate goes on */
@@ -680,7 +745,7 @@ static void new_request_id(char *out)
 {
     static const char hex[] = "0123456789abcdef";
     for (int half = 0; half < 2; half++) {
-        uint64_t r = dp_random64();
+        uint64_t r = rng_secret64();
         for (int i = 0; i < 16; i++)
             out[half * 16 + i] = hex[(r >> (4 * i)) & 0xf];
     }

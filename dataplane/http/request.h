@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "dataplane/core/request_types.h"
+#include "dataplane/core/routes.h"
 
 /* Called when a request's last reference goes, after the request freed
  * what it owns itself: frees what other modules hung on it and hands it to
@@ -46,6 +47,11 @@ enum dp_parse_result {
     DP_PARSE_NO_MODEL,  /* model absent */
     DP_PARSE_NO_MEMORY,
 };
+
+/* The shape req's body is parsed as (routes.h): its route's, or for
+ * /invocations, once parsed, the one its fields name (DP_BODY_CHAT,
+ * DP_BODY_COMPLETION or DP_BODY_BY_LOAD). */
+enum dp_body dp_request_shape(const struct dp_request *req);
 
 /* Parses the body for model, stream, user and the routing text of its
  * route's body shape (routes.h). A route whose body is not read (local,

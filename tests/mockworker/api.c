@@ -13,6 +13,8 @@
  */
 #include "tests/mockworker/api.h"
 
+#include "tests/mockworker/api_extra.h"
+
 #include "tests/mockworker/lora.h"
 #include "tests/mockworker/request.h"
 
@@ -118,6 +120,14 @@ bool mw_api_route(const char *url, const char *method, enum mw_api *api, char id
         {"/detokenize", MW_API_DETOKENIZE},
         {"/v1/load_lora_adapter", MW_API_LOAD_LORA},
         {"/v1/unload_lora_adapter", MW_API_UNLOAD_LORA},
+        {"/v2/embed", MW_API_EMBED_V2},
+        {"/invocations", MW_API_INVOCATIONS},
+        {"/v1/chat/completions/render", MW_API_CHAT_RENDER},
+        {"/v1/completions/render", MW_API_COMPLETIONS_RENDER},
+        {"/v1/messages/render", MW_API_MESSAGES_RENDER},
+        {"/inference/v1/generate", MW_API_GENERATE},
+        {"/v1/audio/transcriptions", MW_API_TRANSCRIPTIONS},
+        {"/v1/audio/translations", MW_API_TRANSLATIONS},
     };
     bool post = strcmp(method, "POST") == 0;
     bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
@@ -851,6 +861,10 @@ void mw_api_handle(struct mw_server *s, enum mw_api api, const char *id, const c
         handle_response_cancel(id, out);
         return;
     }
+    if (api == MW_API_TRANSCRIPTIONS || api == MW_API_TRANSLATIONS) {
+        mw_apix_audio(s, api, body, len, out);
+        return;
+    }
     bool anthropic = api == MW_API_MESSAGES || api == MW_API_COUNT_TOKENS;
     json_t *root = json_loadb(body != NULL ? body : "", len, 0, NULL);
     if (!json_is_object(root)) {
@@ -888,6 +902,20 @@ void mw_api_handle(struct mw_server *s, enum mw_api api, const char *id, const c
     case MW_API_LOAD_LORA:
     case MW_API_UNLOAD_LORA:
         handle_lora(root, api == MW_API_LOAD_LORA, out);
+        break;
+    case MW_API_EMBED_V2:
+        mw_apix_embed_v2(s, root, out);
+        break;
+    case MW_API_INVOCATIONS:
+        mw_apix_invocations(s, body, len, root, out);
+        break;
+    case MW_API_CHAT_RENDER:
+    case MW_API_COMPLETIONS_RENDER:
+    case MW_API_MESSAGES_RENDER:
+        mw_apix_render(s, api, root, out);
+        break;
+    case MW_API_GENERATE:
+        mw_apix_generate(s, root, out);
         break;
     default:
         reply_error(out, 404, "Not Found");

@@ -567,6 +567,41 @@ static void test_hop_by_hop_headers(void **state)
     assert_false(dp_header_is_hop_by_hop("te-x", 4));
 }
 
+/* /invocations is parsed as the shape vLLM serves it as (sagemaker's
+ * first request type that validates): chat by its messages, a completion
+ * by its prompt, anything else by load; token-in requests key by ids. */
+static void test_invocations_take_their_bodys_shape(void **state)
+{
+    (void)state;
+    struct dp_request *chat = parsed(DP_ROUTE_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":"
+                                                    "\"user\",\"content\":\"hello\"}]}");
+    struct dp_request *inv =
+        parsed(DP_ROUTE_INVOCATIONS, "{\"model\":\"m\",\"prompt\":\"x\",\"messages\":[{\"role\":"
+                                     "\"user\",\"content\":\"hello\"}]}");
+    assert_int_equal(dp_request_shape(inv), DP_BODY_CHAT);
+    assert_true(same_text(chat, inv));
+    request_free(inv);
+    request_free(chat);
+    struct dp_request *cmpl = parsed(DP_ROUTE_COMPLETIONS, "{\"model\":\"m\",\"prompt\":\"abc\"}");
+    inv = parsed(DP_ROUTE_INVOCATIONS, "{\"model\":\"m\",\"prompt\":\"abc\"}");
+    assert_int_equal(dp_request_shape(inv), DP_BODY_COMPLETION);
+    assert_true(same_text(cmpl, inv));
+    request_free(inv);
+    request_free(cmpl);
+    inv = parsed(DP_ROUTE_INVOCATIONS, "{\"model\":\"m\",\"input\":\"abc\"}");
+    assert_int_equal(dp_request_shape(inv), DP_BODY_BY_LOAD);
+    assert_int_equal(inv->routing_text.len, 0);
+    request_free(inv);
+    cmpl = parsed(DP_ROUTE_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[7,8,9]}");
+    struct dp_request *gen =
+        parsed(DP_ROUTE_GENERATE,
+               "{\"model\":\"m\",\"token_ids\":[7,8,9],\"sampling_params\":{\"max_tokens\":5}}");
+    assert_true(same_text(cmpl, gen));
+    assert_int_equal(gen->adm.max_tokens, 5);
+    request_free(gen);
+    request_free(cmpl);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -590,6 +625,7 @@ int main(void)
         cmocka_unit_test(test_parse_responses),
         cmocka_unit_test(test_parse_anthropic_messages),
         cmocka_unit_test(test_anthropic_error_shape),
+        cmocka_unit_test(test_invocations_take_their_bodys_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

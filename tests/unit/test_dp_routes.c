@@ -128,6 +128,21 @@ static void test_rows_as_published(void **state)
         {"/classify", DP_ROUTE_CLASSIFY, "POST", DP_SERVE_PROXY, DP_BODY_BY_LOAD, false},
         {"/tokenize", DP_ROUTE_TOKENIZE, "POST", DP_SERVE_PROXY, DP_BODY_BY_LOAD, false},
         {"/detokenize", DP_ROUTE_DETOKENIZE, "POST", DP_SERVE_PROXY, DP_BODY_BY_LOAD, false},
+        {"/ping", DP_ROUTE_PING, "GET, HEAD, POST", DP_SERVE_LOCAL, DP_BODY_NONE, false},
+        {"/v2/embed", DP_ROUTE_EMBED_V2, "POST", DP_SERVE_PROXY, DP_BODY_BY_LOAD, false},
+        {"/invocations", DP_ROUTE_INVOCATIONS, "POST", DP_SERVE_PROXY, DP_BODY_INVOCATIONS, false},
+        {"/v1/chat/completions/render", DP_ROUTE_CHAT_RENDER, "POST", DP_SERVE_PROXY,
+         DP_BODY_BY_LOAD, false},
+        {"/v1/completions/render", DP_ROUTE_COMPLETIONS_RENDER, "POST", DP_SERVE_PROXY,
+         DP_BODY_BY_LOAD, false},
+        {"/v1/messages/render", DP_ROUTE_MESSAGES_RENDER, "POST", DP_SERVE_PROXY, DP_BODY_BY_LOAD,
+         false},
+        {"/inference/v1/generate", DP_ROUTE_GENERATE, "POST", DP_SERVE_PROXY, DP_BODY_GENERATE,
+         false},
+        {"/v1/audio/transcriptions", DP_ROUTE_TRANSCRIPTIONS, "POST", DP_SERVE_PROXY, DP_BODY_FORM,
+         false},
+        {"/v1/audio/translations", DP_ROUTE_TRANSLATIONS, "POST", DP_SERVE_PROXY, DP_BODY_FORM,
+         false},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         enum dp_route r = dp_route_find(want[i].path);
@@ -166,7 +181,8 @@ static void test_id_routes(void **state)
     /* Anthropic's error shape on the Messages routes only. */
     for (int r = DP_ROUTE_UNSET + 1; r < DP_ROUTE_COUNT; r++)
         assert_int_equal(dp_route_row((enum dp_route)r)->anthropic_errors,
-                         r == DP_ROUTE_MESSAGES || r == DP_ROUTE_MESSAGES_COUNT);
+                         r == DP_ROUTE_MESSAGES || r == DP_ROUTE_MESSAGES_COUNT ||
+                             r == DP_ROUTE_MESSAGES_RENDER);
 }
 
 int main(void)
