@@ -10,6 +10,10 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "common/proc.h"
+
+#define RNG_SECRET_BLOCK 64u /* values per getrandom call */
+
 void rng_seed_random(struct rng *r)
 {
     uint64_t seed = 0;
@@ -37,4 +41,22 @@ int rng_fill_random(void *buf, size_t n)
         n -= (size_t)got;
     }
     return 0;
+}
+
+uint64_t rng_secret64(void)
+{
+    static _Thread_local uint64_t block[RNG_SECRET_BLOCK];
+    static _Thread_local size_t left;
+    static _Thread_local uint64_t fallback;
+    if (left == 0) {
+        if (rng_fill_random(block, sizeof(block)) != 0) {
+            /* getrandom cannot fail on the kernels we run on; should it,
+             * ids stay unique (not unguessable) rather than the request fail. */
+            return rng_mix64(proc_monotonic_ns() ^ ++fallback);
+        }
+        left = RNG_SECRET_BLOCK;
+    }
+    uint64_t v = block[--left];
+    block[left] = 0;
+    return v;
 }

@@ -9,22 +9,30 @@
  *    or with rng_seed_random() otherwise. Its output is predictable from a
  *    few outputs: never use it for anything a client must not guess.
  *  - rng_fill_random(): bytes straight from the kernel (getrandom) for
- *    request ids, nonces and tokens, which must be unpredictable. Costs a
- *    system call; a caller that needs many small values can draw a block
- *    (e.g. 256 bytes) and slice it on one thread, never sharing it across
- *    fork().
+ *    what must be unpredictable: tokens, keys, seeds. Costs a system call.
+ *  - rng_secret64(): 64 unpredictable bits at a time for what a client
+ *    sees and must not be able to predict (the data plane's request ids
+ *    and trace ids, the JSON skeleton's marker nonces): every value comes
+ *    from the kernel's generator, drawn in per-thread blocks of 64 values
+ *    (one getrandom per 64 values, about one per 20 requests), since a
+ *    system call per value was a measurable part of a small request's
+ *    cost. An earlier splitmix64 stream let a client invert one
+ *    X-Request-Id and predict the next one exactly (docs/security.md,
+ *    row 8): never serve these from a struct rng.
  *
  * Invariants: rng_next() from a state s gives the same value on every
  * platform and build; rng_seed(r, x) followed by draws is the reference
  * splitmix64 sequence for seed x (tests pin its first values).
  *
  * Threading: a struct rng has no lock; give each thread (event loop) its
- * own. rng_fill_random() and rng_seed_random() are thread-safe.
+ * own. rng_fill_random(), rng_seed_random() and rng_secret64() are
+ * thread-safe; rng_secret64()'s blocks are per thread, never shared (a
+ * process that forks must not draw them on both sides of the fork).
  *
- * Adoption: dataplane/policy/rng.h's pol_rng becomes a struct rng seeded
- * with rng_seed_random(); dataplane/http/request.c's id generator draws its
- * bytes with rng_fill_random() (the planned fix for guessable ids); the
- * health prober's jitter uses a struct rng.
+ * Users: the random policies' state (dataplane/policy/rng.h), the health
+ * prober's jitter and the Kubernetes source's backoff are struct rngs
+ * seeded with rng_seed_random(); request ids, trace ids and skeleton
+ * nonces are rng_secret64().
  */
 #ifndef SY_COMMON_RNG_H
 #define SY_COMMON_RNG_H
@@ -85,5 +93,8 @@ static inline double rng_unit(struct rng *r)
  * failure the contents of buf are unspecified and must not be used.
  */
 int rng_fill_random(void *buf, size_t n);
+
+/* 64 unpredictable bits from the calling thread's block of kernel randomness. */
+uint64_t rng_secret64(void);
 
 #endif

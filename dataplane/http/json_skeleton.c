@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "common/buf.h"
-#include "dataplane/core/random64.h"
+#include "common/rng.h"
 
 #define SKEL_MARK_RAW     "\"\\u0001sy" /* as written into the skeleton and as dumped */
 #define SKEL_MARK_DECODED "\001sy"      /* as jansson decodes it */
@@ -203,7 +203,7 @@ int dp_skel_doc_open(struct dp_skel_doc *d, const char *body, size_t len)
     d->body = body != NULL ? body : "";
     d->root = NULL;
     if (dp_skel_build(&d->skel, d->body, body != NULL ? len : 0, DP_SKEL_MIN_STRING,
-                      dp_random64()) != 0)
+                      rng_secret64()) != 0)
         return -ENOMEM;
     json_error_t jerr;
     /* As the request parser: an escaped NUL is valid JSON (and is dumped

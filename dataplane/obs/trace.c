@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "dataplane/core/random64.h"
+#include "common/rng.h"
 
 #define DP_TP_PREFIX "traceparent: "
 
@@ -84,7 +84,7 @@ void dp_trace_format(const struct dp_trace_ctx *ctx, uint64_t span_id,
 uint64_t dp_trace_new_id(void)
 {
     uint64_t v;
-    while ((v = dp_random64()) == 0)
+    while ((v = rng_secret64()) == 0)
         ;
     return v;
 }
@@ -96,8 +96,8 @@ bool dp_trace_start(struct dp_trace_ctx *ctx, const char *client_traceparent)
     if (dp_trace_parse(client_traceparent, ctx) == 0)
         return true;
     do {
-        ctx->trace_hi = dp_random64();
-        ctx->trace_lo = dp_random64();
+        ctx->trace_hi = rng_secret64();
+        ctx->trace_lo = rng_secret64();
     } while (ctx->trace_hi == 0 && ctx->trace_lo == 0);
     ctx->parent_id = 0;
     ctx->flags = 0x01;

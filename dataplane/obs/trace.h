@@ -5,7 +5,7 @@
  * a later version is read by its first four fields, as the recommendation
  * says), and then passes its `tracestate` on unchanged; otherwise (absent
  * or invalid) the router begins a new trace with random ids from
- * random64.h and drops the client's `tracestate`, which belongs to the
+ * rng_secret64() (common/rng.h) and drops the client's `tracestate`, which belongs to the
  * trace it did not continue. Each attempt sends its worker a traceparent
  * naming the trace and a span id of its own (the attempt's span), so
  * vLLM's spans hang under the attempt that caused them. A new trace is

@@ -4,12 +4,14 @@
  * algorithm), so benchmark workloads keep their exact sequences; the same
  * seed repeats and a different one does not; rng_below stays in range and
  * reaches every value; rng_unit is in (0, 1]; rng_fill_random fills every
- * byte (two fills differ) and a random seed differs between generators.
+ * byte (two fills differ) and a random seed differs between generators;
+ * rng_secret64 keeps giving distinct values across its per-thread blocks.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -87,6 +89,25 @@ static void test_fill_random(void **state)
     assert_true(x.state != y.state);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void test_secret64_across_blocks(void **state)
+{
+    (void)state;
+    enum { N = 3 * RNG_SECRET_BLOCK + 5 };
+    uint64_t v[N];
+    for (size_t i = 0; i < N; i++)
+        v[i] = rng_secret64();
+    /* A repeat among 197 draws of 64 bits: probability about 2^-49. */
+    qsort(v, N, sizeof(v[0]), cmp_u64);
+    for (size_t i = 1; i < N; i++)
+        assert_true(v[i] != v[i - 1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -94,6 +115,7 @@ int main(void)
         cmocka_unit_test(test_same_seed_same_sequence),
         cmocka_unit_test(test_below_and_unit),
         cmocka_unit_test(test_fill_random),
+        cmocka_unit_test(test_secret64_across_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
