@@ -23,8 +23,9 @@ struct dp_fwd {
      * tick skips its walk over every attempt until then, so thousands of
      * idle streams cost nothing between tokens. Lowered by every deadline
      * set earlier; recomputed by each walk. Kept instead of a timer heap
-     * (common/timer_heap.h): every body chunk pushes its attempt's idle
-     * deadline later, which is one store here but a heap update there,
+     * (as the mock worker's, tests/mockworker/timer_heap.h): every body
+     * chunk pushes its attempt's idle deadline later, which is one store
+     * here but a heap update there,
      * while the walk runs about once per idle_timeout (measured: 5 walks
      * in 1250 ticks with ~1500 live streams per loop and a 3 s idle
      * timeout, about 95 ns per attempt walked). */

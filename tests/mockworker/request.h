@@ -17,7 +17,6 @@
 
 #include "common/buf.h"
 #include "common/list.h"
-#include "common/timer_heap.h"
 #include "tests/mockworker/api.h"
 #include "tests/mockworker/tls.h"
 #include "tests/mockworker/cost_model.h"
@@ -27,6 +26,7 @@
 #include "tests/mockworker/options.h"
 #include "tests/mockworker/pd_pins.h"
 #include "tests/mockworker/stats.h"
+#include "tests/mockworker/timer_heap.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>

@@ -3,7 +3,7 @@
  * chained block hashing, the LRU KV cache (eviction order, prefix matching,
  * block ids), the FIFO scheduler's accounting (admission, waiting, wake-up
  * masks, cancels in every state, prefix and KV usage counters) and the
- * fault merging rules (the timer heap moved to common/: test_common_timer_heap). The .c files are
+ * fault merging rules (the timer heap has its own: test_mockworker_timer_heap). The .c files are
  * included so static helpers are reachable; the archive's copies are then never linked.
  */
 #include "tests/mockworker/cost_model.c"

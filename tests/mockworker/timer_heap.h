@@ -1,16 +1,16 @@
 /*
- * The one timer structure: a binary min-heap of deadlines embedded in
- * their owners. A loop arms its timerfd (or epoll_wait timeout) for
- * th_heap_top() and fires every timer whose deadline passed. The mock
- * worker parks requests until a moment with it (simulated prefill, the
- * next token, a stall), thousands of distinct deadlines at once.
+ * The mock worker's timers: a binary min-heap of deadlines embedded in
+ * their owners. A loop arms its epoll_wait timeout for th_heap_top() and
+ * fires every timer whose deadline passed. The mock worker parks requests
+ * until a moment with it (simulated prefill, the next token, a stall),
+ * thousands of distinct deadlines, each armed once.
  *
- * The daemons do not use it, on purpose: the data plane's attempt
- * deadlines move later with every body chunk, one store against a lower
- * bound but a heap update each (dataplane/core/forwarder_types.h has the
- * measurement), and the control plane's loop waits for the earliest of a
- * fixed handful of subsystems, each of which knows its own next moment.
- * Use this heap wherever many independent deadlines are armed once each.
+ * It lives here, not in common/, because neither daemon has that shape of
+ * timeouts: the data plane's attempt deadlines move later with every body
+ * chunk, one store against a lower bound but a heap update each
+ * (dataplane/core/forwarder_types.h has the measurement), and the control
+ * plane's loop waits for the earliest of a fixed handful of subsystems,
+ * each of which knows its own next moment and changes it every pass.
  *
  * Invariants: a struct th_timer is in at most one heap; its index is
  * TH_TIMER_NONE exactly while it is in none (th_timer_init, removal, pop
@@ -24,8 +24,8 @@
  * which live in their owners (remove a timer before freeing its owner).
  * One heap per thread (event loop); no locking.
  */
-#ifndef SY_COMMON_TIMER_HEAP_H
-#define SY_COMMON_TIMER_HEAP_H
+#ifndef SY_TESTS_MOCKWORKER_TIMER_HEAP_H
+#define SY_TESTS_MOCKWORKER_TIMER_HEAP_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,7 +1,7 @@
 /*
- * Unit tests of the timer heap (common/timer_heap.c): timers come out in
- * deadline order after removals from the middle, removing twice is a
- * no-op, a removed or popped timer is no longer pending, pop_due stops at
+ * Unit tests of the mock worker's timer heap (tests/mockworker/timer_heap.c):
+ * timers come out in deadline order after removals from the middle,
+ * removing twice is a no-op, a removed or popped timer is no longer pending, pop_due stops at
  * the first future deadline, and fini leaves remaining timers not pending.
  * (The order-and-remove case moved here from test_mockworker_cache with
  * the heap itself.)
@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "common/timer_heap.c"
+#include "tests/mockworker/timer_heap.c"
 
 static void test_timer_heap_order_and_remove(void **state)
 {

@@ -5,7 +5,7 @@
  * a stale or already-fired timer detectable (index out of range or
  * pointing at another timer).
  */
-#include "common/timer_heap.h"
+#include "tests/mockworker/timer_heap.h"
 
 #include <errno.h>
 #include <stdlib.h>
