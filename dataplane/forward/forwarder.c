@@ -273,9 +273,11 @@ static bool fwd_wait_for_reset(struct dp_request *req)
 /* Routes whose prompt precise_cache_aware tokenizes (tokenize.h). */
 static bool fwd_tokenizes(const struct dp_request *req)
 {
-    enum dp_body b = dp_route_row(req->route)->body;
+    /* The parsed shape: an /invocations chat is tokenized as chat; token
+     * ids (/inference/v1/generate) are chained as they are. */
+    enum dp_body b = dp_request_shape(req);
     return b == DP_BODY_CHAT || b == DP_BODY_COMPLETION || b == DP_BODY_RESPONSES ||
-           b == DP_BODY_MESSAGES;
+           b == DP_BODY_MESSAGES || b == DP_BODY_GENERATE;
 }
 
 /* The tokens came (or were given up on): pick now. */

@@ -349,6 +349,69 @@ static void test_invocations_and_generate_keep_their_prefix(void **state)
     h_fleet_stop(&f);
 }
 
+/* The last request body mock m received, parsed (a new reference). */
+static json_t *mock_last_request(const char *mock_url)
+{
+    char url[128];
+    snprintf(url, sizeof(url), "%s/mock/stats", mock_url);
+    struct h_resp r = {0};
+    assert_int_equal(h_http_get(url, &r), 0);
+    json_t *j = h_resp_json(&r);
+    h_resp_fini(&r);
+    json_t *last = json_incref(json_object_get(j, "last_request"));
+    json_decref(j);
+    return last;
+}
+
+/*
+ * precise_cache_aware's /tokenize body carries what changes the prompt's
+ * tokens: vLLM's chat endpoint renders with chat_template and tools, and
+ * with chat_template_kwargs merged with add_generation_prompt,
+ * continue_final_message, documents and reasoning_effort (and
+ * enable_thinking); /tokenize takes the last two only inside
+ * chat_template_kwargs. A stand-alone mock is the tokenizer, so its last
+ * request is the router's /tokenize body.
+ */
+static void test_tokenize_body_carries_the_template_inputs(void **state)
+{
+    (void)state;
+    struct h_mock tok;
+    assert_int_equal(h_mock_start(&tok, NULL), 0);
+    char extra[256];
+    snprintf(extra, sizeof(extra), "precise_cache_aware:\n  tokenizer_url: \"%s/tokenize\"\n",
+             tok.url);
+    struct h_fleet f;
+    /* Two workers: with one there is no choice and nothing to tokenize for. */
+    struct h_fleet_opts o = {.n = 2, .policy = "precise_cache_aware", .policy_extra = extra};
+    h_fleet_start(&f, &o);
+    json_t *r =
+        post(&f, "/v1/chat/completions",
+             "{\"model\":\"mock-model\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\","
+             "\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"he\"}],"
+             "\"chat_template\":\"{{ messages }}\",\"chat_template_kwargs\":{\"x\":1},"
+             "\"reasoning_effort\":\"low\",\"documents\":[{\"title\":\"t\",\"text\":\"d\"}],"
+             "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+             "\"add_generation_prompt\":false,\"continue_final_message\":true}",
+             200);
+    json_decref(r);
+    json_t *t = mock_last_request(tok.url);
+    assert_non_null(json_object_get(t, "messages"));
+    assert_string_equal(str_at(t, "chat_template"), "{{ messages }}");
+    assert_true(json_is_array(json_object_get(t, "tools")));
+    assert_true(json_is_false(json_object_get(t, "add_generation_prompt")));
+    assert_true(json_is_true(json_object_get(t, "continue_final_message")));
+    json_t *kw = json_object_get(t, "chat_template_kwargs");
+    assert_int_equal(json_integer_value(json_object_get(kw, "x")), 1);
+    assert_string_equal(str_at(kw, "reasoning_effort"), "low");
+    assert_true(json_is_array(json_object_get(kw, "documents")));
+    assert_true(json_is_true(json_object_get(kw, "enable_thinking")));
+    /* Not top-level: vLLM's TokenizeChatRequest has no such fields. */
+    assert_null(json_object_get(t, "documents"));
+    assert_null(json_object_get(t, "reasoning_effort"));
+    json_decref(t);
+    h_fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -356,6 +419,7 @@ int main(void)
         H_TEST(test_json_routes_reach_the_worker),
         H_TEST(test_audio_uploads_go_by_their_form_model),
         H_TEST(test_invocations_and_generate_keep_their_prefix),
+        H_TEST(test_tokenize_body_carries_the_template_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
