@@ -143,7 +143,6 @@ static void dp_attach_prefix_index(struct dp_daemon *d)
         d->prefix = NULL;
         return;
     }
-    pol_cache_aware_use_index(d->prefix);
     log_info("prefix index: attached %s (%zu blocks, %zu bytes)", name, pix_capacity(d->prefix),
              pix_memory_bytes(d->prefix));
 }
@@ -172,7 +171,6 @@ static void dp_attach_kv_holders(struct dp_daemon *d)
         d->kv_holders = NULL;
         return;
     }
-    pol_precise_use_index(d->kv_holders);
     log_info("KV holder index: attached %s (%zu facts, %zu bytes)", name,
              kvh_capacity(d->kv_holders), kvh_memory_bytes(d->kv_holders));
 }
@@ -526,8 +524,12 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
         goto out_close_signals;
     dp_attach_prefix_index(&d);
     dp_attach_kv_holders(&d);
+    if (pol_shared_create(d.prefix, d.kv_holders, &d.sh.policies) != 0) {
+        log_error("out of memory setting up the dataplane");
+        goto out_close_segment;
+    }
     /* Logs why when it fails: stickiness is then off. */
-    (void)dp_resp_init(cfg, shm_segment_created_ms(&d.seg));
+    (void)dp_resp_create(cfg, shm_segment_created_ms(&d.seg), &d.sh.resp);
     if (shm_lease_claim(&d.seg, &d.lease, err, sizeof(err)) != 0) {
         log_error("%s", err);
         goto out_close_segment;
@@ -542,6 +544,7 @@ int dp_run(const struct cfg *cfg, const struct dp_options *opts)
         goto out_free_shared;
     }
     d.sh.metrics.policy = cfg_policy_name_str(cfg->policy.name);
+    d.sh.metrics.policies = d.sh.policies;
     shm_el_params_from_cfg(cfg, &d.sh.metrics.load);
     if (dp_adm_shared_init(&d.sh.adm, cfg, d.lease.index) != 0)
         goto out_free_shared;
@@ -622,15 +625,13 @@ out_free_shared:
      * previous dataplane is gone, lease included". */
     dp_hot_fini(&d.hot);
 out_close_segment:
-    if (d.prefix != NULL) {
-        pol_cache_aware_use_index(NULL);
-        pix_destroy(d.prefix);
-    }
-    if (d.kv_holders != NULL) {
-        pol_precise_use_index(NULL);
-        kvh_destroy(d.kv_holders);
-    }
-    dp_resp_fini();
+    /* After every policy (the loops'), before the indexes it borrows. */
+    pol_shared_destroy(d.sh.policies);
+    d.sh.policies = NULL;
+    pix_destroy(d.prefix);
+    kvh_destroy(d.kv_holders);
+    dp_resp_destroy(d.sh.resp);
+    d.sh.resp = NULL;
     shm_segment_close(&d.seg);
 out_close_signals:
     dp_salt_key_fini(&d.salt_key);

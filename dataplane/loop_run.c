@@ -66,7 +66,7 @@ int dp_loop_init(struct dp_loop *loop, struct dp_shared *sh, unsigned index)
     int rc = dp_workers_init(&loop->workers, sh->seg);
     if (rc != 0)
         return rc;
-    rc = pol_create(&sh->cfg->policy, &loop->policy);
+    rc = pol_create(&sh->cfg->policy, sh->policies, &loop->policy);
     if (rc == 0)
         rc = dp_pd_loop_init(loop);
     if (rc == 0)

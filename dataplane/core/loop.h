@@ -56,6 +56,7 @@
 struct dp_alog;
 struct dp_tracer;
 struct dp_salt_key;
+struct dp_resp;
 
 enum dp_cmd {
     DP_CMD_NONE = 0,
@@ -73,6 +74,11 @@ struct dp_shared {
     struct dp_guards guards;
     struct dp_metrics metrics;
     struct dp_adm_shared adm; /* admission.c: rate-limit buckets, reload signal */
+    /* What every loop's policies share (policy.h: the node's indexes,
+     * precise's speculative entries); set up before the loops start. */
+    struct pol_shared *policies;
+    /* The node's response table (resp_affinity.h); NULL = stickiness off. */
+    struct dp_resp *resp;
     struct sockaddr_storage listen_addr;
     socklen_t listen_addr_len;
     /* Listening sockets received from a predecessor (hot restart): loop i

@@ -9,10 +9,12 @@
  *
  * Threading: each event loop creates its own instance (pol_create), so a
  * policy's state (a round-robin cursor, a random generator) is
- * single-threaded. cache_aware's prefix index is the exception: one per
- * node, in shared memory, used by every loop of every data plane, so that a
- * request's affinity does not depend on which thread or process accepted it
- * nor on a restart (see shm/prefix_index.h).
+ * single-threaded. What is not per loop is in a struct pol_shared, one per
+ * data plane, handed to every pol_create: cache_aware's prefix index (one
+ * per node, in shared memory, used by every loop of every data plane, so
+ * that a request's affinity does not depend on which thread or process
+ * accepted it nor on a restart; see shm/prefix_index.h), precise's KV
+ * holder index and its speculative entries.
  */
 #ifndef SY_DATAPLANE_POLICY_H
 #define SY_DATAPLANE_POLICY_H
@@ -88,9 +90,11 @@ struct pol_request {
 struct pol_candidate {
     const struct shm_worker_info *worker; /* borrowed */
     uint64_t load;      /* at decision time: own in-flight combined with the worker's
-                         * fresh report (dataplane/effective_load.h) */
+                         * fresh report (shm/effective_load.h) */
     bool kv_overloaded; /* the fresh report's kv_cache_usage > policy.kv_overload */
 };
+
+struct pol_shared;
 
 struct pol_ops {
     const char *name;
@@ -98,8 +102,9 @@ struct pol_ops {
     /* Routes on the prompt's token chain (pol_request.kv_chain): the forwarder
      * tokenizes the request before the first pick. */
     bool needs_tokens;
-    /* Creates per-loop state (may set *state to NULL). 0 or -errno. */
-    int (*create)(const struct cfg_policy *cfg, void **state);
+    /* Creates per-loop state (may set *state to NULL); shared is the data
+     * plane's (borrowed: it outlives the state). 0 or -errno. */
+    int (*create)(const struct cfg_policy *cfg, struct pol_shared *shared, void **state);
     void (*destroy)(void *state);
     /*
      * Index into cands (n >= 1), or a negative errno to refuse. May set
@@ -129,8 +134,9 @@ static inline bool pol_needs_tokens(const struct pol_policy *p)
     return p->ops->needs_tokens;
 }
 
-/* Creates the policy named by cfg->name. 0 or -errno. */
-int pol_create(const struct cfg_policy *cfg, struct pol_policy *out);
+/* Creates the policy named by cfg->name, sharing what is not per loop
+ * through shared (pol_shared_create). 0 or -errno. */
+int pol_create(const struct cfg_policy *cfg, struct pol_shared *shared, struct pol_policy *out);
 void pol_destroy(struct pol_policy *p);
 
 /* Picks among n >= 1 candidates: an index, or a negative errno; *decision
@@ -139,25 +145,28 @@ int pol_pick(struct pol_policy *p, const struct pol_request *req, const struct p
              size_t n, enum pol_decision *decision);
 
 struct pix_index;
-
-/*
- * Hands cache_aware the node's shared prefix index (borrowed: it must
- * outlive every policy). Call before the loops create their policies;
- * without it cache_aware creates a private index on first use.
- */
-void pol_cache_aware_use_index(struct pix_index *ix);
-
-/* Bytes mapped by cache_aware's prefix index (0 before its first use). */
-size_t pol_cache_aware_index_bytes(void);
-
 struct kvh_index;
 
 /*
- * Hands precise_cache_aware the node's KV holder index (borrowed: it must
- * outlive every policy). Without one the policy routes every request by
- * cache_aware's approximate match (counted as fallback "no_index").
+ * What the policies of every loop of one data plane share (opaque). The
+ * main thread creates it before any loop creates its policies and destroys
+ * it after the last policy is destroyed; pol_create and picks may run on
+ * any loop thread (it has its own lock). Both indexes are borrowed and
+ * must outlive it:
+ *  - prefix: the node's shared prefix index for cache_aware; NULL makes
+ *    cache_aware create a private one on first use (owned by this);
+ *  - kv_holders: the node's KV holder index for precise_cache_aware; NULL
+ *    routes every request of that policy by cache_aware's approximate
+ *    match (counted as fallback "no_index").
+ * 0 or -ENOMEM.
  */
-void pol_precise_use_index(struct kvh_index *ix);
+int pol_shared_create(struct pix_index *prefix, struct kvh_index *kv_holders,
+                      struct pol_shared **out);
+void pol_shared_destroy(struct pol_shared *s);
+
+/* Bytes mapped by cache_aware's prefix index (0 before its first use, or
+ * when s is NULL). */
+size_t pol_shared_prefix_bytes(struct pol_shared *s);
 
 /* The consistent_hash choice as a function (also used by tests). */
 int pol_consistent_hash_pick(const struct pol_request *req, const struct pol_candidate *cands,

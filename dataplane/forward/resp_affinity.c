@@ -34,53 +34,67 @@
 
 #define DP_RESP_LINE_MAX (256u * 1024u) /* an SSE data line looked at for the id */
 
-static struct shm_resp_table dp_resp_table = {.fd = -1};
-static uint64_t dp_resp_ttl_ms;
-/* Per registry slot: the generation + 1 of the last worker whose id
- * conflict was logged, so a worker repeating one is logged once. */
-static _Atomic uint32_t *dp_resp_conflict_logged;
-static uint32_t dp_resp_max_workers;
+/* Owned by the data plane's main thread (dp_resp_create/destroy); read by
+ * every loop, the table itself being safe for any thread. */
+struct dp_resp {
+    struct shm_resp_table table;
+    uint64_t ttl_ms;
+    /* Per registry slot: the generation + 1 of the last worker whose id
+     * conflict was logged, so a worker repeating one is logged once. */
+    _Atomic uint32_t *conflict_logged;
+    uint32_t max_workers;
+};
 
-int dp_resp_init(const struct cfg *cfg, uint64_t registry_id)
+int dp_resp_create(const struct cfg *cfg, uint64_t registry_id, struct dp_resp **out)
 {
+    *out = NULL;
+    struct dp_resp *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        log_error("%s: Responses stickiness is off: out of memory", cfg->path);
+        return -ENOMEM;
+    }
+    r->table.fd = -1;
     char name[CFG_PATH_MAX + 16], err[512];
     int rc = shm_resp_name(cfg->shm.name, name, sizeof(name));
     bool created = false;
     uint64_t forgot = 0;
     if (rc == 0)
-        rc = shm_resp_open(&dp_resp_table, name, cfg->dataplane.response_table_size, registry_id,
+        rc = shm_resp_open(&r->table, name, cfg->dataplane.response_table_size, registry_id,
                            &created, &forgot, err, sizeof(err));
     else
         snprintf(err, sizeof(err), "the name of the response table is too long");
     if (rc != 0) {
         log_error("%s: Responses stickiness is off: %s", cfg->path, err);
+        dp_resp_destroy(r);
         return rc;
     }
-    dp_resp_ttl_ms = cfg->dataplane.response_ttl_ms;
-    dp_resp_max_workers = cfg->shm.max_workers;
-    dp_resp_conflict_logged = calloc(dp_resp_max_workers, sizeof(*dp_resp_conflict_logged));
-    if (dp_resp_conflict_logged == NULL)
-        dp_resp_max_workers = 0; /* conflicts are then counted, not logged */
+    r->ttl_ms = cfg->dataplane.response_ttl_ms;
+    r->max_workers = cfg->shm.max_workers;
+    r->conflict_logged = calloc(r->max_workers, sizeof(*r->conflict_logged));
+    if (r->conflict_logged == NULL)
+        r->max_workers = 0; /* conflicts are then counted, not logged */
     if (forgot > 0)
         log_info("response table %s: forgot %llu responses of a previous registry (their "
                  "workers' slots mean nothing in this one)",
                  name, (unsigned long long)forgot);
-    if (!created && dp_resp_table.n_entries != cfg->dataplane.response_table_size)
+    if (!created && r->table.n_entries != cfg->dataplane.response_table_size)
         log_info("response table %s: %llu entries (kept from its creator; "
                  "dataplane.response_table_size applies when it is created anew)",
-                 name, (unsigned long long)dp_resp_table.n_entries);
+                 name, (unsigned long long)r->table.n_entries);
     log_info("response table %s: %s, %llu entries, ttl %llu ms", name,
-             created ? "created" : "attached", (unsigned long long)dp_resp_table.n_entries,
-             (unsigned long long)dp_resp_ttl_ms);
+             created ? "created" : "attached", (unsigned long long)r->table.n_entries,
+             (unsigned long long)r->ttl_ms);
+    *out = r;
     return 0;
 }
 
-void dp_resp_fini(void)
+void dp_resp_destroy(struct dp_resp *r)
 {
-    shm_resp_close(&dp_resp_table);
-    free(dp_resp_conflict_logged);
-    dp_resp_conflict_logged = NULL;
-    dp_resp_max_workers = 0;
+    if (r == NULL)
+        return;
+    shm_resp_close(&r->table);
+    free(r->conflict_logged);
+    free(r);
 }
 
 bool dp_resp_applies(const struct dp_request *req)
@@ -137,9 +151,11 @@ int dp_resp_pin(struct dp_request *req, char **body)
     }
     if (req->resp_id[0] == '\0')
         return 0;
+    struct dp_resp *r = req->loop->sh->resp;
     struct shm_resp_owner o;
-    if (shm_resp_get(&dp_resp_table, req->resp_id, strlen(req->resp_id), proc_monotonic_ms(),
-                     dp_resp_ttl_ms, &o) != 0)
+    /* No table: stickiness is off, the policy decides. */
+    if (r == NULL || shm_resp_get(&r->table, req->resp_id, strlen(req->resp_id),
+                                  proc_monotonic_ms(), r->ttl_ms, &o) != 0)
         return 0; /* not made here (or forgotten): the policy decides */
     /* Another tenant's: answered as vLLM answers an id it lacks, before
      * anything (the holder's health included) can tell that it exists.
@@ -209,16 +225,17 @@ struct dp_resp_capture {
 
 static void dp_resp_remember(struct dp_request *req, const char *id, size_t len)
 {
+    struct dp_resp *r = req->loop->sh->resp;
     const struct dp_attempt *a = req->active;
-    if (a == NULL || len == 0 || len >= DP_RESP_ID_MAX)
+    if (r == NULL || a == NULL || len == 0 || len >= DP_RESP_ID_MAX)
         return;
     struct shm_resp_owner o = {
         .slot = a->slot, .generation = a->generation, .tenant = dp_resp_tenant(req)};
-    int rc = shm_resp_put(&dp_resp_table, id, len, &o, proc_monotonic_ms(), dp_resp_ttl_ms);
+    int rc = shm_resp_put(&r->table, id, len, &o, proc_monotonic_ms(), r->ttl_ms);
     if (rc == -EEXIST) {
         dp_metrics_response_id_conflict(&req->loop->sh->metrics);
-        if (a->slot < dp_resp_max_workers &&
-            atomic_exchange_explicit(&dp_resp_conflict_logged[a->slot], a->generation + 1,
+        if (a->slot < r->max_workers &&
+            atomic_exchange_explicit(&r->conflict_logged[a->slot], a->generation + 1,
                                      memory_order_relaxed) != a->generation + 1)
             log_warn("request %s: worker %s answered with response id %.*s, which another worker "
                      "or tenant holds: left with its holder (logged once per worker)",

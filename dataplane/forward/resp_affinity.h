@@ -28,11 +28,12 @@
  *   - refuses an id in the path that is not vLLM's alphabet with a 400
  *     (id_route.h, finding 21).
  *
- * The table is opened once per process (dp_resp_init) and shared by every
- * loop; a request's capture state is its own.
+ * The table is opened once per process (dp_resp_create) and shared by
+ * every loop through struct dp_shared.resp; a request's capture state is
+ * its own.
  *
- * Threading: dp_resp_init/fini on the main thread; the rest on the
- * request's loop thread.
+ * Threading: dp_resp_create/destroy on the main thread, before the loops
+ * start and after they end; the rest on the request's loop thread.
  */
 #ifndef SY_DATAPLANE_RESP_AFFINITY_H
 #define SY_DATAPLANE_RESP_AFFINITY_H
@@ -46,18 +47,22 @@
 
 struct dp_request;
 
+/* The node's response table as this data plane uses it (opaque). */
+struct dp_resp;
+
 /* Opens (or creates) the node's response table beside cfg's segment, for
- * the registry registry_id (shm_segment_created_ms). A failure is logged
- * and leaves stickiness off: 0 or a negative errno. */
-int dp_resp_init(const struct cfg *cfg, uint64_t registry_id);
-void dp_resp_fini(void);
+ * the registry registry_id (shm_segment_created_ms), into *out. A failure
+ * is logged and leaves *out NULL, stickiness off: 0 or a negative errno. */
+int dp_resp_create(const struct cfg *cfg, uint64_t registry_id, struct dp_resp **out);
+/* Closes the table; NULL is a no-op. */
+void dp_resp_destroy(struct dp_resp *r);
 
 /* True when req's route is one of the Responses routes. */
 bool dp_resp_applies(const struct dp_request *req);
 
 /*
  * Before the first attempt: pins req to the worker of the id it names,
- * when the table knows it for req's tenant. Returns 0 (pinned, or left to
+ * when the table (req's loop's dp_shared.resp) knows it for req's tenant. Returns 0 (pinned, or left to
  * the policy), or an HTTP status (400 for a malformed id in the path, 404,
  * 503) with a new error body in *body (NULL = out of memory) to answer
  * with.

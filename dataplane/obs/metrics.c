@@ -493,7 +493,7 @@ int dp_metrics_render(const struct dp_metrics *m, const struct shm_worker_info *
                     atomic_load_explicit(&m->resp_id_conflicts, memory_order_relaxed));
     prom_family(w, "switchyard_prefix_index_bytes", PROM_GAUGE,
                 "Bytes mapped by cache_aware's prefix index (shared by the node's data planes).");
-    prom_sample_u64(w, NULL, NULL, 0, pol_cache_aware_index_bytes());
+    prom_sample_u64(w, NULL, NULL, 0, pol_shared_prefix_bytes(m->policies));
     dp_tok_metrics_write(w);
 
     prom_family(w, "switchyard_client_disconnects_total", PROM_COUNTER,

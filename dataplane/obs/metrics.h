@@ -61,6 +61,7 @@ struct dp_metrics {
     _Atomic uint32_t n_models;
     pthread_mutex_t models_lock;
     const char *policy; /* policy.name, for the decisions' label */
+    struct pol_shared *policies; /* borrowed (policy.h), for the prefix index's size; set by main */
     _Atomic uint64_t decisions[POL_DECISION_COUNT];
     _Atomic uint64_t pd_outcomes[DP_PD_OUT_COUNT];
     const char *pd_policy[DP_PD_DECODE + 1]; /* policy.prefill/decode names, by phase */

@@ -1,12 +1,13 @@
 /*
  * cache_aware as a routing policy (the decision itself is in
  * cache_aware.c). The prefix index is one per node: the data plane attaches
- * the control plane's shared segment at startup and hands it over with
- * pol_cache_aware_use_index before any loop creates its policy, so every
- * loop of every data plane on the node (and the next one after a hot
- * restart) sees the same prefixes. Without one (no segment, or a unit test)
- * the first loop that asks creates a private index for the process, as
- * before the index was shared; either lives until the process exits.
+ * the control plane's shared segment at startup and hands it to the
+ * policies' shared state (pol_shared_create) before any loop creates its
+ * policy, so every loop of every data plane on the node (and the next one
+ * after a hot restart) sees the same prefixes. Without one (no segment, or
+ * a unit test) the first loop that asks creates a private index in that
+ * shared state, as before the index was shared; either lives as long as
+ * the shared state.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -16,6 +17,7 @@
 #include "common/log.h"
 #include "dataplane/core/policy.h"
 #include "dataplane/policy/cache_aware.h"
+#include "dataplane/policy/policy_internal.h"
 #include "dataplane/policy/rendezvous.h"
 #include "shm/prefix_index.h"
 
@@ -24,36 +26,19 @@
 #define CA_INDEX_BLOCKS     (1u << 20)
 #define CA_STACK_CANDIDATES 256u
 
-static pthread_mutex_t ca_index_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct pix_index *ca_index;
-
-void pol_cache_aware_use_index(struct pix_index *ix)
+static struct pix_index *ca_shared_index(struct pol_shared *sh)
 {
-    pthread_mutex_lock(&ca_index_lock);
-    ca_index = ix;
-    pthread_mutex_unlock(&ca_index_lock);
-}
-
-static struct pix_index *ca_shared_index(void)
-{
-    pthread_mutex_lock(&ca_index_lock);
-    if (ca_index == NULL) {
-        ca_index = pix_create(CA_INDEX_BLOCKS);
-        if (ca_index != NULL)
+    pthread_mutex_lock(&sh->lock);
+    if (sh->prefix == NULL) {
+        sh->prefix = pix_create(CA_INDEX_BLOCKS);
+        sh->prefix_owned = sh->prefix != NULL;
+        if (sh->prefix != NULL)
             log_info("cache_aware: private prefix index of %zu blocks (%zu bytes)",
-                     pix_capacity(ca_index), pix_memory_bytes(ca_index));
+                     pix_capacity(sh->prefix), pix_memory_bytes(sh->prefix));
     }
-    struct pix_index *ix = ca_index;
-    pthread_mutex_unlock(&ca_index_lock);
+    struct pix_index *ix = sh->prefix;
+    pthread_mutex_unlock(&sh->lock);
     return ix;
-}
-
-size_t pol_cache_aware_index_bytes(void)
-{
-    pthread_mutex_lock(&ca_index_lock);
-    size_t bytes = ca_index != NULL ? pix_memory_bytes(ca_index) : 0;
-    pthread_mutex_unlock(&ca_index_lock);
-    return bytes;
 }
 
 struct ca_state {
@@ -61,12 +46,14 @@ struct ca_state {
     struct ca_params params;
 };
 
-static int ca_create(const struct cfg_policy *cfg, void **state)
+static int ca_create(const struct cfg_policy *cfg, struct pol_shared *shared, void **state)
 {
+    if (shared == NULL)
+        return -EINVAL;
     struct ca_state *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return -ENOMEM;
-    s->ix = ca_shared_index();
+    s->ix = ca_shared_index(shared);
     if (s->ix == NULL) {
         free(s);
         return -ENOMEM;

@@ -12,9 +12,10 @@ struct pol_ll {
     uint64_t turn;
 };
 
-static int ll_create(const struct cfg_policy *cfg, void **state)
+static int ll_create(const struct cfg_policy *cfg, struct pol_shared *shared, void **state)
 {
     (void)cfg;
+    (void)shared;
     struct pol_ll *ll = calloc(1, sizeof(*ll));
     if (ll == NULL)
         return -ENOMEM;

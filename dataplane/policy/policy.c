@@ -1,11 +1,15 @@
 /*
  * Policy selection (see dataplane/core/policy.h): maps policy.name to its ops,
- * and every routing decision to its label.
+ * every routing decision to its label, and owns what the policies of a
+ * data plane's loops share (struct pol_shared, policy_internal.h).
  */
 #include <errno.h>
+#include <stdlib.h>
 
 #include "common/log.h"
 #include "dataplane/core/policy.h"
+#include "dataplane/policy/policy_internal.h"
+#include "shm/prefix_index.h"
 
 /* Labels as published in metrics and debug headers: never rename one. */
 static const char *const pol_decision_names[POL_DECISION_COUNT] = {
@@ -32,7 +36,40 @@ const char *pol_decision_name(enum pol_decision d)
     return pol_decision_names[d];
 }
 
-int pol_create(const struct cfg_policy *cfg, struct pol_policy *out)
+int pol_shared_create(struct pix_index *prefix, struct kvh_index *kv_holders,
+                      struct pol_shared **out)
+{
+    struct pol_shared *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return -ENOMEM;
+    pthread_mutex_init(&s->lock, NULL);
+    s->prefix = prefix;
+    s->kv_holders = kv_holders;
+    *out = s;
+    return 0;
+}
+
+void pol_shared_destroy(struct pol_shared *s)
+{
+    if (s == NULL)
+        return;
+    if (s->prefix_owned)
+        pix_destroy(s->prefix);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+size_t pol_shared_prefix_bytes(struct pol_shared *s)
+{
+    if (s == NULL)
+        return 0;
+    pthread_mutex_lock(&s->lock);
+    size_t bytes = s->prefix != NULL ? pix_memory_bytes(s->prefix) : 0;
+    pthread_mutex_unlock(&s->lock);
+    return bytes;
+}
+
+int pol_create(const struct cfg_policy *cfg, struct pol_shared *shared, struct pol_policy *out)
 {
     const struct pol_ops *ops;
     switch (cfg->name) {
@@ -63,7 +100,7 @@ int pol_create(const struct cfg_policy *cfg, struct pol_policy *out)
     }
     out->ops = ops;
     out->state = NULL;
-    return ops->create != NULL ? ops->create(cfg, &out->state) : 0;
+    return ops->create != NULL ? ops->create(cfg, shared, &out->state) : 0;
 }
 
 void pol_destroy(struct pol_policy *p)

@@ -3,8 +3,8 @@
  * ops, the decision, and the speculative entries.
  *
  * The KV holder index is one per node, written by the control plane: the
- * data plane attaches it at startup and hands it over with
- * pol_precise_use_index before any loop creates its policy. Requests
+ * data plane attaches it at startup and hands it to the policies' shared
+ * state (pol_shared_create) before any loop creates its policy. Requests
  * without a token chain (the tokenizer was slow, down or refused the
  * prompt; a route without a prompt) and every request when there is no
  * index are decided by a cache_aware instance of the same loop, so they
@@ -19,6 +19,7 @@
 
 #include "common/proc.h"
 #include "dataplane/core/policy.h"
+#include "dataplane/policy/policy_internal.h"
 #include "dataplane/policy/rendezvous.h"
 #include "dataplane/obs/tokenize_stats.h"
 
@@ -275,82 +276,57 @@ int pca_decide(const struct kvh_index *exact, struct pca_spec *spec, const struc
 
 /* ---- the policy ---- */
 
-static pthread_mutex_t pca_index_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct kvh_index *pca_index;
-
-void pol_precise_use_index(struct kvh_index *ix)
-{
-    pthread_mutex_lock(&pca_index_lock);
-    pca_index = ix;
-    pthread_mutex_unlock(&pca_index_lock);
-}
-
-static struct kvh_index *pca_shared_index(void)
-{
-    pthread_mutex_lock(&pca_index_lock);
-    struct kvh_index *ix = pca_index;
-    pthread_mutex_unlock(&pca_index_lock);
-    return ix;
-}
-
-/* The speculative entries every loop of this data plane shares: a burst of
- * one new prefix is spread over the loops by the listener, and a loop that
- * cannot see where another one just sent the prefix scatters it. One per
- * TTL in use (every policy of a config normally has the same). */
-#define PCA_SHARED_SPECS 4u
-
-static struct {
-    struct pca_spec *spec;
-    uint64_t ttl_ms;
-    unsigned refs;
-} pca_shared[PCA_SHARED_SPECS];
-
-static struct pca_spec *pca_spec_get(uint64_t ttl_ms)
+/* The speculative entries every loop of this data plane shares (in
+ * struct pol_shared): a burst of one new prefix is spread over the loops
+ * by the listener, and a loop that cannot see where another one just sent
+ * the prefix scatters it. One per TTL in use. */
+static struct pca_spec *pca_spec_get(struct pol_shared *sh, uint64_t ttl_ms)
 {
     if (ttl_ms == 0)
         return NULL;
     struct pca_spec *out = NULL;
-    pthread_mutex_lock(&pca_index_lock);
-    for (size_t i = 0; i < PCA_SHARED_SPECS && out == NULL; i++)
-        if (pca_shared[i].refs > 0 && pca_shared[i].ttl_ms == ttl_ms) {
-            pca_shared[i].refs++;
-            out = pca_shared[i].spec;
+    pthread_mutex_lock(&sh->lock);
+    for (size_t i = 0; i < POL_SHARED_SPECS && out == NULL; i++)
+        if (sh->specs[i].refs > 0 && sh->specs[i].ttl_ms == ttl_ms) {
+            sh->specs[i].refs++;
+            out = sh->specs[i].spec;
         }
-    for (size_t i = 0; i < PCA_SHARED_SPECS && out == NULL; i++)
-        if (pca_shared[i].refs == 0) {
+    for (size_t i = 0; i < POL_SHARED_SPECS && out == NULL; i++)
+        if (sh->specs[i].refs == 0) {
             out = pca_spec_create(ttl_ms);
             if (out != NULL) {
-                pca_shared[i].spec = out;
-                pca_shared[i].ttl_ms = ttl_ms;
-                pca_shared[i].refs = 1;
+                sh->specs[i].spec = out;
+                sh->specs[i].ttl_ms = ttl_ms;
+                sh->specs[i].refs = 1;
             }
             break;
         }
-    pthread_mutex_unlock(&pca_index_lock);
+    pthread_mutex_unlock(&sh->lock);
     /* More TTLs than shared entries: a private one. */
     return out != NULL ? out : pca_spec_create(ttl_ms);
 }
 
-static void pca_spec_put(struct pca_spec *spec)
+static void pca_spec_put(struct pol_shared *sh, struct pca_spec *spec)
 {
     if (spec == NULL)
         return;
-    pthread_mutex_lock(&pca_index_lock);
-    for (size_t i = 0; i < PCA_SHARED_SPECS; i++)
-        if (pca_shared[i].refs > 0 && pca_shared[i].spec == spec) {
-            if (--pca_shared[i].refs == 0)
-                pca_shared[i].spec = NULL;
+    pthread_mutex_lock(&sh->lock);
+    for (size_t i = 0; i < POL_SHARED_SPECS; i++)
+        if (sh->specs[i].refs > 0 && sh->specs[i].spec == spec) {
+            if (--sh->specs[i].refs == 0)
+                sh->specs[i].spec = NULL;
             else
                 spec = NULL;
             break;
         }
-    pthread_mutex_unlock(&pca_index_lock);
+    pthread_mutex_unlock(&sh->lock);
     pca_spec_destroy(spec);
 }
 
 /* One loop's instance. */
 struct pca_state {
-    struct kvh_index *exact; /* the node's, borrowed; NULL: approximate only */
+    struct pol_shared *shared; /* the data plane's, borrowed */
+    struct kvh_index *exact;   /* the node's, borrowed; NULL: approximate only */
     struct pca_spec *spec;   /* shared (pca_spec_get); NULL when speculative_ttl is 0 */
     struct ca_params params;
     void *approx; /* a cache_aware instance's state, for requests without tokens */
@@ -361,24 +337,27 @@ static void pca_destroy(void *state)
     struct pca_state *s = state;
     if (s == NULL)
         return;
-    pca_spec_put(s->spec);
+    pca_spec_put(s->shared, s->spec);
     if (s->approx != NULL)
         pol_cache_aware_ops.destroy(s->approx);
     free(s);
 }
 
-static int pca_create(const struct cfg_policy *cfg, void **state)
+static int pca_create(const struct cfg_policy *cfg, struct pol_shared *shared, void **state)
 {
+    if (shared == NULL)
+        return -EINVAL;
     struct pca_state *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return -ENOMEM;
-    int rc = pol_cache_aware_ops.create(cfg, &s->approx);
+    int rc = pol_cache_aware_ops.create(cfg, shared, &s->approx);
     if (rc != 0) {
         free(s);
         return rc;
     }
-    s->exact = pca_shared_index();
-    s->spec = pca_spec_get(cfg->precise_cache_aware.speculative_ttl_ms);
+    s->shared = shared;
+    s->exact = shared->kv_holders;
+    s->spec = pca_spec_get(shared, cfg->precise_cache_aware.speculative_ttl_ms);
     s->params = ca_params_from_cfg(cfg);
     *state = s;
     return 0;

@@ -13,11 +13,14 @@
 
 #include "common/config.h"
 #include "common/rng.h"
+#include "dataplane/core/policy.h"
 
 /* pol_ops.create / destroy for policies whose only state is a struct rng. */
-static inline int pol_rng_state_create(const struct cfg_policy *cfg, void **state)
+static inline int pol_rng_state_create(const struct cfg_policy *cfg, struct pol_shared *shared,
+                                       void **state)
 {
     (void)cfg;
+    (void)shared;
     struct rng *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return -ENOMEM;

@@ -12,9 +12,10 @@ struct pol_rr {
     uint64_t next;
 };
 
-static int rr_create(const struct cfg_policy *cfg, void **state)
+static int rr_create(const struct cfg_policy *cfg, struct pol_shared *shared, void **state)
 {
     (void)cfg;
+    (void)shared;
     struct pol_rr *rr = calloc(1, sizeof(*rr));
     if (rr == NULL)
         return -ENOMEM;

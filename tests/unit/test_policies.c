@@ -38,6 +38,23 @@ static void fleet_init(struct fleet *f, size_t n)
     }
 }
 
+/* What a data plane's loops share: one for the whole run, as in a data
+ * plane (cache_aware makes its private index in it on first use). */
+static struct pol_shared *shared;
+
+static int shared_setup(void **state)
+{
+    (void)state;
+    return pol_shared_create(NULL, NULL, &shared);
+}
+
+static int shared_teardown(void **state)
+{
+    (void)state;
+    pol_shared_destroy(shared);
+    return 0;
+}
+
 static struct pol_policy make(enum cfg_policy_name name)
 {
     struct cfg_policy cfg = {
@@ -48,7 +65,7 @@ static struct pol_policy make(enum cfg_policy_name name)
         .balance_gate = CFG_BALANCE_GATE_PER_REQUEST,
     };
     struct pol_policy p;
-    assert_int_equal(pol_create(&cfg, &p), 0);
+    assert_int_equal(pol_create(&cfg, shared, &p), 0);
     return p;
 }
 
@@ -296,5 +313,5 @@ int main(void)
         cmocka_unit_test(test_consistent_hash_bounded_load),
         cmocka_unit_test(test_decision_labels),
     };
-    return cmocka_run_group_tests_name("policies", tests, NULL, NULL);
+    return cmocka_run_group_tests_name("policies", tests, shared_setup, shared_teardown);
 }

@@ -334,7 +334,8 @@ static void test_policy_falls_back_without_tokens(void **state)
     uint64_t chain[12];
     chain_of(5, chain, 12);
     hold(ix, chain, 12, 13);
-    pol_precise_use_index(ix);
+    struct pol_shared *sh;
+    assert_int_equal(pol_shared_create(NULL, ix, &sh), 0);
     struct cfg_policy cfg = {
         .name = CFG_POLICY_PRECISE_CACHE_AWARE,
         .cache_threshold = 0.5,
@@ -345,7 +346,7 @@ static void test_policy_falls_back_without_tokens(void **state)
         .precise_cache_aware = {.block_size = 16, .speculative_ttl_ms = 0},
     };
     struct pol_policy p;
-    assert_int_equal(pol_create(&cfg, &p), 0);
+    assert_int_equal(pol_create(&cfg, sh, &p), 0);
     char text[2000];
     memset(text, 'a', sizeof(text));
     struct pol_request r = {.path = "/v1/completions",
@@ -383,8 +384,9 @@ static void test_policy_falls_back_without_tokens(void **state)
     r.text = text;
     pol_destroy(&p);
     /* No index at all: every request falls back, counted as no_index. */
-    pol_precise_use_index(NULL);
-    assert_int_equal(pol_create(&cfg, &p), 0);
+    pol_shared_destroy(sh);
+    assert_int_equal(pol_shared_create(NULL, NULL, &sh), 0);
+    assert_int_equal(pol_create(&cfg, sh, &p), 0);
     r.tokens = POL_TOKENS_OK;
     r.kv_chain = chain;
     r.kv_chain_len = 12;
@@ -401,6 +403,7 @@ static void test_policy_falls_back_without_tokens(void **state)
     assert_non_null(strstr(page.data, "switchyard_precise_fallbacks_total{reason=\"no_index\"} 1"));
     buf_fini(&page);
     pol_destroy(&p);
+    pol_shared_destroy(sh);
     kvh_destroy(ix);
 }
 
@@ -419,7 +422,8 @@ static void test_speculative_entries_shared_by_loops(void **state)
         snprintf(w[i].id, sizeof(w[i].id), "w%u", i);
         pc[i] = (struct pol_candidate){.worker = &w[i], .load = 0};
     }
-    pol_precise_use_index(ix);
+    struct pol_shared *sh;
+    assert_int_equal(pol_shared_create(NULL, ix, &sh), 0);
     struct cfg_policy cfg = {
         .name = CFG_POLICY_PRECISE_CACHE_AWARE,
         .cache_threshold = 0.5,
@@ -430,8 +434,8 @@ static void test_speculative_entries_shared_by_loops(void **state)
         .precise_cache_aware = {.block_size = 16, .speculative_ttl_ms = 60000},
     };
     struct pol_policy a, b;
-    assert_int_equal(pol_create(&cfg, &a), 0);
-    assert_int_equal(pol_create(&cfg, &b), 0);
+    assert_int_equal(pol_create(&cfg, sh, &a), 0);
+    assert_int_equal(pol_create(&cfg, sh, &b), 0);
     for (unsigned k = 0; k < 8; k++) {
         uint64_t chain[12];
         chain_of(40 + k, chain, 12);
@@ -455,7 +459,7 @@ static void test_speculative_entries_shared_by_loops(void **state)
     }
     pol_destroy(&a);
     pol_destroy(&b);
-    pol_precise_use_index(NULL);
+    pol_shared_destroy(sh);
     kvh_destroy(ix);
 }
 
