@@ -1,8 +1,8 @@
 /*
  * The combination of own in-flight and a worker's report (see
  * effective_load.h). Kept apart from the forwarder so the rule is one
- * function with a unit test, and the /metrics page and the routing
- * decision cannot disagree about it.
+ * function with a unit test, and the /metrics page, the control plane's
+ * GET /workers and the routing decision cannot disagree about it.
  */
 #include "shm/effective_load.h"
 

@@ -28,7 +28,16 @@
  * is above policy.kv_overload; balance gates count such a worker as
  * overloaded.
  *
- * Pure functions plus one segment read; callable from any loop thread.
+ * Why a routing rule sits in shm/: both daemons apply it and must agree.
+ * The data plane routes with it (forwarder, admission, LoRA affinity) and
+ * publishes it (switchyard_worker_effective_load); the control plane shows
+ * it (GET /workers' effective_load). Of the layers both daemons link, only
+ * shm/ may read a load report (common/ never includes shm/, and neither
+ * daemon includes the other's folder), and the rule is a function of that
+ * one segment record and the config, so it lives beside the record. It
+ * holds no policy: what a policy does with the load is dataplane/policy's.
+ *
+ * Pure functions plus one segment read; callable from any thread.
  */
 #ifndef SY_SHM_EFFECTIVE_LOAD_H
 #define SY_SHM_EFFECTIVE_LOAD_H

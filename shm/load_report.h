@@ -3,7 +3,7 @@
  * worker's /metrics said (requests running, waiting, KV-cache usage) when
  * the control plane last scraped it, when that was, and how many requests
  * this node had in flight to the worker at that moment. The data plane
- * combines it with its exact in-flight count (dataplane/effective_load.h);
+ * combines it with its exact in-flight count (shm/effective_load.h);
  * this module only stores and reads it.
  *
  * The report is one multi-field record behind a seqlock of its own (not

@@ -1,5 +1,5 @@
 /*
- * Unit tests of the load routing sees (dataplane/effective_load.c): with one
+ * Unit tests of the load routing sees (shm/effective_load.c): with one
  * router node a fresh report changes nothing (the worker counts only this
  * node's requests); another node's requests are added; what this node
  * dispatched since the report is counted once; never below own; a stale,
