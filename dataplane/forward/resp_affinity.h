@@ -62,10 +62,10 @@ bool dp_resp_applies(const struct dp_request *req);
 
 /*
  * Before the first attempt: pins req to the worker of the id it names,
- * when the table (req's loop's dp_shared.resp) knows it for req's tenant. Returns 0 (pinned, or left to
- * the policy), or an HTTP status (400 for a malformed id in the path, 404,
- * 503) with a new error body in *body (NULL = out of memory) to answer
- * with.
+ * when the table (dp_shared.resp of req's loop) knows it for req's
+ * tenant. Returns 0 (pinned, or left to the policy), or an HTTP status
+ * (400 for a malformed id in the path, 404, 503) with a new error body in
+ * *body (NULL = out of memory) to answer with.
  */
 int dp_resp_pin(struct dp_request *req, char **body);
 

@@ -60,7 +60,7 @@ struct dp_metrics {
     struct dp_model_latency *latency;
     _Atomic uint32_t n_models;
     pthread_mutex_t models_lock;
-    const char *policy; /* policy.name, for the decisions' label */
+    const char *policy;          /* policy.name, for the decisions' label */
     struct pol_shared *policies; /* borrowed (policy.h), for the prefix index's size; set by main */
     _Atomic uint64_t decisions[POL_DECISION_COUNT];
     _Atomic uint64_t pd_outcomes[DP_PD_OUT_COUNT];

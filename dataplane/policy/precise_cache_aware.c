@@ -327,7 +327,7 @@ static void pca_spec_put(struct pol_shared *sh, struct pca_spec *spec)
 struct pca_state {
     struct pol_shared *shared; /* the data plane's, borrowed */
     struct kvh_index *exact;   /* the node's, borrowed; NULL: approximate only */
-    struct pca_spec *spec;   /* shared (pca_spec_get); NULL when speculative_ttl is 0 */
+    struct pca_spec *spec;     /* shared (pca_spec_get); NULL when speculative_ttl is 0 */
     struct ca_params params;
     void *approx; /* a cache_aware instance's state, for requests without tokens */
 };
