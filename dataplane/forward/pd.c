@@ -33,11 +33,11 @@ int dp_pd_loop_init(struct dp_loop *loop)
     m->pd_policy[DP_PD_DECODE] = cfg_policy_name_str(loop->sh->cfg->policy.decode.name);
     struct cfg_policy pc = loop->sh->cfg->policy;
     pc.name = loop->sh->cfg->policy.prefill.name;
-    int rc = pol_create(&pc, &loop->pd.prefill);
+    int rc = pol_create(&pc, loop->sh->policies, &loop->pd.prefill);
     if (rc != 0)
         return rc;
     pc.name = loop->sh->cfg->policy.decode.name;
-    return pol_create(&pc, &loop->pd.decode);
+    return pol_create(&pc, loop->sh->policies, &loop->pd.decode);
 }
 
 void dp_pd_loop_fini(struct dp_loop *loop)
