@@ -98,6 +98,31 @@ struct routed {
     char decision[64];
 };
 
+/* POSTs body (consumed) to path as the tenant of key; asserts 200 and
+ * reads the debug headers. */
+static void post_as(const struct h_fleet *f, const char *key, const char *path, json_t *body,
+                    struct routed *out)
+{
+    assert_non_null(body);
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    assert_non_null(text);
+    char url[160], auth[64];
+    snprintf(url, sizeof(url), "%s%s", f->base, path);
+    snprintf(auth, sizeof(auth), "Authorization: Bearer %s", key);
+    const char *headers[] = {"Content-Type: application/json", auth, NULL};
+    struct h_req req = {.url = url, .body = text, .headers = headers};
+    struct h_resp r = {0};
+    assert_int_equal(h_http(&req, &r), 0);
+    if (r.status != 200)
+        fail_msg("%s: status %ld: %s", path, r.status, r.body);
+    assert_int_equal(h_resp_header(&r, "x-switchyard-worker", out->worker, sizeof(out->worker)), 0);
+    assert_int_equal(
+        h_resp_header(&r, "x-switchyard-decision", out->decision, sizeof(out->decision)), 0);
+    h_resp_fini(&r);
+    free(text);
+}
+
 /* A chat request of prompt (and cache_salt, when salt is not NULL) as the
  * tenant of key; asserts 200 and reads the debug headers. */
 static void chat(const struct h_fleet *f, const char *key, const char *prompt, const char *salt,
@@ -108,23 +133,7 @@ static void chat(const struct h_fleet *f, const char *key, const char *prompt, c
     assert_non_null(body);
     if (salt != NULL)
         assert_int_equal(json_object_set_new(body, "cache_salt", json_string(salt)), 0);
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
-    assert_non_null(text);
-    char url[128], auth[64];
-    snprintf(url, sizeof(url), "%s/v1/chat/completions", f->base);
-    snprintf(auth, sizeof(auth), "Authorization: Bearer %s", key);
-    const char *headers[] = {"Content-Type: application/json", auth, NULL};
-    struct h_req req = {.url = url, .body = text, .headers = headers};
-    struct h_resp r = {0};
-    assert_int_equal(h_http(&req, &r), 0);
-    if (r.status != 200)
-        fail_msg("status %ld: %s", r.status, r.body);
-    assert_int_equal(h_resp_header(&r, "x-switchyard-worker", out->worker, sizeof(out->worker)), 0);
-    assert_int_equal(
-        h_resp_header(&r, "x-switchyard-decision", out->decision, sizeof(out->decision)), 0);
-    h_resp_fini(&r);
-    free(text);
+    post_as(f, key, "/v1/chat/completions", body, out);
 }
 
 /* The cache_salt of the last request mock "w<i>" received ("" when none). */
@@ -277,6 +286,78 @@ static void test_plain_tenants_salt_keys_routing(void **state)
     h_fleet_stop(&f);
 }
 
+/* The body of path (tmpl, copied per request) through the rounds of the
+ * first test: a plain tenant warms it and is forwarded no salt, each
+ * isolated tenant is told no_match for it and its worker receives that
+ * tenant's derived salt, and the tenant's own repeat is affinity. */
+static void assert_route_isolated(struct h_fleet *f, const char *path, json_t *tmpl)
+{
+    struct routed r;
+    char got[128], want[SALT_HEX + 1];
+    post_as(f, "key-a", path, json_deep_copy(tmpl), &r);
+    post_as(f, "key-a", path, json_deep_copy(tmpl), &r);
+    assert_string_equal(r.decision, "affinity");
+    last_salt(f, r.worker, got, sizeof(got));
+    assert_string_equal(got, "");
+
+    const char *iso[][2] = {{"key-b", "team-b"}, {"key-c", "team-c"}};
+    for (size_t i = 0; i < 2; i++) {
+        post_as(f, iso[i][0], path, json_deep_copy(tmpl), &r);
+        if (strcmp(r.decision, "no_match") != 0)
+            fail_msg("%s as %s: decision %s, want no_match", path, iso[i][1], r.decision);
+        expected_salt(iso[i][1], NULL, want);
+        last_salt(f, r.worker, got, sizeof(got));
+        if (strcmp(got, want) != 0)
+            fail_msg("%s as %s: the worker got cache_salt \"%s\", want %s", path, iso[i][1], got,
+                     want);
+        char first[32];
+        snprintf(first, sizeof(first), "%s", r.worker);
+        post_as(f, iso[i][0], path, json_deep_copy(tmpl), &r);
+        assert_string_equal(r.decision, "affinity");
+        assert_string_equal(r.worker, first);
+    }
+    json_decref(tmpl);
+}
+
+/* /invocations is chat or completion by its body's shape, and salted as
+ * that endpoint is: before, the route's own "by load" shape left an
+ * isolated tenant's body unsalted, so the worker's cache was shared. */
+static void test_invocations_bodies_are_salted(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    start_fleet(&f);
+    char *prompt = h_routed_text(2301, PROMPT_LEN);
+    assert_route_isolated(&f, "/invocations",
+                          json_pack("{s:s, s:[{s:s, s:s}], s:i}", "model", H_FLEET_MODEL,
+                                    "messages", "role", "user", "content", prompt, "max_tokens",
+                                    2));
+    free(prompt);
+    prompt = h_routed_text(2302, PROMPT_LEN);
+    assert_route_isolated(
+        &f, "/invocations",
+        json_pack("{s:s, s:s, s:i}", "model", H_FLEET_MODEL, "prompt", prompt, "max_tokens", 2));
+    free(prompt);
+    h_fleet_stop(&f);
+}
+
+/* The token-in /inference/v1/generate body takes a cache_salt in vLLM
+ * (GenerateRequest) and is keyed by its token ids here. */
+static void test_generate_bodies_are_salted(void **state)
+{
+    (void)state;
+    struct h_fleet f;
+    start_fleet(&f);
+    json_t *ids = json_array();
+    for (size_t i = 0; i < 800; i++)
+        json_array_append_new(ids,
+                              json_integer((json_int_t)((23u * 7919u + i * 104729u) % 50000u)));
+    assert_route_isolated(&f, "/inference/v1/generate",
+                          json_pack("{s:s, s:o, s:{s:i}}", "model", H_FLEET_MODEL, "token_ids", ids,
+                                    "sampling_params", "max_tokens", 2));
+    h_fleet_stop(&f);
+}
+
 /* The daemon must exit non-zero with a log line holding every needle. */
 static void assert_dataplane_refuses(const char *config, const char *want1, const char *want2)
 {
@@ -327,6 +408,8 @@ int main(void)
         H_TEST(test_isolated_tenant_sees_no_affinity_for_another_tenants_prompt),
         H_TEST(test_client_salt_is_combined_with_the_tenants),
         H_TEST(test_plain_tenants_salt_keys_routing),
+        H_TEST(test_invocations_bodies_are_salted),
+        H_TEST(test_generate_bodies_are_salted),
         H_TEST(test_isolation_needs_a_private_secret),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
