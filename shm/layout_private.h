@@ -102,6 +102,11 @@ struct shm_header {
  * the drain is the reset's, not the operator's, and ends with it. A reader
  * that does not know the bit sees a drain, which is what it must see. */
 #define SHM_SLOT_RESETTING (1u << 16)
+/* The worker's engine sleeps (vLLM's /sleep, read from its
+ * vllm:engine_sleep_state): it answers /health but queues every request
+ * until woken, so routing leaves it out. A reader that does not know the
+ * bit routes to it as before the bit existed: slower, never wrong. */
+#define SHM_SLOT_SLEEPING (1u << 17)
 
 /* Bits 3..7 of the state word: the tag of the worker source that added the
  * slot (the control plane names them; 0 = the config). Tag 1 is the admin

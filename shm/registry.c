@@ -57,6 +57,7 @@ static void shm_info_from_state(struct shm_worker_info *out, uint32_t state)
     out->healthy = (state & SHM_SLOT_HEALTHY) != 0;
     out->draining = (state & SHM_SLOT_DRAINING) != 0;
     out->resetting = (state & SHM_SLOT_RESETTING) != 0;
+    out->sleeping = (state & SHM_SLOT_SLEEPING) != 0;
     out->source = (uint8_t)((state & SHM_SLOT_SOURCE_MASK) >> SHM_SLOT_SOURCE_SHIFT);
     out->from_api = (state & SHM_SLOT_SOURCE_MASK) == SHM_SLOT_FROM_API;
     out->role = (enum cfg_role)((state & SHM_SLOT_ROLE_MASK) >> SHM_SLOT_ROLE_SHIFT);
@@ -231,6 +232,12 @@ int shm_registry_set_healthy(struct shm_segment *seg, uint32_t slot, bool health
 {
     return healthy ? shm_update_state(seg, slot, SHM_SLOT_HEALTHY, 0)
                    : shm_update_state(seg, slot, 0, SHM_SLOT_HEALTHY);
+}
+
+int shm_registry_set_sleeping(struct shm_segment *seg, uint32_t slot, bool sleeping)
+{
+    return sleeping ? shm_update_state(seg, slot, SHM_SLOT_SLEEPING, 0)
+                    : shm_update_state(seg, slot, 0, SHM_SLOT_SLEEPING);
 }
 
 bool shm_registry_is_draining(const struct shm_segment *seg, uint32_t slot)

@@ -30,6 +30,7 @@ struct shm_worker_info {
     bool healthy;
     bool draining;
     bool resetting; /* draining only while a reset_load runs (set_reset_drain) */
+    bool sleeping;  /* the worker's engine sleeps (its /metrics said so) */
     bool from_api;  /* read side: source == 1 (the admin API) */
     uint8_t source; /* tag of the worker source that added it, 0..31; 0 = the config */
     char id[SHM_ID_MAX];
@@ -88,6 +89,10 @@ int shm_registry_add(struct shm_segment *seg, const struct shm_worker_info *in,
  * directions of draining clear RESETTING (the drain is the operator's). */
 int shm_registry_set_healthy(struct shm_segment *seg, uint32_t slot, bool healthy);
 int shm_registry_set_draining(struct shm_segment *seg, uint32_t slot, bool draining);
+
+/* Sets/clears SHM_SLOT_SLEEPING: the load-report scraper, from the
+ * worker's vllm:engine_sleep_state. A new slot starts awake. 0 or -ENOENT. */
+int shm_registry_set_sleeping(struct shm_segment *seg, uint32_t slot, bool sleeping);
 
 /*
  * The drain of a reset_load: on sets DRAINING and RESETTING in one write

@@ -163,6 +163,7 @@ static json_t *adm_worker_json(const struct adm_ctx *ctx, const struct shm_worke
                   w->healthy, "draining", w->draining, "load", (json_int_t)own,
                   "inflight_by_dataplane", by_dp, "slot", (int)w->slot, "generation",
                   (int)w->generation, "from_api", w->from_api, "source", cp_source_key(w->source));
+    json_object_set_new(j, "sleeping", json_boolean(w->sleeping));
     adm_worker_report_json(ctx, w, own, j);
     const char *ns, *name, *uid;
     if (w->source == CP_SOURCE_KUBERNETES && ctx->kube != NULL &&
@@ -440,6 +441,12 @@ static void adm_metrics(struct adm_ctx *ctx, struct adm_reply *reply)
         values[i] = all[i].draining;
     adm_metrics_per_worker(&w, "switchyard_worker_draining", "1 while the worker is draining.", all,
                            n, values);
+    for (size_t i = 0; i < n; i++)
+        values[i] = all[i].sleeping;
+    adm_metrics_per_worker(&w, "switchyard_worker_sleeping",
+                           "1 while the worker's engine sleeps (vllm:engine_sleep_state): not "
+                           "routed to.",
+                           all, n, values);
     for (size_t i = 0; i < n; i++)
         values[i] = shm_load_of(ctx->seg, all[i].slot, all[i].generation);
     adm_metrics_per_worker(&w, "switchyard_worker_load",

@@ -22,6 +22,15 @@ enum lrp_metric {
     LRP_KV,
     LRP_LORA,
     LRP_CACHE_CONFIG,
+    LRP_SLEEP,
+};
+
+/* vllm:engine_sleep_state's sleep_state label. */
+enum lrp_sleep_label {
+    LRP_SLEEP_OTHER = 0,
+    LRP_SLEEP_AWAKE,
+    LRP_SLEEP_WEIGHTS_OFFLOADED, /* sleep level 1 */
+    LRP_SLEEP_DISCARD_ALL,       /* sleep level 2 */
 };
 
 /* What lrp_labels captures of a vllm:lora_requests_info sample. */
@@ -91,6 +100,8 @@ static enum lrp_metric lrp_metric_of(const char *name, size_t len)
         return LRP_LORA;
     if (lrp_name_is(name, len, "vllm:cache_config_info"))
         return LRP_CACHE_CONFIG;
+    if (lrp_name_is(name, len, "vllm:engine_sleep_state"))
+        return LRP_SLEEP;
     return LRP_OTHER;
 }
 
@@ -142,7 +153,8 @@ static size_t lrp_whole_names(const char *list, size_t len, bool fits)
  * captures the running adapters and the engine. False when malformed.
  */
 static bool lrp_labels(struct lrp_cursor *c, const char *model, bool *model_ok,
-                       struct lrp_lora_labels *lora, uint32_t *block_size)
+                       struct lrp_lora_labels *lora, uint32_t *block_size,
+                       enum lrp_sleep_label *sleep)
 {
     *model_ok = true;
     if (c->p >= c->end || *c->p != '{')
@@ -178,6 +190,11 @@ static bool lrp_labels(struct lrp_cursor *c, const char *model, bool *model_ok,
             char *endp = NULL;
             unsigned long bs = strtoul(value, &endp, 10);
             *block_size = endp != value && *endp == '\0' && bs <= UINT32_MAX ? (uint32_t)bs : 0;
+        } else if (sleep != NULL && lrp_name_is(name, nlen, "sleep_state")) {
+            *sleep = strcmp(value, "awake") == 0               ? LRP_SLEEP_AWAKE
+                     : strcmp(value, "weights_offloaded") == 0 ? LRP_SLEEP_WEIGHTS_OFFLOADED
+                     : strcmp(value, "discard_all") == 0       ? LRP_SLEEP_DISCARD_ALL
+                                                               : LRP_SLEEP_OTHER;
         }
         if (model != NULL && model[0] != '\0' && lrp_name_is(name, nlen, "model_name"))
             *model_ok = fits && strcmp(value, model) == 0;
@@ -243,6 +260,30 @@ static void lrp_lora_sample(struct lrp_lora_engine *engines, const struct lrp_lo
     e->engine = l->engine;
 }
 
+/* One vllm:engine_sleep_state sample: an engine whose "awake" reads 0
+ * sleeps, and the whole worker with it (vLLM sleeps every engine at once;
+ * while they wake one by one, a request may still land on a sleeping one). */
+static void lrp_sleep_sample(struct lrp_report *out, enum lrp_sleep_label label, double v)
+{
+    switch (label) {
+    case LRP_SLEEP_AWAKE:
+        out->has_sleep_state = true;
+        if (v == 0)
+            out->sleeping = true;
+        break;
+    case LRP_SLEEP_WEIGHTS_OFFLOADED:
+        if (v != 0 && out->sleep_level < 1)
+            out->sleep_level = 1;
+        break;
+    case LRP_SLEEP_DISCARD_ALL:
+        if (v != 0)
+            out->sleep_level = 2;
+        break;
+    case LRP_SLEEP_OTHER:
+        break;
+    }
+}
+
 int lrp_parse(const char *text, size_t len, const char *model, struct lrp_report *out)
 {
     memset(out, 0, sizeof(*out));
@@ -273,8 +314,10 @@ int lrp_parse(const char *text, size_t len, const char *model, struct lrp_report
             lora.engine = 0;
         }
         uint32_t block_size = 0;
+        enum lrp_sleep_label sleep = LRP_SLEEP_OTHER;
         if (!lrp_labels(&line, model, &model_ok, m == LRP_LORA ? &lora : NULL,
-                        m == LRP_CACHE_CONFIG ? &block_size : NULL) ||
+                        m == LRP_CACHE_CONFIG ? &block_size : NULL,
+                        m == LRP_SLEEP ? &sleep : NULL) ||
             !lrp_value(&line, &v)) {
             out->bad_lines++;
             continue;
@@ -303,6 +346,9 @@ int lrp_parse(const char *text, size_t len, const char *model, struct lrp_report
             if (out->block_size == 0) /* the first engine's; they share the config */
                 out->block_size = block_size;
             break;
+        case LRP_SLEEP:
+            lrp_sleep_sample(out, sleep, v);
+            break;
         case LRP_OTHER:
             break;
         }
@@ -314,5 +360,7 @@ int lrp_parse(const char *text, size_t len, const char *model, struct lrp_report
         out->kv_cache_usage = mean > 1.0 ? 1.0 : mean;
         out->has_kv = true;
     }
+    if (!out->sleeping)
+        out->sleep_level = 0;
     return out->has_running || out->has_waiting ? 0 : -ENODATA;
 }

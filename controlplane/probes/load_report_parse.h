@@ -28,6 +28,13 @@
  * block) is read, so that the control plane can check it against the
  * block size precise_cache_aware hashes with.
  *
+ * Sleep: `vllm:engine_sleep_state{sleep_state="awake"|"weights_offloaded"|
+ * "discard_all"}` (one series of each per engine) reads awake 1 while the
+ * engine is awake and 0 after POST /sleep, with weights_offloaded 1 at
+ * level 1 and discard_all 1 at level 2. A sleeping vLLM still answers
+ * /health 200 and queues every request until POST /wake_up: the worker
+ * counts as sleeping when any engine's awake sample is 0.
+ *
  * The page comes from a worker, not from us: the parser accepts any bytes
  * (garbage, NUL, lines of any length, other metrics, comments, escaped
  * label values, timestamps) and never reads past len; it looks at no more
@@ -61,9 +68,12 @@ struct lrp_report {
     bool has_kv;
     bool has_lora;                       /* a vllm:lora_requests_info sample was read */
     struct shm_adapter_set lora_running; /* its running_lora_adapters (see above) */
-    uint32_t block_size; /* vllm:cache_config_info's block_size label; 0 when absent */
-    uint32_t engines;    /* distinct series of num_requests_running seen */
-    uint32_t bad_lines;  /* sample lines that did not parse (for logs) */
+    uint32_t block_size;  /* vllm:cache_config_info's block_size label; 0 when absent */
+    bool has_sleep_state; /* a vllm:engine_sleep_state{sleep_state="awake"} sample was read */
+    bool sleeping;        /* one of those read 0 */
+    uint32_t sleep_level; /* 1 weights offloaded, 2 everything discarded; 0 awake or unsaid */
+    uint32_t engines;     /* distinct series of num_requests_running seen */
+    uint32_t bad_lines;   /* sample lines that did not parse (for logs) */
 };
 
 /*

@@ -30,6 +30,7 @@ struct lr_state {
     uint64_t started_unix_ms;
     uint64_t own_at_start; /* this node's in-flight to the worker when the scrape began */
     uint32_t block_size;   /* the last vllm:cache_config_info block_size read; 0 none */
+    bool sleeping;         /* the last page said the engine sleeps */
 };
 
 /* Owned by the control plane loop; dies with lr_destroy. */
@@ -92,6 +93,23 @@ static void lr_check_block_size(struct lr_scraper *s, const struct wp_target *t,
     st->block_size = reported;
 }
 
+/* The worker's sleep state into its slot (routing leaves a sleeping worker
+ * out: it answers /health but queues everything). Same loop as every
+ * registry write, right after the report's generation checked out. */
+static void lr_note_sleep(struct lr_scraper *s, const struct wp_target *t, struct lr_state *st,
+                          const struct lrp_report *page)
+{
+    bool sleeping = page->has_sleep_state && page->sleeping;
+    if (shm_registry_set_sleeping(s->seg, t->slot, sleeping) != 0 || sleeping == st->sleeping)
+        return;
+    if (sleeping)
+        log_info("worker %s (%s): its engine sleeps (level %u): not routed to until it wakes",
+                 t->id, t->url, page->sleep_level);
+    else
+        log_info("worker %s (%s): its engine is awake: routed to again", t->id, t->url);
+    st->sleeping = sleeping;
+}
+
 /* A finished scrape. */
 static enum wp_outcome lr_on_done(void *user, const struct wp_target *t, unsigned job,
                                   const struct wp_result *res)
@@ -130,6 +148,7 @@ static enum wp_outcome lr_on_done(void *user, const struct wp_target *t, unsigne
     if (shm_load_report_write(s->seg, t->slot, t->generation, &r) != 0)
         return WP_UNCOUNTED; /* the worker was replaced while it was scraped */
     lr_check_block_size(s, t, st, page.block_size);
+    lr_note_sleep(s, t, st, &page);
     if (st->failing)
         log_info("worker %s (%s): load reports are back", t->id, t->url);
     st->failing = false;

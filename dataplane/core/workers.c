@@ -62,7 +62,8 @@ bool dp_workers_single_model(const struct dp_workers *v, char *model, size_t len
 
 bool dp_workers_is_eligible(const struct shm_worker_info *w)
 {
-    return w->healthy && !w->draining && (w->role == CFG_ROLE_REGULAR || w->role == CFG_ROLE_UNSET);
+    return w->healthy && !w->draining && !w->sleeping &&
+           (w->role == CFG_ROLE_REGULAR || w->role == CFG_ROLE_UNSET);
 }
 
 bool dp_workers_back_after_reset(const struct shm_worker_info *w,

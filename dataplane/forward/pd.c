@@ -65,12 +65,12 @@ bool dp_pd_applies(struct dp_loop *loop, const struct dp_request *req)
 
 static bool pd_prefill_eligible(const struct shm_worker_info *w)
 {
-    return w->healthy && !w->draining && w->role == CFG_ROLE_PREFILL;
+    return w->healthy && !w->draining && !w->sleeping && w->role == CFG_ROLE_PREFILL;
 }
 
 static bool pd_decode_eligible(const struct shm_worker_info *w)
 {
-    return w->healthy && !w->draining && w->role == CFG_ROLE_DECODE;
+    return w->healthy && !w->draining && !w->sleeping && w->role == CFG_ROLE_DECODE;
 }
 
 static struct pol_policy *pd_prefill_policy(struct dp_loop *loop)

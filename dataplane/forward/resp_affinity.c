@@ -176,8 +176,10 @@ int dp_resp_pin(struct dp_request *req, char **body)
         if (!dp_workers_is_eligible(w) && !dp_workers_back_after_reset(w, dp_workers_is_eligible)) {
             /* It may come back (a probe, an un-drain): say when to ask again. */
             req->retry_after_s = 1;
-            *body =
-                dp_resp_unavailable(req, 503, w->id, w->draining ? "is draining" : "is unhealthy");
+            *body = dp_resp_unavailable(req, 503, w->id,
+                                        w->draining   ? "is draining"
+                                        : w->sleeping ? "is sleeping"
+                                                      : "is unhealthy");
             return 503;
         }
         req->pinned = true;

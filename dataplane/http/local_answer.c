@@ -62,7 +62,7 @@ static void local_models(struct dp_loop *loop, struct dp_local_reply *out)
     json_t *seen = json_object();
     for (size_t i = 0; data != NULL && seen != NULL && i < v->n; i++) {
         const struct shm_worker_info *w = &v->w[i];
-        if (!w->healthy || w->draining || w->model[0] == '\0')
+        if (!w->healthy || w->draining || w->sleeping || w->model[0] == '\0')
             continue;
         models_add(data, seen, w->model, strlen(w->model));
         for (const char *p = w->aliases; *p != '\0';) {

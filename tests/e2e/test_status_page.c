@@ -220,11 +220,11 @@ static void test_page_renders_the_fleet(void **state)
     expect_in(dom, "data-ready=\"true\"");
     expect_in(dom, "data-workers=\"3\" data-healthy=\"2\" data-draining=\"1\"");
     expect_in(dom, "<tr data-worker=\"w1\" data-health=\"healthy\" data-draining=\"false\" "
-                   "data-load=\"2\">");
+                   "data-load=\"2\" data-sleeping=\"false\">");
     expect_in(dom, "<tr data-worker=\"w2\" data-health=\"unhealthy\" data-draining=\"false\" "
-                   "data-load=\"0\">");
+                   "data-load=\"0\" data-sleeping=\"false\">");
     expect_in(dom, "<tr data-worker=\"w3\" data-health=\"healthy\" data-draining=\"true\" "
-                   "data-load=\"0\">");
+                   "data-load=\"0\" data-sleeping=\"false\">");
     expect_in(dom, "<tr data-decision=\"least_load\" data-count=\"2\">");
     /* Exactly three worker rows; each has its load chart. */
     int rows = 0, charts = 0;

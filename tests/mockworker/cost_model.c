@@ -318,13 +318,30 @@ static void engine_admit(struct mw_engine *e, struct mw_sched_entry *x)
     e->running++;
 }
 
+/* Admits waiting entries into free running slots (none while asleep);
+ * returns the owners to wake. Engine lock held. */
+static uint64_t engine_admit_waiting(struct mw_engine *e)
+{
+    uint64_t wake = 0;
+    while (e->sleep_level == 0 && e->running < e->max_running && !list_is_empty(&e->waiting_list)) {
+        struct mw_sched_entry *x =
+            list_entry(list_pop_front(&e->waiting_list), struct mw_sched_entry, link);
+        e->waiting--;
+        engine_admit(e, x);
+        x->state = MW_SCHED_READY;
+        list_push_back(&e->ready_list[x->owner], &x->link);
+        wake |= 1ull << x->owner;
+    }
+    return wake;
+}
+
 bool mw_engine_submit(struct mw_engine *e, struct mw_sched_entry *entry)
 {
     assert(entry->state == MW_SCHED_NONE);
     assert(entry->owner < MW_ENGINE_MAX_OWNERS);
     bool admitted = false;
     pthread_mutex_lock(&e->lock);
-    if (e->running < e->max_running && list_is_empty(&e->waiting_list)) {
+    if (e->sleep_level == 0 && e->running < e->max_running && list_is_empty(&e->waiting_list)) {
         engine_admit(e, entry);
         entry->state = MW_SCHED_RUNNING;
         admitted = true;
@@ -361,14 +378,32 @@ uint64_t mw_engine_finish(struct mw_engine *e, struct mw_sched_entry *entry,
         break;
     }
     entry->state = MW_SCHED_NONE;
-    while (e->running < e->max_running && !list_is_empty(&e->waiting_list)) {
-        struct mw_sched_entry *x =
-            list_entry(list_pop_front(&e->waiting_list), struct mw_sched_entry, link);
-        e->waiting--;
-        engine_admit(e, x);
-        x->state = MW_SCHED_READY;
-        list_push_back(&e->ready_list[x->owner], &x->link);
-        wake |= 1ull << x->owner;
+    wake = engine_admit_waiting(e);
+    pthread_mutex_unlock(&e->lock);
+    return wake;
+}
+
+void mw_engine_sleep(struct mw_engine *e, uint32_t level)
+{
+    pthread_mutex_lock(&e->lock);
+    mw_kv_clear(&e->kv);
+    if (e->observer != NULL) {
+        e->observer->cleared(e->observer->ctx);
+        e->observer->flush(e->observer->ctx);
+    }
+    e->sleep_level = level;
+    e->asleep_tags = MW_SLEEP_TAGS_ALL;
+    pthread_mutex_unlock(&e->lock);
+}
+
+uint64_t mw_engine_wake(struct mw_engine *e, unsigned tags)
+{
+    uint64_t wake = 0;
+    pthread_mutex_lock(&e->lock);
+    e->asleep_tags &= tags == 0 ? 0u : ~tags;
+    if (e->asleep_tags == 0) {
+        e->sleep_level = 0;
+        wake = engine_admit_waiting(e);
     }
     pthread_mutex_unlock(&e->lock);
     return wake;
@@ -405,6 +440,7 @@ void mw_engine_snapshot(struct mw_engine *e, struct mw_engine_snapshot *out)
     out->prefix_hit_tokens = e->prefix_hit_tokens;
     out->prompt_tokens = e->prompt_tokens;
     out->generation_tokens = e->generation_tokens;
+    out->sleep_level = e->sleep_level;
     pthread_mutex_unlock(&e->lock);
 }
 

@@ -170,6 +170,7 @@ struct mw_engine_snapshot {
     uint64_t prefix_hit_tokens;
     uint64_t prompt_tokens;     /* of admitted requests */
     uint64_t generation_tokens; /* reported through mw_engine_finish */
+    uint32_t sleep_level;       /* 0 awake; vLLM's /sleep level while asleep */
 };
 
 /*
@@ -210,7 +211,14 @@ struct mw_engine {
     uint64_t prefix_hit_tokens;
     uint64_t prompt_tokens;
     uint64_t generation_tokens;
+    uint32_t sleep_level; /* 0 awake */
+    unsigned asleep_tags; /* MW_SLEEP_TAG_* still asleep; 0 when awake */
 };
+
+/* What vLLM's /wake_up?tags= wakes: the weights, the KV cache. */
+#define MW_SLEEP_TAG_WEIGHTS  1u
+#define MW_SLEEP_TAG_KV_CACHE 2u
+#define MW_SLEEP_TAGS_ALL     (MW_SLEEP_TAG_WEIGHTS | MW_SLEEP_TAG_KV_CACHE)
 
 /* Returns 0, -EINVAL or -ENOMEM. */
 int mw_engine_init(struct mw_engine *e, uint32_t kv_blocks, uint32_t block_tokens,
@@ -245,6 +253,22 @@ void mw_engine_snapshot(struct mw_engine *e, struct mw_engine_snapshot *out);
 /* Clears the cache and the counters; running and waiting requests stay.
  * The observer hears cleared then flush. */
 void mw_engine_reset(struct mw_engine *e);
+
+/*
+ * vLLM's sleep mode (POST /sleep?level=N): the prefix cache is dropped (as
+ * vLLM resets it before sleeping; the observer hears cleared then flush)
+ * and nothing more is admitted: new requests wait, as they do in a
+ * sleeping vLLM, until every tag is woken. Requests already running finish
+ * (vLLM's mode=wait; its default mode=abort would abort them). level >= 1.
+ */
+void mw_engine_sleep(struct mw_engine *e, uint32_t level);
+
+/*
+ * POST /wake_up: wakes tags (MW_SLEEP_TAG_*; 0 = all). Once none sleeps,
+ * admits waiting entries and returns the owners to wake (as
+ * mw_engine_finish); 0 otherwise.
+ */
+uint64_t mw_engine_wake(struct mw_engine *e, unsigned tags);
 
 /* Sets the observer (borrowed, outlives the engine) before requests arrive. */
 void mw_engine_set_observer(struct mw_engine *e, const struct mw_kv_observer *obs);

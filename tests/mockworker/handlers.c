@@ -14,6 +14,7 @@
  * client_aborts; a connection closed on purpose by a reset fault or by
  * shutdown does not.
  */
+#include "tests/mockworker/sleep_mode.h"
 #include "tests/mockworker/handlers.h"
 
 #include "common/log.h"
@@ -193,6 +194,9 @@ static enum mw_route route_of(struct mw_req *req, const char *url, const char *m
         {"/mock/faults", MW_ROUTE_MOCK_FAULTS, MW_EP_UNSET, "GET, HEAD, POST"},
         {"/mock/reset", MW_ROUTE_MOCK_RESET, MW_EP_UNSET, "POST"},
         {"/mock/kv_read", MW_ROUTE_MOCK_KV_READ, MW_EP_UNSET, "POST"},
+        {"/sleep", MW_ROUTE_SLEEP, MW_EP_UNSET, "POST"},
+        {"/wake_up", MW_ROUTE_WAKE_UP, MW_EP_UNSET, "POST"},
+        {"/is_sleeping", MW_ROUTE_IS_SLEEPING, MW_EP_UNSET, "GET, HEAD"},
     };
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
         if (strcmp(url, table[i].path) != 0)
@@ -809,6 +813,7 @@ static enum MHD_Result respond_metrics(struct mw_req *req)
                 "Number of requests in model execution batches.", m, n, snap.running, NULL);
     vllm_metric(&w, "vllm:num_requests_waiting", PROM_GAUGE,
                 "Number of requests waiting to be processed.", m, n, snap.waiting, NULL);
+    mw_sleep_metrics(&w, m, n, snap.sleep_level);
     vllm_metric(&w, "vllm:kv_cache_usage_perc", PROM_GAUGE,
                 "KV-cache usage. 1 means 100 percent usage.", m, n, 0, &snap.kv_usage);
     vllm_metric(&w, "vllm:prefix_cache_queries", PROM_COUNTER,
@@ -1007,6 +1012,17 @@ static enum MHD_Result handle_control(struct mw_req *req, const char *method)
         return respond_mock_reset(req);
     case MW_ROUTE_MOCK_KV_READ:
         return respond_mock_kv_read(req);
+    case MW_ROUTE_SLEEP:
+    case MW_ROUTE_WAKE_UP:
+    case MW_ROUTE_IS_SLEEPING: {
+        char *body = NULL;
+        int status = mw_sleep_handle(s, req->conn,
+                                     req->route == MW_ROUTE_SLEEP     ? MW_SLEEP_SLEEP
+                                     : req->route == MW_ROUTE_WAKE_UP ? MW_SLEEP_WAKE_UP
+                                                                      : MW_SLEEP_IS_SLEEPING,
+                                     &body, &len);
+        return respond(req, status, body, body != NULL ? len : 0, body != NULL ? CT_JSON : NULL);
+    }
     case MW_ROUTE_BAD_METHOD:
         return respond_error(req, 405, "Method Not Allowed");
     default:

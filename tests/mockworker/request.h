@@ -48,6 +48,9 @@ enum mw_route {
     MW_ROUTE_MOCK_FAULTS,
     MW_ROUTE_MOCK_RESET,
     MW_ROUTE_MOCK_KV_READ,
+    MW_ROUTE_SLEEP, /* vLLM's sleep mode (sleep_mode.h) */
+    MW_ROUTE_WAKE_UP,
+    MW_ROUTE_IS_SLEEPING,
     MW_ROUTE_NOT_FOUND,
     MW_ROUTE_BAD_METHOD,
 };

@@ -322,6 +322,40 @@ static void test_cache_config_block_size(void **state)
     assert_int_equal(r.block_size, 0);
 }
 
+/* vllm:engine_sleep_state as vLLM writes it: awake 1 / 0, the level in
+ * weights_offloaded or discard_all; one engine asleep is enough. */
+static void test_engine_sleep_state(void **state)
+{
+    (void)state;
+    static const char awake[] =
+        "# TYPE vllm:engine_sleep_state gauge\n"
+        "vllm:engine_sleep_state{engine=\"0\",model_name=\"m\",sleep_state=\"awake\"} 1.0\n"
+        "vllm:engine_sleep_state{engine=\"0\",model_name=\"m\",sleep_state=\"weights_offloaded\"} "
+        "0.0\n"
+        "vllm:engine_sleep_state{engine=\"0\",model_name=\"m\",sleep_state=\"discard_all\"} 0.0\n"
+        "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 0.0\n";
+    struct lrp_report r;
+    assert_int_equal(lrp_parse(awake, strlen(awake), NULL, &r), 0);
+    assert_true(r.has_sleep_state);
+    assert_false(r.sleeping);
+    assert_int_equal(r.sleep_level, 0);
+    static const char level2[] =
+        "vllm:engine_sleep_state{model_name=\"m\",engine=\"0\",sleep_state=\"awake\"} 1.0\n"
+        "vllm:engine_sleep_state{model_name=\"m\",engine=\"1\",sleep_state=\"awake\"} 0.0\n"
+        "vllm:engine_sleep_state{model_name=\"m\",engine=\"1\",sleep_state=\"weights_offloaded\"} "
+        "0.0\n"
+        "vllm:engine_sleep_state{model_name=\"m\",engine=\"1\",sleep_state=\"discard_all\"} 1.0\n"
+        "vllm:num_requests_waiting{engine=\"1\",model_name=\"m\"} 3.0\n";
+    assert_int_equal(lrp_parse(level2, strlen(level2), NULL, &r), 0);
+    assert_true(r.sleeping);
+    assert_int_equal(r.sleep_level, 2);
+    assert_int_equal(r.waiting, 3);
+    /* Without the gauge (an older vLLM): not sleeping, and not said. */
+    assert_int_equal(lrp_parse(vllm_page, strlen(vllm_page), NULL, &r), 0);
+    assert_false(r.has_sleep_state);
+    assert_false(r.sleeping);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -336,6 +370,7 @@ int main(void)
         cmocka_unit_test(test_lora_multi_engine),
         cmocka_unit_test(test_lora_long_list),
         cmocka_unit_test(test_cache_config_block_size),
+        cmocka_unit_test(test_engine_sleep_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
