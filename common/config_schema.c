@@ -308,6 +308,9 @@ static const struct cfg_key admission_keys[] = {
               0, 1000000, 0),
     KEY_NUM("max_kv_usage", struct cfg_admission, max_kv_usage, 0.0, 1.0, 0.0),
     KEY_MAP("queue", struct cfg_admission, queue, admission_queue_keys, NULL, NULL),
+    /* Read by the data plane at start: the section's effect (a data plane
+     * restart) is this key's too. */
+    KEY_BOOL("forward_priority", struct cfg_admission, forward_priority, false),
     KEY_END,
 };
 
