@@ -297,6 +297,7 @@ struct cfg_admission {
     uint32_t max_waiting_per_worker;  /* from the worker's load report */
     double max_kv_usage;              /* 0..1, from the worker's load report */
     struct cfg_admission_queue queue;
+    bool forward_priority; /* the tenant's band becomes vLLM's request priority */
 };
 
 /* Where a worker publishes its KV-cache events (vLLM's --kv-events-config):

@@ -32,6 +32,7 @@
 #include "dataplane/http/errors.h"
 #include "dataplane/obs/journal.h"
 #include "dataplane/policy/lora_affinity.h"
+#include "dataplane/forward/priority_body.h"
 #include "dataplane/forward/salt_body.h"
 #include "dataplane/http/id_route.h"
 #include "dataplane/http/listener.h"
@@ -689,6 +690,17 @@ void dp_fwd_begin(struct dp_request *req)
     default:
         fwd_reply(req, 500, "cache_isolation_unavailable",
                   "the router cannot isolate this tenant's cache");
+        return;
+    }
+    switch (dp_priority_body_apply(req)) {
+    case 0:
+        break;
+    case -E2BIG:
+        fwd_reply(req, 413, "request_too_large",
+                  "the request body with its priority exceeds the router's limit");
+        return;
+    default:
+        fwd_reply(req, 500, "out_of_memory", "the router is out of memory");
         return;
     }
     /* A request naming a stored response goes to the worker storing it. */

@@ -65,6 +65,7 @@ static void assert_defaults(const struct cfg *cfg)
     assert_true(cfg->admission.max_kv_usage == 0);
     assert_int_equal(cfg->admission.queue.max_depth, 1000);
     assert_int_equal(cfg->admission.queue.max_wait_ms, 30000);
+    assert_false(cfg->admission.forward_priority);
     assert_int_equal(cfg->dataplane.retry.backoff_max_ms, 2000);
     assert_int_equal(cfg->policy.name, CFG_POLICY_CACHE_AWARE);
     assert_true(cfg->policy.cache_threshold == 0.5);
@@ -466,6 +467,7 @@ static void test_full_file_round_trip(void **state)
     assert_true(cfg.admission.max_kv_usage == 0.9);
     assert_int_equal(cfg.admission.queue.max_depth, 50);
     assert_int_equal(cfg.admission.queue.max_wait_ms, 5000);
+    assert_true(cfg.admission.forward_priority);
 
     assert_int_equal(cfg.n_workers, 3);
     assert_string_equal(cfg.workers[0].id, "w1");
