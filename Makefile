@@ -7,7 +7,7 @@
 #   tests/mockworker/          -> $(BUILD)/libmockworker.a + switchyard-mockworker
 #   tests/fakecollector/main.c -> switchyard-fakecollector (one file)
 #   tests/fakekube/            -> switchyard-fakekube
-#   tests/unit/test_*.c        -> one cmocka binary each
+#   tests/unit/**/test_*.c     -> one cmocka binary each (folders mirror the product's)
 #   tests/e2e/test_*.c         -> one cmocka binary each, linked with tests/e2e/harness*.c
 # Each folder's main.c holds only main(); everything else goes into the folder's
 # archive, so a unit test can #include the .c it tests (to reach static
@@ -15,7 +15,7 @@
 # the objects it still needs.
 #
 # A test may need extra link flags (e.g. -Wl,--wrap=open): put them in
-# tests/unit/test_NAME.ldflags.
+# tests/unit/FOLDER/test_NAME.ldflags, beside the test.
 
 BUILD ?= build
 CC ?= cc
@@ -80,7 +80,7 @@ ifneq ($(wildcard tests/bench/floor_proxy.c),)
 BINS += $(BUILD)/switchyard-floor-proxy
 endif
 
-UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(wildcard tests/unit/test_*.c))
+UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(sort $(shell find tests/unit -name 'test_*.c')))
 E2E_TESTS := $(patsubst tests/e2e/%.c,$(BUILD)/tests/e2e/%,$(wildcard tests/e2e/test_*.c))
 MICRO_BENCHES := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(wildcard tests/bench/micro_*.c))
 # Fuzz targets (tests/fuzz/fuzz_*.c): each is a libFuzzer binary under

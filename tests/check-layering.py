@@ -221,7 +221,7 @@ def self_test():
                                              "controlplane/b.h": ""}, 1),
         "private layout outside shm": ({"dataplane/a.c": '#include "shm/layout_private.h"\n',
                                         "shm/layout_private.h": ""}, 1),
-        "private layout in a test": ({"tests/unit/test_shm.c":
+        "private layout in a test": ({"tests/unit/shm/test_shm.c":
                                         '#include "shm/layout_private.h"\n',
                                         "shm/layout_private.h": ""}, 0),
         "obs includes forward": ({"dataplane/obs/a.c": '#include "dataplane/forward/b.h"\n',

@@ -5,7 +5,7 @@
 # SWITCHYARD_TEST_JOBS (default 4) sets parallelism; e2e tests mostly wait.
 #
 # A binary's log is named by its path under BUILD_DIR (build/tests/unit/
-# test_pd -> test-logs/tests/unit/test_pd.log), never by its basename alone:
+# test_pd -> test-logs/tests/unit/dataplane/forward/test_pd.log), never by its basename alone:
 # the unit and end-to-end suites hold binaries of the same name, and a shared
 # log let one overwrite the other, so a failing binary could be counted as
 # its passing namesake. Before anything runs, two binaries that would map to
