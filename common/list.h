@@ -25,11 +25,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-
-/* Embedded in the element, or used as a list's head. */
-struct list_node {
-    struct list_node *prev, *next;
-};
+#include "common/list_types.h"
 
 /* Static initialiser of an empty head: static struct list_node h = LIST_STATIC_INIT(h); */
 #define LIST_STATIC_INIT(head)                                                                     \

@@ -28,10 +28,10 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "dataplane/obs/access_log.h"
-#include "dataplane/core/admin_client.h"
+#include "dataplane/lifecycle/admin_client.h"
 #include "dataplane/admission/admission.h"
 #include "dataplane/admission/cache_salt.h"
-#include "dataplane/core/hot_restart_run.h"
+#include "dataplane/lifecycle/hot_restart_run.h"
 #include "dataplane/http/listener.h"
 #include "dataplane/loop_run.h"
 #include "dataplane/obs/metrics_listener.h"
@@ -67,8 +67,8 @@ struct dp_daemon {
     /* /metrics on dataplane.metrics_listen when set (else on listen). */
     struct dp_metrics_listener *metrics_listener;
     bool draining;
-    const char *drain_reason;   /* why it drains (for the exit's log line) */
-    uint64_t drain_started_ms;  /* monotonic */
+    const char *drain_reason;    /* why it drains (for the exit's log line) */
+    uint64_t drain_started_ms;   /* monotonic */
     uint64_t in_flight_at_drain; /* load guards held when the drain began */
     unsigned ticks;
 };

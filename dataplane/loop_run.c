@@ -30,6 +30,7 @@
 #include "dataplane/forward/tokenize.h"
 #include "dataplane/forward/upstream.h"
 #include "dataplane/core/workers.h"
+#include "common/list.h"
 
 #define DP_EVENTS 128
 

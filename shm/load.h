@@ -24,14 +24,7 @@
 #include <stdint.h>
 
 #include "shm/segment.h"
-
-/* One increment's ownership. Caller storage (usually inside a request). */
-struct shm_load_guard {
-    uint32_t slot;
-    uint32_t generation;
-    uint32_t lease;
-    bool held;
-};
+#include "shm/load_types.h"
 
 /*
  * Counts one request in flight to (slot, generation) in lease `lease`.

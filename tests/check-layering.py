@@ -12,6 +12,10 @@ switchyard's folders are layers (docs/architecture.md, "Source layout"):
                    subfolder may not include which
     shm/'s private layout header (the segment's structs) is included only
     from shm/ itself and from tests (which forge the segment's bytes).
+    a types header (foo_types.h: types only, as HAProxy's foo-t.h) includes
+    only other types headers and system headers, so including one never
+    drags in functions, and a struct that embeds another names its types
+    header.
 
 It also fails on an include cycle between modules (a module is foo.c +
 foo.h + foo_internal.h or foo_private.h; module A depends on module B when
@@ -59,7 +63,7 @@ ALLOWED = {
 # process from the folders. And (subfolder, subfolders it may not include):
 FORBIDDEN_INSIDE = {
     # The shared vocabulary (request and module types, the loop, guards,
-    # workers, hot restart) sits below the HTTP side and admission.
+    # workers) sits below the HTTP side and admission.
     "dataplane/core": {"dataplane/http"},
     # Observers read requests and legs, never the forwarding machinery.
     "dataplane/obs": {"dataplane/forward"},
@@ -70,6 +74,10 @@ FORBIDDEN_INSIDE = {
     # picks no worker.
     "dataplane/http": {"dataplane/admission", "dataplane/policy"},
     "dataplane/policy": {"dataplane/admission"},
+    # The process's ties to its peers (the control plane's admin channel,
+    # a hot-restart successor): plumbing, which knows nothing of requests.
+    "dataplane/lifecycle": {"dataplane/http", "dataplane/forward", "dataplane/admission",
+                            "dataplane/policy", "dataplane/obs"},
     # The control plane's workers: sources, KV events and probes are
     # independent of each other and of the admin API, which drives them.
     "controlplane/sources": {"controlplane/kv", "controlplane/probes", "controlplane/admin"},
@@ -195,6 +203,9 @@ def check(root):
             if allowed is not None and target in ALLOWED and target not in allowed:
                 problems.append(f"{where}: {folder}/ may not include {target}/ ({inc})")
             problems += inside_problems(where, path, inc)
+            if path.endswith("_types.h") and not inc.endswith("_types.h"):
+                problems.append(f"{where}: {path}, a types header, includes {inc}: a types "
+                                "header includes only other types headers (foo_types.h)")
             if folder in ALLOWED and inc in known and inc.endswith(".h"):
                 mine, theirs = module_of(path), module_of(inc)
                 if mine != theirs:
@@ -237,6 +248,14 @@ def self_test():
         "probes include admin": ({"controlplane/probes/a.c":
                                       '#include "controlplane/admin/b.h"\n',
                                   "controlplane/admin/b.h": ""}, 1),
+        "types header includes a functions header": ({"common/a_types.h": '#include "common/b.h"\n',
+                                                     "common/b.h": ""}, 1),
+        "types header includes a types header": ({"common/a_types.h":
+                                                      '#include "common/b_types.h"\n',
+                                                  "common/b_types.h": ""}, 0),
+        "lifecycle includes forward": ({"dataplane/lifecycle/a.c":
+                                            '#include "dataplane/forward/b.h"\n',
+                                        "dataplane/forward/b.h": ""}, 1),
         "cycle": ({"controlplane/a.c": '#include "controlplane/b.h"\n',
                    "controlplane/a.h": "", "controlplane/b.h": "",
                    "controlplane/b.c": '#include "controlplane/a.h"\n'}, 1),

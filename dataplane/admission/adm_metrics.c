@@ -14,6 +14,8 @@
 
 #include "common/config.h"
 #include "common/histogram.h"
+#include "shm/buckets.h"
+#include "dataplane/admission/api_keys.h"
 
 #define DP_ADM_WAIT_BUCKETS 8
 
@@ -296,9 +298,9 @@ static void adm_render_tenants_summed(struct dp_adm_metrics *m, size_t nt, struc
                 "Requests refused by admission control, by reason, summed over tenants.");
     for (int r = DP_ADM_REASON_UNSET + 1; r < DP_ADM_REASON_COUNT; r++)
         if (rejected[r] != 0)
-            prom_sample_u64(w, NULL,
-                            &(struct prom_label){"reason", dp_adm_reason_name((enum dp_adm_reason)r)},
-                            1, rejected[r]);
+            prom_sample_u64(
+                w, NULL, &(struct prom_label){"reason", dp_adm_reason_name((enum dp_adm_reason)r)},
+                1, rejected[r]);
 }
 
 void dp_adm_metrics_render(const struct dp_adm_metrics *cm, struct prom_writer *w)

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "common/prom.h"
-#include "dataplane/core/admission_types.h"
+#include "dataplane/types/admission_types.h"
 
 #define DP_ADM_METRICS_ROWS 256u
 

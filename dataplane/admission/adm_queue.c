@@ -32,6 +32,7 @@
 #include "dataplane/admission/adm_metrics.h"
 #include "dataplane/core/loop.h"
 #include "dataplane/http/request.h"
+#include "common/list.h"
 
 /* How long a tenant counts as asking after its last arrival at the queue
  * (max_wait when longer): its share of the room is kept for it between

@@ -37,7 +37,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "dataplane/core/admission_types.h"
+#include "dataplane/types/admission_types.h"
 
 struct dp_loop;
 struct dp_request;

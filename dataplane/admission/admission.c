@@ -35,6 +35,8 @@
 #include "shm/load.h"
 #include "shm/load_report.h"
 #include "shm/registry.h"
+#include "shm/buckets.h"
+#include "common/list.h"
 
 #define DP_ADM_CHECK_EVERY_MS 1000u
 #define DP_ADM_ANONYMOUS      "anonymous"

@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "common/config.h"
-#include "dataplane/core/admission_types.h"
+#include "dataplane/types/admission_types.h"
 #include "dataplane/core/policy.h"
 #include "shm/load_report.h"
 

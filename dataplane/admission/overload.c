@@ -12,7 +12,7 @@
 
 #include <curl/curl.h>
 
-#include "dataplane/core/request_types.h"
+#include "dataplane/types/request_types.h"
 
 #define DP_OVERLOAD_RETRY_MAX 3600u
 

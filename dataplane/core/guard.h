@@ -19,20 +19,7 @@
 
 #include "shm/load.h"
 #include "shm/segment.h"
-
-/* Process-wide; dp_guards_init / dp_guards_fini. */
-struct dp_guards {
-    struct shm_segment *seg; /* borrowed */
-    uint32_t lease;
-    uint32_t max_workers;
-    _Atomic uint64_t *live; /* max_workers words: generation << 32 | live guards */
-};
-
-/* One attempt's increment. Caller storage inside the attempt. */
-struct dp_guard {
-    struct shm_load_guard shm;
-    bool held;
-};
+#include "dataplane/types/guard_types.h"
 
 int dp_guards_init(struct dp_guards *t, struct shm_segment *seg, uint32_t lease);
 void dp_guards_fini(struct dp_guards *t);

@@ -35,15 +35,15 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "dataplane/core/admission_types.h"
-#include "dataplane/core/forwarder_types.h"
+#include "dataplane/types/admission_types.h"
+#include "dataplane/types/forwarder_types.h"
 #include "dataplane/core/guard.h"
-#include "dataplane/core/listener_types.h"
+#include "dataplane/types/listener_types.h"
 #include "dataplane/obs/metrics.h"
-#include "dataplane/core/pd_types.h"
+#include "dataplane/types/pd_types.h"
 #include "dataplane/core/policy.h"
-#include "dataplane/core/request_types.h"
-#include "dataplane/core/upstream_types.h"
+#include "dataplane/types/request_types.h"
+#include "dataplane/types/upstream_types.h"
 #include "dataplane/core/workers.h"
 
 #define DP_TAG_MHD      1u

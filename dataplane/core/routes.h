@@ -22,7 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "dataplane/core/request_types.h"
+#include "dataplane/types/request_types.h"
 
 /* Request methods a route allows, as bits. */
 #define DP_METHOD_GET  0x1u

@@ -20,12 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-struct dp_sse_scan {
-    bool at_start;   /* the next byte begins an event */
-    bool blank;      /* the current line has had no content yet */
-    uint8_t matched; /* bytes of the prefix matched so far at this event's start */
-};
+#include "dataplane/types/sse_scan_types.h"
 
 /* Resets s to the start of a body. */
 void dp_sse_scan_init(struct dp_sse_scan *s);

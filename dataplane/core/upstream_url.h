@@ -13,15 +13,9 @@
 #include <stddef.h>
 
 #include <curl/curl.h>
+#include "dataplane/types/upstream_url_types.h"
 
 struct dp_up_url;
-
-/* A loop's table: an open-addressing table of url_slots entries (a power
- * of two), n_urls of them used. Zeroed = empty. */
-struct dp_up_urls {
-    struct dp_up_url *urls;
-    size_t n_urls, url_slots;
-};
 
 /* url parsed, from table tab or parsed now; NULL: pass it as a string. */
 CURLU *dp_up_url_parsed(struct dp_up_urls *tab, const char *url);

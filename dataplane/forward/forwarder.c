@@ -46,6 +46,8 @@
 #include "dataplane/core/routes.h"
 #include "dataplane/forward/tokenize.h"
 #include "dataplane/forward/upstream.h"
+#include "dataplane/core/sse_scan.h"
+#include "common/list.h"
 
 #define DP_UNPAUSE_ROOM CURL_MAX_WRITE_SIZE
 
@@ -658,7 +660,7 @@ void dp_fwd_begin(struct dp_request *req)
     default:
         fwd_reply(req, 400, "invalid_json",
                   req->parse_error[0] != '\0' ? req->parse_error
-                                               : "the request body is not a JSON object");
+                                              : "the request body is not a JSON object");
         return;
     }
     if (!by_id && !dp_workers_has_model(&loop->workers, req->model)) {

@@ -29,7 +29,7 @@
 
 #include <curl/curl.h>
 
-#include "dataplane/core/forwarder_types.h"
+#include "dataplane/types/forwarder_types.h"
 
 struct dp_loop;
 struct dp_request;

@@ -21,7 +21,7 @@
 #ifndef SY_DATAPLANE_LEGS_H
 #define SY_DATAPLANE_LEGS_H
 
-#include "dataplane/core/leg_types.h"
+#include "dataplane/types/leg_types.h"
 
 /* Starts req on the one-leg plan of a plain request (legs.c): sets
  * req->leg to its leg, which relays. The choice of plan is plan.h's. */

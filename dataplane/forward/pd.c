@@ -22,6 +22,7 @@
 #include "dataplane/core/loop.h"
 #include "dataplane/http/request.h"
 #include "dataplane/core/routes.h"
+#include "dataplane/core/relay.h"
 
 /* ---- legs ------------------------------------------------------------------- */
 

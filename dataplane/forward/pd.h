@@ -41,7 +41,7 @@
 #include <stddef.h>
 
 #include "dataplane/forward/legs.h"
-#include "dataplane/core/pd_types.h"
+#include "dataplane/types/pd_types.h"
 #include "dataplane/core/policy.h"
 
 struct dp_loop;

@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "dataplane/core/pd_types.h"
+#include "dataplane/types/pd_types.h"
 
 /*
  * The prefill leg's body from the client's: max_tokens 1, max_completion_tokens

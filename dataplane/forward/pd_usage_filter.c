@@ -7,8 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dataplane/core/request_types.h"
+#include "dataplane/types/request_types.h"
 #include "dataplane/forward/pd_body.h"
+#include "common/buf.h"
 
 #define PD_LINE_MAX (16u << 10) /* longest SSE line held back to rewrite */
 #define PD_USAGE    "\"usage\":{"

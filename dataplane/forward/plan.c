@@ -8,7 +8,7 @@
 
 #include "dataplane/forward/pd.h"
 #include "dataplane/forward/resp_affinity.h"
-#include "dataplane/core/request_types.h"
+#include "dataplane/types/request_types.h"
 
 enum dp_leg_action dp_plan_begin(struct dp_request *req, struct dp_leg_step *step)
 {

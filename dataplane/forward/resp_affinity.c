@@ -27,7 +27,7 @@
 #include "dataplane/core/loop.h"
 #include "dataplane/obs/metrics.h"
 #include "dataplane/core/routes.h"
-#include "dataplane/core/request_types.h"
+#include "dataplane/types/request_types.h"
 #include "dataplane/core/workers.h"
 #include "dataplane/http/id_route.h"
 #include "shm/responses.h"

@@ -43,7 +43,7 @@
 #include <stdint.h>
 
 #include "common/config.h"
-#include "dataplane/core/leg_types.h"
+#include "dataplane/types/leg_types.h"
 
 struct dp_request;
 

@@ -22,7 +22,7 @@
 #include "dataplane/core/loop.h"
 #include "dataplane/http/request.h"
 #include "dataplane/core/routes.h"
-#include "dataplane/obs/tokenize_stats.h"
+#include "dataplane/policy/tokenize_stats.h"
 #include "dataplane/forward/upstream.h"
 #include "shm/prefix_index.h"
 

@@ -20,6 +20,7 @@
 #include "dataplane/obs/journal.h"
 #include "dataplane/core/loop.h"
 #include "dataplane/core/upstream_url.h"
+#include "common/curl_epoll.h"
 
 #define DP_MAXCONNECTS      1024L
 #define DP_UP_UPLOAD_BUFFER 65536L /* curl's upload buffer: its default size */

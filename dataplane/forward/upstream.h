@@ -19,7 +19,7 @@
 
 #include <curl/curl.h>
 
-#include "dataplane/core/upstream_types.h"
+#include "dataplane/types/upstream_types.h"
 
 struct dp_attempt;
 struct dp_loop;

@@ -13,7 +13,7 @@
 #include <curl/curl.h>
 
 #include "dataplane/core/routes.h"
-#include "dataplane/core/request_types.h"
+#include "dataplane/types/request_types.h"
 
 _Static_assert(DP_ID_ROUTE_ID_MAX < DP_RESP_ID_MAX, "a valid id fits a request's resp_id");
 

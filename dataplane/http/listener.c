@@ -37,6 +37,7 @@
 #include "dataplane/http/request.h"
 #include "dataplane/core/routes.h"
 #include "dataplane/http/tls_server.h"
+#include "common/list.h"
 
 /* libmicrohttpd's own per-loop cap, above the listener's (conn_cap_per_loop):
  * a backstop that refuses at accept should shedding ever fall behind. */

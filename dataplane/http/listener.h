@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "dataplane/core/listener_types.h"
+#include "dataplane/types/listener_types.h"
 
 struct MHD_Connection;
 struct dp_loop;

@@ -27,6 +27,7 @@
 #include "dataplane/core/loop.h"
 #include "dataplane/core/routes.h"
 #include "dataplane/obs/trace.h"
+#include "common/list.h"
 
 #define DP_BODY_RESERVE_MAX   (1u << 20) /* a body's first allocation, at most */
 #define DP_ROUTING_TEXT_SLACK 256u       /* routing text beyond the body's size, reserved */

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dataplane/core/request_types.h"
+#include "dataplane/types/request_types.h"
 #include "dataplane/core/routes.h"
 
 /* Called when a request's last reference goes, after the request freed

@@ -13,7 +13,7 @@
 #include "dataplane/core/loop.h"
 #include "dataplane/core/json_writer.h"
 #include "dataplane/core/routes.h"
-#include "dataplane/core/request_types.h"
+#include "dataplane/types/request_types.h"
 
 /* "2026-12-01T16:23:39.123Z" of a wall-clock time in ns. */
 static void al_time(struct dp_jw *w, uint64_t ns)

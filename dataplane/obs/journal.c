@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "common/str.h"
-#include "dataplane/core/leg_types.h"
+#include "dataplane/types/leg_types.h"
 #include "dataplane/core/loop.h"
 #include "dataplane/core/routes.h"
 #include "dataplane/obs/trace.h"

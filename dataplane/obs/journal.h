@@ -30,7 +30,7 @@
 #include "common/config.h"
 #include "dataplane/core/policy.h"
 #include "dataplane/obs/trace.h"
-#include "dataplane/core/request_types.h"
+#include "dataplane/types/request_types.h"
 
 #define DP_JOURNAL_STEPS 16u
 

@@ -9,7 +9,7 @@
 #include "dataplane/obs/metrics.h"
 #include "dataplane/core/policy.h"
 #include "dataplane/core/routes.h"
-#include "dataplane/obs/tokenize_stats.h"
+#include "dataplane/policy/tokenize_stats.h"
 
 #include <errno.h>
 #include <stddef.h>

@@ -25,7 +25,7 @@
 #include "shm/effective_load.h"
 #include "dataplane/core/guard.h"
 #include "dataplane/core/policy.h"
-#include "dataplane/core/request_types.h"
+#include "dataplane/types/request_types.h"
 #include "shm/registry.h"
 #include "shm/segment.h"
 

@@ -13,7 +13,7 @@
 #include "dataplane/core/json_writer.h"
 #include "dataplane/core/routes.h"
 #include "dataplane/obs/trace.h"
-#include "dataplane/core/request_types.h"
+#include "dataplane/types/request_types.h"
 
 enum sp_kind {
     SP_KIND_INTERNAL = 1,

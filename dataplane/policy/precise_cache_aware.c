@@ -21,7 +21,7 @@
 #include "dataplane/core/policy.h"
 #include "dataplane/policy/policy_internal.h"
 #include "dataplane/policy/rendezvous.h"
-#include "dataplane/obs/tokenize_stats.h"
+#include "dataplane/policy/tokenize_stats.h"
 
 #define PCA_MAX_CANDIDATES 1024u
 #define PCA_MAX_HOLDERS    64u

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "common/proc.h"
-#include "dataplane/core/admin_client.h"
+#include "dataplane/lifecycle/admin_client.h"
 #include "shm/lease.h"
 #include "shm/load.h"
 #include "shm/segment.h"

@@ -8,7 +8,7 @@
  *
  * Lease holders are forked children of the test that use the shm API
  * directly; a "fake dataplane" child also speaks the admin channel with the
- * real dataplane/core/admin_client.c and answers in-flight questions with a
+ * real dataplane/lifecycle/admin_client.c and answers in-flight questions with a
  * number the test chose, which is how load drift is simulated.
  */
 #include <errno.h>
@@ -32,7 +32,7 @@
 #include <cmocka.h>
 
 #include "common/proc.h"
-#include "dataplane/core/admin_client.h"
+#include "dataplane/lifecycle/admin_client.h"
 #include "shm/lease.h"
 #include "shm/load.h"
 #include "shm/registry.h"

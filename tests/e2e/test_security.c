@@ -35,7 +35,7 @@
 #include <cmocka.h>
 
 #include "common/config.h"
-#include "dataplane/core/hot_restart.h"
+#include "dataplane/lifecycle/hot_restart.h"
 #include "proto/frame.h"
 #include "shm/lease.h"
 #include "shm/registry.h"

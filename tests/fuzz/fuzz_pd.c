@@ -14,7 +14,7 @@
 #include "dataplane/forward/pd.h"
 #include "dataplane/forward/pd_body.h"
 #include "dataplane/forward/pd_usage_filter.h"
-#include "dataplane/core/request_types.h"
+#include "dataplane/types/request_types.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -21,7 +21,7 @@
 #include "dataplane/http/json_skeleton.h"
 #include "dataplane/http/request.h"
 #include "dataplane/core/routes.h"
-#include "dataplane/core/request_types.h"
+#include "dataplane/types/request_types.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);

@@ -8,7 +8,7 @@
  * It lives here, not in common/, because neither daemon has that shape of
  * timeouts: the data plane's attempt deadlines move later with every body
  * chunk, one store against a lower bound but a heap update each
- * (dataplane/core/forwarder_types.h has the measurement), and the control
+ * (dataplane/types/forwarder_types.h has the measurement), and the control
  * plane's loop waits for the earliest of a fixed handful of subsystems,
  * each of which knows its own next moment and changes it every pass.
  *

@@ -40,7 +40,8 @@
 #include "dataplane/admission/adm_metrics.h"
 #include "dataplane/admission/adm_queue.h"
 #include "dataplane/core/loop.h"
-#include "dataplane/core/request_types.h"
+#include "dataplane/types/request_types.h"
+#include "common/list.h"
 
 #define MAX_REQS 64
 

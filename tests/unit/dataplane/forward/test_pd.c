@@ -18,7 +18,7 @@
 #include "dataplane/forward/pd.h"
 #include "dataplane/forward/pd_body.h"
 #include "dataplane/forward/pd_usage_filter.h"
-#include "dataplane/core/request_types.h"
+#include "dataplane/types/request_types.h"
 
 static json_t *prefill_of(const char *body)
 {

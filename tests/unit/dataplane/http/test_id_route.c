@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "dataplane/core/request_types.h"
+#include "dataplane/types/request_types.h"
 #include "dataplane/http/id_route.h"
 
 static void test_alphabet(void **state)

@@ -20,7 +20,8 @@
 #include "dataplane/http/errors.h"
 #include "dataplane/http/json_skeleton.h"
 #include "dataplane/http/request.h"
-#include "dataplane/core/request_types.h"
+#include "dataplane/types/request_types.h"
+#include "common/buf.h"
 
 #define NONCE 0x0123456789abcdefull
 

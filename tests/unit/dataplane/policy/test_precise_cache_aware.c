@@ -23,7 +23,7 @@
 #include "common/prom.h"
 #include "dataplane/core/policy.h"
 #include "dataplane/policy/precise_cache_aware.h"
-#include "dataplane/obs/tokenize_stats.h"
+#include "dataplane/policy/tokenize_stats.h"
 
 static const struct ca_params params = {
     .cache_threshold = 0.5,

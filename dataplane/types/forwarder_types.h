@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "common/list.h"
+#include "common/list_types.h"
 
 struct dp_attempt;
 struct dp_request;

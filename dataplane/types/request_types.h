@@ -20,17 +20,15 @@
 #include <curl/curl.h>
 #include <microhttpd.h>
 
-#include "common/buf.h"
-#include "common/config.h"
-#include "common/list.h"
-#include "dataplane/core/admission_types.h"
-#include "dataplane/core/guard.h"
-#include "dataplane/core/pd_types.h"
-#include "dataplane/core/policy.h"
-#include "dataplane/core/relay.h"
-#include "dataplane/core/sse_scan.h"
-#include "shm/registry.h"
-#include "shm/segment.h"
+#include "common/buf_types.h"
+#include "common/config_types.h"
+#include "common/list_types.h"
+#include "dataplane/types/admission_types.h"
+#include "dataplane/types/guard_types.h"
+#include "dataplane/types/pd_types.h"
+#include "dataplane/types/policy_types.h"
+#include "dataplane/types/relay_types.h"
+#include "dataplane/types/sse_scan_types.h"
 
 #define DP_RESP_HDRS_CAP                                                                           \
     1024u /* upstream response headers kept for the client (more are dropped) */

@@ -12,8 +12,8 @@
 
 #include <curl/curl.h>
 
-#include "common/curl_epoll.h"
-#include "dataplane/core/upstream_url.h"
+#include "common/curl_epoll_types.h"
+#include "dataplane/types/upstream_url_types.h"
 
 #define DP_EASY_POOL 256u
 

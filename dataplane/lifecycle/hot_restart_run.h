@@ -22,7 +22,7 @@
 #include <sys/types.h>
 
 #include "common/config.h"
-#include "dataplane/core/hot_restart.h"
+#include "dataplane/lifecycle/hot_restart.h"
 
 /* What the orchestration asks of the daemon; every callback gets ctx. */
 struct dp_hot_ops {

@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "dataplane/core/policy.h"
+#include "dataplane/types/policy_types.h"
 
 struct dp_loop;
 struct dp_metrics;

@@ -7,7 +7,7 @@
  * Received fds are close-on-exec (MSG_CMSG_CLOEXEC). Every connected socket
  * gets send/receive timeouts so a hung peer costs at most HR_IO_TIMEOUT_MS.
  */
-#include "dataplane/core/hot_restart.h"
+#include "dataplane/lifecycle/hot_restart.h"
 
 #include <errno.h>
 #include <poll.h>

@@ -4,7 +4,7 @@
  * until it says READY or goes away; a predecessor's connection is watched
  * until its EOF, which says it has exited.
  */
-#include "dataplane/core/hot_restart_run.h"
+#include "dataplane/lifecycle/hot_restart_run.h"
 
 #include <errno.h>
 #include <netinet/in.h>

@@ -1,5 +1,5 @@
 /*
- * Unit tests of the hot restart handover protocol (dataplane/core/hot_restart.c):
+ * Unit tests of the hot restart handover protocol (dataplane/lifecycle/hot_restart.c):
  * the socket path derived from the config, a full handover (HELLO, the
  * listening sockets over SCM_RIGHTS, READY), a refusal, no listener or a
  * stale socket file, a malformed or foreign-version HELLO, and that closing
@@ -24,7 +24,7 @@
 
 #include <cmocka.h>
 
-#include "dataplane/core/hot_restart.h"
+#include "dataplane/lifecycle/hot_restart.h"
 
 /* ---- the derived path --------------------------------------------------------- */
 

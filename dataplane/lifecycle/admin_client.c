@@ -5,7 +5,7 @@
  * control plane that sends garbage gets disconnected and reconnected to
  * later, never crashes us.
  */
-#include "dataplane/core/admin_client.h"
+#include "dataplane/lifecycle/admin_client.h"
 
 #include <errno.h>
 #include <stdio.h>

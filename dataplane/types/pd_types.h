@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "dataplane/core/policy.h"
+#include "dataplane/types/policy_types.h"
 
 /* The prefill answer's usage, which the decode answer's takes (pd.h). */
 struct dp_pd_usage {

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/list.h"
+#include "common/list_types.h"
 
 struct MHD_Daemon;
 struct dp_conn;

@@ -1,7 +1,7 @@
 /*
  * precise_cache_aware's counters (see tokenize_stats.h).
  */
-#include "dataplane/obs/tokenize_stats.h"
+#include "dataplane/policy/tokenize_stats.h"
 
 #include "common/histogram.h"
 

@@ -13,9 +13,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "common/list.h"
-#include "dataplane/admission/api_keys.h"
-#include "shm/buckets.h"
+#include "common/list_types.h"
+#include "dataplane/types/api_keys_types.h"
+#include "shm/buckets_types.h"
 
 #define DP_UPSTREAM_KEY_MAX 512u
 /* An n above this is charged as this many choices (vLLM refuses such n
@@ -107,8 +107,8 @@ struct dp_adm_req {
     uint32_t burst;
     uint64_t tokens_per_min;
     bool cache_isolation; /* the tenant's requests carry its derived cache_salt */
-    int64_t max_tokens; /* max_completion_tokens, max_tokens or max_output_tokens; -1 = absent */
-    uint32_t choices;   /* the body's n (1 when absent; at most DP_ADM_CHOICES_MAX) */
+    int64_t max_tokens;   /* max_completion_tokens, max_tokens or max_output_tokens; -1 = absent */
+    uint32_t choices;     /* the body's n (1 when absent; at most DP_ADM_CHOICES_MAX) */
     const char *rejected; /* x-switchyard-rejected of our answer (static), NULL = none */
     /* queued */
     bool queued;
