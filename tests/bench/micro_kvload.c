@@ -34,7 +34,9 @@
  *
  * Usage: micro_kvload --port-base P --publishers N --cp-pid PID
  *        --cp-metrics URL --rates R1,R2 [--seconds S] [--batch E]
- *        [--kv-blocks K] [--chain L] [--threads T]
+ *        [--kv-blocks K] [--chain L] [--threads T] [--start-file F]
+ * With --start-file, the steps wait until F exists (the sockets are bound
+ * at once); without --cp-pid, F holds the control plane's pid.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -293,7 +295,7 @@ static int take_snapshot(const char *url, long pid, struct snapshot *s)
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &pg);
     curl_easy_setopt(c, CURLOPT_PROXY, "");
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
     s->cpu_ns = cpu_ns(pid);
     s->at_ns = proc_monotonic_ns();
     CURLcode rc = curl_easy_perform(c);
@@ -373,7 +375,7 @@ int main(int argc, char **argv)
 {
     unsigned port_base = 0, n_pubs = 0, seconds = 5, threads = 1;
     long cp_pid = 0;
-    const char *metrics = NULL, *rates_arg = NULL;
+    const char *metrics = NULL, *rates_arg = NULL, *start_file = NULL;
     struct gen g = {.kv_blocks = 2048, .chain = 32, .batch = 16};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
@@ -397,17 +399,20 @@ int main(int argc, char **argv)
             g.chain = (unsigned)atoi(v);
         else if (strcmp(k, "--threads") == 0)
             threads = (unsigned)atoi(v);
+        else if (strcmp(k, "--start-file") == 0)
+            start_file = v;
         else {
             fprintf(stderr, "micro_kvload: unknown flag %s\n", k);
             return 2;
         }
     }
-    if (port_base == 0 || n_pubs == 0 || cp_pid == 0 || metrics == NULL || rates_arg == NULL ||
-        g.batch == 0 || g.kv_blocks == 0 || g.chain == 0 || threads == 0 || threads > MAX_THREADS ||
-        port_base + n_pubs > 65536) {
-        fprintf(stderr, "usage: micro_kvload --port-base P --publishers N --cp-pid PID "
-                        "--cp-metrics URL --rates R1,R2 [--seconds S] [--batch E] "
-                        "[--kv-blocks K] [--chain L] [--threads T]\n");
+    if (port_base == 0 || n_pubs == 0 || (cp_pid == 0 && start_file == NULL) || metrics == NULL ||
+        rates_arg == NULL || g.batch == 0 || g.kv_blocks == 0 || g.chain == 0 || threads == 0 ||
+        threads > MAX_THREADS || port_base + n_pubs > 65536) {
+        fprintf(stderr,
+                "usage: micro_kvload --port-base P --publishers N --cp-pid PID|--start-file F "
+                "--cp-metrics URL --rates R1,R2 [--seconds S] [--batch E] "
+                "[--kv-blocks K] [--chain L] [--threads T]\n");
         return 2;
     }
     double rates[MAX_RATES];
@@ -439,6 +444,20 @@ int main(int argc, char **argv)
             fprintf(stderr, "micro_kvload: %s: %s\n", ep, zmq_strerror(zmq_errno()));
             return 1;
         }
+    }
+    /* The publishers are bound first, so their ports are taken before
+     * the control plane that connects to them starts; the steps wait. */
+    while (start_file != NULL && access(start_file, F_OK) != 0) {
+        struct timespec ts = {0, 50000000};
+        nanosleep(&ts, NULL);
+    }
+    if (start_file != NULL && cp_pid == 0) {
+        FILE *f = fopen(start_file, "re");
+        if (f == NULL || fscanf(f, "%ld", &cp_pid) != 1 || cp_pid <= 0) {
+            fprintf(stderr, "micro_kvload: %s holds no control-plane pid\n", start_file);
+            return 1;
+        }
+        fclose(f);
     }
     if (wait_subscribed(&g, 30) != 0)
         return 1;

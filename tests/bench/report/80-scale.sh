@@ -77,7 +77,8 @@ echo "prefixes; candidates given, so reading the loads from the segment is not i
 echo "come from \`tests/bench/micro_kvload.c\`: one publisher per worker sending vLLM's bytes"
 echo "(ZeroMQ multipart, msgpack \`[ts, events, dp_rank]\`, tagged-map events), each event one"
 echo "block's BlockStored or BlockRemoved. Kubernetes: a second control plane discovering N pods on"
-echo "switchyard-fakekube (\`micro_kube.c\`, as in the section above)."
+echo "switchyard-fakekube (\`micro_kube.c\`, as in the section above, but with load reports off"
+echo "too: the pods' ports have no worker, and scraping them would be counted as discovery)."
 echo
 echo "Limits of the run: descriptors $(v scale_nofile) (hard $(v scale_nofile_hard), which this"
 echo "container cannot raise), processes $(v scale_nproc), pid_max $(v scale_pid_max). A mock worker"
@@ -97,6 +98,11 @@ row "  its request's block chain, hashed once (p50 µs)" pca_chain_p50
 row "control-plane CPU at rest: probes + scrapes (cores)" cp_rest_cores
 row "  scrapes done per second (N / 250 ms wanted)" scrapes_per_s
 row "  probes done per second" probes_per_s
+row "  workers healthy at the start / after the rest window" healthy
+row "  ... after the rest window (probes timed out mark the others unhealthy)" healthy_after_rest
+row "  scrapes failed since start (timeouts)" scrape_failures
+row "  probes failed since start" probe_failures
+row "  the control plane's own /metrics answered in (s)" cp_metrics_s
 per_row "  control-plane CPU per scrape (µs)" cp_rest_cores scrapes_per_s 1000000
 row "control-plane CPU, N KV publishers connected, idle (cores)" cp_subscribed_cores
 row "control-plane CPU at $ev_rate KV events/s (cores)" ev_cpu_cores

@@ -143,18 +143,50 @@ scale_config() {
     } >"$file"
 }
 
-sum_metric() { metric "http://127.0.0.1:$1/metrics" "$2" "${3:-}"; }
+# sum_metric ADMIN NAME [LABEL_MATCH]: as lib.sh's metric, with the patience
+# a saturated control plane needs (its page at 4,096 workers is large).
+sum_metric() {
+    local page
+    page=$(curl -fs --max-time 60 "http://127.0.0.1:$1/metrics") || { echo n/a; return 0; }
+    awk -v n="$2" -v m="${3:-}" '
+        $1 !~ /^#/ { k = $1; sub(/\{.*/, "", k)
+            if (k == n && index($1, m) > 0) s += $NF }
+        END { printf "%.0f\n", s }' <<<"$page"
+}
 
-# wait_healthy ADMIN N DEADLINE_S: until N workers are healthy.
+# wait_healthy ADMIN N DEADLINE_S: until N workers are healthy or the
+# deadline; $healthy holds the last count seen.
 wait_healthy() {
-    local deadline=$(($(date +%s) + $3)) h=0
+    local deadline=$(($(date +%s) + $3))
+    healthy=0
     while [ "$(date +%s)" -lt "$deadline" ]; do
-        h=$(sum_metric "$1" switchyard_worker_healthy)
-        [ "$h" = "$2" ] && return 0
-        sleep 0.5
+        healthy=$(sum_metric "$1" switchyard_worker_healthy)
+        [ "$healthy" = "$2" ] && return 0
+        sleep 1
     done
-    echo "bench: $h of $2 workers healthy after $3 s" >&2
+    echo "bench: $healthy of $2 workers healthy after $3 s" >&2
     return 1
+}
+
+# scale_start CONFIG ADMIN DP: switchyard_start with the patience of a
+# control plane that may not keep up with its fleet (pids in $cp_pid, $dp_pid).
+scale_start() {
+    local deadline
+    bench_spawn "$bench_tmp/$(basename "$1" .yaml)-cp.log" "$build/switchyard-controlplane" \
+        --config "$1" --fresh
+    cp_pid=$last_pid
+    deadline=$(($(date +%s) + 120))
+    until curl -s -o /dev/null --max-time 30 "http://127.0.0.1:$2/status"; do
+        kill -0 "$cp_pid" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ] ||
+            { tail -5 "$bench_tmp/$(basename "$1" .yaml)-cp.log" >&2; return 1; }
+        sleep 0.2
+    done
+    bench_spawn "$bench_tmp/$(basename "$1" .yaml)-dp.log" "$build/switchyard-dataplane" \
+        --config "$1"
+    dp_pid=$last_pid
+    wait_http "http://127.0.0.1:$3/v1/chat/completions" 120 -X POST \
+        -H 'Content-Type: application/json' \
+        -d '{"model":"mock","messages":[{"role":"user","content":"ready?"}],"max_tokens":1}'
 }
 
 fleet_run() {
@@ -165,6 +197,15 @@ fleet_run() {
 
     base=$(port_range $((2 * n))) mb=$base kb=$((base + n))
     read -r dp admin <<<"$(free_ports 2)"
+    # The KV publishers bind their ports now (other tests on this machine
+    # may take free ports meanwhile) and start their steps on a signal.
+    rm -f "$bench_tmp/kv-go"
+    "$build/tests/bench/micro_kvload" --port-base "$kb" --publishers "$n" \
+        --cp-metrics "http://127.0.0.1:$admin/metrics" --rates "0,$events_rate" \
+        --seconds "$rest_s" --kv-blocks 256 --start-file "$bench_tmp/kv-go" \
+        >"$raw/kv-$n.txt" 2>"$raw/kv-$n.err" &
+    local kvl=$!
+    bench_pids+=("$kvl")
     t0=$(date +%s%N)
     fleet_start "$n" "$mb"
     put "scale_${n}_fleet_start_ms" $((($(date +%s%N) - t0) / 1000000))
@@ -180,9 +221,15 @@ fleet_run() {
     cfg=$bench_tmp/scale$n.yaml
     scale_config "$cfg" "$n" "$mb" "$kb" "$admin" "$dp"
     t0=$(date +%s%N)
-    switchyard_start "$build" "$cfg" "$dp"
-    wait_healthy "$admin" "$n" 120
-    put "scale_${n}_all_healthy_ms" $((($(date +%s%N) - t0) / 1000000))
+    scale_start "$cfg" "$admin" "$dp"
+    # A control plane that cannot probe N workers in time marks some
+    # unhealthy: the figures are then those of the fleet it manages.
+    if wait_healthy "$admin" "$n" 60; then
+        put "scale_${n}_all_healthy_ms" $((($(date +%s%N) - t0) / 1000000))
+    else
+        put "scale_${n}_all_healthy_ms" n/a
+    fi
+    put "scale_${n}_healthy" "$healthy"
 
     # At rest: probes and scrapes, KV endpoints configured but silent.
     sleep 1
@@ -193,6 +240,10 @@ fleet_run() {
     t1=$(now_ns) c1=$(cpu_ns "$cp_pid") d1=$(cpu_ns "$dp_pid") m1=$(cpu_ns "${mock_pids[@]}")
     s1=$(sum_metric "$admin" switchyard_load_report_scrapes_total 'result="success"')
     p1=$(sum_metric "$admin" switchyard_health_checks_total 'result="success"')
+    put "scale_${n}_healthy_after_rest" "$(sum_metric "$admin" switchyard_worker_healthy)"
+    put "scale_${n}_scrape_failures" "$(sum_metric "$admin" switchyard_load_report_scrapes_total 'result="failure"')"
+    put "scale_${n}_probe_failures" "$(sum_metric "$admin" switchyard_health_checks_total 'result="failure"')"
+    put "scale_${n}_cp_metrics_s" "$(curl -s -o /dev/null --max-time 60 -w '%{time_total}' "http://127.0.0.1:$admin/metrics" || echo n/a)"
     local secs
     secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN {print (b - a) / 1e9}')
     put "scale_${n}_cp_rest_cores" "$(cores_between "$c0" "$c1" "$secs")"
@@ -208,9 +259,8 @@ fleet_run() {
     put "scale_${n}_dp_fds" "$(ls /proc/"$dp_pid"/fd | wc -l)"
 
     # KV events: N publishers, idle then at events_rate.
-    if run_fg "$raw/kv-$n.txt" "$build/tests/bench/micro_kvload" --port-base "$kb" \
-        --publishers "$n" --cp-pid "$cp_pid" --cp-metrics "http://127.0.0.1:$admin/metrics" \
-        --rates "0,$events_rate" --seconds "$rest_s" --kv-blocks 256 2>"$raw/kv-$n.err"; then
+    echo "$cp_pid" >"$bench_tmp/kv-go.tmp" && mv "$bench_tmp/kv-go.tmp" "$bench_tmp/kv-go"
+    if wait "$kvl"; then
         while read -r k val; do
             case $k in kvload_0_cpu_cores) put "scale_${n}_cp_subscribed_cores" "$val" ;;
             kvload_"$events_rate"_*) put "scale_${n}_ev_${k#kvload_"$events_rate"_}" "$val" ;;
@@ -248,6 +298,7 @@ fleet_run() {
         echo "  admin_listen: 127.0.0.1:$kadmin"
         echo "  admin_socket: $bench_tmp/kube$n-admin.sock"
         echo "  health: { interval: 1h }"
+        echo "  load_reports: { interval: 0s }"
         echo "discovery:"
         echo "  kubernetes: { api_server: 'http://127.0.0.1:$fk_port', insecure_http: true, namespace: default, label_selector: app=vllm, port_name: http, token_file: /nonexistent, resync: 1h }"
         echo "workers: []"
