@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -647,6 +648,18 @@ int kvs_create(const struct kv_event_sink *sink, const struct kvs_options *opts,
     s->dec = kvd_create(NULL);
     s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     s->zctx = zmq_ctx_new();
+    /* A SUB socket per publisher: ZeroMQ's default of 1,023 sockets a
+     * context would leave the rest of a larger fleet unread. As many as
+     * the descriptor limit could hold (each socket takes at least one). */
+    if (s->zctx != NULL) {
+        struct rlimit rl;
+        int cap = zmq_ctx_get(s->zctx, ZMQ_SOCKET_LIMIT);
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+            rl.rlim_cur < (rlim_t)cap)
+            cap = (int)rl.rlim_cur;
+        if (cap > zmq_ctx_get(s->zctx, ZMQ_MAX_SOCKETS))
+            zmq_ctx_set(s->zctx, ZMQ_MAX_SOCKETS, cap);
+    }
     rc = s->dec == NULL ? -ENOMEM : s->efd < 0 || s->zctx == NULL ? -EIO : 0;
     if (rc == 0) {
         rc = -pthread_create(&s->thread, NULL, kvs_main, s);
