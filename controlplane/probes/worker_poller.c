@@ -33,6 +33,7 @@ struct wp_job {
     bool truncated;
     uint64_t next_ms;
     CURL *easy;
+    CURLSH *dns;     /* the easy handle's own host cache (see wp_easy) */
     struct buf body; /* capped at the job's body_max */
 };
 
@@ -131,6 +132,8 @@ void wp_destroy(struct wp_poller *p)
             for (unsigned k = 0; k < WP_JOBS_MAX; k++) {
                 if (p->slots[i].jobs[k].easy != NULL)
                     curl_easy_cleanup(p->slots[i].jobs[k].easy);
+                if (p->slots[i].jobs[k].dns != NULL)
+                    curl_share_cleanup(p->slots[i].jobs[k].dns);
                 buf_fini(&p->slots[i].jobs[k].body);
             }
         }
@@ -215,6 +218,23 @@ static CURL *wp_easy(struct wp_poller *p, struct wp_slot *s, struct wp_job *j)
 {
     if (j->easy == NULL) {
         j->easy = curl_easy_init();
+        /* libcurl 7.88 walks its whole host cache at the end of every
+         * transfer (multi_done -> Curl_hostcache_prune), and a multi
+         * handle's cache holds an entry per host:port: a round over N
+         * workers cost O(N^2), and at 4,096 workers the control plane
+         * could not finish its scrapes and probes in time. Each handle
+         * talks to one worker, so each gets a cache of its own (a share
+         * of DNS only, used by this thread alone: no lock callbacks). */
+        if (j->easy != NULL && j->dns == NULL) {
+            j->dns = curl_share_init();
+            if (j->dns != NULL &&
+                curl_share_setopt(j->dns, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) != CURLSHE_OK) {
+                curl_share_cleanup(j->dns);
+                j->dns = NULL;
+            }
+        }
+        if (j->easy != NULL && j->dns != NULL)
+            curl_easy_setopt(j->easy, CURLOPT_SHARE, j->dns);
         /* A check reaches a worker as traffic does: same CA, same client
          * certificate, same verification (tls_client.h). */
         if (j->easy != NULL && p->tls != NULL && tls_client_apply(j->easy, p->tls) != 0) {

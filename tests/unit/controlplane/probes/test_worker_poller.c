@@ -6,20 +6,61 @@
  * before on_start's next time; results reach on_done and are counted as
  * it classes them; a slot that changes hands gets a fresh target with
  * zeroed state and counters; a removed worker's target stops; the
- * timeout says when the next job is due.
+ * timeout says when the next job is due; and every worker's connection
+ * is kept from round to round (a fleet's worth of keep-alive servers
+ * counts the connections it accepts).
  */
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "common/proc.h"
 #include "controlplane/probes/worker_poller.h"
+
+/* ---- curl_easy_setopt, wrapped (test_worker_poller.ldflags) ------------------- */
+
+/* The DNS shares the poller gave its handles (CURLOPT_SHARE). */
+#define SHARES_MAX 256
+static void *shares_seen[SHARES_MAX];
+static size_t n_shares;
+
+CURLcode __real_curl_easy_setopt(CURL *h, CURLoption o, ...);
+CURLcode __wrap_curl_easy_setopt(CURL *h, CURLoption o, ...);
+
+CURLcode __wrap_curl_easy_setopt(CURL *h, CURLoption o, ...)
+{
+    va_list ap;
+    va_start(ap, o);
+    CURLcode rc;
+    if (o < CURLOPTTYPE_OBJECTPOINT) {
+        rc = __real_curl_easy_setopt(h, o, va_arg(ap, long));
+    } else if (o >= CURLOPTTYPE_OFF_T && o < CURLOPTTYPE_BLOB) {
+        rc = __real_curl_easy_setopt(h, o, va_arg(ap, curl_off_t));
+    } else {
+        void *v = va_arg(ap, void *);
+        if (o == CURLOPT_SHARE && v != NULL && n_shares < SHARES_MAX) {
+            bool known = false;
+            for (size_t i = 0; i < n_shares; i++)
+                known = known || shares_seen[i] == v;
+            if (!known)
+                shares_seen[n_shares++] = v;
+        }
+        rc = __real_curl_easy_setopt(h, o, v);
+    }
+    va_end(ap);
+    return rc;
+}
 #include "shm/registry.h"
 #include "tests/unit/unit_shm.h"
 
@@ -140,11 +181,162 @@ static void test_poller(void **state)
     shm_segment_close(&seg);
 }
 
+/* ---- connections kept across rounds ----------------------------------------- */
+
+#define KA_WORKERS 64
+#define KA_CONNS   256
+
+/* KA_WORKERS keep-alive HTTP servers on loopback in one thread: each
+ * request (a GET, headers only) gets "200 ok"; accepted counts the
+ * connections. */
+struct ka_server {
+    int lfd[KA_WORKERS];
+    unsigned port[KA_WORKERS];
+    int cfd[KA_CONNS];
+    size_t n_conns;
+    pthread_t thread;
+    _Atomic int accepted;
+    _Atomic bool stop;
+};
+
+static void *ka_main(void *arg)
+{
+    struct ka_server *k = arg;
+    static const char answer[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    while (!atomic_load(&k->stop)) {
+        struct pollfd pf[KA_WORKERS + KA_CONNS];
+        for (int i = 0; i < KA_WORKERS; i++)
+            pf[i] = (struct pollfd){.fd = k->lfd[i], .events = POLLIN};
+        for (size_t i = 0; i < k->n_conns; i++)
+            pf[KA_WORKERS + i] = (struct pollfd){.fd = k->cfd[i], .events = POLLIN};
+        if (poll(pf, KA_WORKERS + k->n_conns, 50) <= 0)
+            continue;
+        for (int i = 0; i < KA_WORKERS; i++) {
+            if (!(pf[i].revents & POLLIN))
+                continue;
+            int fd = accept(k->lfd[i], NULL, NULL);
+            if (fd >= 0 && k->n_conns < KA_CONNS) {
+                k->cfd[k->n_conns++] = fd;
+                atomic_fetch_add(&k->accepted, 1);
+            } else if (fd >= 0) {
+                close(fd);
+            }
+        }
+        for (size_t i = 0; i < k->n_conns; i++) {
+            if (!(pf[KA_WORKERS + i].revents & (POLLIN | POLLHUP)))
+                continue;
+            char req[4096];
+            ssize_t r = read(k->cfd[i], req, sizeof(req));
+            if (r <= 0) {
+                close(k->cfd[i]);
+                k->cfd[i] = -1; /* poll ignores it; slots are not reused */
+                continue;
+            }
+            assert_true(write(k->cfd[i], answer, sizeof(answer) - 1) ==
+                        (ssize_t)(sizeof(answer) - 1));
+        }
+    }
+    for (size_t i = 0; i < k->n_conns; i++)
+        if (k->cfd[i] >= 0)
+            close(k->cfd[i]);
+    return NULL;
+}
+
+static void ka_start(struct ka_server *k)
+{
+    memset(k, 0, sizeof(*k));
+    for (int i = 0; i < KA_WORKERS; i++) {
+        k->lfd[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        assert_int_equal(bind(k->lfd[i], (struct sockaddr *)&a, sizeof(a)), 0);
+        assert_int_equal(listen(k->lfd[i], 16), 0);
+        socklen_t len = sizeof(a);
+        getsockname(k->lfd[i], (struct sockaddr *)&a, &len);
+        k->port[i] = ntohs(a.sin_port);
+    }
+    assert_int_equal(pthread_create(&k->thread, NULL, ka_main, k), 0);
+}
+
+static void ka_stop(struct ka_server *k)
+{
+    atomic_store(&k->stop, true);
+    pthread_join(k->thread, NULL);
+    for (int i = 0; i < KA_WORKERS; i++)
+        close(k->lfd[i]);
+}
+
+static uint64_t ka_on_start(void *user, const struct wp_target *t, unsigned job, uint64_t now_ms)
+{
+    (void)user;
+    (void)t;
+    (void)job;
+    return now_ms + 20;
+}
+
+static enum wp_outcome ka_on_done(void *user, const struct wp_target *t, unsigned job,
+                                  const struct wp_result *r)
+{
+    int *ok = user;
+    (void)t;
+    (void)job;
+    *ok += r->curl == CURLE_OK && r->status == 200;
+    return WP_OK;
+}
+
+/* Every worker's connection lasts from round to round: a round of
+ * scrapes over a fleet must not pay N connects (and N host-cache lookups). */
+static void test_connections_kept(void **state)
+{
+    (void)state;
+    n_shares = 0;
+    struct ka_server k;
+    ka_start(&k);
+    struct shm_segment seg;
+    char name[64], err[256];
+    snprintf(name, sizeof(name), "/sy-unit-wpka-%d", (int)getpid());
+    enum shm_open_outcome oc;
+    assert_int_equal(shm_segment_open_owner(&seg, name, KA_WORKERS, 2, &oc, err, sizeof(err)), 0);
+    shm_segment_unlink(name);
+    for (int i = 0; i < KA_WORKERS; i++) {
+        struct shm_worker_info in = {.role = CFG_ROLE_REGULAR, .healthy = true}, w;
+        snprintf(in.id, sizeof(in.id), "w%d", i);
+        snprintf(in.url, sizeof(in.url), "http://127.0.0.1:%u", k.port[i]);
+        assert_int_equal(shm_registry_add(&seg, &in, &w), 0);
+    }
+    int ok = 0;
+    const struct wp_ops ops = {.user = &ok,
+                               .n_jobs = 1,
+                               .body_max = {1024},
+                               .path = {"/metrics"},
+                               .on_start = ka_on_start,
+                               .on_done = ka_on_done};
+    struct wp_poller *p = NULL;
+    assert_int_equal(wp_create(&seg, &ops, 2000, &p), 0);
+    uint64_t end = proc_monotonic_ms() + 10000;
+    while (ok < 5 * KA_WORKERS && proc_monotonic_ms() < end) {
+        wp_run(p, proc_monotonic_ms());
+        usleep(500);
+    }
+    assert_true(ok >= 5 * KA_WORKERS);
+    /* Five rounds, one connection per worker. */
+    assert_int_equal(atomic_load(&k.accepted), KA_WORKERS);
+    /* Each handle has a host cache of its own: libcurl 7.88 walks the
+     * whole cache at the end of every transfer (multi_done ->
+     * Curl_hostcache_prune), and the multi handle's holds an entry per
+     * host:port, so a round over N workers cost O(N^2) (at 4,096 workers
+     * the control plane could not finish its scrapes and probes in time). */
+    assert_int_equal(n_shares, KA_WORKERS);
+    wp_destroy(p);
+    shm_segment_close(&seg);
+    ka_stop(&k);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_poller),
+        cmocka_unit_test(test_connections_kept),
     };
     int rc = cmocka_run_group_tests_name("cp_worker_poller", tests, NULL, NULL);
     curl_global_cleanup();
