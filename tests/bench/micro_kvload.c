@@ -7,7 +7,8 @@
  * tests/mockworker/kv_events.c) at a total rate that rises step by step,
  * while it reads the control plane's own counters around each step.
  *
- * Publisher i binds tcp://127.0.0.1:(port-base + i) and models a worker
+ * Publisher i binds tcp://127.0.0.1:(port-base + i) (or the i-th port of
+ * --ports-file, one a line) and models a worker
  * whose cache holds --kv-blocks blocks: it stores chains of --chain blocks
  * (one BlockStored of one block each, parent = the previous block, 16 token
  * ids), and once full removes its oldest block (BlockRemoved) before each
@@ -375,7 +376,7 @@ int main(int argc, char **argv)
 {
     unsigned port_base = 0, n_pubs = 0, seconds = 5, threads = 1;
     long cp_pid = 0;
-    const char *metrics = NULL, *rates_arg = NULL, *start_file = NULL;
+    const char *metrics = NULL, *rates_arg = NULL, *start_file = NULL, *ports_file = NULL;
     struct gen g = {.kv_blocks = 2048, .chain = 32, .batch = 16};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
@@ -401,18 +402,21 @@ int main(int argc, char **argv)
             threads = (unsigned)atoi(v);
         else if (strcmp(k, "--start-file") == 0)
             start_file = v;
+        else if (strcmp(k, "--ports-file") == 0)
+            ports_file = v;
         else {
             fprintf(stderr, "micro_kvload: unknown flag %s\n", k);
             return 2;
         }
     }
-    if (port_base == 0 || n_pubs == 0 || (cp_pid == 0 && start_file == NULL) || metrics == NULL ||
-        rates_arg == NULL || g.batch == 0 || g.kv_blocks == 0 || g.chain == 0 || threads == 0 ||
-        threads > MAX_THREADS || port_base + n_pubs > 65536) {
-        fprintf(stderr,
-                "usage: micro_kvload --port-base P --publishers N --cp-pid PID|--start-file F "
-                "--cp-metrics URL --rates R1,R2 [--seconds S] [--batch E] "
-                "[--kv-blocks K] [--chain L] [--threads T]\n");
+    if ((port_base == 0 && ports_file == NULL) || n_pubs == 0 ||
+        (cp_pid == 0 && start_file == NULL) || metrics == NULL || rates_arg == NULL ||
+        g.batch == 0 || g.kv_blocks == 0 || g.chain == 0 || threads == 0 || threads > MAX_THREADS ||
+        port_base + n_pubs > 65536) {
+        fprintf(stderr, "usage: micro_kvload --port-base P|--ports-file F --publishers N --cp-pid "
+                        "PID|--start-file F "
+                        "--cp-metrics URL --rates R1,R2 [--seconds S] [--batch E] "
+                        "[--kv-blocks K] [--chain L] [--threads T]\n");
         return 2;
     }
     double rates[MAX_RATES];
@@ -429,6 +433,11 @@ int main(int argc, char **argv)
     g.n_pubs = n_pubs;
     g.threads = threads;
     g.pubs = calloc(n_pubs, sizeof(*g.pubs));
+    FILE *ports = ports_file != NULL ? fopen(ports_file, "re") : NULL;
+    if (ports_file != NULL && ports == NULL) {
+        fprintf(stderr, "micro_kvload: %s: cannot open\n", ports_file);
+        return 1;
+    }
     for (unsigned i = 0; i < n_pubs; i++) {
         struct publisher *p = &g.pubs[i];
         p->ring = calloc(g.kv_blocks, sizeof(uint64_t));
@@ -438,8 +447,13 @@ int main(int argc, char **argv)
         int hwm = 100000, zero = 0;
         zmq_setsockopt(p->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
         zmq_setsockopt(p->sock, ZMQ_LINGER, &zero, sizeof(zero));
+        unsigned port = port_base + i;
+        if (ports != NULL && fscanf(ports, "%u", &port) != 1) {
+            fprintf(stderr, "micro_kvload: %s: fewer than %u ports\n", ports_file, n_pubs);
+            return 1;
+        }
         char ep[64];
-        snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%u", port_base + i);
+        snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%u", port);
         if (p->ring == NULL || p->sock == NULL || zmq_bind(p->sock, ep) != 0) {
             fprintf(stderr, "micro_kvload: %s: %s\n", ep, zmq_strerror(zmq_errno()));
             return 1;
@@ -459,6 +473,8 @@ int main(int argc, char **argv)
         }
         fclose(f);
     }
+    if (ports != NULL)
+        fclose(ports);
     if (wait_subscribed(&g, 30) != 0)
         return 1;
     pthread_t tids[MAX_THREADS];

@@ -47,18 +47,27 @@ put scale_nofile_hard "$(ulimit -Hn)"
 put scale_nproc "$(ulimit -u)"
 put scale_pid_max "$(cat /proc/sys/kernel/pid_max)"
 
-# port_range N: the first of N consecutive free loopback ports below the
-# kernel's ephemeral range (so no outgoing connection takes one meanwhile).
-port_range() {
-    python3 - "$1" <<'PY'
+# port_chunks N C: bases of ceil(N / C) runs of C consecutive free loopback
+# ports (the last run N mod C long when C does not divide N), below the
+# kernel's ephemeral range (so no outgoing connection takes one meanwhile),
+# each on its own line. Other tests on this machine listen here and there:
+# runs of 512 fit between them where 8,192 ports in a row may not.
+port_chunks() {
+    python3 - "$1" "$2" <<'PY'
 import socket, sys
-n = int(sys.argv[1])
+n, c = int(sys.argv[1]), int(sys.argv[2])
 lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-base = 10000
-while base + n <= lo:
+base, left, out = 10000, n, []
+while left > 0:
+    want = min(c, left)
+    if base + want > lo:
+        sys.exit("no %d free loopback ports in runs of %d below %d" % (n, c, lo))
     ok = True
-    for p in range(base, base + n):
+    for p in range(base, base + want):
         s = socket.socket()
+        # As the mock and ZeroMQ bind: a port whose old connections sit in
+        # TIME_WAIT is free to them.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", p))
         except OSError:
@@ -68,9 +77,10 @@ while base + n <= lo:
         finally:
             s.close()
     if ok:
-        print(base)
-        sys.exit(0)
-sys.exit("no %d consecutive free ports below %d" % (n, lo))
+        out.append(base)
+        base += want
+        left -= want
+print("\n".join(map(str, out)))
 PY
 }
 
@@ -103,30 +113,33 @@ profile() {
     rm -f "$raw/$1.data"
 }
 
-# fleet_start N BASE: the mocks (pids in $mock_pids), up when every worker answers.
+# fleet_start N BASES...: the mocks, one per run of ports (pids in
+# $mock_pids), up when every worker answers.
 fleet_start() {
-    local n=$1 base=$2 off=0 k
+    local n=$1 off=0 k b
+    shift
     mock_pids=()
-    while [ "$off" -lt "$n" ]; do
+    for b in "$@"; do
         k=$((n - off < per_proc ? n - off : per_proc))
         bench_spawn "$bench_tmp/fleet-$off.log" "$build/switchyard-mockworker" \
-            --listen "127.0.0.1:$((base + off))" --workers "$k" --threads 1 --kv-blocks 256 \
+            --listen "127.0.0.1:$b" --workers "$k" --threads 1 --kv-blocks 256 \
             --metrics-page vllm --output-tokens 2
         mock_pids+=("$last_pid")
         off=$((off + k))
     done
     off=0
-    while [ "$off" -lt "$n" ]; do
+    for b in "$@"; do
         k=$((n - off < per_proc ? n - off : per_proc))
-        wait_http "http://127.0.0.1:$((base + off + k - 1))/health" 120 ||
+        wait_http "http://127.0.0.1:$((b + k - 1))/health" 120 ||
             { tail -3 "$bench_tmp/fleet-$off.log" >&2; return 1; }
         off=$((off + k))
     done
 }
 
-# scale_config FILE N MOCK_BASE KV_BASE ADMIN DP
+# scale_config FILE N ADMIN DP: worker i at $mock_ports[i], its KV
+# publisher at $kv_ports[i].
 scale_config() {
-    local file=$1 n=$2 mb=$3 kb=$4 admin=$5 dp=$6 i
+    local file=$1 n=$2 admin=$3 dp=$4 i
     {
         echo "shm: { name: /sy-bench-scale$n-$$, max_workers: $((n + 16)) }"
         echo "controlplane:"
@@ -138,7 +151,7 @@ scale_config() {
         echo "policy: { name: cache_aware }"
         echo "workers:"
         for ((i = 0; i < n; i++)); do
-            echo "  - { url: 'http://127.0.0.1:$((mb + i))', id: w$i, model: mock, kv_events: { endpoint: 'tcp://127.0.0.1:$((kb + i))' } }"
+            echo "  - { url: 'http://127.0.0.1:${mock_ports[i]}', id: w$i, model: mock, kv_events: { endpoint: 'tcp://127.0.0.1:${kv_ports[i]}' } }"
         done
     } >"$file"
 }
@@ -195,19 +208,28 @@ fleet_run() {
     "$build/tests/bench/micro_scale" "$n" "$decisions" >"$raw/decide-$n.txt"
     while read -r k val _; do put "$k" "$val"; done <"$raw/decide-$n.txt"
 
-    base=$(port_range $((2 * n))) mb=$base kb=$((base + n))
+    local bases chunk=$((n < per_proc ? n : per_proc)) nb i
+    mapfile -t bases < <(port_chunks $((2 * n)) "$chunk")
+    nb=$(((n + chunk - 1) / chunk))
+    mock_bases=("${bases[@]:0:nb}") kv_bases=("${bases[@]:nb}")
+    mock_ports=() kv_ports=()
+    for ((i = 0; i < n; i++)); do
+        mock_ports+=($((mock_bases[i / chunk] + i % chunk)))
+        kv_ports+=($((kv_bases[i / chunk] + i % chunk)))
+    done
+    printf '%s\n' "${kv_ports[@]}" >"$bench_tmp/kv-ports-$n"
     read -r dp admin <<<"$(free_ports 2)"
     # The KV publishers bind their ports now (other tests on this machine
     # may take free ports meanwhile) and start their steps on a signal.
     rm -f "$bench_tmp/kv-go"
-    "$build/tests/bench/micro_kvload" --port-base "$kb" --publishers "$n" \
+    "$build/tests/bench/micro_kvload" --ports-file "$bench_tmp/kv-ports-$n" --publishers "$n" \
         --cp-metrics "http://127.0.0.1:$admin/metrics" --rates "0,$events_rate" \
         --seconds "$rest_s" --kv-blocks 256 --start-file "$bench_tmp/kv-go" \
         >"$raw/kv-$n.txt" 2>"$raw/kv-$n.err" &
     local kvl=$!
     bench_pids+=("$kvl")
     t0=$(date +%s%N)
-    fleet_start "$n" "$mb"
+    fleet_start "$n" "${mock_bases[@]}"
     put "scale_${n}_fleet_start_ms" $((($(date +%s%N) - t0) / 1000000))
     put "scale_${n}_mock_procs" "${#mock_pids[@]}"
     local fds=0 thr=0 p
@@ -216,10 +238,10 @@ fleet_run() {
     done
     put "scale_${n}_mock_fds" "$fds"
     put "scale_${n}_mock_threads" "$thr"
-    put "scale_${n}_metrics_page_bytes" "$(curl -fs "http://127.0.0.1:$mb/metrics" | wc -c)"
+    put "scale_${n}_metrics_page_bytes" "$(curl -fs "http://127.0.0.1:${mock_ports[0]}/metrics" | wc -c)"
 
     cfg=$bench_tmp/scale$n.yaml
-    scale_config "$cfg" "$n" "$mb" "$kb" "$admin" "$dp"
+    scale_config "$cfg" "$n" "$admin" "$dp"
     t0=$(date +%s%N)
     scale_start "$cfg" "$admin" "$dp"
     # A control plane that cannot probe N workers in time marks some
@@ -333,7 +355,8 @@ for n in $sizes; do fleet_run "$n"; done
 echo "== scale: KV-event ingestion, $kv_pubs publishers, rates $kv_rates" >&2
 # Ports base.. are the workers' URLs (free when found: nobody answers, the
 # first probe fails and the next is in an hour), base + kv_pubs.. the publishers.
-base=$(port_range $((2 * kv_pubs)))
+mapfile -t bases < <(port_chunks $((2 * kv_pubs)) $((2 * kv_pubs)))
+base=${bases[0]}
 admin=$(free_ports 1)
 cfg=$bench_tmp/kvramp.yaml
 {
