@@ -98,8 +98,8 @@ row "  its request's block chain, hashed once (p50 µs)" pca_chain_p50
 row "control-plane CPU at rest: probes + scrapes (cores)" cp_rest_cores
 row "  scrapes done per second (N / 250 ms wanted)" scrapes_per_s
 row "  probes done per second" probes_per_s
-row "  workers healthy at the start / after the rest window" healthy
-row "  ... after the rest window (probes timed out mark the others unhealthy)" healthy_after_rest
+row "  workers healthy at the start" healthy
+row "  workers healthy after the rest window (timed-out probes mark the others unhealthy)" healthy_after_rest
 row "  scrapes failed since start (timeouts)" scrape_failures
 row "  probes failed since start" probe_failures
 row "  the control plane's own /metrics answered in (s)" cp_metrics_s
@@ -211,6 +211,54 @@ prof() {
     fi
     echo
 }
+# The scrape interval at which the control plane would stay within the
+# issue's half core at the largest N, from the CPU per scrape measured at
+# the largest size whose scrapes all got done (unsaturated).
+ref=""
+for n in "${sizes[@]}"; do
+    awk -v d="$(v "scale_${n}_scrapes_per_s")" -v w="$n" 'BEGIN {exit !(d != "n/a" && d + 0 >= 0.9 * w * 4)}' && ref=$n
+done
+if [ -n "$ref" ]; then
+    per=$(awk -v c="$(v "scale_${ref}_cp_rest_cores")" -v d="$(v "scale_${ref}_scrapes_per_s")" 'BEGIN {printf "%.0f", c / d * 1e6}')
+    echo "At $ref workers every scrape got done, at $per µs of control-plane CPU each (probes"
+    echo "included). At that cost, half a core scrapes $(awk -v p="$per" 'BEGIN {printf "%.0f", 0.5 / p * 1e6}') pages a second: $last workers fit in"
+    echo "the goal with a load-report interval of $(awk -v p="$per" -v n="$last" 'BEGIN {printf "%.2f", n * p / 0.5 / 1e6}') s or more (the default is 250 ms), which is what"
+    echo "the issue's adaptive interval is for; the mock workers serving the pages cost more than the"
+    echo "control plane reading them ($(v "scale_${ref}_mock_rest_cores") cores at $ref workers), so on these $(v cores) shared cores the"
+    echo "run at $last workers is saturated whatever the control plane does."
+    echo
+fi
+echo "What the profiles and the code say (the numbered items are where the goals not met lose):"
+echo
+echo "1. **Scrapes and probes.** Until commit b2fcfab, 55% of the control plane's CPU at 4,096"
+echo "   workers was libcurl walking its host cache: libcurl 7.88 prunes it at the end of every"
+echo "   transfer, and a multi handle's cache holds an entry per host:port, so a round over N"
+echo "   workers cost O(N²) (1.5 ms per scrape at 4,096 against 0.13 ms at 64; probes timed out"
+echo "   and healthy workers were marked unhealthy). Each poller handle now has a host cache of"
+echo "   its own. What is left per scrape is receiving and parsing vLLM's page (kernel,"
+echo "   libcurl's transfer, \`lrp_*\`): linear in N at a fixed interval, so the 0.5-core goal"
+echo "   needs the adaptive interval (not built here)."
+echo "2. **KV events.** The subscriber's thread polls every publisher's socket on each wake-up"
+echo "   (\`zmq_poll\` over N items: \`do_sys_poll\`, \`fdget\` in the profile), and batches"
+echo "   spread over many publishers wake it about once a batch: its cost is batches times"
+echo "   publishers, not events (idle publishers cost nothing: compare the idle row with the"
+echo "   rest row), so with many publishers the events per CPU-second fall far below the goal; the"
+echo "   decoding and applying (\`read_events\`, \`kva_find\`, \`kvh_add\`/\`kvh_remove\`) are a"
+echo "   few hundred ns an event. Before commit 9160355 at most 1,023 publishers could be"
+echo "   followed (ZeroMQ's default sockets a context). Past saturation what the subscriber has"
+echo "   not read waits in ZeroMQ's queues (up to the high-water mark of each SUB socket, 1,000"
+echo "   messages by default): that is the control plane's RSS after the ramp, and the kernel's"
+echo "   \`clear_page_erms\` in the profile at the highest rate."
+echo "3. **Kubernetes watch events.** Each event resyncs every worker of the source"
+echo "   (\`kube_sync\`, \`kube_sync_has_leaving\`: a \`strcmp\` per worker), and the registry's"
+echo "   change makes each poller re-read the whole registry (\`wp_run\`): O(N) per event, where"
+echo "   the goal needs O(1)."
+echo "4. **Decisions.** cache_aware walks all N candidates for the balance gate and the"
+echo "   rendezvous ranking (its p99 grows with N); precise_cache_aware's cost is mostly"
+echo "   constant: recording the chosen worker's speculative entries (one \`kvh_add\` per"
+echo "   block not yet held, up to 512 for an 8K-token prompt) under the lock, and the chain's"
+echo "   hashing (reported apart)."
+echo
 prof "perf-rest-$last" "At rest with $last workers (probes and scrapes)"
 prof perf-kv "KV events at $(v scale_kv_prof_rate) events/s offered, $(v scale_kv_pubs) publishers"
 prof "perf-kube-$last" "Kubernetes watch events, $last pods"
