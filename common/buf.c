@@ -132,7 +132,10 @@ int buf_printf(struct buf *b, const char *fmt, ...)
 
 void buf_consume(struct buf *b, size_t n)
 {
-    if (b->data == NULL)
+    /* Nothing to drop: no move either (a reader that consumes what it has
+     * parsed after every read would otherwise move its whole unfinished
+     * line each time, quadratic in the line). */
+    if (b->data == NULL || n == 0)
         return;
     if (n >= b->len) {
         b->len = 0;

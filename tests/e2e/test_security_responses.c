@@ -206,12 +206,15 @@ static void test_other_tenant_gets_not_found(void **state)
     snprintf(url, sizeof(url), "%s/v1/responses/%s", f.base, b2.id);
     call("GET", url, NULL, "key-b", &bg);
     assert_int_equal(bg.status, 200);
+    answer_fini(&ag);
     call("GET", url, NULL, "key-a", &ag);
     assert_int_equal(ag.status, 404);
     answer_fini(&a0);
     answer_fini(&a1);
     answer_fini(&ag);
     answer_fini(&b1);
+    answer_fini(&b2);
+    answer_fini(&bg);
     answer_fini(&bu);
     answer_fini(&b2);
     answer_fini(&bg);
