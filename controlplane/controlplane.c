@@ -329,8 +329,8 @@ static int cp_reload_now(void *arg, char *msg, size_t msg_len)
     bool discovery_changed = false;
     if (d->dp_base != d->cfg && cp_dataplanes_run_current(d))
         cp_drop_dp_base(d);
-    int rc = cp_reload(d->cfg, d->dp_base, &d->reg, d->ctx.hc, &next, &discovery_changed, msg,
-                       msg_len);
+    int rc =
+        cp_reload(d->cfg, d->dp_base, &d->reg, d->ctx.hc, &next, &discovery_changed, msg, msg_len);
     if (rc != 0) {
         log_warn("%s", msg);
         return rc;

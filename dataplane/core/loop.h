@@ -134,7 +134,7 @@ struct dp_loop {
     uint64_t pass_ms;
     uint64_t drain_deadline_ms;
     bool draining;
-    bool cutting; /* drain deadline passed or stopping: requests were cut, new ones get 503 */
+    bool cutting;       /* drain deadline passed or stopping: requests were cut, new ones get 503 */
     unsigned drain_cut; /* requests the drain deadline ended (loop_cut), for the exit's log */
     uint64_t cut_deadline_ms; /* ...and this is when the loop stops regardless */
 };

@@ -267,8 +267,8 @@ static void test_bad_arguments(void **state)
     expect(&r, 1, r.err, "token file");
     /* reload of a file that does not load is a refusal (6), said as one. */
     char broken[H_PATH_MAX];
-    assert_int_equal(h_write_file("broken.yaml", "dataplane:\n  lisen: 1\n", broken, sizeof(broken)),
-                     0);
+    assert_int_equal(
+        h_write_file("broken.yaml", "dataplane:\n  lisen: 1\n", broken, sizeof(broken)), 0);
     ctl(&r, "--config", broken, "reload", NULL);
     expect(&r, 6, r.err, "reload refused, the running config stays: ");
     expect(&r, 6, r.err, "broken.yaml:2:3: dataplane.lisen: unknown key");

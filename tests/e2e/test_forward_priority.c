@@ -76,7 +76,7 @@ static long long sent_priority(struct h_fleet *f, const char *key, const char *p
 #define COMPLETION "{\"model\":\"" H_FLEET_MODEL "\",\"prompt\":\"hi\",\"max_tokens\":2"
 #define GENERATE                                                                                   \
     "{\"model\":\"" H_FLEET_MODEL "\",\"token_ids\":[1,2,3],\"sampling_params\":{\"max_tokens\":"  \
-                                  "2}"
+    "2}"
 
 static void test_band_becomes_the_request_priority(void **state)
 {

@@ -171,7 +171,7 @@ static void test_wrong_key_is_refused_before_the_body(void **state)
     assert_int_equal(status_before_body(&f, "X-Api-Key: wrong"), 401);
     assert_int_equal(status_before_body(&f, "X-Nothing: 1"), 401);
     assert_int_equal(h_fleet_dp_metric(&f, "switchyard_admission_rejected_total{reason="
-                                          "\"unauthorized\",tenant=\"unknown\"}"),
+                                           "\"unauthorized\",tenant=\"unknown\"}"),
                      3);
     assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 0);
     h_fleet_stop(&f);
@@ -199,8 +199,7 @@ static void test_exhausted_rate_limit_is_refused_before_the_body(void **state)
     (void)state;
     struct h_fleet f;
     start_with_keys(&f, "    requests_per_s: 0.01\n    burst: 1\n", NULL);
-    const char *hdrs[] = {"Content-Type: application/json", "Authorization: Bearer " KEY_A,
-                          NULL};
+    const char *hdrs[] = {"Content-Type: application/json", "Authorization: Bearer " KEY_A, NULL};
     assert_int_equal(post_chat(&f, hdrs), 200);
     assert_int_equal(status_before_body(&f, "Authorization: Bearer " KEY_A), 429);
     assert_int_equal(h_fleet_mock_stat(&f, 0, "requests_total"), 1);
@@ -266,9 +265,9 @@ static void test_metrics_can_hide_tenants(void **state)
 {
     (void)state;
     struct h_fleet f;
-    start_with_keys(&f, "    requests_per_s: 100\n    burst: 10\n", "metrics_tenant_labels: false\n");
-    const char *hdrs[] = {"Content-Type: application/json", "Authorization: Bearer " KEY_A,
-                          NULL};
+    start_with_keys(&f, "    requests_per_s: 100\n    burst: 10\n",
+                    "metrics_tenant_labels: false\n");
+    const char *hdrs[] = {"Content-Type: application/json", "Authorization: Bearer " KEY_A, NULL};
     assert_int_equal(post_chat(&f, hdrs), 200);
     const char *wrong[] = {"Content-Type: application/json", "Authorization: Bearer x", NULL};
     assert_int_equal(post_chat(&f, wrong), 401);
@@ -285,8 +284,8 @@ static void test_metrics_can_hide_tenants(void **state)
     /* The default still labels by tenant (dashboards depend on it). */
     start_with_keys(&f, NULL, NULL);
     assert_int_equal(post_chat(&f, hdrs), 200);
-    assert_int_equal(h_fleet_dp_metric(&f, "switchyard_admission_admitted_total{tenant=\"team-a\"}"),
-                     1);
+    assert_int_equal(
+        h_fleet_dp_metric(&f, "switchyard_admission_admitted_total{tenant=\"team-a\"}"), 1);
     h_fleet_stop(&f);
 }
 
@@ -316,7 +315,8 @@ static void test_errors_do_not_name_workers(void **state)
     h_fleet_stop(&f);
 
     /* Off by default: the detail stays in the log. */
-    h_fleet_start(&f, &(struct h_fleet_opts){.n = 1, .dataplane_extra = "first_byte_timeout: 300ms\n"});
+    h_fleet_start(&f,
+                  &(struct h_fleet_opts){.n = 1, .dataplane_extra = "first_byte_timeout: 300ms\n"});
     assert_int_equal(h_mock_faults(f.mock[0].url, "{\"stall_before_headers_ms\":2000}"), 0);
     snprintf(url, sizeof(url), "%s/v1/chat/completions", f.base);
     assert_int_equal(h_http_post_json(url, chat, &r), 0);
@@ -337,8 +337,7 @@ static long post_as_a(const struct h_fleet *f, const char *path, const char *bod
 {
     char url[128];
     snprintf(url, sizeof(url), "%s%s", f->base, path);
-    const char *hdrs[] = {"Content-Type: application/json", "Authorization: Bearer " KEY_A,
-                          NULL};
+    const char *hdrs[] = {"Content-Type: application/json", "Authorization: Bearer " KEY_A, NULL};
     struct h_req req = {.url = url, .body = body, .headers = hdrs};
     struct h_resp r;
     assert_int_equal(h_http(&req, &r), 0);

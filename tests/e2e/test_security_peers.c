@@ -203,7 +203,7 @@ static void test_kv_flood_keeps_other_workers_facts(void **state)
 #ifndef KUBE_RSS_KIB
 #define KUBE_RSS_KIB (100 * 1024)
 #endif
-#define KUBE_WAIT_MS   30000
+#define KUBE_WAIT_MS 30000
 
 /* Everything the Kubernetes test started; in its stack frame. */
 struct kube_env {

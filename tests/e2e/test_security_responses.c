@@ -239,8 +239,9 @@ static void test_worker_cannot_rebind_live_id(void **state)
 {
     (void)state;
     struct h_fleet f;
-    h_fleet_start(&f, &(struct h_fleet_opts){
-                          .n = 2, .policy = "round_robin", .dataplane_extra = "debug_headers: true\n"});
+    h_fleet_start(&f, &(struct h_fleet_opts){.n = 2,
+                                             .policy = "round_robin",
+                                             .dataplane_extra = "debug_headers: true\n"});
     struct answer v0;
     create(f.base, NULL, NULL, &v0);
     assert_int_equal(v0.status, 200);

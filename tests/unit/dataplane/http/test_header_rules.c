@@ -76,8 +76,8 @@ static void test_framing(void **state)
     assert_non_null(framing_of(
         (const char *const[]){"Transfer-Encoding", "chunked", "Content-Length", "7", NULL}));
     assert_non_null(framing_of((const char *const[]){"Transfer-Encoding", "gzip, chunked", NULL}));
-    assert_non_null(framing_of(
-        (const char *const[]){"Transfer-Encoding", "chunked", "Transfer-Encoding", "chunked", NULL}));
+    assert_non_null(framing_of((const char *const[]){"Transfer-Encoding", "chunked",
+                                                     "Transfer-Encoding", "chunked", NULL}));
     assert_non_null(framing_of((const char *const[]){"Content-Length", "+7", NULL}));
     assert_non_null(framing_of((const char *const[]){"Content-Length", "7, 7", NULL}));
     assert_non_null(framing_of((const char *const[]){"Content-Length", "", NULL}));
