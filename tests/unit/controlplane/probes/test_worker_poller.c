@@ -318,8 +318,14 @@ static void test_connections_kept(void **state)
         usleep(500);
     }
     assert_true(ok >= 5 * KA_WORKERS);
-    /* Five rounds, one connection per worker. */
-    assert_int_equal(atomic_load(&k.accepted), KA_WORKERS);
+    /* Five rounds, connections kept: without keep-alive every request
+     * connects (5 x KA_WORKERS accepts). Which handle runs which worker's
+     * job, and so which cached connection it finds, depends on timing: a
+     * loaded machine reconnects some (100 of 64 seen in CI), so the bound
+     * is "mostly reused", not "exactly one each". */
+    int accepted = atomic_load(&k.accepted);
+    if (accepted < KA_WORKERS || accepted >= 5 * KA_WORKERS / 2)
+        fail_msg("%d connections for %d requests over %d workers", accepted, ok, KA_WORKERS);
     /* Each handle has a host cache of its own: libcurl 7.88 walks the
      * whole cache at the end of every transfer (multi_done ->
      * Curl_hostcache_prune), and the multi handle's holds an entry per
